@@ -1,0 +1,26 @@
+"""overlapprof: how much of a PyTorch distributed program's communication is hidden under compute.
+
+Data flows one way::
+
+    workload -> launcher -> per-rank harness -> trace files -> analyzer -> report -> renderers
+
+``overlapprof.analyze(paths) -> Report`` is the library entry point of the analyzer. Importing this
+package imports neither torch nor the analyzer: names are resolved on first use, so the CLI's
+``--help`` stays fast and analysis runs where torch is not installed.
+"""
+
+__version__ = "0.1.0"
+
+__all__ = ["analyze", "Report", "__version__"]
+
+
+def __getattr__(name):
+    if name == "analyze":
+        from overlapprof.analysis import analyze
+
+        return analyze
+    if name == "Report":
+        from overlapprof.report import Report
+
+        return Report
+    raise AttributeError(f"module 'overlapprof' has no attribute {name!r}")

@@ -1,0 +1,41 @@
+"""The command line: thin. Each command parses, calls the library, and renders.
+
+Subcommands live one per module in this package and are imported lazily, so ``overlapprof
+--help`` imports neither torch nor the analyzer.
+"""
+
+import importlib
+
+import click
+
+from overlapprof import __version__
+
+# command name -> (module, attribute, one-line help shown by `overlapprof --help`)
+_COMMANDS = {
+    "run": ("overlapprof.cli.run_cmd", "run", "Launch ranks, run a workload, record and analyze traces."),
+    "analyze": ("overlapprof.cli.analyze_cmd", "analyze", "Overlap ratio and exposed communication of traces."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group that imports a subcommand's module only when that command is used."""
+
+    def list_commands(self, ctx):
+        return list(_COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in _COMMANDS:
+            return None
+        module, attr, _ = _COMMANDS[name]
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx, formatter):
+        rows = [(name, help_) for name, (_, _, help_) in _COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="overlapprof")
+def main():
+    """Compute/communication overlap profiler for PyTorch distributed."""
