@@ -1,0 +1,25 @@
+"""The library's exceptions. The CLI prints ``Error: <message>`` and exits 2 for any of them.
+
+Messages are one line and name the file and the problem, so they read well on a terminal.
+"""
+
+
+class OverlapprofError(Exception):
+    """Base class of every error the library raises on bad input."""
+
+
+class TraceError(OverlapprofError):
+    """A trace file is unreadable or not a PyTorch profiler trace."""
+
+    def __init__(self, path, problem):
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class InputError(OverlapprofError):
+    """The set of inputs does not make sense together (no traces, duplicate or mixed ranks...)."""
+
+
+class ReportError(OverlapprofError):
+    """A saved report cannot be loaded."""
