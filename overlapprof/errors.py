@@ -23,3 +23,15 @@ class InputError(OverlapprofError):
 
 class ReportError(OverlapprofError):
     """A saved report cannot be loaded."""
+
+
+class WorkloadError(OverlapprofError):
+    """A workload file cannot be loaded, or a variant or option it does not declare was asked for."""
+
+
+class RunDirError(OverlapprofError):
+    """A run directory exists and may not be written to, or is not a run directory."""
+
+
+class LaunchError(OverlapprofError):
+    """The launch flags cannot work on this machine (e.g. --device cuda without a GPU)."""
