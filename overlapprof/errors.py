@@ -16,6 +16,9 @@ class TraceError(OverlapprofError):
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
 
+    def __reduce__(self):  # picklable across worker processes
+        return (type(self), (self.path, self.problem))
+
 
 class InputError(OverlapprofError):
     """The set of inputs does not make sense together (no traces, duplicate or mixed ranks...)."""

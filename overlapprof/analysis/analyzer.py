@@ -1,0 +1,292 @@
+"""``analyze(paths) -> Report``: the analyzer's entry point.
+
+Each rank (one trace file, or the profiler cycles of one rank of a run directory) is decoded,
+classified and measured on its own, in a worker process when there are several and it pays.
+A worker returns a small :class:`RankResult` (the rank's report and what identifies its run),
+never the raw events. The parent settles the rank numbers, checks that the ranks belong to one
+run, and adds the cross-rank summary.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from overlapprof import __version__
+from overlapprof.analysis import metrics as M
+from overlapprof.analysis.classify import compile_comm_kernels
+from overlapprof.analysis.events import RankEvents, rank_events
+from overlapprof.errors import InputError, OverlapprofError
+from overlapprof.report import Options, RankReport, Report
+from overlapprof.trace.decode import decode
+from overlapprof.trace.discover import TraceGroup, discover, rank_from_name
+
+# Below this many bytes of traces in all, starting worker processes costs more than it saves.
+PARALLEL_MIN_BYTES = 8 << 20
+# Ranks whose recorded windows are further apart than this are from different runs.
+SAME_RUN_GAP_US = 3600e6
+
+FILTER_TEXT = {
+    "drop_last_step": "--drop-last-step: events launched (or starting) at or after the start of each "
+    "rank's last ProfilerStep are left out",
+    "require_launch": "--require-launch: GPU events whose launching runtime call is not in the trace are left out",
+}
+
+
+@dataclass
+class RankResult:
+    """What a worker sends back for one group of files: small, picklable."""
+
+    files: list[str]
+    report: RankReport | None = None
+    dist_rank: int | None = None
+    world_size: int | None = None
+    backend: str | None = None
+    window: tuple[float, float] | None = None  # absolute recorded window, µs (None: unknown clock)
+    warnings: list[str] = field(default_factory=list)
+    error: OverlapprofError | None = None
+
+
+def _apply_filters(ev: RankEvents, options: Options, label: str, warnings: list[str]) -> None:
+    """The HTA-style filters of the options, in place (OVERLAP.md section 2: off by default)."""
+    sets = ("comm", "compute", "memory")
+    if options.require_launch and ev.mode == "gpu":
+        for name in sets:
+            s = getattr(ev, name)
+            setattr(ev, name, s.select(s.launched))
+    if options.drop_last_step:
+        if ev.steps.start.size < 2:
+            warnings.append(f"{label}: fewer than 2 ProfilerSteps, --drop-last-step changes nothing")
+            return
+        cutoff = ev.steps.start[-1]
+        for name in sets:
+            s = getattr(ev, name)
+            setattr(ev, name, s.select(s.anchor < cutoff))
+        ev.steps = type(ev.steps)(ev.steps.number[:-1], ev.steps.start[:-1], ev.steps.end[:-1])
+
+
+def measure(ev: RankEvents, *, keep_comm_ops: bool = False) -> RankReport:
+    """A rank's report (rank number not yet settled: -1) from its classified events."""
+    compute = M.iv.union(ev.compute.start, ev.compute.end)
+    comm = M.iv.union(ev.comm.start, ev.comm.end)
+    steps = M.step_metrics(ev)
+    return RankReport(
+        rank=-1,
+        rank_source="",
+        files=ev.files,
+        mode=ev.mode,
+        metrics=M.metrics_of(comm, compute, M.iv.union(ev.memory.start, ev.memory.end)),
+        steps=steps,
+        kinds=M.kind_metrics(ev, compute),
+        events=ev.events,
+        comm_events=len(ev.comm),
+        compute_events=len(ev.compute),
+        memory_events=len(ev.memory),
+        timeline=M.timeline(ev, steps),
+        comm_ops=ev.comm_ops if keep_comm_ops else None,
+    )
+
+
+def _window(ev: RankEvents, base_ns: int | None) -> tuple[float, float] | None:
+    """The rank's recorded window on an absolute clock (µs), when the trace allows it."""
+    starts = [s.start for s in (ev.comm, ev.compute, ev.memory) if len(s)]
+    if not starts:
+        return None
+    lo = min(float(a.min()) for a in starts)
+    hi = max(float(s.end.max()) for s in (ev.comm, ev.compute, ev.memory) if len(s))
+    offset = base_ns / 1000 if base_ns else 0.0
+    # Without baseTimeNanoseconds, only Unix-epoch timestamps (after 2001) are absolute.
+    if not base_ns and lo < 1e15:
+        return None
+    return lo + offset, hi + offset
+
+
+def analyze_group(files: list[str], options: Options) -> RankResult:
+    """Decode, classify and measure one rank's files. Errors come back in ``error``."""
+    result = RankResult(files=[str(f) for f in files])
+    try:
+        decoded = [(str(f), decode(f)) for f in files]
+        infos = [t.distributedInfo for _, t in decoded if t.distributedInfo is not None]
+        ranks = {i.rank for i in infos if i.rank is not None}
+        if len(ranks) > 1:
+            raise InputError(f"{files[0]}: the files of one rank claim ranks {sorted(ranks)}")
+        result.dist_rank = ranks.pop() if ranks else None
+        result.world_size = next((i.world_size for i in infos if i.world_size is not None), None)
+        result.backend = next((i.backend for i in infos if i.backend), None)
+        base = next((t.baseTimeNanoseconds for _, t in decoded if t.baseTimeNanoseconds), None)
+        ev = rank_events(decoded, compile_comm_kernels(options.comm_kernels))
+        del decoded
+        result.window = _window(ev, base)
+        label = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} files)"
+        if ev.negative_durations:
+            result.warnings.append(f"{label}: {ev.negative_durations} events with a negative 'dur' count as zero-length")
+        _apply_filters(ev, options, label, result.warnings)
+        report = measure(ev, keep_comm_ops=options.comm_ops)
+        report.world_size, report.backend = result.world_size, result.backend
+        result.report = report
+    except OverlapprofError as exc:
+        result.error = exc
+    return result
+
+
+def _run_groups(groups: list[TraceGroup], options: Options, workers: int | None, progress) -> list[RankResult]:
+    total = len(groups)
+    sizes = [g.size for g in groups]
+    if workers is None:
+        workers = min(total, os.cpu_count() or 1)
+    jobs = [[str(f) for f in g.files] for g in groups]
+    if workers <= 1 or total <= 1 or sum(sizes) < PARALLEL_MIN_BYTES:
+        results = []
+        for k, files in enumerate(jobs):
+            results.append(analyze_group(files, options))
+            if progress:
+                progress(k + 1, total, files[0])
+        return results
+    results: list[RankResult | None] = [None] * total
+    # fork is fastest and safe in a single-threaded parent; otherwise start clean interpreters.
+    method = "fork" if sys.platform == "linux" and threading.active_count() == 1 else "spawn"
+    import multiprocessing
+
+    with ProcessPoolExecutor(max_workers=min(workers, total), mp_context=multiprocessing.get_context(method)) as pool:
+        # Largest first, so a big rank does not start last.
+        order = sorted(range(total), key=lambda k: -sizes[k])
+        futures = {pool.submit(analyze_group, jobs[k], options): k for k in order}
+        for done, future in enumerate(as_completed(futures), 1):
+            k = futures[future]
+            results[k] = future.result()
+            if progress:
+                progress(done, total, jobs[k][0])
+    return results
+
+
+def _settle_ranks(results: list[RankResult], groups: list[TraceGroup]) -> None:
+    """Give each report its rank: distributedInfo, else run.json, else file name, else order."""
+    claimed: dict[int, RankResult] = {}
+    unplaced = []
+    for result, group in zip(results, groups):
+        r = result.report
+        if result.dist_rank is not None:
+            if group.run_rank is not None and group.run_rank != result.dist_rank:
+                raise InputError(
+                    f"{result.files[0]}: distributedInfo says rank {result.dist_rank} "
+                    f"but run.json lists it under rank {group.run_rank}"
+                )
+            r.rank, r.rank_source = result.dist_rank, "distributedInfo"
+        elif group.run_rank is not None:
+            r.rank, r.rank_source = group.run_rank, "run.json"
+        elif (name_rank := rank_from_name(Path(result.files[0]).name)) is not None:
+            r.rank, r.rank_source = name_rank, "file name"
+        else:
+            unplaced.append(result)
+            continue
+        if r.rank in claimed:
+            other = claimed[r.rank]
+            raise InputError(
+                f"{result.files[0]}: rank {r.rank} ({r.rank_source}) is also claimed by "
+                f"{other.files[0]} ({other.report.rank_source})"
+            )
+        claimed[r.rank] = result
+    free = (n for n in range(len(results) + len(claimed) + 1) if n not in claimed)
+    for result in unplaced:
+        result.report.rank, result.report.rank_source = next(free), "order"
+
+
+def _check_one_run(results: list[RankResult]) -> None:
+    """Ranks of different runs mixed: world sizes, backends or recorded windows disagree."""
+    for attr in ("world_size", "backend"):
+        known = [r for r in results if getattr(r, attr) is not None]
+        for r in known[1:]:
+            if getattr(r, attr) != getattr(known[0], attr):
+                raise InputError(
+                    f"{r.files[0]}: ranks of different runs mixed: {attr} is {getattr(r, attr)!r} here "
+                    f"but {getattr(known[0], attr)!r} in {known[0].files[0]}"
+                )
+    for r in results:
+        if r.world_size is not None and not 0 <= r.report.rank < r.world_size:
+            raise InputError(f"{r.files[0]}: rank {r.report.rank} is outside world_size {r.world_size}")
+    timed = [r for r in results if r.window is not None]
+    if timed:
+        first = min(timed, key=lambda r: r.window[0])
+        for r in timed:
+            if r.window[0] - first.window[1] > SAME_RUN_GAP_US:
+                hours = (r.window[0] - first.window[1]) / 3600e6
+                raise InputError(
+                    f"{r.files[0]}: ranks of different runs mixed: recorded {hours:.1f} h after "
+                    f"{first.files[0]} ended"
+                )
+
+
+def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops) -> Options:
+    patterns = [comm_kernels] if isinstance(comm_kernels, str) else list(comm_kernels or ())
+    for p in patterns:
+        try:
+            re.compile(p)
+        except re.error as exc:
+            raise InputError(f"comm kernel pattern {p!r} is not a valid regular expression ({exc})") from None
+    return Options(
+        comm_kernels=patterns,
+        drop_last_step=drop_last_step,
+        require_launch=require_launch,
+        allow_partial=allow_partial,
+        comm_ops=comm_ops,
+    )
+
+
+def analyze(
+    paths,
+    *,
+    comm_kernels=(),
+    allow_partial: bool = False,
+    drop_last_step: bool = False,
+    require_launch: bool = False,
+    comm_ops: bool = False,
+    workers: int | None = None,
+    progress=None,
+) -> Report:
+    """Analyze PyTorch profiler traces; the numbers follow OVERLAP.md.
+
+    ``paths``: a path or a list of trace files (``.json``/``.json.gz``), folders of traces, or
+    ``overlapprof run`` directories. ``comm_kernels``: extra regexes (searched, any case) naming
+    communication kernels. ``allow_partial``: a rank whose trace is bad becomes a warning
+    instead of an error. ``drop_last_step``/``require_launch``: HolisticTraceAnalysis's filters
+    (off by default; listed in ``Report.filters`` when on). ``comm_ops``: keep one
+    :class:`~overlapprof.analysis.comm_ops.CommOp` per communication operation in each
+    RankReport. ``workers``: processes for ranks (default: one per CPU; 1: in this process).
+    ``progress``: called as ``progress(done, total, path)`` as ranks finish.
+
+    Raises an :class:`~overlapprof.errors.OverlapprofError` (one-line message naming the file and
+    the problem) on bad input.
+    """
+    options = _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops)
+    inputs = discover(paths)
+    results = _run_groups(inputs.groups, options, workers, progress)
+    warnings = [w for r in results for w in r.warnings]
+    good = [(r, g) for r, g in zip(results, inputs.groups) if r.error is None]
+    failed = [r for r in results if r.error is not None]
+    if failed and (not allow_partial or not good):
+        raise failed[0].error
+    warnings += [f"skipped {r.error}" for r in failed]
+    results, groups = [r for r, _ in good], [g for _, g in good]
+    _settle_ranks(results, groups)
+    _check_one_run(results)
+    ranks = sorted((r.report for r in results), key=lambda r: r.rank)
+    modes = {r.mode for r in ranks}
+    if len(modes) > 1:
+        cpu = [r.rank for r in ranks if r.mode == "cpu"]
+        warnings.append(f"ranks {cpu} have no GPU kernels and are read in CPU mode, the others in GPU mode")
+    return Report(
+        version=__version__,
+        inputs=[str(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)],
+        options=options,
+        filters=[text for name, text in FILTER_TEXT.items() if getattr(options, name)],
+        ranks=ranks,
+        summary=M.summarize(ranks),
+        warnings=warnings,
+        run=inputs.run,
+    )
+

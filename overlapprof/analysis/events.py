@@ -1,0 +1,263 @@
+"""From decoded trace files to a rank's classified intervals (compact numpy arrays).
+
+One pass of list comprehensions over the complete events pulls out ``ts``, ``dur`` and a
+category code; names are classified once per distinct name (a dict cache), and everything after
+that is numpy. The result, :class:`RankEvents`, holds per class (comm, compute, memory) the
+interval starts and ends, the *anchor* time that places each event in a step (the start of its
+launching runtime call when the trace has it, else its own start: OVERLAP.md section 3), and
+whether its launch was found. The raw events are dropped once this is built.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from overlapprof.analysis import classify as C
+from overlapprof.analysis.comm_ops import CommOp, make_comm_op
+from overlapprof.errors import TraceError
+from overlapprof.trace.decode import TraceFile
+
+
+@dataclass
+class EventSet:
+    """Intervals of one class: ``[start, end)`` µs, step anchor, launch found, comm kind code."""
+
+    start: np.ndarray
+    end: np.ndarray
+    anchor: np.ndarray
+    launched: np.ndarray
+    kind: np.ndarray  # index into classify.KINDS (comm only; zeros elsewhere)
+
+    @classmethod
+    def concat(cls, sets: list[EventSet]) -> EventSet:
+        return cls(*(np.concatenate([getattr(s, f) for s in sets]) for f in cls.__dataclass_fields__))
+
+    def select(self, mask: np.ndarray) -> EventSet:
+        return EventSet(*(getattr(self, f)[mask] for f in self.__dataclass_fields__))
+
+    def __len__(self) -> int:
+        return self.start.size
+
+
+@dataclass
+class Steps:
+    """``ProfilerStep#N`` spans, sorted by start: N, start and end (µs)."""
+
+    number: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+    def index_of(self, times: np.ndarray) -> np.ndarray:
+        """The step each time falls in (``start <= t < end``), or -1."""
+        if self.start.size == 0:
+            return np.full(times.size, -1, dtype=np.int64)
+        idx = np.searchsorted(self.start, times, side="right") - 1
+        ok = idx >= 0
+        ok[ok] = times[ok] < self.end[idx[ok]]
+        return np.where(ok, idx, -1)
+
+
+@dataclass
+class RankEvents:
+    """Everything the metrics of one rank need, from one or more trace files."""
+
+    mode: str  # "gpu" or "cpu"
+    comm: EventSet
+    compute: EventSet
+    memory: EventSet
+    steps: Steps
+    comm_ops: list[CommOp]
+    events: int  # complete ("X") events read
+    negative_durations: int = 0
+    files: list[str] = field(default_factory=list)
+
+
+class _Cache(dict):
+    """A dict that computes missing values with ``func`` (one call per distinct key)."""
+
+    def __init__(self, func):
+        super().__init__()
+        self.func = func
+
+    def __missing__(self, key):
+        value = self[key] = self.func(key)
+        return value
+
+
+_CATEGORY = _Cache(C.category_code)
+_KIND_CODE = {kind: i for i, kind in enumerate(C.KINDS)}
+
+
+def has_kernels(trace: TraceFile) -> bool:
+    """GPU mode test of OVERLAP.md section 1: does the trace hold device kernels?"""
+    return any(e.ph == "X" and _CATEGORY[e.cat] == C.KERNEL for e in trace.traceEvents)
+
+
+def _numbers(path, events, complete, values, field_name) -> np.ndarray:
+    """``values`` as float64, or a TraceError naming the first complete event without a number."""
+    array = np.array(values, dtype=np.float64)
+    bad = ~np.isfinite(array)
+    if bad.any():
+        j = int(np.flatnonzero(bad)[0])
+        index = next(i for i, e in enumerate(events) if e is complete[j])
+        problem = "missing" if values[j] is None else "not a finite number"
+        raise TraceError(path, f"event {index}: {field_name!r} is {problem}")
+    return array
+
+
+def _correlations(xs, rows) -> np.ndarray:
+    return np.array(
+        [a.correlation if (a := xs[i].args) is not None and a.correlation is not None else -1 for i in rows],
+        dtype=np.int64,
+    )
+
+
+def _launches(xs, codes, rows):
+    """For GPU events ``rows``: the row of their launching runtime call (same correlation) or -1."""
+    runtime = np.flatnonzero(codes == C.RUNTIME)
+    corr = _correlations(xs, rows)
+    if runtime.size == 0 or rows.size == 0:
+        return np.full(rows.size, -1, dtype=np.int64)
+    rt_corr = _correlations(xs, runtime)
+    order = np.argsort(rt_corr, kind="stable")
+    rt_corr, runtime = rt_corr[order], runtime[order]
+    pos = np.minimum(np.searchsorted(rt_corr, corr), rt_corr.size - 1)
+    found = (corr >= 0) & (rt_corr[pos] == corr)
+    return np.where(found, runtime[pos], -1)
+
+
+class _ParamComms:
+    """Finds the record_param_comms op enclosing a time on a thread."""
+
+    def __init__(self, xs, rows, ts, end):
+        self.by_thread: dict = {}
+        for i in rows[np.argsort(ts[rows], kind="stable")]:
+            starts, items = self.by_thread.setdefault((xs[i].pid, xs[i].tid), ([], []))
+            starts.append(ts[i])
+            items.append((end[i], xs[i]))
+        self.empty = not self.by_thread
+
+    def around(self, thread, t):
+        if self.empty or thread not in self.by_thread:
+            return None
+        starts, items = self.by_thread[thread]
+        j = bisect.bisect_right(starts, t) - 1
+        return items[j][1] if j >= 0 and t <= items[j][0] else None
+
+
+def _extract(path, trace: TraceFile, gpu: bool, comm_re):
+    """Classify one file's complete events. Returns (EventSets, steps arrays, comm-op builders)."""
+    events = trace.traceEvents
+    xs = [e for e in events if e.ph == "X"]
+    if not xs:
+        raise TraceError(path, "no complete ('X') events: nothing to measure")
+    ts = _numbers(path, events, xs, [e.ts for e in xs], "ts")
+    dur = _numbers(path, events, xs, [e.dur for e in xs], "dur")
+    negative = int(np.count_nonzero(dur < 0))
+    end = ts + np.maximum(dur, 0.0)
+    if not np.isfinite(end).all():
+        raise TraceError(path, "an event's 'ts' + 'dur' is out of range")
+    codes = np.array([_CATEGORY[e.cat] for e in xs], dtype=np.int8)
+    launch_row = np.full(len(xs), -1, dtype=np.int64)
+
+    cpu_rows = np.flatnonzero(codes == C.CPU_OP)
+    ann_rows = np.flatnonzero(codes == C.ANNOTATION)
+    step_rows = [i for i in np.concatenate((ann_rows, cpu_rows)) if xs[i].name.startswith("ProfilerStep#")]
+    step_numbers = [C.STEP_NAME.match(xs[i].name) for i in step_rows]
+    step_rows = np.array([i for i, m in zip(step_rows, step_numbers) if m], dtype=np.int64)
+    step_numbers = np.array([int(m.group(1)) for m in step_numbers if m], dtype=np.int64)
+
+    if gpu:
+        gpu_rows = np.flatnonzero(np.isin(codes, C.GPU_CATEGORIES))
+        launch_row[gpu_rows] = _launches(xs, codes, gpu_rows)
+        kernels = gpu_rows[codes[gpu_rows] == C.KERNEL]
+        kind_of = _Cache(lambda n: C.comm_kind(n) if comm_re.search(n) else None)
+        kinds = [kind_of[xs[i].name] for i in kernels]
+        is_comm = np.array([k is not None for k in kinds], dtype=bool)
+        comm_rows, compute_rows = kernels[is_comm], kernels[~is_comm]
+        comm_kinds = [k for k in kinds if k is not None]
+        memory_rows = gpu_rows[codes[gpu_rows] != C.KERNEL]
+        source = "kernel"
+    else:
+        kind_of = _Cache(lambda n: C.comm_kind(n) if C.COMM_ANNOTATION.match(n) else None)
+        kinds = [kind_of[xs[i].name] for i in ann_rows]
+        comm_rows = ann_rows[np.array([k is not None for k in kinds], dtype=bool)]
+        comm_kinds = [k for k in kinds if k is not None]
+        compute_of = _Cache(C.is_cpu_compute)
+        compute_rows = cpu_rows[np.array([compute_of[xs[i].name] for i in cpu_rows], dtype=bool)]
+        memory_rows = np.empty(0, dtype=np.int64)
+        source = "annotation"
+
+    launched = launch_row >= 0
+    anchor = np.where(launched, ts[np.maximum(launch_row, 0)], ts)
+
+    def event_set(rows, kind_codes=None):
+        return EventSet(
+            ts[rows],
+            end[rows],
+            anchor[rows],
+            launched[rows],
+            np.zeros(rows.size, dtype=np.int8) if kind_codes is None else kind_codes,
+        )
+
+    kind_codes = np.array([_KIND_CODE[k] for k in comm_kinds], dtype=np.int8)
+    sets = (event_set(comm_rows, kind_codes), event_set(compute_rows), event_set(memory_rows))
+    steps = (step_numbers, ts[step_rows], end[step_rows])
+
+    param_rows = cpu_rows[np.array([xs[i].name == C.PARAM_COMMS for i in cpu_rows], dtype=bool)]
+    params = _ParamComms(xs, param_rows, ts, end)
+
+    def comm_ops(step_of) -> list[CommOp]:
+        ops = []
+        for i, kind, step in zip(comm_rows, comm_kinds, step_of):
+            e, lr = xs[i], launch_row[i]
+            origin = xs[lr] if lr >= 0 else e
+            ops.append(
+                make_comm_op(
+                    e,
+                    kind,
+                    source,
+                    step,
+                    float(ts[lr]) if lr >= 0 else None,
+                    params.around((origin.pid, origin.tid), anchor[i]),
+                )
+            )
+        return ops
+
+    return sets, steps, comm_ops, len(xs), negative
+
+
+def rank_events(files: list[tuple[str | Path, TraceFile]], comm_re) -> RankEvents:
+    """Classify the complete events of one rank's trace files (one or several profiler cycles).
+
+    The rank is in GPU mode when any of its files holds kernels. Launches are matched within a
+    file (correlation ids are per process and per recording).
+    """
+    gpu = any(has_kernels(trace) for _, trace in files)
+    parts = [_extract(path, trace, gpu, comm_re) for path, trace in files]
+    comm, compute, memory = (EventSet.concat([p[0][k] for p in parts]) for k in range(3))
+    numbers, starts, ends = (np.concatenate([p[1][k] for p in parts]) for k in range(3))
+    order = np.argsort(starts, kind="stable")
+    steps = Steps(numbers[order], starts[order], ends[order])
+    ops: list[CommOp] = []
+    offset = 0
+    for sets, _, build, _, _ in parts:
+        n = len(sets[0])
+        idx = steps.index_of(comm.anchor[offset : offset + n])
+        ops.extend(build([int(steps.number[j]) if j >= 0 else None for j in idx]))
+        offset += n
+    return RankEvents(
+        mode="gpu" if gpu else "cpu",
+        comm=comm,
+        compute=compute,
+        memory=memory,
+        steps=steps,
+        comm_ops=ops,
+        events=sum(p[3] for p in parts),
+        negative_durations=sum(p[4] for p in parts),
+        files=[str(path) for path, _ in files],
+    )

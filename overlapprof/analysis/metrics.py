@@ -1,0 +1,150 @@
+"""The metrics of OVERLAP.md sections 2 and 3 for one rank, from its classified intervals.
+
+Per rank: the formulas over every event (the whole trace, unless a filter option is on). Per
+step: the same formulas over the events that belong to the step (by launch, else by start), plus
+``step_us`` and ``exposed_share``. Per kind: each kind's own comm intervals against the rank's
+whole compute union. All the interval work is in :mod:`overlapprof.analysis.intervals`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from overlapprof.analysis import intervals as iv
+from overlapprof.analysis.classify import KINDS
+from overlapprof.analysis.events import EventSet, RankEvents
+from overlapprof.report import KindMetrics, Metrics, StepMetrics, Summary, Timeline
+
+# At most this many intervals per class in a rank's timeline (keeps a report small).
+TIMELINE_CAP = 2000
+
+
+def metrics_of(comm: iv.Intervals, compute: iv.Intervals, memory: iv.Intervals = iv.EMPTY, cls=Metrics, **extra):
+    """Metrics (or a subclass, with ``extra`` fields) of three unions."""
+    comm_us = iv.length(comm)
+    overlapped = min(iv.overlap_length(comm, compute), comm_us)
+    return cls(
+        comm_us=comm_us,
+        compute_us=iv.length(compute),
+        overlapped_us=overlapped,
+        exposed_comm_us=comm_us - overlapped,
+        overlap_ratio=overlapped / comm_us if comm_us > 0 else None,
+        memory_us=iv.length(memory),
+        **extra,
+    )
+
+
+def _union(s: EventSet) -> iv.Intervals:
+    return iv.union(s.start, s.end)
+
+
+def _by_step(events: RankEvents, s: EventSet) -> list[EventSet]:
+    """Split an event set by step (index into ``events.steps``); events outside steps dropped."""
+    idx = events.steps.index_of(s.anchor)
+    order = np.argsort(idx, kind="stable")
+    bounds = np.searchsorted(idx[order], np.arange(events.steps.start.size + 1))
+    return [s.select(order[bounds[k] : bounds[k + 1]]) for k in range(events.steps.start.size)]
+
+
+def step_metrics(events: RankEvents) -> list[StepMetrics]:
+    """One StepMetrics per ProfilerStep, in time order (see StepMetrics for ``step_us``)."""
+    steps = events.steps
+    split = [_by_step(events, s) for s in (events.comm, events.compute, events.memory)]
+    out = []
+    for k in range(steps.start.size):
+        comm, compute, memory = (split[c][k] for c in range(3))
+        last_end = max([steps.end[k]] + [float(s.end.max()) for s in (comm, compute, memory) if len(s)])
+        step_us = float(last_end - steps.start[k])
+        m = metrics_of(
+            _union(comm),
+            _union(compute),
+            _union(memory),
+            cls=StepMetrics,
+            step=int(steps.number[k]),
+            start_us=float(steps.start[k]),
+            step_us=step_us,
+            exposed_share=None,
+        )
+        m.exposed_share = m.exposed_comm_us / step_us if step_us > 0 else None
+        out.append(m)
+    return out
+
+
+def kind_metrics(events: RankEvents, compute: iv.Intervals) -> list[KindMetrics]:
+    """One KindMetrics per kind present, in the order of classify.KINDS."""
+    out = []
+    for code in np.unique(events.comm.kind):
+        s = events.comm.select(events.comm.kind == code)
+        out.append(metrics_of(_union(s), compute, cls=KindMetrics, kind=KINDS[code], count=len(s)))
+    return out
+
+
+def _pairs(u: iv.Intervals, origin: float) -> tuple[list[tuple[float, float]], bool]:
+    starts, ends = u
+    cut = starts.size > TIMELINE_CAP
+    starts, ends = starts[:TIMELINE_CAP] - origin, ends[:TIMELINE_CAP] - origin
+    return list(zip(starts.tolist(), ends.tolist())), cut
+
+
+def timeline(events: RankEvents, steps: list[StepMetrics]) -> Timeline | None:
+    """The unions of the representative step: the step of median ``step_us``.
+
+    The last step is left out when there are three or more (the profiler may cut it short).
+    Without steps, the whole trace.
+    """
+    if steps:
+        candidates = steps[:-1] if len(steps) >= 3 else steps
+        ranked = sorted(range(len(candidates)), key=lambda k: candidates[k].step_us)
+        k = ranked[(len(ranked) - 1) // 2]
+        sets = [_by_step(events, s)[k] for s in (events.comm, events.compute)]
+        origin, span, step = candidates[k].start_us, candidates[k].step_us, candidates[k].step
+    else:
+        sets = [events.comm, events.compute]
+        ends = [s.end for s in sets if len(s)]
+        if not ends:
+            return None
+        origin = min(float(s.start.min()) for s in sets if len(s))
+        span, step = max(float(e.max()) for e in ends) - origin, None
+    comm, compute = (_union(s) for s in sets)
+    lists = [_pairs(u, origin) for u in (comm, compute, iv.intersection(comm, compute))]
+    return Timeline(
+        step=step,
+        start_us=origin,
+        span_us=span,
+        comm=lists[0][0],
+        compute=lists[1][0],
+        overlapped=lists[2][0],
+        truncated=any(cut for _, cut in lists),
+    )
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def summarize(ranks) -> Summary:
+    """The cross-rank summary of OVERLAP.md section 3 over RankReports."""
+    with_ratio = [r for r in ranks if r.metrics.overlap_ratio is not None]
+    comm = sum(r.metrics.comm_us for r in ranks)
+    overlapped = sum(r.metrics.overlapped_us for r in ranks)
+    steps = [s.step_us for r in ranks for s in r.steps]
+    summary = Summary(
+        ranks=len(ranks),
+        ranks_with_comm=len(with_ratio),
+        comm_us=comm,
+        overlapped_us=overlapped,
+        exposed_comm_us=sum(r.metrics.exposed_comm_us for r in ranks),
+        pooled_ratio=overlapped / comm if comm > 0 else None,
+        median_step_us=_percentile(steps, 50),
+        p90_step_us=_percentile(steps, 90),
+    )
+    if with_ratio:
+        lo = min(with_ratio, key=lambda r: r.metrics.overlap_ratio)
+        hi = max(with_ratio, key=lambda r: r.metrics.overlap_ratio)
+        summary.min_ratio, summary.min_ratio_rank = lo.metrics.overlap_ratio, lo.rank
+        summary.max_ratio, summary.max_ratio_rank = hi.metrics.overlap_ratio, hi.rank
+        summary.median_ratio = float(np.median([r.metrics.overlap_ratio for r in with_ratio]))
+    if comm > 0:
+        worst = max(ranks, key=lambda r: r.metrics.exposed_comm_us)
+        summary.most_exposed_rank, summary.most_exposed_us = worst.rank, worst.metrics.exposed_comm_us
+    return summary

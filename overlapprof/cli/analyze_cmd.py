@@ -1,0 +1,126 @@
+"""``overlapprof analyze``: overlap ratio and exposed communication of PyTorch profiler traces."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+_TRACE_SNIFF_BYTES = 1 << 20
+
+
+def _is_trace(path: Path) -> bool:
+    """Is ``path`` an existing trace file (which an output must never overwrite)?"""
+    try:
+        with path.open("rb") as f:
+            head = f.read(_TRACE_SNIFF_BYTES)
+    except OSError:
+        return False
+    return head[:2] == b"\x1f\x8b" or b'"traceEvents"' in head
+
+
+def _write(text: str, dest: str, what: str, quiet: bool) -> None:
+    if dest == "-":
+        click.echo(text, nl=False)
+        return
+    path = Path(dest)
+    if _is_trace(path):
+        raise click.UsageError(f"refusing to write the {what} over {dest}, a trace file (use '--{what} -' for stdout)")
+    path.write_text(text)
+    if not quiet:
+        click.echo(f"{what} written to {dest}", err=True)
+
+
+class _Progress:
+    """A click progress bar on stderr, created on the first report from the analyzer."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.bar = None
+
+    def __call__(self, done: int, total: int, path: str) -> None:
+        if not self.enabled or total < 2:
+            return
+        if self.bar is None:
+            self.bar = click.progressbar(length=total, label="analyzing ranks", file=sys.stderr)
+            self.bar.__enter__()
+        self.bar.update(1, Path(path).name)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+
+@click.command(name="analyze")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("--by", type=click.Choice(["rank", "step", "kind"]), default="rank", show_default=True,
+              help="Rows of the table and CSV: one per rank, per ProfilerStep or per kind of communication.")
+@click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+              help="The full report as JSON, to FILE or (alone, or '-') to stdout instead of the table.")
+@click.option("--csv", "csv_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+              help="The --by rows as CSV, to FILE or (alone, or '-') to stdout instead of the table.")
+@click.option("--comm-kernel", "comm_kernels", multiple=True, metavar="REGEX",
+              help="Also count kernels matching REGEX (any case) as communication. Repeatable.")
+@click.option("--comm-ops", is_flag=True,
+              help="Keep one record per communication operation in the JSON report.")
+@click.option("--allow-partial", is_flag=True,
+              help="Report the good ranks when some traces are bad (each bad one becomes a warning).")
+@click.option("--drop-last-step", is_flag=True,
+              help="Like HolisticTraceAnalysis: leave out events of each rank's last ProfilerStep.")
+@click.option("--require-launch", is_flag=True,
+              help="Like HolisticTraceAnalysis: leave out GPU events whose launch is not in the trace.")
+@click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Processes that analyze ranks in parallel (default: one per CPU).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr.")
+@click.pass_context
+def analyze(ctx, paths, by, json_out, csv_out, comm_kernels, comm_ops, allow_partial, drop_last_step,
+            require_launch, workers, quiet):
+    """Overlap ratio and exposed communication of PyTorch profiler traces.
+
+    PATHS are trace files (.json or .json.gz, any name), folders of traces, or run directories
+    of `overlapprof run`; a report saved with --json FILE is re-rendered. Numbers follow
+    OVERLAP.md: the whole trace counts unless a filter option is given.
+    """
+    from overlapprof.errors import OverlapprofError
+    from overlapprof.renderers import csv as csv_renderer
+    from overlapprof.renderers import json as json_renderer
+    from overlapprof.renderers import table
+    from overlapprof.report import Report
+    from overlapprof.trace.discover import is_saved_report
+
+    if json_out == "-" and csv_out == "-":
+        raise click.UsageError("--json and --csv cannot both go to stdout; give one of them a FILE")
+    progress = _Progress(enabled=not quiet and sys.stderr.isatty())
+    try:
+        if len(paths) == 1 and Path(paths[0]).is_file() and is_saved_report(Path(paths[0])):
+            report = Report.load(paths[0])
+        else:
+            from overlapprof.analysis import analyze as run_analysis
+
+            try:
+                report = run_analysis(
+                    list(paths),
+                    comm_kernels=comm_kernels,
+                    allow_partial=allow_partial,
+                    drop_last_step=drop_last_step,
+                    require_launch=require_launch,
+                    comm_ops=comm_ops,
+                    workers=workers,
+                    progress=progress,
+                )
+            finally:
+                progress.close()
+    except OverlapprofError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        ctx.exit(2)
+    to_stdout = "-" in (json_out, csv_out)
+    if to_stdout and not quiet:
+        for warning in report.warnings:
+            click.echo(f"warning: {warning}", err=True)
+    if json_out:
+        _write(json_renderer.render(report), json_out, "json", quiet)
+    if csv_out:
+        _write(csv_renderer.render(report, by=by), csv_out, "csv", quiet)
+    if not to_stdout:
+        click.echo(table.render(report, by=by), nl=False)

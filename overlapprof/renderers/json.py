@@ -1,0 +1,10 @@
+"""The full Report as JSON (the same text ``Report.save`` writes and ``Report.load`` reads)."""
+
+from __future__ import annotations
+
+from overlapprof.report import Report
+
+
+def render(report: Report, indent: int = 2) -> str:
+    """The report as JSON text, every field included (µs, ratios as fractions, None as null)."""
+    return report.to_json(indent=indent) + "\n"

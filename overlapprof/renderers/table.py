@@ -1,0 +1,110 @@
+"""Plain-text tables of a Report: one row per rank (or step, or kind) and the cross-rank summary.
+
+Plain aligned text (no colour, no box drawing) so it pipes, diffs and pastes cleanly. Times are
+shown in milliseconds with the unit in the header; ratios as percentages; a missing ratio (no
+communication) as ``-``.
+"""
+
+from __future__ import annotations
+
+from overlapprof.report import Report
+
+BY = ("rank", "step", "kind")
+_NONE = "-"
+
+
+def _ms(us: float | None) -> str:
+    return _NONE if us is None else f"{us / 1000:.3f}"
+
+
+def _pct(ratio: float | None) -> str:
+    return _NONE if ratio is None else f"{100 * ratio:.2f}%"
+
+
+def _metric_cells(m) -> list[str]:
+    return [_ms(m.comm_us), _ms(m.overlapped_us), _ms(m.exposed_comm_us), _pct(m.overlap_ratio), _ms(m.compute_us)]
+
+
+_METRIC_HEAD = ["comm ms", "overlapped ms", "exposed ms", "overlap", "compute ms"]
+
+
+def format_table(header: list[str], rows: list[list[str]]) -> str:
+    """Columns aligned: the first left-aligned, the others right-aligned."""
+    widths = [max(len(str(r[c])) for r in [header, *rows]) for c in range(len(header))]
+
+    def line(cells):
+        return "  ".join(
+            str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def _rank_rows(report: Report):
+    header = ["rank", "mode", *_METRIC_HEAD, "memory ms", "steps", "median step ms"]
+    rows = []
+    for r in report.ranks:
+        steps = sorted(s.step_us for s in r.steps)
+        median = steps[(len(steps) - 1) // 2] if steps else None
+        rows.append([str(r.rank), r.mode, *_metric_cells(r.metrics), _ms(r.metrics.memory_us), str(len(r.steps)), _ms(median)])
+    return header, rows
+
+
+def _step_rows(report: Report):
+    header = ["rank", "step", "step ms", *_METRIC_HEAD, "exposed share"]
+    rows = [
+        [str(r.rank), f"#{s.step}", _ms(s.step_us), *_metric_cells(s), _pct(s.exposed_share)]
+        for r in report.ranks
+        for s in r.steps
+    ]
+    return header, rows
+
+
+def _kind_rows(report: Report):
+    header = ["rank", "kind", "ops", *_METRIC_HEAD]
+    rows = [[str(r.rank), k.kind, str(k.count), *_metric_cells(k)] for r in report.ranks for k in r.kinds]
+    return header, rows
+
+
+def summary_lines(report: Report) -> list[str]:
+    """The cross-rank summary and the notes (modes, rank sources, filters, warnings)."""
+    s = report.summary
+    lines = []
+    if s.ranks_with_comm:
+        lines.append(
+            f"overlap ratio: pooled {_pct(s.pooled_ratio)} (Σ overlapped / Σ comm over {s.ranks_with_comm} "
+            f"rank{'s' if s.ranks_with_comm != 1 else ''}); min {_pct(s.min_ratio)} (rank {s.min_ratio_rank}), "
+            f"median {_pct(s.median_ratio)}, max {_pct(s.max_ratio)} (rank {s.max_ratio_rank})"
+        )
+        lines.append(
+            f"exposed communication: {_ms(s.exposed_comm_us)} ms in all; most on rank {s.most_exposed_rank} "
+            f"({_ms(s.most_exposed_us)} ms)"
+        )
+    else:
+        lines.append("no communication found: overlap ratio is undefined (-)")
+    if s.median_step_us is not None:
+        lines.append(f"step time: median {_ms(s.median_step_us)} ms, p90 {_ms(s.p90_step_us)} ms")
+    modes = sorted({r.mode for r in report.ranks})
+    sources = sorted({r.rank_source for r in report.ranks})
+    lines.append(
+        f"mode: {', '.join(modes)} (GPU: NCCL/RCCL kernels vs other kernels; CPU: <backend>:<op> annotations "
+        f"vs cpu_ops) · ranks from {', '.join(sources)}"
+        if len(modes) == 1
+        else f"modes: {', '.join(modes)} · ranks from {', '.join(sources)}"
+    )
+    if report.options.comm_kernels:
+        lines.append(f"extra comm kernels: {', '.join(report.options.comm_kernels)}")
+    lines.extend(f"filter {f}" for f in report.filters)
+    if not report.filters:
+        lines.append("window: whole trace (no step dropped, no event filtered; see OVERLAP.md)")
+    lines.extend(f"warning: {w}" for w in report.warnings)
+    return lines
+
+
+def render(report: Report, by: str = "rank") -> str:
+    """The report as a plain-text table: ``by`` is ``rank`` (default), ``step`` or ``kind``."""
+    if by not in BY:
+        raise ValueError(f"by must be one of {BY}, not {by!r}")
+    header, rows = {"rank": _rank_rows, "step": _step_rows, "kind": _kind_rows}[by](report)
+    table = format_table(header, rows) if rows else f"(no {by}s to show)"
+    return "\n".join([table, "", *summary_lines(report)]) + "\n"
