@@ -275,6 +275,10 @@ def analyze(
     _settle_ranks(results, groups)
     _check_one_run(results)
     ranks = sorted((r.report for r in results), key=lambda r: r.rank)
+    if inputs.run and isinstance(inputs.run.get("world_size"), int):
+        missing = sorted(set(range(inputs.run["world_size"])) - {r.rank for r in ranks})
+        if missing:
+            warnings.append(f"run.json: world_size {inputs.run['world_size']} but no trace for ranks {missing}")
     modes = {r.mode for r in ranks}
     if len(modes) > 1:
         cpu = [r.rank for r in ranks if r.mode == "cpu"]

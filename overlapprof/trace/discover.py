@@ -1,9 +1,10 @@
 """Finding trace files: from run directories, folders and files to groups of files per rank.
 
 - A **run directory** of ``overlapprof run`` has a ``run.json`` whose ``"traces"`` maps each rank
-  to its trace files (``{"0": ["rank0/trace.json.gz", ...]}``, relative to the directory). With
-  ``--repeat`` a rank has several files, one per profiler cycle: they are one rank, analyzed
-  together.
+  to its trace files (``{"0": ["rank0.<ns>.pt.trace.json", ...]}``, relative to the directory;
+  see ``overlapprof/launch/rundir.py``). With ``--repeat`` a rank has several files, one per
+  profiler cycle: they are one rank, analyzed together. While run.json lists none (a run cut
+  short), the directory's ``rank<N>.*.pt.trace.json[.gz]`` files are grouped by rank instead.
 - A **folder** is searched recursively for ``*.json`` and ``*.json.gz`` files; ``run.json`` and
   saved overlapprof reports are skipped.
 - A **file** is taken as a trace whatever its name.
@@ -95,6 +96,17 @@ def _run_groups(run_dir: Path, run: dict) -> list[TraceGroup] | None:
     return groups
 
 
+def _run_dir_traces(run_dir: Path) -> list[TraceGroup]:
+    """A run directory whose run.json lists no traces yet (a run still going, or cut short):
+    its top-level ``*.pt.trace.json[.gz]`` files, grouped by the rank in their names."""
+    by_rank: dict[int | None, list[Path]] = {}
+    for f in sorted(run_dir.glob("*.pt.trace.json*")):
+        if f.name.endswith(_SUFFIXES):
+            by_rank.setdefault(rank_from_name(f.name), []).append(f)
+    groups = [TraceGroup(files, run_rank=rank) for rank, files in by_rank.items() if rank is not None]
+    return groups + [TraceGroup([f]) for f in by_rank.get(None, [])]
+
+
 def _folder_files(folder: Path) -> list[Path]:
     found = [
         p
@@ -125,10 +137,11 @@ def discover(paths) -> Inputs:
             if (path / RUN_FILE).is_file():
                 run = _read_run(path)
                 runs.append(run)
-                groups = _run_groups(path, run)
-                if groups is not None:
-                    inputs.groups.extend(groups)
-                    continue
+                groups = _run_groups(path, run) or _run_dir_traces(path)
+                if not groups:
+                    raise InputError(f"{path}: run directory without traces (see its run.json and logs/)")
+                inputs.groups.extend(groups)
+                continue
             files = _folder_files(path)
             if not files:
                 raise InputError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
