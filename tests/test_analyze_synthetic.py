@@ -220,3 +220,24 @@ def test_interval_algebra_matches_a_grid(a, b):
     assert iv.length(iv.difference(ua, ub)) == (grid_a & ~grid_b).sum()
     inter = iv.intersection(ua, ub)
     assert _grid_measure([(int(s), int(e)) for s, e in zip(*inter)], 256).tolist() == (grid_a & grid_b).tolist()
+
+
+def test_generated_benchmark_traces_match_their_analytic_answer(tmp_path):
+    """benchmarks/gen_traces.py: the analyzer finds the overlap the generator built in."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("gen_traces", Path(__file__).parents[1] / "benchmarks" / "gen_traces.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    answers = gen.generate(tmp_path, ranks=6, events=5000, compress=True)
+    report = overlapprof.analyze(tmp_path, workers=1)
+    assert len(report.ranks) == 6
+    for r in report.ranks:
+        want = answers[str(r.rank)]
+        m = r.metrics
+        assert (m.comm_us, m.compute_us, m.overlapped_us) == (want["comm_us"], want["compute_us"], want["overlapped_us"])
+        assert m.overlap_ratio == pytest.approx(want["overlap_ratio"])
+        assert all(s.overlap_ratio == pytest.approx(want["overlap_ratio"]) for s in r.steps)
+    hta_like = overlapprof.analyze(tmp_path, workers=1, drop_last_step=True, require_launch=True)
+    assert [r.metrics.overlap_ratio for r in hta_like.ranks] == pytest.approx([r.metrics.overlap_ratio for r in report.ranks])

@@ -92,11 +92,6 @@ _CATEGORY = _Cache(C.category_code)
 _KIND_CODE = {kind: i for i, kind in enumerate(C.KINDS)}
 
 
-def has_kernels(trace: TraceFile) -> bool:
-    """GPU mode test of OVERLAP.md section 1: does the trace hold device kernels?"""
-    return any(e.ph == "X" and _CATEGORY[e.cat] == C.KERNEL for e in trace.traceEvents)
-
-
 def _numbers(path, events, complete, values, field_name) -> np.ndarray:
     """``values`` as float64, or a TraceError naming the first complete event without a number."""
     array = np.array(values, dtype=np.float64)
@@ -149,19 +144,34 @@ class _ParamComms:
         return items[j][1] if j >= 0 and t <= items[j][0] else None
 
 
-def _extract(path, trace: TraceFile, gpu: bool, comm_re):
-    """Classify one file's complete events. Returns (EventSets, steps arrays, comm-op builders)."""
+@dataclass
+class _Scan:
+    """One file's complete events with their times and category codes."""
+
+    xs: list
+    ts: np.ndarray
+    end: np.ndarray
+    codes: np.ndarray
+    negative: int
+
+
+def _scan(path, trace: TraceFile) -> _Scan:
     events = trace.traceEvents
     xs = [e for e in events if e.ph == "X"]
     if not xs:
         raise TraceError(path, "no complete ('X') events: nothing to measure")
     ts = _numbers(path, events, xs, [e.ts for e in xs], "ts")
     dur = _numbers(path, events, xs, [e.dur for e in xs], "dur")
-    negative = int(np.count_nonzero(dur < 0))
     end = ts + np.maximum(dur, 0.0)
     if not np.isfinite(end).all():
         raise TraceError(path, "an event's 'ts' + 'dur' is out of range")
     codes = np.array([_CATEGORY[e.cat] for e in xs], dtype=np.int8)
+    return _Scan(xs, ts, end, codes, int(np.count_nonzero(dur < 0)))
+
+
+def _extract(scan: _Scan, gpu: bool, comm_re):
+    """Classify one file's complete events. Returns (EventSets, steps arrays, comm-op builder)."""
+    xs, ts, end, codes = scan.xs, scan.ts, scan.end, scan.codes
     launch_row = np.full(len(xs), -1, dtype=np.int64)
 
     cpu_rows = np.flatnonzero(codes == C.CPU_OP)
@@ -228,7 +238,7 @@ def _extract(path, trace: TraceFile, gpu: bool, comm_re):
             )
         return ops
 
-    return sets, steps, comm_ops, len(xs), negative
+    return sets, steps, comm_ops
 
 
 def rank_events(files: list[tuple[str | Path, TraceFile]], comm_re) -> RankEvents:
@@ -237,15 +247,16 @@ def rank_events(files: list[tuple[str | Path, TraceFile]], comm_re) -> RankEvent
     The rank is in GPU mode when any of its files holds kernels. Launches are matched within a
     file (correlation ids are per process and per recording).
     """
-    gpu = any(has_kernels(trace) for _, trace in files)
-    parts = [_extract(path, trace, gpu, comm_re) for path, trace in files]
+    scans = [_scan(path, trace) for path, trace in files]
+    gpu = any(bool((s.codes == C.KERNEL).any()) for s in scans)
+    parts = [_extract(scan, gpu, comm_re) for scan in scans]
     comm, compute, memory = (EventSet.concat([p[0][k] for p in parts]) for k in range(3))
     numbers, starts, ends = (np.concatenate([p[1][k] for p in parts]) for k in range(3))
     order = np.argsort(starts, kind="stable")
     steps = Steps(numbers[order], starts[order], ends[order])
     ops: list[CommOp] = []
     offset = 0
-    for sets, _, build, _, _ in parts:
+    for sets, _, build in parts:
         n = len(sets[0])
         idx = steps.index_of(comm.anchor[offset : offset + n])
         ops.extend(build([int(steps.number[j]) if j >= 0 else None for j in idx]))
@@ -257,7 +268,7 @@ def rank_events(files: list[tuple[str | Path, TraceFile]], comm_re) -> RankEvent
         memory=memory,
         steps=steps,
         comm_ops=ops,
-        events=sum(p[3] for p in parts),
-        negative_durations=sum(p[4] for p in parts),
+        events=sum(len(s.xs) for s in scans),
+        negative_durations=sum(s.negative for s in scans),
         files=[str(path) for path, _ in files],
     )
