@@ -119,7 +119,7 @@ def analyze_group(files: list[str], options: Options) -> RankResult:
         result.world_size = next((i.world_size for i in infos if i.world_size is not None), None)
         result.backend = next((i.backend for i in infos if i.backend), None)
         base = next((t.baseTimeNanoseconds for _, t in decoded if t.baseTimeNanoseconds), None)
-        ev = rank_events(decoded, compile_comm_kernels(options.comm_kernels))
+        ev = rank_events(decoded, compile_comm_kernels(options.comm_kernels), comm_ops=options.comm_ops)
         del decoded
         result.window = _window(ev, base)
         label = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} files)"

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from overlapprof.trace.decode import Event, raw_value
+from overlapprof.trace.decode import Event
 
 
 class CommOp(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -61,47 +61,52 @@ class CommOp(msgspec.Struct, kw_only=True, omit_defaults=True):
     input_type: Any = None
 
 
-def _ranks(raw) -> list[int] | None:
-    value = raw_value(raw)
-    if isinstance(value, str):  # NCCL writes "[0, 1]" as a string
-        try:
-            value = msgspec.json.decode(value)
-        except msgspec.DecodeError:
-            return None
-    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return value
-    return None
-
-
-def _str(raw) -> str | None:
-    value = raw_value(raw)
-    return str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else None
-
-
-def _int(raw) -> int | None:
-    value = raw_value(raw)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+_DECODERS = {
+    "str": msgspec.json.Decoder(str | int),
+    "int": msgspec.json.Decoder(int),
+    "ranks": msgspec.json.Decoder(str | list[int]),
+    "any": msgspec.json.Decoder(),
+}
+# CommOp field <- (EventArgs field, decoder); "seq" is read from "Seq", else "seq".
+_FIELDS = (
+    ("collective", "collective", "str"),
+    ("pg_name", "pg_name", "str"),
+    ("pg_desc", "pg_desc", "str"),
+    ("pg_ranks", "pg_ranks", "ranks"),
+    ("group_size", "group_size", "int"),
+    ("seq", "seq_lower", "int"),
+    ("seq", "seq", "int"),
+    ("in_nelems", "in_nelems", "int"),
+    ("out_nelems", "out_nelems", "int"),
+    ("dtype", "dtype", "str"),
+    ("input_dims", "input_dims", "any"),
+    ("input_type", "input_type", "any"),
+)
 
 
 def _collective_fields(event: Event | None) -> dict:
-    """The collective parameters an event's args carry (record_param_comms, or the event)."""
+    """The collective parameters an event's args carry; a value of an unexpected type is left out."""
     args = event.args if event is not None else None
+    fields = {}
     if args is None:
-        return {}
-    fields = {
-        "collective": _str(args.collective),
-        "pg_name": _str(args.pg_name),
-        "pg_desc": _str(args.pg_desc),
-        "pg_ranks": _ranks(args.pg_ranks),
-        "group_size": _int(args.group_size),
-        "seq": _int(args.seq) if args.seq else _int(args.seq_lower),
-        "in_nelems": _int(args.in_nelems),
-        "out_nelems": _int(args.out_nelems),
-        "dtype": _str(args.dtype),
-        "input_dims": raw_value(args.input_dims),
-        "input_type": raw_value(args.input_type),
-    }
-    return {k: v for k, v in fields.items() if v is not None}
+        return fields
+    for name, source, decoder in _FIELDS:
+        raw = getattr(args, source)
+        if not raw:
+            continue
+        try:
+            value = _DECODERS[decoder].decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+        if decoder == "str":
+            value = str(value)
+        elif decoder == "ranks" and isinstance(value, str):  # NCCL writes "[0, 1]" as a string
+            try:
+                value = msgspec.json.decode(value, type=list[int])
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+        fields[name] = value
+    return fields
 
 
 def make_comm_op(

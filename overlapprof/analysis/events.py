@@ -105,23 +105,26 @@ def _numbers(path, events, complete, values, field_name) -> np.ndarray:
 
 
 def _correlations(xs, rows) -> np.ndarray:
-    return np.array(
-        [a.correlation if (a := xs[i].args) is not None and a.correlation is not None else -1 for i in rows],
-        dtype=np.int64,
-    )
+    """The ``correlation`` of the events ``rows`` as float64 (NaN where absent; ids < 2**53)."""
+    events = [xs[i] for i in rows.tolist()]
+    try:
+        values = [e.args.correlation for e in events]
+    except AttributeError:  # some event has no args at all
+        values = [e.args.correlation if e.args is not None else None for e in events]
+    return np.array(values, dtype=np.float64)
 
 
 def _launches(xs, codes, rows):
     """For GPU events ``rows``: the row of their launching runtime call (same correlation) or -1."""
     runtime = np.flatnonzero(codes == C.RUNTIME)
-    corr = _correlations(xs, rows)
     if runtime.size == 0 or rows.size == 0:
         return np.full(rows.size, -1, dtype=np.int64)
+    corr = _correlations(xs, rows)
     rt_corr = _correlations(xs, runtime)
-    order = np.argsort(rt_corr, kind="stable")
+    order = np.argsort(rt_corr, kind="stable")  # NaN last
     rt_corr, runtime = rt_corr[order], runtime[order]
     pos = np.minimum(np.searchsorted(rt_corr, corr), rt_corr.size - 1)
-    found = (corr >= 0) & (rt_corr[pos] == corr)
+    found = rt_corr[pos] == corr  # False for NaN
     return np.where(found, runtime[pos], -1)
 
 
@@ -169,83 +172,97 @@ def _scan(path, trace: TraceFile) -> _Scan:
     return _Scan(xs, ts, end, codes, int(np.count_nonzero(dur < 0)))
 
 
+class _Index(dict):
+    """Gives each distinct key a small int id, in order of first appearance."""
+
+    def __missing__(self, key):
+        value = self[key] = len(self)
+        return value
+
+
+class _Names:
+    """The events' names as ids into the list of distinct names, whose properties are computed
+    once per distinct name (a trace has far fewer names than events)."""
+
+    def __init__(self, xs):
+        index = _Index()
+        self.ids = np.array([index[e.name] for e in xs], dtype=np.int32)
+        self.distinct = list(index)
+
+    def property(self, func, dtype, rows: np.ndarray) -> np.ndarray:
+        """``func(name)`` for the events ``rows``."""
+        values = np.array([func(n) for n in self.distinct], dtype=dtype)
+        return values[self.ids[rows]]
+
+
+def _step_number(name: str) -> int:
+    m = C.STEP_NAME.match(name)
+    return int(m.group(1)) if m else -1
+
+
+def _kind_code(pattern_test):
+    return lambda name: _KIND_CODE[C.comm_kind(name)] if pattern_test(name) else -1
+
+
 def _extract(scan: _Scan, gpu: bool, comm_re):
     """Classify one file's complete events. Returns (EventSets, steps arrays, comm-op builder)."""
     xs, ts, end, codes = scan.xs, scan.ts, scan.end, scan.codes
+    names = _Names(xs)
     launch_row = np.full(len(xs), -1, dtype=np.int64)
 
     cpu_rows = np.flatnonzero(codes == C.CPU_OP)
     ann_rows = np.flatnonzero(codes == C.ANNOTATION)
-    step_rows = [i for i in np.concatenate((ann_rows, cpu_rows)) if xs[i].name.startswith("ProfilerStep#")]
-    step_numbers = [C.STEP_NAME.match(xs[i].name) for i in step_rows]
-    step_rows = np.array([i for i, m in zip(step_rows, step_numbers) if m], dtype=np.int64)
-    step_numbers = np.array([int(m.group(1)) for m in step_numbers if m], dtype=np.int64)
+    host_rows = np.concatenate((ann_rows, cpu_rows))
+    step_numbers = names.property(_step_number, np.int64, host_rows)
+    step_rows, step_numbers = host_rows[step_numbers >= 0], step_numbers[step_numbers >= 0]
 
     if gpu:
         gpu_rows = np.flatnonzero(np.isin(codes, C.GPU_CATEGORIES))
         launch_row[gpu_rows] = _launches(xs, codes, gpu_rows)
         kernels = gpu_rows[codes[gpu_rows] == C.KERNEL]
-        kind_of = _Cache(lambda n: C.comm_kind(n) if comm_re.search(n) else None)
-        kinds = [kind_of[xs[i].name] for i in kernels]
-        is_comm = np.array([k is not None for k in kinds], dtype=bool)
-        comm_rows, compute_rows = kernels[is_comm], kernels[~is_comm]
-        comm_kinds = [k for k in kinds if k is not None]
+        kinds = names.property(_kind_code(comm_re.search), np.int8, kernels)
+        comm_rows, compute_rows = kernels[kinds >= 0], kernels[kinds < 0]
         memory_rows = gpu_rows[codes[gpu_rows] != C.KERNEL]
         source = "kernel"
     else:
-        kind_of = _Cache(lambda n: C.comm_kind(n) if C.COMM_ANNOTATION.match(n) else None)
-        kinds = [kind_of[xs[i].name] for i in ann_rows]
-        comm_rows = ann_rows[np.array([k is not None for k in kinds], dtype=bool)]
-        comm_kinds = [k for k in kinds if k is not None]
-        compute_of = _Cache(C.is_cpu_compute)
-        compute_rows = cpu_rows[np.array([compute_of[xs[i].name] for i in cpu_rows], dtype=bool)]
+        kinds = names.property(_kind_code(C.COMM_ANNOTATION.match), np.int8, ann_rows)
+        comm_rows = ann_rows[kinds >= 0]
+        compute_rows = cpu_rows[names.property(C.is_cpu_compute, bool, cpu_rows)]
         memory_rows = np.empty(0, dtype=np.int64)
         source = "annotation"
+    kind_codes = kinds[kinds >= 0]
 
     launched = launch_row >= 0
     anchor = np.where(launched, ts[np.maximum(launch_row, 0)], ts)
 
-    def event_set(rows, kind_codes=None):
-        return EventSet(
-            ts[rows],
-            end[rows],
-            anchor[rows],
-            launched[rows],
-            np.zeros(rows.size, dtype=np.int8) if kind_codes is None else kind_codes,
-        )
+    def event_set(rows, kind=None):
+        zeros = np.zeros(rows.size, dtype=np.int8)
+        return EventSet(ts[rows], end[rows], anchor[rows], launched[rows], zeros if kind is None else kind)
 
-    kind_codes = np.array([_KIND_CODE[k] for k in comm_kinds], dtype=np.int8)
     sets = (event_set(comm_rows, kind_codes), event_set(compute_rows), event_set(memory_rows))
     steps = (step_numbers, ts[step_rows], end[step_rows])
 
-    param_rows = cpu_rows[np.array([xs[i].name == C.PARAM_COMMS for i in cpu_rows], dtype=bool)]
-    params = _ParamComms(xs, param_rows, ts, end)
-
     def comm_ops(step_of) -> list[CommOp]:
+        param_rows = cpu_rows[names.property(lambda n: n == C.PARAM_COMMS, bool, cpu_rows)]
+        params = _ParamComms(xs, param_rows, ts, end)
         ops = []
-        for i, kind, step in zip(comm_rows, comm_kinds, step_of):
+        for i, kind, step in zip(comm_rows, kind_codes, step_of):
             e, lr = xs[i], launch_row[i]
             origin = xs[lr] if lr >= 0 else e
-            ops.append(
-                make_comm_op(
-                    e,
-                    kind,
-                    source,
-                    step,
-                    float(ts[lr]) if lr >= 0 else None,
-                    params.around((origin.pid, origin.tid), anchor[i]),
-                )
-            )
+            launch_ts = float(ts[lr]) if lr >= 0 else None
+            around = params.around((origin.pid, origin.tid), anchor[i])
+            ops.append(make_comm_op(e, C.KINDS[kind], source, step, launch_ts, around))
         return ops
 
     return sets, steps, comm_ops
 
 
-def rank_events(files: list[tuple[str | Path, TraceFile]], comm_re) -> RankEvents:
+def rank_events(files: list[tuple[str | Path, TraceFile]], comm_re, comm_ops: bool = False) -> RankEvents:
     """Classify the complete events of one rank's trace files (one or several profiler cycles).
 
     The rank is in GPU mode when any of its files holds kernels. Launches are matched within a
-    file (correlation ids are per process and per recording).
+    file (correlation ids are per process and per recording). ``comm_ops``: also build one
+    CommOp per communication event (``RankEvents.comm_ops``; empty otherwise).
     """
     scans = [_scan(path, trace) for path, trace in files]
     gpu = any(bool((s.codes == C.KERNEL).any()) for s in scans)
@@ -256,7 +273,7 @@ def rank_events(files: list[tuple[str | Path, TraceFile]], comm_re) -> RankEvent
     steps = Steps(numbers[order], starts[order], ends[order])
     ops: list[CommOp] = []
     offset = 0
-    for sets, _, build in parts:
+    for sets, _, build in parts if comm_ops else ():
         n = len(sets[0])
         idx = steps.index_of(comm.anchor[offset : offset + n])
         ops.extend(build([int(steps.number[j]) if j >= 0 else None for j in idx]))

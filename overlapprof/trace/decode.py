@@ -151,12 +151,3 @@ def decode(path: str | Path, data: bytes | None = None) -> TraceFile:
         raise TraceError(path, "empty trace ('traceEvents' has no events)")
     return trace
 
-
-def raw_value(raw: msgspec.Raw, typ=object):
-    """Decode a raw field leniently: its value if it is valid JSON of type ``typ``, else None."""
-    if not raw:
-        return None
-    try:
-        return msgspec.json.decode(raw, type=typ)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None

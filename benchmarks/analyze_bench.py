@@ -1,0 +1,228 @@
+"""Benchmark ``overlapprof analyze`` against HolisticTraceAnalysis and against the decoder alone.
+
+    python benchmarks/analyze_bench.py [--quick] [--no-hta] [--skip-scale] [--skip-64] [--work DIR]
+
+Each measurement runs in its own fresh Python process, so peak memory is clean: the peak is the
+largest sum of RSS over the process and its children (sampled every 5 ms with psutil; both
+overlapprof and HTA parse ranks in child processes), and ``ru_maxrss`` of the process itself is
+printed too. "wall" is the whole process (interpreter start and imports included), "work" the
+analysis call alone. Inputs:
+
+- ``tests/data/mtia/`` (one CPU-mode rank, 455,739 events, 83 MB of JSON, gzip),
+- ``tests/data/trace_filter/`` (two GPU ranks of a 128-rank job),
+- a generated multi-rank set (benchmarks/gen_traces.py, analytic overlap, checked),
+
+then a scaling table (one rank, growing event counts: time should grow linearly) and a 64-rank
+generated set (must analyze on a 24 GiB machine). The decoder baseline is gunzip + msgspec of the
+same bytes, untyped (``msgspec.json.decode``) and typed (overlapprof's trace structs).
+Targets (issue 3): ≥10x faster than HTA end to end, ≤1/4 of its peak memory, within 2x of the
+typed decoder. Benchmarks print; they do not assert.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import gen_traces  # noqa: E402
+
+DATA = ROOT / "tests" / "data"
+
+_RUSAGE = (
+    "import resource; _m = lambda w: resource.getrusage(w).ru_maxrss / 1024\n"
+    "RES['maxrss_mb'] = _m(resource.RUSAGE_SELF); RES['children_maxrss_mb'] = _m(resource.RUSAGE_CHILDREN)\n"
+    "print('@@' + json.dumps(RES))\n"
+)
+
+CHILD_OVERLAPPROF = (
+    "import json, sys, time\nRES = {}\nimport overlapprof, overlapprof.analysis.analyzer\nt = time.perf_counter()\n"
+    "r = overlapprof.analyze(sys.argv[2:], workers=int(sys.argv[1]) or None)\n"
+    "RES['work_s'] = time.perf_counter() - t\n"
+    "RES['ratios'] = {x.rank: x.metrics.overlap_ratio for x in r.ranks}\n" + _RUSAGE
+)
+
+CHILD_HTA = (
+    "import json, sys, time, logging, warnings\nwarnings.filterwarnings('ignore')\nRES = {}\n"
+    "from hta.trace_analysis import TraceAnalysis\nt = time.perf_counter()\n"
+    "logging.disable(logging.WARNING)\n"
+    "try:\n"
+    "    df = TraceAnalysis(trace_dir=sys.argv[1]).get_comm_comp_overlap(visualize=False)\n"
+    "    RES['ratios'] = {int(k): (None if v != v else float(v)) for k, v in zip(df['rank'], df['comp_comm_overlap_pctg'] / 100)}\n"
+    "except Exception as exc:\n"
+    "    RES['error'] = f'{type(exc).__name__}: {str(exc)[:120]}'\n"
+    "RES['work_s'] = time.perf_counter() - t\n" + _RUSAGE
+)
+
+CHILD_DECODER = (
+    "import json, sys, time, gzip\nimport msgspec\nfrom overlapprof.trace.decode import TraceFile\nRES = {}\n"
+    "dec = msgspec.json.Decoder(TraceFile) if sys.argv[1] == 'typed' else msgspec.json.Decoder()\n"
+    "t = time.perf_counter()\nn = 0\n"
+    "for f in sys.argv[2:]:\n"
+    "    data = open(f, 'rb').read()\n"
+    "    data = gzip.decompress(data) if data[:2] == b'\\x1f\\x8b' else data\n"
+    "    obj = dec.decode(data)\n"
+    "    n += len(obj.traceEvents if sys.argv[1] == 'typed' else obj['traceEvents'])\n"
+    "    del obj, data\n"
+    "RES['work_s'] = time.perf_counter() - t\nRES['events'] = n\n" + _RUSAGE
+)
+
+
+def measure(code: str, args: list[str]) -> dict:
+    """Run ``code`` in a fresh interpreter; wall time, sampled peak tree RSS and its own report."""
+    try:
+        import psutil
+    except ImportError:  # the bench extra brings psutil; without it, ru_maxrss only
+        psutil = None
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT)
+    peak = 0
+    if psutil is not None:
+        root = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            try:
+                procs = [root, *root.children(recursive=True)]
+                peak = max(peak, sum(p.memory_info().rss for p in procs if p.is_running()))
+            except psutil.Error:
+                pass
+            time.sleep(0.005)
+    out, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    lines = [line for line in out.splitlines() if line.startswith("@@")]
+    if proc.returncode != 0 or not lines:
+        tail = (err.strip().splitlines() or ["(no output)"])[-1]
+        return {"wall_s": wall, "error": f"exit {proc.returncode}: {tail[:160]}"}
+    res = json.loads(lines[-1][2:])
+    res["wall_s"] = wall
+    res["peak_mb"] = peak / 2**20 if peak else max(res["maxrss_mb"], res["children_maxrss_mb"])
+    return res
+
+
+def _fmt_ratios(ratios: dict | None) -> str:
+    if not ratios:
+        return ""
+    items = sorted(ratios.items(), key=lambda kv: int(kv[0]))
+    shown = ", ".join(f"{k}: {'-' if v is None else f'{100 * v:.2f}%'}" for k, v in items[:4])
+    return shown + (f", ... ({len(items)} ranks)" if len(items) > 4 else "")
+
+
+def _row(name, res):
+    if "error" in res and "work_s" not in res:
+        return f"  {name:<22} {'failed':>8}  {res['error']}"
+    extra = res.get("error") or _fmt_ratios(res.get("ratios"))
+    return (f"  {name:<22} {res['wall_s']:8.2f} {res['work_s']:8.2f} {res['peak_mb']:9.0f} {res['maxrss_mb']:9.0f}"
+            f"  {extra}")
+
+
+def trace_files(folder: Path) -> list[str]:
+    return sorted(str(p) for p in folder.iterdir() if p.name.endswith((".json", ".json.gz")))
+
+
+def compare(label: str, folder: Path, hta: bool) -> dict:
+    files = trace_files(folder)
+    size = sum(Path(f).stat().st_size for f in files)
+    print(f"\n== {label}: {len(files)} file(s), {size / 1e6:.1f} MB on disk ({folder})")
+    print(f"  {'':<22} {'wall s':>8} {'work s':>8} {'peak MB':>9} {'maxrss':>9}  overlap ratio per rank")
+    runs = {
+        "decoder (untyped)": measure(CHILD_DECODER, ["untyped", *files]),
+        "decoder (typed)": measure(CHILD_DECODER, ["typed", *files]),
+        "overlapprof": measure(CHILD_OVERLAPPROF, ["0", str(folder)]),
+        "overlapprof -w1": measure(CHILD_OVERLAPPROF, ["1", str(folder)]),
+    }
+    if hta:
+        runs["HTA 0.5.0"] = measure(CHILD_HTA, [str(folder)])
+    for name, res in runs.items():
+        print(_row(name, res))
+    ours, dec = runs["overlapprof"], runs["decoder (typed)"]
+    if "events" in dec:
+        print(f"  events: {dec['events']:,}")
+    if "work_s" in ours and "work_s" in dec:
+        print(f"  overlapprof / typed decoder: {ours['work_s'] / dec['work_s']:.2f}x the time "
+              f"(1 worker: {runs['overlapprof -w1']['work_s'] / dec['work_s']:.2f}x)  [target ≤ 2x]")
+    h = runs.get("HTA 0.5.0")
+    if h is not None:
+        if "ratios" in h and "work_s" in ours:
+            print(f"  HTA / overlapprof: {h['wall_s'] / ours['wall_s']:.1f}x faster end to end "
+                  f"({h['work_s'] / ours['work_s']:.1f}x on the work alone)  [target ≥ 10x]; "
+                  f"peak memory {ours['peak_mb'] / h['peak_mb']:.2f} of HTA's  [target ≤ 0.25]")
+        else:
+            print(f"  HTA could not analyze this input: {h.get('error')}")
+    return runs
+
+
+def check_generated(folder: Path, res: dict) -> None:
+    want = json.loads((folder / "expected.txt").read_text())["ranks"]
+    got = res.get("ratios") or {}
+    bad = [r for r, w in want.items() if got.get(r) is None or abs(got[r] - w["overlap_ratio"]) > 1e-9]
+    print(f"  analytic overlap ratios reproduced: {'yes' if not bad else f'NO (ranks {bad})'}")
+
+
+def scaling(work: Path, sizes: list[int]) -> None:
+    print("\n== scaling: one rank, growing event counts (overlapprof, 1 worker)")
+    print(f"  {'events':>10} {'MB':>8} {'work s':>8} {'µs/event':>9} {'peak MB':>8}")
+    for n in sizes:
+        folder = work / f"scale-{n}"
+        if not folder.exists():
+            gen_traces.generate(folder, ranks=1, events=n)
+        mb = sum(Path(f).stat().st_size for f in trace_files(folder)) / 1e6
+        res = measure(CHILD_OVERLAPPROF, ["1", str(folder)])
+        if "work_s" not in res:
+            print(f"  {n:>10,} failed: {res.get('error')}")
+            continue
+        events = gen_traces.EVENTS_PER_BLOCK * (n // gen_traces.EVENTS_PER_BLOCK)
+        print(f"  {events:>10,} {mb:8.0f} {res['work_s']:8.2f} {1e6 * res['work_s'] / events:9.2f} {res['peak_mb']:8.0f}")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="smaller generated sets")
+    p.add_argument("--no-hta", action="store_true", help="skip HolisticTraceAnalysis")
+    p.add_argument("--skip-scale", action="store_true")
+    p.add_argument("--skip-64", action="store_true")
+    p.add_argument("--work", type=Path, default=None, help="where generated traces go (default: a temp dir)")
+    a = p.parse_args(argv)
+    hta = not a.no_hta
+    if hta:
+        try:
+            import hta as _  # noqa: F401
+        except ImportError:
+            print("HolisticTraceAnalysis is not installed (pip install -e '.[bench]'): comparing without it")
+            hta = False
+    work = a.work or Path(tempfile.mkdtemp(prefix="overlapprof-bench-"))
+    ranks, events = (4, 50_000) if a.quick else (8, 200_000)
+    compare("mtia (83 MB JSON, CPU mode)", DATA / "mtia", hta)
+    compare("trace_filter (2 GPU ranks)", DATA / "trace_filter", hta)
+    gen = work / f"gen-{ranks}x{events}"
+    if not gen.exists():
+        gen_traces.generate(gen, ranks=ranks, events=events)
+    runs = compare(f"generated: {ranks} ranks x {events:,} events", gen, hta)
+    check_generated(gen, runs["overlapprof"])
+    if not a.skip_scale:
+        sizes = [25_000, 50_000, 100_000, 200_000] if a.quick else [100_000, 200_000, 400_000, 800_000, 1_600_000]
+        scaling(work, sizes)
+    if not a.skip_64:
+        n64 = 20_000 if a.quick else 100_000
+        folder = work / f"gen-64x{n64}"
+        if not folder.exists():
+            gen_traces.generate(folder, ranks=64, events=n64)
+        res = measure(CHILD_OVERLAPPROF, ["0", str(folder)])
+        mb = sum(Path(f).stat().st_size for f in trace_files(folder)) / 1e6
+        print(f"\n== 64 ranks x {n64:,} events ({mb:.0f} MB of JSON), default workers")
+        if "work_s" in res:
+            print(f"  analyzed {len(res['ratios'])} ranks in {res['work_s']:.1f} s, peak memory {res['peak_mb']:.0f} MB "
+                  f"(all processes), {res['maxrss_mb']:.0f} MB in the parent")
+            check_generated(folder, res)
+        else:
+            print(f"  FAILED: {res.get('error')}")
+    print(f"\ngenerated traces are in {work}")
+
+
+if __name__ == "__main__":
+    main()
