@@ -1,0 +1,131 @@
+"""``overlapprof run``: launch ranks, run a workload, record one trace per rank, analyze them."""
+
+import re
+import sys
+from pathlib import Path
+
+import click
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _nccl_debug(ctx, param, value):
+    """``LEVEL`` or ``LEVEL:SUBSYS,...`` -> (level, subsystems)."""
+    if not value:
+        return "", ""
+    level, _, subsys = value.partition(":")
+    levels = ("VERSION", "WARN", "INFO", "TRACE")
+    if level.upper() not in levels:
+        raise click.BadParameter(f"{level!r} is not one of {', '.join(levels)}")
+    return level.upper(), subsys.upper()
+
+
+@click.command(name="run", context_settings={"show_default": True})
+@click.argument("workload", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("workload_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--nproc", "--nproc-per-node", "nproc", type=click.IntRange(min=1), default=2,
+              help="Ranks per node (a GPU each on CUDA).")
+@click.option("--nnodes", type=click.IntRange(min=1), default=1,
+              help="Nodes; run the same command on each with its --node-rank (needs --run-id "
+                   "and --rdzv-endpoint).")
+@click.option("--node-rank", type=click.IntRange(min=0), default=0,
+              help="This node's rank, 0 to nnodes-1; its ranks are node_rank*nproc + local rank.")
+@click.option("--rdzv-endpoint", default="", metavar="HOST:PORT",
+              help="Multi-node: address where node 0 hosts the rendezvous store (torchrun's "
+                   "--master-addr:--master-port). Single node: a free port on localhost.")
+@click.option("--run-id", default="", metavar="ID",
+              help="Name the run directories <out>/<ID>-<variant> (else "
+                   "<workload>-<date>-<time>-<variant>); the same on every node.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
+              help="auto: cuda when there is a GPU per rank, else cpu.")
+@click.option("--backend", type=click.Choice(["auto", "gloo", "nccl"]), default="auto",
+              help="auto: nccl on cuda, gloo on cpu.")
+@click.option("--nccl-debug", callback=_nccl_debug, default="", metavar="LEVEL[:SUBSYS,...]",
+              help="Set NCCL_DEBUG (and NCCL_DEBUG_SUBSYS) for the ranks, e.g. INFO or "
+                   "INFO:INIT,COLL; NCCL's log lines land in logs/rank<N>.stdout.log.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=300.0,
+              metavar="SECONDS",
+              help="Longest a rank may make no progress (one call, wait or phase): the "
+                   "process-group and rendezvous timeout; a hung run ends then, naming the call.")
+@click.option("--warmup-steps", type=click.IntRange(min=0), default=2,
+              help="Unprofiled steps first (NCCL builds communicators; first recv blocks).")
+@click.option("--wait", type=click.IntRange(min=0), default=1,
+              help="Profiler schedule: steps skipped at the start of each cycle.")
+@click.option("--warmup", type=click.IntRange(min=0), default=1,
+              help="Profiler schedule: steps traced but discarded before the active ones.")
+@click.option("--active", type=click.IntRange(min=1), default=3,
+              help="Profiler schedule: steps recorded per cycle (also the number of unprofiled "
+                   "baseline steps x repeat, for the overhead ratio).")
+@click.option("--repeat", type=click.IntRange(min=1), default=1,
+              help="Profiler schedule: cycles, one trace file per rank each.")
+@click.option("--variant", "variants", multiple=True, metavar="NAME",
+              help="Variant to run (repeatable: one run directory each). Default: the "
+                   "workload's default variant.")
+@click.option("--list-variants", is_flag=True,
+              help="Show the workload's variants and options, and exit.")
+@click.option("--opt", "opts", multiple=True, metavar="KEY=VALUE",
+              help="A workload option (repeatable); also accepted after --, as --key value.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("traces"),
+              help="Folder of the run directories.")
+@click.option("--gzip", is_flag=True, help="Write traces as .pt.trace.json.gz.")
+@click.option("--with-stack", is_flag=True,
+              help="Record Python stacks in the traces (costly: off by default).")
+@click.option("--no-analyze", is_flag=True, help="Do not analyze the traces at the end.")
+def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id, device,
+        backend, nccl_debug, timeout_s, warmup_steps, wait, warmup, active, repeat, variants,
+        list_variants, opts, out, gzip, with_stack, no_analyze):
+    """Run WORKLOAD (a workload .py file) on --nproc ranks per node and record a profiler trace
+    per rank, then print its overlap report. Workload options go after -- (e.g.
+    `overlapprof run workloads/ring.py --nproc 4 -- --size 512`) or as --opt key=value.
+    """
+    from overlapprof import workload as workload_api
+    from overlapprof.errors import OverlapprofError
+    from overlapprof.launch import launcher
+
+    if nnodes > 1 and not (run_id and rdzv_endpoint):
+        raise click.UsageError("--nnodes > 1 needs --run-id (the shared run directory name) and "
+                               "--rdzv-endpoint (node 0's HOST:PORT)")
+    if node_rank >= nnodes:
+        raise click.UsageError(f"--node-rank {node_rank} is not below --nnodes {nnodes}")
+    if run_id and not _RUN_ID.match(run_id):
+        raise click.UsageError(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-'")
+    try:
+        loaded = workload_api.load(workload)
+        if list_variants:
+            click.echo(loaded.describe())
+            return
+        request = launcher.RunRequest(
+            workload=loaded, variants=loaded.check_variants(variants),
+            options=loaded.resolve_options(opts, workload_args), nproc=nproc, nnodes=nnodes,
+            node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, run_id=run_id, device=device,
+            backend=backend, nccl_debug=nccl_debug[0], nccl_debug_subsys=nccl_debug[1],
+            timeout_s=timeout_s, warmup_steps=warmup_steps, wait=wait, warmup=warmup,
+            active=active, repeat=repeat, with_stack=with_stack, gzip=gzip, out=out)
+        results = launcher.run(request)
+    except OverlapprofError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(2)
+    if not no_analyze:
+        for result in (r for r in results if r.ok):
+            summary = analysis_summary(result.run_dir)
+            if summary:
+                click.echo(f"\n{result.variant}: {result.run_dir}\n{summary}", nl=False)
+    failed = next((r for r in results if not r.ok), None)
+    if failed is not None:
+        click.echo(f"Error: {loaded.name}/{failed.variant} failed: {failed.failure_line()}; "
+                   f"logs and traces kept in {failed.run_dir}", err=True)
+        sys.exit(1)
+
+
+def analysis_summary(run_dir):
+    """The analyzer's table for one run directory, or None where its traces cannot be
+    analyzed (a failed rank, no complete cycle); the reason goes to stderr."""
+    from overlapprof import analyze
+    from overlapprof.errors import OverlapprofError
+    from overlapprof.renderers import table
+
+    try:
+        return table.render(analyze([str(run_dir)]))
+    except OverlapprofError as exc:
+        click.echo(f"overlapprof: no analysis of {run_dir}: {exc}", err=True)
+        return None

@@ -1,0 +1,301 @@
+"""Launch the ranks of a run through torchelastic, one launch per variant.
+
+``run(request)`` validates everything it can before any rank starts (device, run directories),
+then for each variant creates (or joins) the run directory, writes this node's config to
+``nodes/node<K>.json`` and calls ``torch.distributed.launcher.api.elastic_launch`` with the
+harness (``python -u -m overlapprof.launch.harness``) as the entrypoint of every rank:
+
+- single node: a c10d rendezvous on ``localhost:0`` (torchrun ``--standalone``);
+- ``--nnodes N``: the static rendezvous of ``torchrun --node-rank K --master-addr/port``: node 0
+  hosts the c10d TCPStore at ``--rdzv-endpoint`` and global ranks are K * nproc + local rank,
+  so every node knows its ranks (and claims their files) before it starts;
+- no restarts (a restart would mix attempts in one trace directory);
+- each rank's stdout/stderr go to ``logs/rank<N>.std{out,err}.log`` and, prefixed with
+  ``[rank<N>]:``, to the console; its elastic error file to ``logs/rank<N>.error.json``.
+
+When the launch ends, ranks that never reported (killed, or dead before the harness could
+write) get torchelastic's verdict (exit code or signal) in their fragment, and run.json is merged.
+Environment for the ranks: ``OMP_NUM_THREADS=1`` unless set, ``NCCL_DEBUG`` and
+``NCCL_DEBUG_SUBSYS`` from ``--nccl-debug``; the parent's environment is restored afterwards.
+"""
+
+import contextlib
+import logging
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from overlapprof import __version__
+from overlapprof.errors import LaunchError
+from overlapprof.launch import rundir
+from overlapprof.launch.watchdog import first_line
+
+_SHUTDOWN_TIMEOUT_S = 10  # how long a rank may take to save its traces after SIGTERM
+_ENV_NAMES = ("CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
+              "TORCH_DISTRIBUTED_DEBUG")
+_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "KINETO_")
+
+
+@dataclass
+class RunRequest:
+    """Everything ``overlapprof run`` was asked to do (the CLI fills it; defaults = its flags)."""
+
+    workload: object  # overlapprof.workload.Workload
+    variants: list
+    options: dict
+    nproc: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str = ""
+    run_id: str = ""
+    device: str = "auto"
+    backend: str = "auto"
+    nccl_debug: str = ""
+    nccl_debug_subsys: str = ""
+    timeout_s: float = 300.0
+    warmup_steps: int = 2
+    wait: int = 1
+    warmup: int = 1
+    active: int = 3
+    repeat: int = 1
+    with_stack: bool = False
+    gzip: bool = False
+    out: Path = Path("traces")
+    command: list = field(default_factory=lambda: list(sys.argv))
+
+
+@dataclass
+class VariantResult:
+    variant: str
+    run_dir: Path
+    run: dict  # the merged run.json
+    seconds: float
+
+    @property
+    def ok(self):
+        return self.run["status"] == "ok"
+
+    def failure_line(self):
+        """One line naming the rank that failed first and its error; "" when the run is ok."""
+        failure = self.run.get("failure")
+        if failure:
+            others = sum(1 for info in self.run["ranks"].values()
+                         if info.get("status") == "failed") - 1
+            also = f"; {others} other rank{'s' * (others != 1)} failed too" if others else ""
+            return f"rank {failure['rank']}: {failure['error']}{also}"
+        failed_nodes = [f"node {k}: {v['error']}" for k, v in self.run["nodes"].items()
+                        if v.get("error")]
+        return failed_nodes[0] if failed_nodes else ("" if self.ok else self.run["status"])
+
+
+def resolve_device(device, backend, nproc):
+    """("cpu"|"cuda", "gloo"|"nccl") from the flags; raises LaunchError if impossible here."""
+    import torch
+    import torch.distributed as dist
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device == "auto":
+        device = "cuda" if gpus >= nproc else "cpu"
+    if device == "cuda" and gpus == 0:
+        raise LaunchError(f"--device cuda: no CUDA device is available (torch "
+                          f"{torch.__version__})")
+    if device == "cuda" and gpus < nproc:
+        raise LaunchError(f"--device cuda with --nproc {nproc}: only {gpus} GPU(s) here; each "
+                          "rank pins cuda:LOCAL_RANK")
+    if backend == "auto":
+        backend = "nccl" if device == "cuda" else "gloo"
+    if backend == "nccl" and device != "cuda":
+        raise LaunchError("--backend nccl needs --device cuda")
+    available = {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available()}
+    if not available[backend]:
+        raise LaunchError(f"--backend {backend}: not available in torch {torch.__version__}")
+    return device, backend
+
+
+def versions():
+    """Versions of what produced the traces (null where absent)."""
+    import torch
+    import torch.distributed as dist
+
+    found = {"python": platform.python_version(), "torch": torch.__version__,
+             "overlapprof": __version__, "cuda": torch.version.cuda, "nccl": None, "gloo": None}
+    if dist.is_nccl_available():
+        with contextlib.suppress(Exception):
+            found["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+    if dist.is_gloo_available():
+        found["gloo"] = f"bundled with torch {torch.__version__}"  # gloo has no version API
+    return found
+
+
+def relevant_env(environ=None):
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in sorted(environ.items())
+            if k in _ENV_NAMES or k.startswith(_ENV_PREFIXES)}
+
+
+@contextlib.contextmanager
+def rank_environment(request):
+    """The environment the ranks inherit, restored when the launch is over."""
+    saved = dict(os.environ)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if request.nccl_debug:
+        os.environ["NCCL_DEBUG"] = request.nccl_debug
+    if request.nccl_debug_subsys:
+        os.environ["NCCL_DEBUG_SUBSYS"] = request.nccl_debug_subsys
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def plan(request):
+    """Resolve device and backend and choose the run directories, before anything starts.
+    Returns ({variant: run_dir}, device, backend); raises LaunchError or RunDirError."""
+    device, backend = resolve_device(request.device, request.backend, request.nproc)
+    dirs = rundir.plan_run_dirs(request.out, request.workload.name, request.variants,
+                                run_id=request.run_id or None, joinable=request.nnodes > 1)
+    return dirs, device, backend
+
+
+def run(request, log=None):
+    """Run every requested variant, one after another; stop at the first that fails.
+    Returns a VariantResult per variant run. ``log(line)`` receives progress lines."""
+    log = log or _log_to_stderr
+    dirs, device, backend = plan(request)
+    results = []
+    for number, (variant, run_dir) in enumerate(dirs.items(), 1):
+        where = f"[{number}/{len(dirs)}] {request.workload.name}/{variant}"
+        log(f"{where}: {request.nnodes * request.nproc} ranks ({device}, {backend}) -> {run_dir}")
+        result = launch_variant(request, variant, run_dir, device, backend)
+        log(f"{where}: {result.run['status']} in {result.seconds:.1f} s; {step_summary(result.run)}")
+        results.append(result)
+        if not result.ok:
+            break
+    return results
+
+
+def launch_variant(request, variant, run_dir, device, backend):
+    """One elastic launch of one variant into ``run_dir``; returns its VariantResult."""
+    started = time.time()
+    first = request.node_rank * request.nproc
+    local_ranks = list(range(first, first + request.nproc))
+    with rank_environment(request):
+        header = _header(request, variant, run_dir, device, backend)
+        rundir.open_run_dir(run_dir, header, request.node_rank, local_ranks)
+        node_path = rundir.node_file(run_dir, request.node_rank)
+        rundir.write_json_atomic(node_path, {
+            "node_rank": request.node_rank, "host": rundir.host(), "pid": os.getpid(),
+            "command": request.command, "started": started, "ended": None,
+            "status": "running", "error": None, "config": header})
+        failures, error = _elastic_launch(request, variant, run_dir)
+    for rank in local_ranks:
+        _finalize_rank(run_dir, rank, failures.get(rank), error)
+    rundir.update_json(node_path, ended=time.time(), error=error,
+                       status="failed" if error or failures else "ok")
+    run = rundir.merge(run_dir)
+    return VariantResult(variant, Path(run_dir), run, time.time() - started)
+
+
+def _header(request, variant, run_dir, device, backend):
+    return {
+        "schema_version": rundir.SCHEMA_VERSION, "name": Path(run_dir).name,
+        "run_id": request.run_id or None,
+        "workload": {"name": request.workload.name, "path": str(request.workload.path)},
+        "variant": variant, "options": request.options,
+        "world_size": request.nnodes * request.nproc, "nnodes": request.nnodes,
+        "nproc_per_node": request.nproc, "backend": backend, "device": device,
+        "timeout_s": request.timeout_s,
+        "profiler": {"warmup_steps": request.warmup_steps,
+                     "unprofiled_steps": request.active * request.repeat,
+                     "wait": request.wait, "warmup": request.warmup, "active": request.active,
+                     "repeat": request.repeat, "record_shapes": True,
+                     "with_stack": request.with_stack, "gzip": request.gzip},
+        "versions": versions(), "env": relevant_env(),
+    }
+
+
+def _elastic_launch(request, variant, run_dir):
+    """Run the ranks of this node. Returns ({global rank: ProcessFailure}, node error or None)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    from overlapprof.launch.logs import ConsoleLines, RunLogsSpecs
+
+    timeout = max(1, int(request.timeout_s))
+    if request.nnodes == 1:
+        rdzv = dict(rdzv_backend="c10d", rdzv_endpoint=request.rdzv_endpoint or "localhost:0",
+                    rdzv_configs={"timeout": timeout, "join_timeout": timeout},
+                    run_id=Path(run_dir).name)
+    else:
+        rdzv = dict(rdzv_backend="static", rdzv_endpoint=request.rdzv_endpoint,
+                    rdzv_configs={"rank": request.node_rank, "timeout": timeout},
+                    run_id=f"{request.run_id}-{variant}")
+    config = LaunchConfig(min_nodes=request.nnodes, max_nodes=request.nnodes,
+                          nproc_per_node=request.nproc, max_restarts=0, monitor_interval=0.1,
+                          start_method="spawn", log_line_prefix_template="[rank${rank}]: ",
+                          logs_specs=RunLogsSpecs(run_dir), shutdown_timeout=_SHUTDOWN_TIMEOUT_S,
+                          **rdzv)
+    entrypoint_args = ["-u", "-m", "overlapprof.launch.harness", "--run-dir", str(run_dir),
+                       "--node-rank", str(request.node_rank)]
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    try:
+        with contextlib.redirect_stdout(ConsoleLines(sys.stdout)), \
+                contextlib.redirect_stderr(ConsoleLines(sys.stderr)):
+            elastic_launch(config, sys.executable)(*entrypoint_args)
+    except ChildFailedError as exc:
+        return dict(exc.failures), None
+    except SignalException as exc:
+        return {}, f"interrupted ({exc.sigval.name})"
+    except Exception as exc:  # rendezvous timeout, store errors: the ranks never started
+        return {}, f"{type(exc).__name__}: {first_line(exc)}"
+    return {}, None
+
+
+def _finalize_rank(run_dir, rank, failure, node_error):
+    """Give a rank that did not report an end (killed, never started) the launcher's verdict."""
+    path = rundir.rank_file(run_dir, rank)
+    fragment = rundir.read_json(path)
+    if fragment.get("status") in rundir.FINAL_RANK_STATES:
+        return
+    if failure is not None and failure.exitcode != 0:
+        how = (f"killed by signal {failure.signal_name()}" if failure.exitcode < 0
+               else f"exited with code {failure.exitcode}")
+        kind = "exit"
+    elif node_error:
+        how, kind = f"never finished: {node_error}", "exit"
+    else:
+        how, kind = "terminated by the launcher (another rank failed)", "terminated"
+    rundir.update_json(path, status="failed", error=how, error_kind=kind,
+                       ended=fragment.get("ended") or time.time())
+
+
+def step_summary(run):
+    """One line of step times, medians over ranks: first warm-up step, unprofiled, profiled,
+    and their ratio (the profiler's overhead)."""
+    def median_of(kind, pick=statistics.median):
+        values = [pick(info["step_times_ms"][kind]) for info in run["ranks"].values()
+                  if info.get("step_times_ms", {}).get(kind)]
+        return statistics.median(values) if values else None
+
+    first = median_of("warmup", pick=lambda v: v[0])
+    unprofiled, profiled = median_of("unprofiled"), median_of("profiled")
+    parts = []
+    if first is not None:
+        parts.append(f"first warm-up step {first:.1f} ms")
+    if unprofiled is not None:
+        parts.append(f"unprofiled step {unprofiled:.2f} ms")
+    if profiled is not None:
+        parts.append(f"profiled step {profiled:.2f} ms")
+    if unprofiled and profiled:
+        parts.append(f"overhead x{profiled / unprofiled:.3f}")
+    return ", ".join(parts) if parts else "no step completed"
+
+
+def _log_to_stderr(line):
+    print(f"overlapprof: {line}", file=sys.stderr, flush=True)

@@ -1,0 +1,55 @@
+"""Where torchelastic puts each rank's output: files in the run directory, teed to the console.
+
+torchelastic's ``DefaultLogsSpecs`` writes ``<log_dir>/<run>/attempt_<n>/<local_rank>/...``;
+this puts the same files under the run directory, named by global rank, so the logs of all
+nodes of a multi-node run sit side by side: ``logs/rank<N>.stdout.log``,
+``logs/rank<N>.stderr.log`` and ``logs/rank<N>.error.json`` (torchelastic's error file).
+"""
+
+import re
+
+from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs, Std
+
+from overlapprof.launch import rundir
+
+
+class RunLogsSpecs(LogsSpecs):
+    def __init__(self, run_dir):
+        super().__init__(log_dir=str(run_dir), redirects=Std.ALL, tee=Std.ALL)
+        self._run_dir = run_dir
+
+    @property
+    def root_log_dir(self):
+        return str(self._run_dir)
+
+    def reify(self, envs):
+        """Log files of each local rank, from the global ``RANK`` torchelastic gives it."""
+        dest = LogsDest()
+        for local_rank, env in envs.items():
+            stdout, stderr, error_file = map(str, rundir.log_paths(self._run_dir, int(env["RANK"])))
+            dest.stdouts[local_rank] = dest.tee_stdouts[local_rank] = stdout
+            dest.stderrs[local_rank] = dest.tee_stderrs[local_rank] = stderr
+            dest.error_files[local_rank] = error_file
+            env["TORCHELASTIC_ERROR_FILE"] = error_file
+        return dest
+
+
+class ConsoleLines:
+    """The console side of the tee: drops kineto's "profiler_start/stop" lines (noise that stays
+    in the log files) and the ``[rankN]:`` prefix torch puts on tracebacks, which the tee adds
+    already. Wraps ``sys.stdout`` / ``sys.stderr`` while torchelastic tails the logs."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        if _KINETO_NOISE.search(text):
+            return len(text)
+        return self._stream.write(_DOUBLE_PREFIX.sub(r"\1", text))
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+_KINETO_NOISE = re.compile(r"ActivityProfilerHandler\.cpp:\d+\] profiler_(start|stop)")
+_DOUBLE_PREFIX = re.compile(r"^(\[rank(\d+)\]: )\[rank\2\]: ?")

@@ -1,0 +1,273 @@
+"""Run directories: naming, creating (or joining, on a multi-node run), and the atomic ``run.json``.
+
+No torch here: the analyzer reads run directories through ``load_run``.
+
+Layout of one run directory (one per variant; the directory is a TensorBoard logdir)::
+
+    <out>/<workload>-<YYYYmmdd-HHMMSS>-<variant>/   or   <out>/<run-id>-<variant>/
+        run.json                              the merged record below
+        rank{N}.<time_ns>.pt.trace.json[.gz]  one per rank and profiler cycle (torch-tb-profiler
+                                              names: worker "rank{N}", span <time_ns>)
+        logs/rank{N}.stdout.log, .stderr.log  each rank's output (global rank N)
+        logs/rank{N}.error.json               torchelastic's error file of a failed rank
+        ranks/rank{N}.json                    what rank N wrote about itself (its fragment)
+        nodes/node{K}.json                    what the launcher of node K wrote (config, command)
+
+``run.json`` (schema_version 1), written atomically (temp file + ``os.replace``) when the run
+starts and again, merged from the fragments, when a launcher ends::
+
+    schema_version  1
+    status          "running" | "ok" | "failed" | "incomplete" (ranks missing: another node's
+                    directory on a filesystem that is not shared)
+    name, run_id    directory name; the --run-id (null when named by time)
+    created         unix seconds (float) when the directory was created
+    workload        {"name": "ring", "path": "/abs/workloads/ring.py"}
+    variant         "async"
+    options         {"size": 256, ...}  every option, defaults applied
+    world_size, nnodes, nproc_per_node
+    backend, device "gloo" | "nccl";  "cpu" | "cuda"
+    timeout_s       --timeout
+    profiler        {"warmup_steps", "unprofiled_steps", "wait", "warmup", "active", "repeat",
+                     "record_shapes", "with_stack", "gzip"}
+    versions        {"python", "torch", "overlapprof", "cuda", "nccl", "gloo"}  (null: absent)
+    env             {"OMP_NUM_THREADS": "1", "NCCL_DEBUG": ..., ...} relevant variables the
+                    ranks were started with (CUDA_*, OMP_NUM_THREADS, NCCL_*, TORCH_NCCL_*, ...)
+    nodes           {"0": {"host", "pid", "command": [argv], "started", "ended", "status",
+                     "error"}}
+    ranks           {"0": {"rank", "node_rank", "local_rank", "host", "pid", "device",
+                     "status": "starting"|"running"|"ok"|"failed", "error": str|null,
+                     "error_kind": "exception"|"timeout" (its own failure), "peer" (an error
+                     because a peer died), "terminated" (stopped by the launcher), "exit" (died
+                     without reporting: signal or exit code from torchelastic), or null,
+                     "where": {"step", "step_kind", "phase"} (where a failure happened),
+                     "started", "ended" (unix seconds),
+                     "step_times_ms": {"warmup": [...], "unprofiled": [...],
+                                       "profiler_wait": [...], "profiler_warmup": [...],
+                                       "profiled": [...]},
+                     "profiled_steps": [N, ...] (the ProfilerStep#N in the traces),
+                     "metrics": {"name_unit": [values]} (recorded by the workload),
+                     "traces": ["rank0.<time_ns>.pt.trace.json", ...]}}
+    traces          {"0": [...]}  the ranks' trace files, one per profiler cycle, in order
+    missing_ranks   ranks of world_size with no fragment here
+    failure         null | {"rank", "error", "error_kind"}: the root cause, i.e. the earliest
+                    failure of kind exception or timeout, else the earliest of the others
+
+Step times are host wall times in milliseconds around one call of the workload's step (on CUDA
+after ``torch.cuda.synchronize()``). "warmup" steps run first, unprofiled (NCCL builds its
+communicators then; the first one shows it); "unprofiled" steps are the baseline for profiler
+overhead; the other three follow ``torch.profiler.schedule`` and "profiled" are the recorded ones.
+
+Joining: on a single node a run directory is created with ``mkdir`` and never reused. With
+``--nnodes`` > 1 every node computes the same path from ``--run-id``; the first to arrive creates
+it, the others join it only while its run.json says "running" for the same run id and node
+count, and each node claims its own ranks' fragment files exclusively (``O_EXCL``), so a
+second launch with the same id and node rank, or a stale directory, is refused.
+"""
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from overlapprof.errors import RunDirError
+
+SCHEMA_VERSION = 1
+RUN_FILE = "run.json"
+FINAL_RANK_STATES = ("ok", "failed")
+_JOIN_WAIT_S = 10.0  # how long a joining node waits for the creator's run.json to appear
+
+
+def run_dir_names(workload, variants, run_id=None, stamp=None):
+    """Directory name per variant: ``<run_id>-<variant>``, else
+    ``<workload>-<YYYYmmdd-HHMMSS>-<variant>`` so the variants of one invocation sort together."""
+    prefix = run_id or f"{workload}-{stamp or time.strftime('%Y%m%d-%H%M%S')}"
+    return {variant: f"{prefix}-{variant}" for variant in variants}
+
+
+def plan_run_dirs(out, workload, variants, run_id=None, joinable=False):
+    """Paths of the run directories of one invocation, checked before anything starts.
+
+    A name made from the time that is taken gets a counter (``...-HHMMSS-2-async``); a
+    ``run_id`` name that is taken is an error unless ``joinable`` (multi-node: checked again
+    when the directory is opened)."""
+    out = Path(out)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for attempt in range(1, 1000):
+        suffix = stamp if attempt == 1 else f"{stamp}-{attempt}"
+        names = run_dir_names(workload, variants, run_id, suffix)
+        taken = [out / name for name in names.values() if (out / name).exists()]
+        if not taken or joinable:
+            return {variant: out / name for variant, name in names.items()}
+        if run_id:
+            raise RunDirError(f"run directory {taken[0]} exists; runs are never overwritten "
+                              "(pick another --run-id or --out)")
+    raise RunDirError(f"no free run directory name under {out}")
+
+
+def trace_file_name(rank, gzip=False):
+    """A ``tensorboard_trace_handler``-style name: worker ``rank{N}``, span ``<time_ns>``."""
+    return f"rank{rank}.{time.time_ns()}.pt.trace.json" + (".gz" if gzip else "")
+
+
+def log_paths(run_dir, rank):
+    """(stdout, stderr, torchelastic error file) of global rank ``rank``."""
+    logs = Path(run_dir) / "logs"
+    return (logs / f"rank{rank}.stdout.log", logs / f"rank{rank}.stderr.log",
+            logs / f"rank{rank}.error.json")
+
+
+def rank_file(run_dir, rank):
+    return Path(run_dir) / "ranks" / f"rank{rank}.json"
+
+
+def node_file(run_dir, node_rank):
+    return Path(run_dir) / "nodes" / f"node{node_rank}.json"
+
+
+def write_json_atomic(path, data):
+    """Write JSON to a temp file in the same directory, then rename it over ``path``."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, default=str)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def update_json(path, **fields):
+    """Read a fragment, set ``fields``, write it back atomically; returns the new content."""
+    data = read_json(path)
+    data.update(fields)
+    write_json_atomic(path, data)
+    return data
+
+
+def open_run_dir(path, header, node_rank, ranks):
+    """Create the run directory (or join it, on a multi-node run) and claim this node's files.
+
+    ``header`` is the run-level part of run.json; ``ranks`` the global ranks this node starts.
+    Raises RunDirError when the directory exists and may not be joined, or a rank is taken."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir()
+        created = True
+    except FileExistsError:
+        if header["nnodes"] == 1:
+            raise RunDirError(f"run directory {path} exists; runs are never overwritten") from None
+        created = False
+    if created:
+        for sub in ("logs", "ranks", "nodes"):
+            (path / sub).mkdir()
+        write_json_atomic(path / RUN_FILE, {**header, "status": "running", "created": time.time(),
+                                            "nodes": {}, "ranks": {}, "traces": {},
+                                            "missing_ranks": [], "failure": None})
+    else:
+        _check_joinable(path, header)
+    _claim(node_file(path, node_rank), {"node_rank": node_rank, "status": "claimed"}, path)
+    for rank in ranks:
+        _claim(rank_file(path, rank), {"rank": rank, "status": "starting"}, path)
+    return path
+
+
+def _check_joinable(path, header):
+    run_file = path / RUN_FILE
+    deadline = time.monotonic() + _JOIN_WAIT_S
+    while not run_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)  # the creator is between mkdir and writing run.json
+    try:
+        existing = read_json(run_file)
+    except (OSError, ValueError):
+        raise RunDirError(f"run directory {path} exists and is not an overlapprof run") from None
+    same = (existing.get("status") == "running" and existing.get("run_id") == header["run_id"]
+            and existing.get("nnodes") == header["nnodes"])
+    if not same:
+        raise RunDirError(f"run directory {path} exists and is not a running {header['nnodes']}-"
+                          f"node run of --run-id {header['run_id']}; runs are never overwritten")
+
+
+def _claim(path, content, run_dir):
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        raise RunDirError(f"{path.name} of run directory {run_dir} is already taken (another "
+                          "launcher with the same --node-rank, or a stale run)") from None
+    with os.fdopen(fd, "w") as f:
+        json.dump(content, f)
+
+
+def _fragments(directory, prefix):
+    """{number: content} of ``<prefix><number>.json`` files in ``directory``."""
+    found = {}
+    for file in sorted(Path(directory).glob(f"{prefix}*.json")):
+        try:
+            found[int(file.stem[len(prefix):])] = read_json(file)
+        except (ValueError, OSError):
+            continue  # a file being replaced right now; the next merge sees it
+    return dict(sorted(found.items()))
+
+
+def merge(run_dir):
+    """Fold the node and rank fragments into run.json (atomically) and return it."""
+    run_dir = Path(run_dir)
+    run = read_json(run_dir / RUN_FILE)
+    nodes = _fragments(run_dir / "nodes", "node")
+    ranks = _fragments(run_dir / "ranks", "rank")
+    run["nodes"] = {str(k): _without(v, "config") for k, v in nodes.items()}
+    run["ranks"] = {str(k): v for k, v in ranks.items()}
+    run["traces"] = {str(k): v.get("traces", []) for k, v in ranks.items()}
+    run["missing_ranks"] = [r for r in range(run["world_size"]) if r not in ranks]
+    run["failure"] = root_cause(ranks)
+    states = {v.get("status") for v in ranks.values()} | {v.get("status") for v in nodes.values()}
+    if run["failure"] or "failed" in states:
+        run["status"] = "failed"
+    elif states & {"starting", "running", "claimed"}:
+        run["status"] = "running"
+    elif run["missing_ranks"]:
+        run["status"] = "incomplete"
+    else:
+        run["status"] = "ok"
+    write_json_atomic(run_dir / RUN_FILE, run)
+    return run
+
+
+def root_cause(ranks):
+    """The failure that started it: the earliest failed rank, preferring a rank's own error
+    (exception, timeout) over being terminated or dying because another rank did."""
+    failed = [(rank, info) for rank, info in ranks.items() if info.get("status") == "failed"]
+    if not failed:
+        return None
+    secondary = ("peer", "terminated", "exit")
+    rank, info = min(failed, key=lambda item: (item[1].get("error_kind") in secondary,
+                                               item[1].get("ended") or float("inf"), item[0]))
+    return {"rank": rank, "error": info.get("error"), "error_kind": info.get("error_kind")}
+
+
+def load_run(run_dir):
+    """run.json of a run directory, as a dict (see the module docstring for its fields).
+    Raises RunDirError when it is missing or unreadable."""
+    path = Path(run_dir) / RUN_FILE
+    try:
+        run = read_json(path)
+    except FileNotFoundError:
+        raise RunDirError(f"{run_dir} is not a run directory (no {RUN_FILE})") from None
+    except (OSError, ValueError) as exc:
+        raise RunDirError(f"{path}: unreadable: {exc}") from None
+    if run.get("schema_version") != SCHEMA_VERSION:
+        raise RunDirError(f"{path}: schema_version {run.get('schema_version')!r} is not "
+                          f"{SCHEMA_VERSION}")
+    return run
+
+
+def host():
+    return socket.gethostname()
+
+
+def _without(mapping, key):
+    return {k: v for k, v in mapping.items() if k != key}

@@ -1,0 +1,68 @@
+"""All-reduce: a DDP-like step. The backward pass produces gradient buckets one after another
+(last layer first); each bucket is all-reduced across ranks, as DistributedDataParallel does.
+
+sync:  each bucket is reduced with a blocking all_reduce as soon as it is produced, so the
+       backward pass stops while it is reduced.
+async: each bucket's all_reduce(async_op=True) is launched as soon as it is produced and all are
+       waited for before the step ends, so reducing bucket i overlaps computing bucket i+1.
+
+A bucket is the weight gradient of one layer, dY^T @ X: (width x width) floats, computed with
+2 * batch * width^2 flops. On CUDA the all_reduce is issued from ctx.comm_stream after it has
+waited for the compute stream (the bucket is written), and `work.wait()` makes the compute stream
+wait before the next step overwrites the buckets. The buckets live in State for the whole run, so
+no tensor is freed while ProcessGroupNCCL's stream may still read it.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+VARIANTS = {
+    "sync": "blocking all_reduce of each bucket as soon as it is produced",
+    "async": "all_reduce(async_op=True) per bucket as produced, all waited before the step ends",
+}
+DEFAULT_VARIANT = "async"
+OPTIONS = {
+    "buckets": (4, "gradient buckets (layers) per step"),
+    "width": (128, "layer width: a bucket holds width^2 float32 values"),
+    "batch": (4096, "rows of the activations: compute per bucket is 2*batch*width^2 flops"),
+}
+
+
+@dataclass
+class State:
+    x: torch.Tensor  # input activations, (batch, width)
+    dys: list  # output gradients per layer, (batch, width)
+    grads: list  # weight gradients per layer = the buckets, (width, width)
+
+
+def setup(ctx):
+    batch, width, device = ctx.opts.batch, ctx.opts.width, ctx.device
+    return State(x=torch.randn(batch, width, device=device),
+                 dys=[torch.randn(batch, width, device=device) for _ in range(ctx.opts.buckets)],
+                 grads=[torch.empty(width, width, device=device)
+                        for _ in range(ctx.opts.buckets)])
+
+
+def backward(ctx, s, layer):
+    with ctx.phase("compute"):
+        torch.matmul(s.dys[layer].t(), s.x, out=s.grads[layer])
+
+
+def step_sync(ctx, s):
+    for layer in reversed(range(ctx.opts.buckets)):
+        backward(ctx, s, layer)
+        with ctx.phase("comm"):
+            dist.all_reduce(s.grads[layer])
+
+
+def step_async(ctx, s):
+    works = []
+    for layer in reversed(range(ctx.opts.buckets)):
+        backward(ctx, s, layer)
+        with ctx.phase("comm"), ctx.on_comm_stream():
+            works.append(dist.all_reduce(s.grads[layer], async_op=True))
+    with ctx.phase("wait"):
+        for work in works:
+            work.wait()  # CUDA: the compute stream waits for the reductions; CPU: the host blocks
