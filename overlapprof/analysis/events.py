@@ -128,15 +128,22 @@ def _launches(xs, codes, rows):
     return np.where(found, runtime[pos], -1)
 
 
-class _ParamComms:
-    """Finds the record_param_comms op enclosing a time on a thread."""
+class _Enclosing:
+    """Finds the innermost of some host-side ops (one thread's ops nest) enclosing a time."""
 
     def __init__(self, xs, rows, ts, end):
         self.by_thread: dict = {}
-        for i in rows[np.argsort(ts[rows], kind="stable")]:
+        for i in rows[np.argsort(ts[rows], kind="stable")].tolist():
             starts, items = self.by_thread.setdefault((xs[i].pid, xs[i].tid), ([], []))
             starts.append(ts[i])
-            items.append((end[i], xs[i]))
+            items.append([end[i], xs[i], -1])
+        for starts, items in self.by_thread.values():  # parent = the op enclosing each op's start
+            open_ = []
+            for j, item in enumerate(items):
+                while open_ and items[open_[-1]][0] < starts[j]:
+                    open_.pop()
+                item[2] = open_[-1] if open_ else -1
+                open_.append(j)
         self.empty = not self.by_thread
 
     def around(self, thread, t):
@@ -144,7 +151,9 @@ class _ParamComms:
             return None
         starts, items = self.by_thread[thread]
         j = bisect.bisect_right(starts, t) - 1
-        return items[j][1] if j >= 0 and t <= items[j][0] else None
+        while j >= 0 and items[j][0] < t:
+            j = items[j][2]
+        return items[j][1] if j >= 0 else None
 
 
 @dataclass
@@ -243,15 +252,22 @@ def _extract(scan: _Scan, gpu: bool, comm_re):
     steps = (step_numbers, ts[step_rows], end[step_rows])
 
     def comm_ops(step_of) -> list[CommOp]:
-        param_rows = cpu_rows[names.property(lambda n: n == C.PARAM_COMMS, bool, cpu_rows)]
-        params = _ParamComms(xs, param_rows, ts, end)
+        def enclosing(rows, test):
+            return _Enclosing(xs, rows[names.property(test, bool, rows)], ts, end)
+
+        params = enclosing(cpu_rows, lambda n: n == C.PARAM_COMMS)
+        calls = enclosing(cpu_rows, lambda n: n.startswith("c10d::"))
+        # GPU mode: the nccl:<op> annotation around a launch names the collective of a generic kernel.
+        annotations = enclosing(ann_rows if gpu else ann_rows[:0], lambda n: bool(C.COMM_ANNOTATION.match(n)))
         ops = []
         for i, kind, step in zip(comm_rows, kind_codes, step_of):
             e, lr = xs[i], launch_row[i]
             origin = xs[lr] if lr >= 0 else e
             launch_ts = float(ts[lr]) if lr >= 0 else None
-            around = params.around((origin.pid, origin.tid), anchor[i])
-            ops.append(make_comm_op(e, C.KINDS[kind], source, step, launch_ts, around))
+            thread, t = (origin.pid, origin.tid), anchor[i]
+            around = params.around(thread, t)
+            ops.append(make_comm_op(e, C.KINDS[kind], source, step, launch_ts, around,
+                                    annotations.around(thread, t), calls.around(thread, t)))
         return ops
 
     return sets, steps, comm_ops

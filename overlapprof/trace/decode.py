@@ -44,6 +44,10 @@ class EventArgs(msgspec.Struct, gc=False):
     seq_lower: msgspec.Raw = msgspec.field(default=_RAW, name="seq")
     input_dims: msgspec.Raw = msgspec.field(default=_RAW, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=_RAW, name="Input type")
+    # Point-to-point peers: record_param_comms' global ranks, and c10d::send/recv_'s arguments.
+    src_rank: msgspec.Raw = msgspec.field(default=_RAW, name="Src Rank")
+    dst_rank: msgspec.Raw = msgspec.field(default=_RAW, name="Dst Rank")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=_RAW, name="Concrete Inputs")
 
 
 class Event(msgspec.Struct, gc=False):
@@ -74,6 +78,7 @@ class TraceFile(msgspec.Struct, gc=False):
     traceEvents: list[Event] | None = None
     distributedInfo: DistributedInfo | None = None
     baseTimeNanoseconds: int | None = None
+    host_name: msgspec.Raw = _RAW  # the recording host (torch >= 2.4): ranks of one host share a clock
 
 
 _DECODER = msgspec.json.Decoder(TraceFile)
