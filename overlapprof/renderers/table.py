@@ -25,6 +25,10 @@ def _metric_cells(m) -> list[str]:
     return [_ms(m.comm_us), _ms(m.overlapped_us), _ms(m.exposed_comm_us), _pct(m.overlap_ratio), _ms(m.compute_us)]
 
 
+_MODES = {
+    "gpu": "NCCL/RCCL kernels vs other kernels, all streams pooled",
+    "cpu": "<backend>:<op> annotations vs cpu_ops",
+}
 _METRIC_HEAD = ["comm ms", "overlapped ms", "exposed ms", "overlap", "compute ms"]
 
 
@@ -87,10 +91,7 @@ def summary_lines(report: Report) -> list[str]:
     modes = sorted({r.mode for r in report.ranks})
     sources = sorted({r.rank_source for r in report.ranks})
     lines.append(
-        f"mode: {', '.join(modes)} (GPU: NCCL/RCCL kernels vs other kernels; CPU: <backend>:<op> annotations "
-        f"vs cpu_ops) · ranks from {', '.join(sources)}"
-        if len(modes) == 1
-        else f"modes: {', '.join(modes)} · ranks from {', '.join(sources)}"
+        "mode: " + "; ".join(f"{m} ({_MODES[m]})" for m in modes) + f" · ranks from {', '.join(sources)}"
     )
     if report.options.comm_kernels:
         lines.append(f"extra comm kernels: {', '.join(report.options.comm_kernels)}")
