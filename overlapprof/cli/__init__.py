@@ -14,6 +14,10 @@ from overlapprof import __version__
 _COMMANDS = {
     "run": ("overlapprof.cli.run_cmd", "run", "Launch ranks, run a workload, record and analyze traces."),
     "analyze": ("overlapprof.cli.analyze_cmd", "analyze", "Overlap ratio and exposed communication of traces."),
+    "compare": ("overlapprof.cli.compare_cmd", "compare", "Variants side by side: speedup, exposed comm saved, compute slowdown."),
+    "report": ("overlapprof.cli.report_cmd", "report", "One self-contained HTML page with tables and plots."),
+    "plot": ("overlapprof.cli.plot_cmd", "plot", "A chart (timeline of one step, ...) as PNG, SVG or PDF."),
+    "view": ("overlapprof.cli.view_cmd", "view", "TensorBoard on run directories: traces and overlap scalars."),
 }
 
 

@@ -1,0 +1,87 @@
+"""What the compare, report, plot and view commands share: the analysis options, loading the
+runs to compare, and writing an output file without ever touching a trace."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from overlapprof.cli.analyze_cmd import _is_trace
+
+
+def analysis_options(command):
+    """The options that change how runs are read: --label, --comm-kernel, the HTA filters, -q."""
+    for decorator in reversed([
+        click.option("--label", "labels", multiple=True, metavar="NAME",
+                     help="Name of each input, in order (default: run.json's variant, else the "
+                          "input's name). Give one per input."),
+        click.option("--comm-kernel", "comm_kernels", multiple=True, metavar="REGEX",
+                     help="Also count kernels matching REGEX (any case) as communication. Repeatable."),
+        click.option("--drop-last-step", is_flag=True,
+                     help="Like HolisticTraceAnalysis: leave out events of each rank's last ProfilerStep."),
+        click.option("--require-launch", is_flag=True,
+                     help="Like HolisticTraceAnalysis: leave out GPU events whose launch is not in the trace."),
+        click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr."),
+    ]):
+        command = decorator(command)
+    return command
+
+
+def fail(message) -> None:
+    """The one-line error of a bad input: ``Error: ...`` on stderr, exit code 2."""
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(2)
+
+
+def note(message: str, quiet: bool = False) -> None:
+    if not quiet:
+        click.echo(f"overlapprof: {message}", err=True)
+
+
+def load_comparison(paths, labels, comm_kernels, drop_last_step, require_launch, quiet):
+    """The Comparison of the inputs (run directories, trace sets, saved reports or one saved
+    comparison), the first as baseline; bad input ends the command (exit 2)."""
+    from overlapprof.compare import compare, load_reports
+    from overlapprof.errors import OverlapprofError
+
+    if labels and len(labels) != len(paths):
+        raise click.UsageError(f"{len(labels)} --label for {len(paths)} inputs; give one per input")
+
+    def progress(k, n, path):
+        if n > 1:
+            note(f"analyzing {path} ({k + 1}/{n})", quiet)
+
+    try:
+        reports, saved_labels = load_reports(paths, progress=progress, comm_kernels=comm_kernels,
+                                             drop_last_step=drop_last_step, require_launch=require_launch)
+        return compare(reports, list(labels) or saved_labels)
+    except OverlapprofError as exc:
+        fail(exc)
+
+
+def check_output(dest: Path, what: str, named: bool = True) -> None:
+    """Refuse (exit 2) to write ``what`` over a trace, a run.json or a folder, into a folder that
+    does not exist, or, when the user did not name the file (a default name), over any file."""
+    if dest.is_dir():
+        fail(f"{dest} is a folder; name the {what} file, e.g. -o {dest / ('report.html' if what == 'report' else 'timeline.png')}")
+    if dest.name == "run.json" or _is_trace(dest):
+        fail(f"refusing to write the {what} over {dest}, which holds a run's data")
+    if not named and dest.exists():
+        fail(f"{dest} exists; name the output with -o to replace it")
+    if not dest.parent.is_dir():
+        fail(f"cannot write {dest}: folder {dest.parent} does not exist")
+
+
+def write_output(dest: Path, data: str | bytes, what: str, quiet: bool, named: bool = True) -> None:
+    """Write an output file (checked by :func:`check_output`) through a temporary file."""
+    check_output(dest, what, named)
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    try:
+        tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+        tmp.replace(dest)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        fail(f"cannot write {dest}: {exc.strerror or exc}")
+    note(f"{what} written to {dest}", quiet)

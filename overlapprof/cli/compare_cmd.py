@@ -1,0 +1,49 @@
+"""``overlapprof compare``: variants side by side, the first as baseline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from overlapprof.cli.common import analysis_options, fail, load_comparison
+
+
+@click.command(name="compare")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+              help="The full comparison (numbers and the reports) as JSON, to FILE or (alone, or '-') "
+                   "to stdout instead of the table.")
+@click.option("--csv", "csv_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+              help="One row per variant as CSV, to FILE or (alone, or '-') to stdout instead of the table.")
+@analysis_options
+def compare(paths, json_out, csv_out, labels, comm_kernels, drop_last_step, require_launch, quiet):
+    """Compare runs: step time, communication, exposed communication, overlap ratio and compute
+    per variant, and against the first (the baseline): speedup, exposed communication saved,
+    compute slowdown; plus each variant's bound (step - exposed).
+
+    PATHS are run directories of `overlapprof run`, folders or files of traces (one variant
+    each), saved reports (`analyze --json FILE`), or one saved comparison (`compare --json FILE`).
+    Values are per-step medians when the traces have ProfilerSteps, else whole-trace values.
+    """
+    from overlapprof.cli.analyze_cmd import _write
+    from overlapprof.compare import is_saved_comparison
+    from overlapprof.renderers import compare_csv, compare_json, compare_table
+
+    if len(paths) < 2 and not (Path(paths[0]).is_file() and is_saved_comparison(Path(paths[0]))):
+        raise click.UsageError("give at least two runs to compare (the first is the baseline)")
+    if json_out == "-" and csv_out == "-":
+        raise click.UsageError("--json and --csv cannot both go to stdout; give one of them a FILE")
+    comparison = load_comparison(paths, labels, comm_kernels, drop_last_step, require_launch, quiet)
+    if not quiet:
+        for warning in comparison.warnings:
+            click.echo(f"warning: {warning}", err=True)
+    try:
+        if json_out:
+            _write(compare_json.render(comparison), json_out, "json", quiet)
+        if csv_out:
+            _write(compare_csv.render(comparison), csv_out, "csv", quiet)
+    except OSError as exc:
+        fail(f"cannot write the output: {exc.strerror or exc}")
+    if "-" not in (json_out, csv_out):
+        click.echo(compare_table.render(comparison), nl=False)

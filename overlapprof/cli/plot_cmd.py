@@ -1,0 +1,49 @@
+"""``overlapprof plot``: one chart as an image (PNG, SVG or PDF, from the file's suffix)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from overlapprof.cli.common import analysis_options, check_output, fail, load_comparison, write_output
+
+CHARTS = ("timeline", "exposure", "comparison")
+
+
+@click.command(name="plot")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, metavar="FILE",
+              help="The image to write: .png, .svg or .pdf.")
+@click.option("--chart", type=click.Choice(CHARTS), default="timeline", show_default=True,
+              help="timeline: one step per rank, compute and communication lanes; exposure: exposed "
+                   "vs hidden communication per rank; comparison: the variants (two or more inputs).")
+@click.option("--dpi", type=click.IntRange(min=30, max=600), default=144, show_default=True,
+              help="Resolution of a PNG.")
+@analysis_options
+def plot(paths, output, chart, dpi, labels, comm_kernels, drop_last_step, require_launch, quiet):
+    """Draw a chart of a run (a run directory, traces or a saved report) to an image file; the
+    format comes from the file's suffix (.png, .svg, .pdf).
+
+    With several inputs, the timeline and exposure charts show the first one; the comparison
+    chart needs two or more (the first is the baseline).
+    """
+    from overlapprof.errors import OverlapprofError
+    from overlapprof.renderers import plots
+
+    try:
+        fmt = plots.format_of(output)
+    except OverlapprofError as exc:
+        fail(exc)
+    if chart == "comparison" and len(paths) < 2:
+        raise click.UsageError("--chart comparison needs at least two inputs")
+    check_output(output, "plot")
+    comparison = load_comparison(paths, labels, comm_kernels, drop_last_step, require_launch, quiet)
+    first, label = comparison.reports[0], comparison.variants[0].label
+    if chart == "timeline":
+        fig = plots.timeline_figure(first, title=f"{label}: one step per rank")
+    elif chart == "exposure":
+        fig = plots.exposure_figure(first, title=f"{label}: exposed vs hidden communication")
+    else:
+        fig = plots.comparison_figure(comparison)
+    write_output(output, plots.to_bytes(fig, fmt, dpi=dpi), "plot", quiet)

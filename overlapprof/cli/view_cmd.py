@@ -1,0 +1,41 @@
+"""``overlapprof view``: TensorBoard on a run directory (or a folder of them)."""
+
+from __future__ import annotations
+
+import click
+
+from overlapprof.cli.common import fail, note
+
+
+@click.command(name="view")
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--port", type=click.IntRange(min=1, max=65535), default=6006, show_default=True,
+              help="Port to serve on (127.0.0.1 only); when busy, a free one is picked.")
+@click.option("--no-scalars", is_flag=True,
+              help="Do not write the overlap scalars of run directories that lack them.")
+@click.option("-q", "--quiet", is_flag=True, help="No notes on stderr (the URL is still printed).")
+def view(path, port, no_scalars, quiet):
+    """Start TensorBoard on PATH (a run directory or a folder of them), bound to 127.0.0.1, and
+    print its URL; runs until Ctrl-C.
+
+    The PyTorch Profiler tab (torch-tb-profiler) shows each run's traces, one worker per rank,
+    with a Distributed view for collectives; the Scalars tab shows the overlap metrics per step
+    and rank (overlap/ratio, overlap/exposed_comm_us, ...), written into <run>/scalars/ first
+    where missing.
+    """
+    from overlapprof import view as tb_view
+    from overlapprof.errors import OverlapprofError
+
+    note("starting TensorBoard", quiet)
+    try:
+        server = tb_view.start(path, port, scalars=not no_scalars, log=lambda line: note(line, quiet))
+    except OverlapprofError as exc:
+        fail(exc)
+    click.echo(f"TensorBoard: {server.url}/  (Ctrl-C to stop)")
+    try:
+        code = server.wait()
+    except KeyboardInterrupt:
+        server.stop()
+        return
+    if code:
+        fail(f"TensorBoard stopped with code {code}: {server.log_tail(1)}")

@@ -1,0 +1,319 @@
+"""Comparing variants: what overlap buys (or costs) against a baseline run.
+
+``compare(reports) -> Comparison`` takes Reports (one per variant; the first is the baseline) and
+computes, per variant, the numbers below. ``load_reports(paths)`` turns command-line inputs (run
+directories, trace sets, saved reports or a saved comparison) into those Reports. A Comparison
+saves to and loads from JSON, like a Report, and carries its Reports so that it is re-rendered
+(table, CSV, HTML) without re-reading traces. No torch here.
+
+**Basis.** When every variant's traces have ProfilerSteps, the values are *per-step*: each is
+the median over the pooled (rank, step) pairs of that variant (``basis = "per-step median"``).
+Otherwise every variant falls back to *whole-trace* values: the median over ranks of each
+rank's totals (``basis = "whole trace"``), and step times, bound and speedup are None.
+
+Per variant (µs unless named otherwise; OVERLAP.md's metrics):
+
+- ``step_us``, ``step_p90_us``: median and 90th percentile of ``step_us`` (linear interpolation,
+  as in ``Report.summary``).
+- ``comm_us``, ``overlapped_us``, ``exposed_comm_us``, ``compute_us``: medians of the metric.
+- ``overlap_ratio`` = Σ ``overlapped_us`` / Σ ``comm_us`` over the same steps (or ranks);
+  None without communication.
+- ``bound_us``: median of ``step_us − exposed_comm_us``: the step time if every exposed
+  microsecond of communication were hidden under compute (ideal overlap).
+- ``ideal_speedup`` = ``step_us / bound_us``: how much faster ideal overlap would make the step.
+- ``host_step_us``, ``host_step_p90_us``, ``host_unprofiled_step_us``: from ``run.json`` when
+  the input is an ``overlapprof run`` directory: step times measured on the host around each
+  step call (profiled steps; and the unprofiled ones, free of profiler overhead), pooled over
+  ranks. None otherwise.
+
+Against the baseline (None for the baseline itself, or when an operand is missing):
+
+- ``speedup`` = baseline ``step_us`` / ``step_us`` (> 1: faster than the baseline).
+- ``host_speedup`` = baseline ``host_unprofiled_step_us`` / ``host_unprofiled_step_us``.
+- ``exposed_saved_us`` = baseline ``exposed_comm_us`` − ``exposed_comm_us`` (> 0: less exposed);
+  ``exposed_saved_frac`` = that / baseline ``exposed_comm_us``.
+- ``compute_slowdown`` = ``compute_us`` / baseline ``compute_us``: > 1 means the same compute
+  took longer, e.g. because overlapped communication competes for cores, SMs or memory
+  bandwidth. A higher overlap ratio can hide such a slowdown; this number shows it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from overlapprof.errors import InputError, ReportError
+from overlapprof.report import Report
+
+SCHEMA = "overlapprof.comparison/1"
+PER_STEP = "per-step median"
+WHOLE_TRACE = "whole trace"
+
+
+class VariantStats(msgspec.Struct, kw_only=True):
+    """One variant's numbers; see the module docstring for each field's formula."""
+
+    label: str
+    inputs: list[str]
+    workload: str | None = None
+    world_size: int | None = None
+    ranks: int
+    device: str | None = None
+    backend: str | None = None
+    options: dict[str, Any] | None = None
+    samples: int  # (rank, step) pairs, or ranks on the whole-trace basis
+    step_us: float | None = None
+    step_p90_us: float | None = None
+    comm_us: float
+    overlapped_us: float
+    exposed_comm_us: float
+    compute_us: float
+    overlap_ratio: float | None = None
+    bound_us: float | None = None
+    ideal_speedup: float | None = None
+    host_step_us: float | None = None
+    host_step_p90_us: float | None = None
+    host_unprofiled_step_us: float | None = None
+    speedup: float | None = None
+    host_speedup: float | None = None
+    exposed_saved_us: float | None = None
+    exposed_saved_frac: float | None = None
+    compute_slowdown: float | None = None
+
+
+class Comparison(msgspec.Struct, kw_only=True):
+    """Variants side by side; ``variants[0]`` is the baseline. ``reports`` are the Reports the
+    numbers come from, in the same order (so the comparison re-renders without traces)."""
+
+    schema: str = SCHEMA
+    version: str
+    baseline: str
+    basis: str
+    variants: list[VariantStats]
+    warnings: list[str] = []
+    reports: list[Report] = []
+
+    def variant(self, label: str) -> VariantStats:
+        """The VariantStats of ``label`` (KeyError if absent)."""
+        for v in self.variants:
+            if v.label == label:
+                return v
+        raise KeyError(label)
+
+    def to_json(self, indent: int = 2) -> str:
+        data = msgspec.json.encode(self)
+        return (msgspec.json.format(data, indent=indent) if indent else data).decode()
+
+    @classmethod
+    def from_json(cls, text: str | bytes, source: str = "comparison") -> Comparison:
+        """A Comparison from JSON text; ReportError (one line) when it is not one."""
+        try:
+            schema = msgspec.json.decode(text, type=_Head).schema
+            if schema != SCHEMA:
+                raise ReportError(f"{source}: not an overlapprof comparison (schema {schema!r})")
+            return msgspec.json.decode(text, type=cls)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise ReportError(f"{source}: not a readable overlapprof comparison ({exc})") from None
+
+    def save(self, path: str | Path) -> None:
+        """Write the comparison as JSON (through a temporary file, then renamed)."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(self.to_json() + "\n")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Comparison:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise ReportError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        return cls.from_json(data, source=str(path))
+
+
+class _Head(msgspec.Struct):
+    schema: str | None = None
+
+
+def _percentile(values, q: float) -> float | None:
+    import numpy as np
+
+    return float(np.percentile(values, q)) if len(values) else None
+
+
+def _median(values) -> float | None:
+    return _percentile(values, 50)
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return None if num is None or not den else num / den
+
+
+def _run_field(report: Report, *keys):
+    value: Any = report.run or {}
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _host_step_times_us(report: Report, kind: str) -> list[float]:
+    """Host-measured step times of ``kind`` (``profiled``/``unprofiled``) of every rank, µs."""
+    ranks = _run_field(report, "ranks") or {}
+    times = []
+    for info in ranks.values() if isinstance(ranks, dict) else ():
+        values = ((info or {}).get("step_times_ms") or {}).get(kind) or []
+        times += [1000.0 * t for t in values if isinstance(t, (int, float))]
+    return times
+
+
+def label_of(report: Report) -> str:
+    """A variant's name: run.json's ``variant``, else the name of its (first) input."""
+    variant = _run_field(report, "variant")
+    if isinstance(variant, str) and variant:
+        return variant
+    first = Path(report.inputs[0]) if report.inputs else None
+    return first.name.split(".")[0] if first else "run"
+
+
+def _unique_labels(reports: list[Report], labels) -> list[str]:
+    labels = list(labels) if labels else [label_of(r) for r in reports]
+    if len(labels) != len(reports):
+        raise InputError(f"{len(labels)} labels for {len(reports)} reports")
+    if len(set(labels)) == len(labels):
+        return labels
+    # Same variant twice (e.g. two async runs): the run directory names tell them apart.
+    names = [_run_field(r, "name") or (Path(r.inputs[0]).name if r.inputs else None) for r in reports]
+    out = [f"{lab} ({name})" if name and labels.count(lab) > 1 else lab for lab, name in zip(labels, names)]
+    return out if len(set(out)) == len(out) else [f"{lab} #{k + 1}" for k, lab in enumerate(labels)]
+
+
+def _stats(report: Report, label: str, per_step: bool) -> VariantStats:
+    if per_step:
+        samples = [s for r in report.ranks for s in r.steps]
+    else:
+        samples = [r.metrics for r in report.ranks]
+    comm = sum(s.comm_us for s in samples)
+    host = _host_step_times_us(report, "profiled")
+    world = _run_field(report, "world_size")
+    stats = VariantStats(
+        label=label,
+        inputs=list(report.inputs),
+        workload=_run_field(report, "workload", "name"),
+        world_size=world if isinstance(world, int) else next((r.world_size for r in report.ranks if r.world_size), None),
+        ranks=len(report.ranks),
+        device=_run_field(report, "device"),
+        backend=_run_field(report, "backend") or next((r.backend for r in report.ranks if r.backend), None),
+        options=_run_field(report, "options"),
+        samples=len(samples),
+        comm_us=_median([s.comm_us for s in samples]) or 0.0,
+        overlapped_us=_median([s.overlapped_us for s in samples]) or 0.0,
+        exposed_comm_us=_median([s.exposed_comm_us for s in samples]) or 0.0,
+        compute_us=_median([s.compute_us for s in samples]) or 0.0,
+        overlap_ratio=sum(s.overlapped_us for s in samples) / comm if comm > 0 else None,
+        host_step_us=_median(host),
+        host_step_p90_us=_percentile(host, 90),
+        host_unprofiled_step_us=_median(_host_step_times_us(report, "unprofiled")),
+    )
+    if per_step:
+        stats.step_us = _median([s.step_us for s in samples])
+        stats.step_p90_us = _percentile([s.step_us for s in samples], 90)
+        stats.bound_us = _median([s.step_us - s.exposed_comm_us for s in samples])
+        stats.ideal_speedup = _ratio(stats.step_us, stats.bound_us)
+    return stats
+
+
+def _against(v: VariantStats, base: VariantStats) -> None:
+    v.speedup = _ratio(base.step_us, v.step_us)
+    v.host_speedup = _ratio(base.host_unprofiled_step_us, v.host_unprofiled_step_us)
+    v.exposed_saved_us = base.exposed_comm_us - v.exposed_comm_us
+    v.exposed_saved_frac = _ratio(v.exposed_saved_us, base.exposed_comm_us)
+    v.compute_slowdown = _ratio(v.compute_us, base.compute_us)
+
+
+def _mismatch_warnings(variants: list[VariantStats]) -> list[str]:
+    """Different workloads, world sizes, devices or options: allowed, but said."""
+    base, warnings = variants[0], []
+    for field, what in (("workload", "workload"), ("world_size", "world size"), ("device", "device"),
+                        ("backend", "backend")):
+        values = [getattr(v, field) for v in variants]
+        if any(x is not None for x in values) and len(set(values)) > 1:
+            listed = ", ".join(f"{v.label}: {getattr(v, field) if getattr(v, field) is not None else '?'}" for v in variants)
+            warnings.append(f"comparing runs of different {what}s ({listed})")
+    for v in variants[1:]:
+        if base.workload == v.workload and base.options is not None and v.options is not None and base.options != v.options:
+            diff = sorted(k for k in set(base.options) | set(v.options) if base.options.get(k) != v.options.get(k))
+            shown = ", ".join(f"{k}={base.options.get(k)!r} vs {v.options.get(k)!r}" for k in diff)
+            warnings.append(f"{v.label} ran with other workload options than {base.label} ({shown})")
+    return warnings
+
+
+def compare(reports: list[Report], labels: list[str] | None = None) -> Comparison:
+    """Compare Reports, the first as baseline; see the module docstring for every number.
+
+    ``labels`` name the variants (default: run.json's variant, else the input's name; made
+    unique). Raises InputError for fewer than one report.
+    """
+    from overlapprof import __version__
+
+    if not reports:
+        raise InputError("nothing to compare")
+    names = _unique_labels(reports, labels)
+    per_step = all(any(r.steps for r in rep.ranks) for rep in reports)
+    warnings = []
+    if not per_step and any(any(r.steps for r in rep.ranks) for rep in reports):
+        without = [n for n, rep in zip(names, reports) if not any(r.steps for r in rep.ranks)]
+        warnings.append(f"no ProfilerSteps in {', '.join(without)}: every variant is compared on whole-trace values")
+    variants = [_stats(rep, name, per_step) for rep, name in zip(reports, names)]
+    for v in variants[1:]:
+        _against(v, variants[0])
+    warnings += _mismatch_warnings(variants)
+    warnings += [f"{name}: {w}" for name, rep in zip(names, reports) for w in rep.warnings]
+    return Comparison(
+        version=__version__,
+        baseline=names[0],
+        basis=PER_STEP if per_step else WHOLE_TRACE,
+        variants=variants,
+        warnings=warnings,
+        reports=list(reports),
+    )
+
+
+def is_saved_comparison(path: Path) -> bool:
+    """Does the file start like a saved Comparison (first key ``schema``)?"""
+    try:
+        with Path(path).open("rb") as f:
+            head = f.read(64)
+    except OSError:
+        return False
+    return b"".join(head.split()).startswith(b'{"schema":"overlapprof.comparison/')
+
+
+def load_reports(paths, progress=None, **analyze_options) -> tuple[list[Report], list[str] | None]:
+    """The Reports of command-line inputs, one per path: a saved report is loaded, a saved
+    comparison gives back its reports (and labels), anything else is analyzed as one run or
+    trace set (``analyze_options`` go to :func:`overlapprof.analyze`). ``progress(k, n, path)``
+    is called before each input. Returns (reports, labels or None)."""
+    from overlapprof.trace.discover import is_saved_report
+
+    paths = [Path(p) for p in paths]
+    if len(paths) == 1 and paths[0].is_file() and is_saved_comparison(paths[0]):
+        saved = Comparison.load(paths[0])
+        return saved.reports, [v.label for v in saved.variants]
+    for path in paths:
+        if not path.exists():
+            raise InputError(f"{path}: no such run directory or file")
+    reports = []
+    for k, path in enumerate(paths):
+        if progress:
+            progress(k, len(paths), str(path))
+        if path.is_file() and is_saved_comparison(path):
+            raise InputError(f"{path}: a saved comparison is re-rendered alone, not mixed with other inputs")
+        if path.is_file() and is_saved_report(path):
+            reports.append(Report.load(path))
+        else:
+            from overlapprof.analysis import analyze
+
+            reports.append(analyze([str(path)], **analyze_options))
+    return reports, None

@@ -1,0 +1,10 @@
+"""The full Comparison as JSON (what ``Comparison.save`` writes and ``Comparison.load`` reads):
+the variants' numbers first, then the Reports they come from."""
+
+from __future__ import annotations
+
+from overlapprof.compare import Comparison
+
+
+def render(c: Comparison, indent: int = 2) -> str:
+    return c.to_json(indent=indent) + "\n"

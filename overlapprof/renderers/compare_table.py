@@ -1,0 +1,83 @@
+"""A Comparison as a plain-text table: one column per variant (the baseline first), one row per
+number, then what the numbers mean and any warning.
+
+Times in milliseconds (unit in the row name), ratios as percentages, factors as ``1.23x``; a
+missing value as ``-``. Plain aligned text, like the analyze table, so it pipes and pastes.
+"""
+
+from __future__ import annotations
+
+from overlapprof.compare import PER_STEP, Comparison, VariantStats
+from overlapprof.renderers.table import format_table
+
+_NONE = "-"
+
+
+def _ms(us: float | None) -> str:
+    return _NONE if us is None else f"{us / 1000:.3f}"
+
+
+def _pct(ratio: float | None) -> str:
+    return _NONE if ratio is None else f"{100 * ratio:.2f}%"
+
+
+def _x(factor: float | None) -> str:
+    return _NONE if factor is None else f"{factor:.2f}x"
+
+
+def _saved(v: VariantStats) -> str:
+    if v.exposed_saved_us is None:
+        return _NONE
+    share = f" ({100 * v.exposed_saved_frac:+.1f}%)" if v.exposed_saved_frac is not None else ""
+    return f"{v.exposed_saved_us / 1000:+.3f}{share}"
+
+
+# (row name, cell of a variant); None rows are section headings. Per-step rows say "median".
+def _rows(c: Comparison) -> list[tuple[str, object]]:
+    med = "median " if c.basis == PER_STEP else ""
+    rows = [
+        ("step time, median ms", lambda v: _ms(v.step_us)),
+        ("step time, p90 ms", lambda v: _ms(v.step_p90_us)),
+        (f"communication, {med}ms", lambda v: _ms(v.comm_us)),
+        (f"exposed communication, {med}ms", lambda v: _ms(v.exposed_comm_us)),
+        ("overlap ratio", lambda v: _pct(v.overlap_ratio)),
+        (f"compute, {med}ms", lambda v: _ms(v.compute_us)),
+        ("bound (step - exposed), median ms", lambda v: _ms(v.bound_us)),
+        ("ideal-overlap speedup (step / bound)", lambda v: _x(v.ideal_speedup)),
+        (f"vs baseline {c.baseline}:", None),
+        ("  step-time speedup", lambda v: _x(v.speedup)),
+        ("  exposed communication saved, ms", _saved),
+        ("  compute slowdown (compute / baseline's)", lambda v: _x(v.compute_slowdown)),
+    ]
+    if any(v.host_step_us is not None for v in c.variants):
+        rows += [
+            ("host-measured step time (run.json):", None),
+            ("  profiled steps, median ms", lambda v: _ms(v.host_step_us)),
+            ("  unprofiled steps, median ms", lambda v: _ms(v.host_unprofiled_step_us)),
+            ("  speedup (unprofiled steps)", lambda v: _x(v.host_speedup)),
+        ]
+    rows.append(("ranks" if c.basis != PER_STEP else "samples (rank x step)", lambda v: str(v.samples)))
+    return rows
+
+
+def notes(c: Comparison) -> list[str]:
+    """What the numbers are, and the comparison's warnings."""
+    if c.basis == PER_STEP:
+        basis = ("per-step values: medians over every (rank, ProfilerStep) pair of a variant;\n"
+                 "  overlap ratio = sum overlapped / sum comm over those steps")
+    else:
+        basis = ("whole-trace values (not every variant has ProfilerSteps): medians over ranks of\n"
+                 "  each rank's totals; no step time, bound or speedup")
+    return [
+        basis,
+        "bound = the step time if every exposed microsecond of communication were hidden",
+        "compute slowdown > 1x: the same compute took longer (contention for cores, SMs, memory bandwidth)",
+        *(f"warning: {w}" for w in c.warnings),
+    ]
+
+
+def render(c: Comparison) -> str:
+    """The comparison as a plain-text table followed by notes."""
+    header = ["", *(v.label + (" (baseline)" if k == 0 else "") for k, v in enumerate(c.variants))]
+    body = [[name, *(("" if cell is None else cell(v)) for v in c.variants)] for name, cell in _rows(c)]
+    return "\n".join([format_table(header, body), "", *notes(c)]) + "\n"

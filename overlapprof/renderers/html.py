@@ -1,0 +1,301 @@
+"""A Comparison (one or more runs) as ONE self-contained HTML page.
+
+Nothing is fetched when the page opens: the style sheet is inline, the plots are SVG images in
+``data:`` URIs (text drawn as shapes, so no font is needed), and there is no script. Every string
+that comes from a trace, a path or run.json is escaped: a trace is data.
+
+The page is a list of sections, each a function of the :class:`Page` that returns HTML (or None
+to leave the section out): ``PAGE_SECTIONS`` for the whole page, ``RUN_SECTIONS`` for each run
+(variant). A new section is one function added to one of these lists.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from overlapprof.compare import PER_STEP, Comparison
+from overlapprof.report import Report
+
+
+def _e(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _ms(us: float | None) -> str:
+    return "–" if us is None else f"{us / 1000:.3f}"
+
+
+def _pct(ratio: float | None) -> str:
+    return "–" if ratio is None else f"{100 * ratio:.1f}%"
+
+
+def _x(factor: float | None) -> str:
+    return "–" if factor is None else f"{factor:.2f}×"
+
+
+@dataclass
+class Page:
+    """What the sections read: the comparison (its reports and labels) and shared plot scales."""
+
+    comparison: Comparison
+    timeline_xmax_ms: float
+    exposure_xmax_ms: float
+
+    @property
+    def runs(self) -> list[tuple[str, Report]]:
+        return [(v.label, r) for v, r in zip(self.comparison.variants, self.comparison.reports)]
+
+
+def figure(fig, alt: str, caption: str = "") -> str:
+    """A matplotlib figure as an inline SVG ``<img>`` in a ``<figure>``."""
+    from overlapprof.renderers import plots
+
+    data = base64.b64encode(plots.to_bytes(fig, "svg")).decode("ascii")
+    cap = f"<figcaption>{caption}</figcaption>" if caption else ""
+    return f'<figure><img alt="{_e(alt)}" src="data:image/svg+xml;base64,{data}">{cap}</figure>'
+
+
+def table(header: list[str], rows: list[list[str]], cls: str = "", attrs: str = "") -> str:
+    """An HTML table; cells are HTML already (escape strings before). Numeric columns align right."""
+    head = "".join(f"<th>{h}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{cls}"{attrs}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _section(title: str, body: str, anchor: str = "", level: int = 2) -> str:
+    ident = f' id="{_e(anchor)}"' if anchor else ""
+    return f"<section{ident}><h{level}>{_e(title)}</h{level}>{body}</section>"
+
+
+# ---- whole-page sections -------------------------------------------------------------------
+
+def _header(page: Page) -> str:
+    c = page.comparison
+    first = c.variants[0]
+    facts = [
+        ("workload", first.workload or "traces"),
+        ("ranks", first.ranks),
+        ("device", " · ".join(x for x in (first.device, first.backend) if x) or "–"),
+        ("basis", c.basis),
+    ]
+    chips = "".join(f'<span class="chip"><b>{_e(k)}</b> {_e(v)}</span>' for k, v in facts)
+    cards = []
+    for v in c.variants:
+        speed = "baseline" if v.label == c.baseline else f"{_x(v.speedup)} vs {_e(c.baseline)}"
+        cards.append(
+            f'<div class="card"><div class="name">{_e(v.label)}</div>'
+            f'<div class="big">{_pct(v.overlap_ratio)}</div><div class="sub">of communication hidden</div>'
+            f'<div class="kv"><span>exposed</span><b>{_ms(v.exposed_comm_us)} ms</b></div>'
+            f'<div class="kv"><span>step</span><b>{_ms(v.step_us)} ms</b></div>'
+            f'<div class="kv"><span>speedup</span><b>{speed}</b></div></div>'
+        )
+    title = " vs ".join(v.label for v in c.variants)
+    return (f"<header><h1>overlapprof · {_e(first.workload or 'traces')}: {_e(title)}</h1>"
+            f'<div class="chips">{chips}</div><div class="cards">{"".join(cards)}</div></header>')
+
+
+def _comparison(page: Page) -> str | None:
+    c = page.comparison
+    if len(c.variants) < 2:
+        return None
+    from overlapprof.renderers import plots
+
+    med = "median " if c.basis == PER_STEP else ""
+    header = ["variant", "step ms", "p90 ms", f"comm {med}ms", "exposed ms", "overlap", "compute ms",
+              "bound ms", "speedup", "exposed saved ms", "compute slowdown"]
+    if any(v.host_unprofiled_step_us is not None for v in c.variants):
+        header += ["host step ms", "host speedup"]
+    rows = []
+    for v in c.variants:
+        saved = "–" if v.exposed_saved_us is None else f"{v.exposed_saved_us / 1000:+.3f}"
+        if v.exposed_saved_frac is not None:
+            saved += f" ({100 * v.exposed_saved_frac:+.0f}%)"
+        row = [_e(v.label) + (' <span class="tag">baseline</span>' if v.label == c.baseline else ""),
+               _ms(v.step_us), _ms(v.step_p90_us), _ms(v.comm_us), _ms(v.exposed_comm_us), _pct(v.overlap_ratio),
+               _ms(v.compute_us), _ms(v.bound_us), _x(v.speedup), saved, _x(v.compute_slowdown)]
+        if len(header) > 11:
+            row += [_ms(v.host_unprofiled_step_us), _x(v.host_speedup)]
+        rows.append(row)
+    from overlapprof.renderers.compare_table import notes
+
+    body = (table(header, rows, "numbers comparison")
+            + "".join(f'<p class="note">{_e(n)}</p>' for n in notes(c))
+            + figure(plots.comparison_figure(c), "variant comparison chart",
+                     "Bars: step time with its bound (the step if all exposed communication were hidden), "
+                     "communication hidden vs exposed, and compute (a slowdown shows contention)."))
+    return _section("Variants compared", body, "compare")
+
+
+def _runs(page: Page) -> str:
+    parts = []
+    for k, (label, report) in enumerate(page.runs):
+        inner = "".join(s for s in (build(page, label, report) for build in RUN_SECTIONS) if s)
+        parts.append(f'<section class="run" id="run-{k}"><h2>{_e(label)}</h2>{inner}</section>')
+    return "".join(parts)
+
+
+def _definitions(page: Page) -> str:
+    rows = [
+        ["comm", "|U(comm)|: union of communication intervals (NCCL/RCCL kernels; on CPU, "
+                 "&lt;backend&gt;:&lt;op&gt; spans)"],
+        ["compute", "|U(compute)|: union of the other kernels (CPU: cpu_op spans)"],
+        ["hidden (overlapped)", "|U(comm) ∩ U(compute)|"],
+        ["exposed", "comm − hidden: communication nothing else was running under"],
+        ["overlap", "hidden / comm (– when there is no communication)"],
+        ["bound", "step − exposed: the step time with ideal overlap"],
+        ["compute slowdown", "compute / baseline compute: &gt; 1× when overlap slows compute down"],
+    ]
+    version = _e(page.comparison.version)
+    stamp = time.strftime("%Y-%m-%d %H:%M")
+    return _section("What the numbers mean", table(["name", "definition"], rows, "defs")
+                    + f'<p class="note">Definitions: OVERLAP.md. Generated by overlapprof {version} on {stamp}.</p>',
+                    "definitions")
+
+
+# ---- per-run sections ----------------------------------------------------------------------
+
+def _rank_table(page: Page, label: str, report: Report) -> str:
+    header = ["rank", "mode", "comm ms", "hidden ms", "exposed ms", "overlap", "compute ms", "steps",
+              "median step ms"]
+    rows = []
+    for r in report.ranks:
+        m, steps = r.metrics, sorted(s.step_us for s in r.steps)
+        rows.append([str(r.rank), _e(r.mode), _ms(m.comm_us), _ms(m.overlapped_us), _ms(m.exposed_comm_us),
+                     _pct(m.overlap_ratio), _ms(m.compute_us), str(len(steps)),
+                     _ms(steps[(len(steps) - 1) // 2] if steps else None)])
+    s = report.summary
+    lines = [f"Pooled overlap {_pct(s.pooled_ratio)}; most exposed: rank {s.most_exposed_rank}"
+             f" ({_ms(s.most_exposed_us)} ms)" if s.ranks_with_comm else "No communication found."]
+    if s.median_step_us is not None:
+        lines.append(f"Step time: median {_ms(s.median_step_us)} ms, p90 {_ms(s.p90_step_us)} ms.")
+    lines += [f"Filter: {f}" for f in report.filters] or ["Window: whole trace (every event counts)."]
+    notes = "".join(f'<p class="note">{_e(x)}</p>' for x in lines)
+    notes += "".join(f'<p class="warn">warning: {_e(w)}</p>' for w in report.warnings)
+    attrs = f' data-variant="{_e(label)}" data-ranks="{len(report.ranks)}"'
+    return _section("Per rank (whole trace)", table(header, rows, "numbers ranks", attrs) + notes, level=3)
+
+
+def _timeline(page: Page, label: str, report: Report) -> str | None:
+    if not any(r.timeline for r in report.ranks):
+        return None
+    from overlapprof.renderers import plots
+
+    truncated = any(r.timeline and r.timeline.truncated for r in report.ranks)
+    caption = ("Each rank's step of median length. Compute on one lane, communication on the next: "
+               "green where it ran under compute (hidden), vermillion where it did not (exposed).")
+    if truncated:
+        caption += " Some lanes hold only the first intervals of the step (capped)."
+    fig = plots.timeline_figure(report, title=f"{label}: one step per rank", xmax_ms=page.timeline_xmax_ms)
+    return _section("Timeline of one step", figure(fig, f"{label} timeline", _e(caption)), level=3)
+
+
+def _exposure(page: Page, label: str, report: Report) -> str:
+    from overlapprof.renderers import plots
+
+    fig = plots.exposure_figure(report, title=f"{label}: exposed vs hidden communication",
+                                xmax_ms=page.exposure_xmax_ms)
+    return _section("Exposed vs hidden communication", figure(fig, f"{label} exposed vs hidden"), level=3)
+
+
+def _kv(mapping) -> str:
+    if not isinstance(mapping, dict) or not mapping:
+        return "–"
+    return " ".join(f'<code>{_e(k)}={_e(v)}</code>' for k, v in mapping.items())
+
+
+def _run_metadata(page: Page, label: str, report: Report) -> str:
+    run = report.run
+    if not run:
+        files = sorted({f for r in report.ranks for f in r.files})
+        body = table(["inputs", "trace files"], [["<br>".join(_e(i) for i in report.inputs),
+                                                   "<br>".join(_e(f) for f in files)]], "meta")
+        return _section("Inputs", body, level=3)
+    command = next((n.get("command") for n in (run.get("nodes") or {}).values() if isinstance(n, dict)), None)
+    created = run.get("created")
+    rows = [
+        ("run", run.get("name")),
+        ("status", run.get("status")),
+        ("workload", (run.get("workload") or {}).get("path") if isinstance(run.get("workload"), dict) else None),
+        ("variant", run.get("variant")),
+        ("world size", f"{run.get('world_size')} ({run.get('nnodes')} node × {run.get('nproc_per_node')})"),
+        ("device · backend", f"{run.get('device')} · {run.get('backend')}"),
+        ("started", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created))
+         if isinstance(created, (int, float)) else None),
+        ("command", " ".join(map(str, command)) if isinstance(command, list) else None),
+    ]
+    cells = [[_e(k), f"<code>{_e(v)}</code>" if k == "command" else _e(v)] for k, v in rows if v is not None]
+    for key in ("options", "profiler", "versions", "env"):
+        cells.append([_e(key), _kv(run.get(key))])
+    full = _e(json.dumps(run, indent=1, default=str))
+    body = table(["", ""], cells, "meta") + f"<details><summary>run.json</summary><pre>{full}</pre></details>"
+    return _section("Run", body, level=3)
+
+
+PageSection = Callable[[Page], "str | None"]
+RunSection = Callable[[Page, str, Report], "str | None"]
+
+PAGE_SECTIONS: list[PageSection] = [_header, _comparison, _runs, _definitions]
+RUN_SECTIONS: list[RunSection] = [_rank_table, _timeline, _exposure, _run_metadata]
+
+_CSS = """
+:root{--ink:#1f2328;--muted:#656d76;--line:#d8dee4;--bg:#f6f8fa;--accent:#0072B2;--warn:#9a6700}
+*{box-sizing:border-box}
+body{margin:0;font:14px/1.5 -apple-system,"Segoe UI",Helvetica,Arial,sans-serif;color:var(--ink);background:#fff}
+main{max-width:1120px;margin:0 auto;padding:28px 32px 60px}
+h1{font-size:22px;margin:0 0 10px}
+h2{font-size:18px;margin:36px 0 10px;padding-bottom:6px;border-bottom:1px solid var(--line)}
+h3{font-size:15px;margin:22px 0 8px;color:#333}
+.chips{display:flex;flex-wrap:wrap;gap:8px;margin-bottom:16px}
+.chip{background:var(--bg);border:1px solid var(--line);border-radius:999px;padding:2px 10px;font-size:12px}
+.chip b{color:var(--muted);font-weight:600;margin-right:4px}
+.cards{display:flex;flex-wrap:wrap;gap:14px}
+.card{border:1px solid var(--line);border-radius:10px;padding:12px 16px;min-width:200px;background:#fff;
+ box-shadow:0 1px 2px rgba(0,0,0,.04)}
+.card .name{font-weight:700;font-size:15px}
+.card .big{font-size:30px;font-weight:700;color:#009E73;line-height:1.1;margin-top:4px}
+.card .sub{font-size:12px;color:var(--muted);margin-bottom:8px}
+.kv{display:flex;justify-content:space-between;gap:16px;font-size:13px}
+.kv span{color:var(--muted)}
+table{border-collapse:collapse;margin:8px 0;font-size:13px}
+th,td{padding:5px 10px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
+th{background:var(--bg);font-weight:600;white-space:nowrap}
+table.numbers td,table.numbers th{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+table.numbers td:first-child,table.numbers th:first-child{text-align:left}
+table.numbers tbody tr:hover{background:#fafbfc}
+table.meta td:first-child{color:var(--muted);white-space:nowrap}
+table.meta thead{display:none}
+code{font:12px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;background:var(--bg);padding:1px 5px;
+ border-radius:4px;margin:0 4px 2px 0;display:inline-block;word-break:break-all}
+.tag{font-size:11px;background:#e7f0f8;color:var(--accent);border-radius:4px;padding:0 5px;margin-left:4px}
+figure{margin:10px 0 6px}
+figure img{max-width:100%;height:auto;display:block}
+figcaption,.note{color:var(--muted);font-size:12.5px;margin:4px 0}
+.warn{color:var(--warn);font-size:12.5px;margin:4px 0}
+section.run{margin-top:12px}
+details{margin-top:8px}summary{cursor:pointer;color:var(--muted)}
+pre{background:var(--bg);padding:10px;border-radius:6px;overflow:auto;max-height:360px;font-size:12px}
+"""
+
+
+def render(comparison: Comparison) -> str:
+    """The page of a Comparison (one run: ``overlapprof.compare.compare([report])``), as HTML text."""
+    from overlapprof.renderers import plots
+
+    reports = comparison.reports
+    page = Page(
+        comparison=comparison,
+        timeline_xmax_ms=max([plots.timeline_span_ms(r) for r in reports] + [0.0]) or 1e-3,
+        exposure_xmax_ms=max([plots.exposure_span_ms(r) for r in reports] + [0.0]) or 1e-3,
+    )
+    body = "".join(s for s in (build(page) for build in PAGE_SECTIONS) if s)
+    title = "overlapprof report: " + " vs ".join(v.label for v in comparison.variants)
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f'<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:; '
+            f'style-src \'unsafe-inline\'">'
+            f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><main>{body}</main></body></html>\n")

@@ -1,0 +1,234 @@
+"""The plots: matplotlib figures of a Report or a Comparison, as SVG/PNG/PDF bytes or files.
+
+matplotlib is imported here only (never by the CLI at start-up), and without pyplot: figures are
+``matplotlib.figure.Figure`` objects rendered by the Agg/SVG/PDF backends, so there is no global
+state, no display and nothing to close. Colours follow the Okabe-Ito palette (readable with
+colour-blindness): compute blue, hidden (overlapped) communication green, exposed communication
+vermillion.
+
+- :func:`timeline_figure` — per rank, one step: a compute lane and a communication lane, the
+  communication split into hidden (overlapped with compute) and exposed spans.
+- :func:`exposure_figure` — per rank, whole trace: exposed vs hidden communication.
+- :func:`comparison_figure` — per variant: step time vs its bound, communication hidden vs
+  exposed, compute (with the speedup, overlap ratio and compute slowdown written on the bars).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from overlapprof.errors import InputError
+
+COMPUTE = "#0072B2"
+HIDDEN = "#009E73"
+EXPOSED = "#D55E00"
+STEP = "#BBBBBB"
+BOUND = "#56B4E9"
+INK = "#222222"
+FORMATS = ("png", "svg", "pdf")
+
+_STYLE = {
+    "font.size": 9,
+    "axes.edgecolor": "#999999",
+    "axes.labelcolor": INK,
+    "axes.titlesize": 10,
+    "axes.titleweight": "bold",
+    "axes.titlelocation": "left",
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "xtick.color": "#555555",
+    "ytick.color": INK,
+    "legend.frameon": False,
+    "svg.fonttype": "path",  # text as shapes: the SVG needs no font on the reader's machine
+    "svg.hashsalt": "overlapprof",  # stable element ids: the same report gives the same bytes
+}
+
+
+def _figure(width: float, height: float):
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _style():
+    import matplotlib
+
+    return matplotlib.rc_context(_STYLE)
+
+
+def _ms(us: float) -> float:
+    return us / 1000.0
+
+
+def timeline_span_ms(report) -> float:
+    """The longest representative step (or trace window) of the report's ranks, in ms."""
+    spans = [r.timeline.span_us for r in report.ranks if r.timeline is not None]
+    return _ms(max(spans)) if spans else 0.0
+
+
+def _bars(ax, y: float, pairs, height: float, color: str, **kw) -> None:
+    if pairs:
+        ax.broken_barh([(_ms(a), _ms(b - a)) for a, b in pairs], (y - height / 2, height), color=color,
+                       linewidth=0, **kw)
+
+
+def _minus(spans, holes):
+    """``spans`` minus ``holes`` (both sorted, disjoint [start, end] pairs)."""
+    out, k = [], 0
+    for start, end in spans:
+        while k < len(holes) and holes[k][1] <= start:
+            k += 1
+        j, cur = k, start
+        while j < len(holes) and holes[j][0] < end:
+            if holes[j][0] > cur:
+                out.append((cur, holes[j][0]))
+            cur = max(cur, holes[j][1])
+            j += 1
+        if cur < end:
+            out.append((cur, end))
+    return out
+
+
+def timeline_figure(report, *, title: str | None = None, xmax_ms: float | None = None):
+    """Per rank, its representative step (``RankReport.timeline``): compute on one lane,
+    communication on the next, hidden spans green and exposed spans vermillion. ``xmax_ms``
+    fixes the x axis (to compare variants on one scale)."""
+    from matplotlib.patches import Patch
+
+    ranks = [r for r in report.ranks if r.timeline is not None]
+    with _style():
+        fig = _figure(10, 0.9 + 0.62 * max(1, len(ranks)))
+        ax = fig.add_subplot()
+        labels, ticks = [], []
+        for k, r in enumerate(ranks):
+            t, y = r.timeline, -2.0 * k
+            span = _ms(t.span_us)
+            ax.axhspan(y - 1.45, y + 0.45, xmin=0, xmax=1, color="#F7F7F7" if k % 2 else "white", zorder=0)
+            ax.broken_barh([(0, span)], (y - 1.45, 1.9), color="#EDEDED", linewidth=0, zorder=0.5)
+            _bars(ax, y, t.compute, 0.7, COMPUTE)
+            _bars(ax, y - 1, _minus(t.comm, t.overlapped), 0.7, EXPOSED)
+            _bars(ax, y - 1, t.overlapped, 0.7, HIDDEN)
+            mark = f"step #{t.step}" if t.step is not None else "whole trace"
+            ax.text(span, y + 0.42, f" {mark} · {span:.2f} ms", fontsize=7, color="#777777", va="top")
+            labels += [f"rank {r.rank}  compute", "comm"]
+            ticks += [y, y - 1]
+        ax.set_yticks(ticks, labels)
+        ax.tick_params(axis="y", length=0, labelsize=8)
+        ax.set_ylim(-2.0 * len(ranks) + 0.4, 0.6)
+        ax.set_xlim(0, (xmax_ms or max(timeline_span_ms(report), 1e-3)) * 1.12)
+        ax.set_xlabel("time since the step's start (ms)")
+        ax.spines["left"].set_visible(False)
+        ax.set_title(title or "One step per rank (the step of median length)")
+        if not ranks:
+            ax.text(0.5, 0.5, "no timeline: no communication or compute events", transform=ax.transAxes,
+                    ha="center", va="center", color="#777777")
+        handles = [Patch(color=COMPUTE, label="compute"), Patch(color=HIDDEN, label="comm hidden (overlapped)"),
+                   Patch(color=EXPOSED, label="comm exposed")]
+        fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8)
+    return fig
+
+
+def exposure_figure(report, *, title: str | None = None, xmax_ms: float | None = None):
+    """Per rank (whole trace): hidden and exposed communication, stacked, in ms."""
+    ranks = report.ranks
+    with _style():
+        fig = _figure(10, 0.9 + 0.34 * max(2, len(ranks)))
+        ax = fig.add_subplot()
+        ys = [-k for k in range(len(ranks))]
+        hidden = [_ms(r.metrics.overlapped_us) for r in ranks]
+        exposed = [_ms(r.metrics.exposed_comm_us) for r in ranks]
+        ax.barh(ys, hidden, color=HIDDEN, height=0.62, label="hidden (overlapped)")
+        ax.barh(ys, exposed, left=hidden, color=EXPOSED, height=0.62, label="exposed")
+        top = max([h + e for h, e in zip(hidden, exposed)] + [1e-3])
+        for y, h, e, r in zip(ys, hidden, exposed, ranks):
+            ratio = r.metrics.overlap_ratio
+            text = f"{e:.2f} ms exposed · " + (f"{100 * ratio:.0f}% hidden" if ratio is not None else "no comm")
+            ax.text(h + e + top * 0.01, y, text, va="center", fontsize=8, color="#444444")
+        ax.set_yticks(ys, [f"rank {r.rank}" for r in ranks])
+        ax.tick_params(axis="y", length=0)
+        ax.set_xlim(0, (xmax_ms or top) * 1.28)
+        ax.set_xlabel("communication over the whole trace (ms)")
+        ax.grid(axis="x", color="#EEEEEE", linewidth=0.8)
+        ax.set_axisbelow(True)
+        ax.set_title(title or "Exposed vs hidden communication per rank")
+        fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=8)
+    return fig
+
+
+def exposure_span_ms(report) -> float:
+    """The largest communication total of the report's ranks, in ms (to share an x axis)."""
+    return max([_ms(r.metrics.comm_us) for r in report.ranks] + [0.0])
+
+
+def _annotate(ax, ys, ends, texts, top):
+    for y, end, text in zip(ys, ends, texts):
+        if text:
+            ax.text(end + top * 0.02, y, text, va="center", fontsize=8, color=INK)
+
+
+def comparison_figure(comparison):
+    """Three panels, one bar per variant: step time (median) with its bound, communication per
+    step (hidden + exposed), compute per step; speedup, overlap ratio and compute slowdown are
+    written next to the bars."""
+    vs = comparison.variants
+    ys = [-k for k in range(len(vs))]
+    with _style():
+        fig = _figure(10, 1.3 + 0.42 * max(2, len(vs)))
+        step_ax, comm_ax, comp_ax = fig.subplots(1, 3, sharey=True)
+        med = "median per step" if comparison.basis.startswith("per-step") else "median rank, whole trace"
+        if vs[0].step_us is not None:
+            steps = [_ms(v.step_us or 0) for v in vs]
+            step_ax.barh(ys, steps, color=STEP, height=0.66, label="step")
+            step_ax.barh(ys, [_ms(v.bound_us or 0) for v in vs], color=BOUND, height=0.36, label="bound: step − exposed")
+            texts = ["baseline" if k == 0 else (f"{v.speedup:.2f}x" if v.speedup else "") for k, v in enumerate(vs)]
+            _annotate(step_ax, ys, steps, texts, max(steps + [1e-3]))
+            step_ax.set_xlim(0, max(steps + [1e-3]) * 1.35)
+        else:
+            step_ax.text(0.5, 0.5, "no ProfilerSteps:\nno step time", transform=step_ax.transAxes, ha="center",
+                         va="center", color="#777777")
+        step_ax.set_title("Step time (median)")
+        hidden = [_ms(v.comm_us - v.exposed_comm_us) for v in vs]
+        exposed = [_ms(v.exposed_comm_us) for v in vs]
+        comm_ax.barh(ys, hidden, color=HIDDEN, height=0.66, label="hidden")
+        comm_ax.barh(ys, exposed, left=hidden, color=EXPOSED, height=0.66, label="exposed")
+        ends = [h + e for h, e in zip(hidden, exposed)]
+        _annotate(comm_ax, ys, ends, [f"{100 * v.overlap_ratio:.0f}% hidden" if v.overlap_ratio is not None else "no comm"
+                                      for v in vs], max(ends + [1e-3]))
+        comm_ax.set_xlim(0, max(ends + [1e-3]) * 1.45)
+        comm_ax.set_title("Communication")
+        compute = [_ms(v.compute_us) for v in vs]
+        comp_ax.barh(ys, compute, color=COMPUTE, height=0.66, label="compute")
+        texts = ["baseline" if k == 0 else (f"{v.compute_slowdown:.2f}x time" if v.compute_slowdown else "")
+                 for k, v in enumerate(vs)]
+        _annotate(comp_ax, ys, compute, texts, max(compute + [1e-3]))
+        comp_ax.set_xlim(0, max(compute + [1e-3]) * 1.45)
+        comp_ax.set_title("Compute")
+        for ax in (step_ax, comm_ax, comp_ax):
+            ax.set_xlabel(f"ms ({med})", fontsize=8)
+            ax.grid(axis="x", color="#EEEEEE", linewidth=0.8)
+            ax.set_axisbelow(True)
+            ax.tick_params(axis="y", length=0)
+        step_ax.set_yticks(ys, [v.label for v in vs])
+        handles = [h for ax in (step_ax, comm_ax, comp_ax) for h in ax.get_legend_handles_labels()[0]]
+        fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=8)
+    return fig
+
+
+def to_bytes(fig, fmt: str = "svg", dpi: int = 144) -> bytes:
+    """The figure rendered as ``fmt`` (png, svg or pdf)."""
+    if fmt not in FORMATS:
+        raise InputError(f"unknown image format {fmt!r} (use one of {', '.join(FORMATS)})")
+    out = io.BytesIO()
+    metadata = {"Date": None} if fmt == "svg" else {}
+    with _style():
+        fig.savefig(out, format=fmt, dpi=dpi, metadata=metadata or None, facecolor="white")
+    return out.getvalue()
+
+
+def format_of(path: str | Path) -> str:
+    """The image format of an output path, from its suffix; InputError for any other suffix."""
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        raise InputError(f"{path}: unknown image format {suffix or '(no suffix)'!r}; name the file .png, .svg or .pdf")
+    return suffix

@@ -1,0 +1,149 @@
+"""The overlap metrics as TensorBoard scalars, written next to a run's traces.
+
+A run directory is a TensorBoard logdir: torch-tb-profiler reads its ``rank{N}.<span>.pt.trace.json``
+files (one worker per rank), and this module adds, per rank, an event file of scalars that the
+Scalars dashboard shows without any plugin::
+
+    <run_dir>/scalars/rank{N}/events.out.tfevents.<...>.overlapprof
+
+TensorBoard names that run ``scalars/rank{N}`` (``<run_dir name>/scalars/rank{N}`` when the logdir
+is the folder above), so one chart of a tag overlays the ranks, and the variants when several run
+directories are viewed together.
+
+Tags (one point per ProfilerStep, at step = N of ``ProfilerStep#N``; a trace without steps gets
+one point at step 0 with the whole-trace values). Values are float64 tensors, so they equal the
+Report's numbers exactly:
+
+    overlap/ratio            overlapped_us / comm_us (no point when the step has no communication)
+    overlap/exposed_comm_us  |U(comm) \\ U(compute)|, µs
+    overlap/overlapped_us    |U(comm) ∩ U(compute)|, µs
+    overlap/comm_us          |U(comm)|, µs
+    overlap/compute_us       |U(compute)|, µs
+    overlap/step_us          the step's wall span, µs
+    overlap/exposed_share    exposed_comm_us / step_us
+
+Uses TensorBoard's own event-file writer and protos (the ``tensorboard`` extra), never torch.
+The scalars are written into a temporary folder that is renamed into place, so ``scalars/`` is
+either complete or absent; an existing one is never overwritten.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+from overlapprof.errors import OverlapprofError
+
+SCALAR_DIR = "scalars"
+TAGS = {
+    "overlap/ratio": ("overlap_ratio", "overlapped / comm (fraction)"),
+    "overlap/exposed_comm_us": ("exposed_comm_us", "communication not under compute, µs"),
+    "overlap/overlapped_us": ("overlapped_us", "communication under compute, µs"),
+    "overlap/comm_us": ("comm_us", "union of communication, µs"),
+    "overlap/compute_us": ("compute_us", "union of compute, µs"),
+    "overlap/step_us": ("step_us", "step wall span, µs"),
+    "overlap/exposed_share": ("exposed_share", "exposed_comm_us / step_us (fraction)"),
+}
+
+
+class TensorBoardMissing(OverlapprofError):
+    """TensorBoard (the ``tensorboard`` extra) is not installed."""
+
+
+def has_scalars(run_dir: str | Path) -> bool:
+    return (Path(run_dir) / SCALAR_DIR).is_dir()
+
+
+def scalar_points(report) -> dict[int, list[tuple[int, dict[str, float]]]]:
+    """{rank: [(step, {tag: value})]}: what :func:`write_scalars` writes."""
+    points = {}
+    for r in report.ranks:
+        rows = [(s.step, s) for s in r.steps] or [(0, r.metrics)]
+        points[r.rank] = [
+            (step, {tag: float(v) for tag, (attr, _) in TAGS.items() if (v := getattr(m, attr, None)) is not None})
+            for step, m in rows
+        ]
+    return points
+
+
+def _proto():
+    try:
+        from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+        from tensorboard.plugins.scalar import metadata
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    except ImportError:
+        raise TensorBoardMissing("TensorBoard is not installed: pip install 'overlapprof[tensorboard]'") from None
+    return event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2, metadata, EventFileWriter
+
+
+def write_scalars(report, run_dir: str | Path) -> Path | None:
+    """Write the report's per-step metrics as scalars into ``<run_dir>/scalars/rank{N}/``.
+
+    Returns the scalars folder, or None when it already exists (never overwritten)."""
+    event_pb2, summary_pb2, tensor_pb2, shape_pb2, types_pb2, metadata, EventFileWriter = _proto()
+    final = Path(run_dir) / SCALAR_DIR
+    if final.exists():
+        return None
+    tmp = Path(run_dir) / f".{SCALAR_DIR}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    scalar_shape = shape_pb2.TensorShapeProto()
+    metas = {tag: metadata.create_summary_metadata(display_name=tag, description=desc) for tag, (_, desc) in TAGS.items()}
+    wall = time.time()
+    try:
+        for rank, rows in scalar_points(report).items():
+            writer = EventFileWriter(str(tmp / f"rank{rank}"), filename_suffix=".overlapprof")
+            for step, values in rows:
+                summary = summary_pb2.Summary(value=[
+                    summary_pb2.Summary.Value(
+                        tag=tag, metadata=metas[tag],
+                        tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_DOUBLE, tensor_shape=scalar_shape,
+                                                      double_val=[value]))
+                    for tag, value in values.items()
+                ])
+                writer.add_event(event_pb2.Event(wall_time=wall, step=step, summary=summary))
+            writer.close()
+        tmp.rename(final)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OverlapprofError(f"{run_dir}: cannot write TensorBoard scalars ({exc.strerror or exc})") from None
+    return final
+
+
+def run_dirs_under(path: str | Path) -> list[Path]:
+    """``overlapprof run`` directories (holding a run.json) at or below ``path`` (hidden folders
+    skipped)."""
+    from overlapprof.trace.discover import RUN_FILE
+
+    path = Path(path)
+    if (path / RUN_FILE).is_file():
+        return [path]
+    found = []
+    for root, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != SCALAR_DIR)
+        if RUN_FILE in files:
+            found.append(Path(root))
+            dirs[:] = []
+    return found
+
+
+def ensure_scalars(path: str | Path, log=None) -> list[Path]:
+    """Write the missing scalars of every run directory at or below ``path``; returns the run
+    directories written. A run that cannot be analyzed is reported through ``log(line)`` and
+    skipped."""
+    from overlapprof.analysis import analyze
+
+    written = []
+    for run_dir in run_dirs_under(path):
+        if has_scalars(run_dir):
+            continue
+        try:
+            if write_scalars(analyze([str(run_dir)]), run_dir):
+                written.append(run_dir)
+        except TensorBoardMissing:
+            raise
+        except OverlapprofError as exc:
+            if log:
+                log(f"no scalars for {run_dir}: {exc}")
+    return written
