@@ -16,6 +16,7 @@ Layout (``schema`` is first in the JSON, which is how a saved report is recognis
         timeline: Timeline | None    unions of one representative step, for plots
         comm_ops: [CommOp] | None    one record per comm operation (only when asked)
       summary: Summary               across ranks (section 3)
+      comms: Comms | None            matched collectives: wait vs transfer, stragglers, bandwidth
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 import msgspec
 
 from overlapprof.analysis.comm_ops import CommOp
+from overlapprof.analysis.comms import Comms
 from overlapprof.errors import ReportError
 
 SCHEMA = "overlapprof.report/1"
@@ -150,6 +152,8 @@ class Options(msgspec.Struct, kw_only=True):
     require_launch: bool = False
     allow_partial: bool = False
     comm_ops: bool = False
+    comms: bool = True
+    align_clocks: bool = False
 
 
 class Report(msgspec.Struct, kw_only=True):
@@ -169,6 +173,7 @@ class Report(msgspec.Struct, kw_only=True):
     summary: Summary
     warnings: list[str] = []
     run: dict[str, Any] | None = None
+    comms: Comms | None = None
 
     def rank(self, rank: int) -> RankReport:
         """The RankReport of ``rank`` (KeyError if absent)."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from overlapprof import __version__
 from overlapprof.analysis import metrics as M
 from overlapprof.analysis.classify import compile_comm_kernels
+from overlapprof.analysis.crossrank import RankInput, compute_comms, rank_input
 from overlapprof.analysis.events import RankEvents, rank_events
 from overlapprof.errors import InputError, OverlapprofError
 from overlapprof.report import Options, RankReport, Report
@@ -50,6 +51,7 @@ class RankResult:
     window: tuple[float, float] | None = None  # absolute recorded window, µs (None: unknown clock)
     warnings: list[str] = field(default_factory=list)
     error: OverlapprofError | None = None
+    comms: RankInput | None = None  # the rank's share of the cross-rank analysis (rank not settled)
 
 
 def _apply_filters(ev: RankEvents, options: Options, label: str, warnings: list[str]) -> None:
@@ -119,7 +121,9 @@ def analyze_group(files: list[str], options: Options) -> RankResult:
         result.world_size = next((i.world_size for i in infos if i.world_size is not None), None)
         result.backend = next((i.backend for i in infos if i.backend), None)
         base = next((t.baseTimeNanoseconds for _, t in decoded if t.baseTimeNanoseconds), None)
-        ev = rank_events(decoded, compile_comm_kernels(options.comm_kernels), comm_ops=options.comm_ops)
+        ev = rank_events(decoded, compile_comm_kernels(options.comm_kernels), comm_ops=options.comm_ops or options.comms)
+        if options.comms:
+            result.comms = rank_input([t for _, t in decoded], base)
         del decoded
         result.window = _window(ev, base)
         label = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} files)"
@@ -128,6 +132,11 @@ def analyze_group(files: list[str], options: Options) -> RankResult:
         _apply_filters(ev, options, label, result.warnings)
         report = measure(ev, keep_comm_ops=options.comm_ops)
         report.world_size, report.backend = result.world_size, result.backend
+        if result.comms is not None:
+            result.comms.ops, result.comms.world_size = ev.comm_ops, result.world_size
+            comm, compute = M.iv.union(ev.comm.start, ev.comm.end), M.iv.union(ev.compute.start, ev.compute.end)
+            result.comms.exposed = M.iv.difference(comm, compute)
+            result.comms.exposed_comm_us = report.metrics.exposed_comm_us
         result.report = report
     except OverlapprofError as exc:
         result.error = exc
@@ -221,7 +230,7 @@ def _check_one_run(results: list[RankResult]) -> None:
                 )
 
 
-def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops) -> Options:
+def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms=True, align_clocks=False) -> Options:
     patterns = [comm_kernels] if isinstance(comm_kernels, str) else list(comm_kernels or ())
     for p in patterns:
         try:
@@ -234,6 +243,8 @@ def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_o
         require_launch=require_launch,
         allow_partial=allow_partial,
         comm_ops=comm_ops,
+        comms=comms,
+        align_clocks=align_clocks,
     )
 
 
@@ -245,6 +256,8 @@ def analyze(
     drop_last_step: bool = False,
     require_launch: bool = False,
     comm_ops: bool = False,
+    comms: bool = True,
+    align_clocks: bool = False,
     workers: int | None = None,
     progress=None,
 ) -> Report:
@@ -256,13 +269,17 @@ def analyze(
     instead of an error. ``drop_last_step``/``require_launch``: HolisticTraceAnalysis's filters
     (off by default; listed in ``Report.filters`` when on). ``comm_ops``: keep one
     :class:`~overlapprof.analysis.comm_ops.CommOp` per communication operation in each
-    RankReport. ``workers``: processes for ranks (default: one per CPU; 1: in this process).
+    RankReport. ``comms``: match communication across ranks and fill ``Report.comms`` (wait vs
+    transfer, stragglers, bandwidth, warm-up; :mod:`overlapprof.analysis.crossrank`);
+    ``align_clocks``: align the clocks of different hosts (or, without host names, of every
+    rank) on their matched collectives first.
+    ``workers``: processes for ranks (default: one per CPU; 1: in this process).
     ``progress``: called as ``progress(done, total, path)`` as ranks finish.
 
     Raises an :class:`~overlapprof.errors.OverlapprofError` (one-line message naming the file and
     the problem) on bad input.
     """
-    options = _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops)
+    options = _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms, align_clocks)
     inputs = discover(paths)
     results = _run_groups(inputs.groups, options, workers, progress)
     warnings = [w for r in results for w in r.warnings]
@@ -292,5 +309,18 @@ def analyze(
         summary=M.summarize(ranks),
         warnings=warnings,
         run=inputs.run,
+        comms=_cross_rank(results, options),
     )
+
+
+def _cross_rank(results: list[RankResult], options: Options):
+    """The comms section from the workers' shares, now that ranks are settled."""
+    if not options.comms:
+        return None
+    shares = []
+    for r in results:
+        if r.comms is not None:
+            r.comms.rank = r.report.rank
+            shares.append(r.comms)
+    return compute_comms(shares, align_clocks=options.align_clocks) if shares else None
 

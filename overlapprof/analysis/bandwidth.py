@@ -1,0 +1,109 @@
+"""Message sizes and bandwidths of communication operations, as nccl-tests defines them.
+
+NVIDIA/nccl-tests ``doc/PERFORMANCE.md`` (and ``src/*.cu``'s ``GetBw`` functions):
+
+- ``algbw = S / t``: S the operation's size in bytes, t its time.
+- ``busbw = algbw × factor``, the factor making busbw comparable to the hardware's peak
+  whatever the number of ranks n: all_reduce 2(n−1)/n; reduce_scatter, all_gather and
+  all_to_all (n−1)/n; broadcast, reduce and send/recv 1.
+- S for all_gather is the *total* gathered size (``sendcount × sizeof(type) × n``), for
+  reduce_scatter the total input (``recvcount × sizeof(type) × n``), for all_to_all the total a
+  rank sends (``count × n × sizeof(type)``), otherwise the buffer size.
+
+Here t is an instance's transfer time (the shortest duration across its ranks: waiting for late
+ranks is not link time), µs; GB/s with GB = 1e9 bytes, so ``GB/s = bytes / µs / 1e3``.
+
+Where the bytes come from, in order: the collective's ``In msg nelems``/``Out msg nelems`` and
+``dtype`` (record_param_comms or the kernel's args; S = max(in, out) × element size, which is the
+total for all_gather and reduce_scatter alike), else the recorded ``Input Dims`` × ``Input type``
+(``record_shapes``; all_gather's input is one rank's share, so × n). No sizes: None ("unknown"),
+never 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+from overlapprof.analysis.comm_ops import CommOp
+
+# Element sizes, by torch ScalarType name (record_param_comms "dtype") and by the C++ type name
+# the profiler writes in "Input type"; keys are lower case, without "c10::".
+_ELEMENT_BYTES = {
+    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2,
+    "bfloat16": 2, "long": 8, "long int": 8, "int64": 8, "int64_t": 8, "int": 4, "int32": 4,
+    "short": 2, "int16": 2, "char": 1, "signed char": 1, "int8": 1, "byte": 1, "unsigned char": 1,
+    "uint8": 1, "bool": 1, "uint16": 2, "uint32": 4, "uint64": 8, "unsigned short": 2,
+    "unsigned int": 4, "unsigned long": 8, "complexhalf": 4, "complexfloat": 8,
+    "complexdouble": 16, "complex<float>": 8, "complex<double>": 16, "complex<c10::half>": 4,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
+}
+
+BUS_FACTORS = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "send_recv": lambda n: 1.0,
+}
+
+
+def element_bytes(dtype) -> int | None:
+    """Bytes per element of a dtype name (``Float``, ``c10::BFloat16``, ``unsigned char``)."""
+    if not isinstance(dtype, str):
+        return None
+    key = dtype.strip().lower().replace("c10::", "")
+    return _ELEMENT_BYTES.get(key)
+
+
+def _numel(dims) -> int | None:
+    """Elements of one recorded shape ([] is a 0-d tensor: 1 element)."""
+    if not isinstance(dims, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims):
+        return None
+    return math.prod(dims)
+
+
+def shape_bytes(dims, types) -> int | None:
+    """Σ numel × element size over the tensor inputs of recorded ``Input Dims``/``Input type``.
+
+    Entries whose type is not a tensor dtype (``Scalar``, ``''``, ``TensorList`` without shapes)
+    are skipped; None when no tensor entry has a known size.
+    """
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return None
+    total, found = 0, False
+    for d, t in zip(dims, types):
+        size, n = element_bytes(t), _numel(d)
+        if size is not None and n is not None:
+            total, found = total + n * size, True
+    return total if found else None
+
+
+def message_bytes(op: CommOp, kind: str, group_size: int | None) -> int | None:
+    """S of nccl-tests for one operation (see the module docstring); None when unknown."""
+    size = element_bytes(op.dtype)
+    counts = [c for c in (op.in_nelems, op.out_nelems) if isinstance(c, int) and c >= 0]
+    if size is not None and counts:
+        return max(counts) * size
+    shaped = shape_bytes(op.input_dims, op.input_type)
+    if shaped is None:
+        return None
+    if kind == "all_gather":
+        return shaped * group_size if group_size else None
+    return shaped
+
+
+def bus_factor(kind: str, group_size: int | None) -> float | None:
+    """nccl-tests' busbw/algbw for the kind with n = ``group_size`` ranks (None: no factor)."""
+    factor = BUS_FACTORS.get(kind)
+    if factor is None or not group_size or group_size < 1:
+        return None
+    return factor(group_size)
+
+
+def gbps(nbytes: int | None, us: float | None) -> float | None:
+    """bytes per µs as GB/s (GB = 1e9 bytes); None when either is unknown or the time is 0."""
+    if nbytes is None or us is None or us <= 0:
+        return None
+    return nbytes / us / 1e3

@@ -1,0 +1,346 @@
+"""Across ranks: waiting vs transferring, stragglers, bandwidth and warm-up (the ``comms`` section).
+
+``compute_comms(inputs, align_clocks)`` takes each rank's communication operations (and its
+exposed-communication intervals, for the exposed share of waiting), matches them across ranks
+(:mod:`overlapprof.analysis.matching`), puts the ranks on a common clock
+(:mod:`overlapprof.analysis.clocks`) and computes the metrics defined in
+:mod:`overlapprof.analysis.comms`. Everything after matching is numpy over all operations at
+once (``reduceat`` over instances, ``bincount`` over ranks).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import msgspec
+import numpy as np
+
+from overlapprof.analysis import intervals as iv
+from overlapprof.analysis.bandwidth import bus_factor, gbps
+from overlapprof.analysis.clocks import UNKNOWN_HOST, domains_of, estimate_offsets
+from overlapprof.analysis.comm_ops import CommOp
+from overlapprof.analysis.comms import (
+    BandwidthRow,
+    ClockDomain,
+    CollectiveInstance,
+    Comms,
+    GroupComms,
+    KindMatch,
+    RankComms,
+    Straggler,
+    Unmatched,
+    WarmupOp,
+)
+from overlapprof.analysis.matching import DEFAULT_GROUP, Ops, build_ops, match
+from overlapprof.trace.decode import TraceFile
+
+WARMUP_FACTOR = 10.0  # a first op this many times the kind's median transfer is warm-up
+WARMUP_MIN_OTHERS = 2  # ... judged only against at least this many other ops of its kind
+OWN_DURATION = "own duration (upper bound)"
+
+
+@dataclass
+class RankInput:
+    """One rank's share of the cross-rank analysis (built by the analyzer from a worker's result).
+
+    ``base_us``: the trace's ``baseTimeNanoseconds`` / 1000 (``ts + base_us`` is its host clock).
+    ``pg_ranks``: process group name -> member ranks (``distributedInfo.pg_config``).
+    ``exposed``: U(comm) \\ U(compute) of the rank (OVERLAP.md), on its own ``ts`` clock.
+    """
+
+    rank: int
+    ops: list[CommOp]
+    host: str | None = None
+    base_us: float = 0.0
+    world_size: int | None = None
+    pg_ranks: dict[str, list[int]] = field(default_factory=dict)
+    exposed: iv.Intervals = iv.EMPTY
+    exposed_comm_us: float = 0.0
+
+
+class _ProcessGroup(msgspec.Struct):
+    pg_name: str | int
+    ranks: list[int]
+
+
+_PG_CONFIG = msgspec.json.Decoder(list[_ProcessGroup])
+
+
+def rank_input(traces: list[TraceFile], base_ns: int | None) -> RankInput:
+    """A rank's host, clock base and process groups from its decoded trace files (the operations
+    and exposed intervals are filled in later). Odd values are ignored, never fatal."""
+    host, pg_ranks = None, {}
+    for t in traces:
+        if host is None and t.host_name:
+            try:
+                host = msgspec.json.decode(t.host_name, type=str) or None
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                pass
+        if t.distributedInfo is not None and t.distributedInfo.pg_config:
+            try:
+                groups = _PG_CONFIG.decode(t.distributedInfo.pg_config)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                groups = []
+            pg_ranks.update({str(g.pg_name): g.ranks for g in groups})
+    return RankInput(rank=-1, ops=[], host=host, base_us=base_ns / 1000 if base_ns else 0.0, pg_ranks=pg_ranks)
+
+
+def _groups(inputs: list[RankInput]) -> tuple[dict[str, tuple[int | None, list[int] | None, str]], list[str]]:
+    """Each group's (size, member ranks, where the size came from), and notes."""
+    known: dict[str, tuple[int | None, list[int] | None, str]] = {}
+    for r in inputs:
+        for name, ranks in r.pg_ranks.items():
+            known.setdefault(name, (len(ranks), ranks, "distributedInfo.pg_config"))
+        for op in r.ops:
+            name = op.pg_name or DEFAULT_GROUP
+            if op.pg_ranks:
+                known[name] = (len(op.pg_ranks), op.pg_ranks, "Process Group Ranks")
+            elif op.group_size and name not in known:
+                known[name] = (op.group_size, None, "Group size")
+    world = max((r.world_size for r in inputs if r.world_size), default=None)
+    if DEFAULT_GROUP not in known:
+        known[DEFAULT_GROUP] = (world, list(range(world)) if world else None, "world_size") if world else (None, None, "unknown")
+    notes = []
+    configured = {n for r in inputs for n in r.pg_ranks}
+    unnamed = any(op.pg_name is None for r in inputs for op in r.ops)
+    if unnamed and len(configured) > 1:
+        notes.append(
+            f"the trace lists {len(configured)} process groups but its operations carry no group name: they are "
+            "matched within the default group (wrong if subgroups of fewer ranks were used)"
+        )
+    return known, notes
+
+
+def _clock(inputs: list[RankInput], ops: Ops, align: bool):
+    """(domains, per-rank shift µs, clocks label, matching shared?, notes) before any alignment."""
+    domain_of = domains_of({r.rank: r.host for r in inputs}, align)
+    base = min(r.base_us for r in inputs)
+    shift = {r.rank: r.base_us - base for r in inputs}
+    names = set(domain_of.values())
+    if len(names) == 1:
+        note = ["--align-clocks: every rank is on one clock (one host): nothing to align"] if align and len(inputs) > 1 else []
+        return domain_of, shift, "shared", True, note
+    if not align:
+        return domain_of, shift, "unaligned", False, [
+            f"{len(names)} hosts and clocks not aligned: matched by order; skew across hosts is not shown "
+            "(--align-clocks estimates offsets)"
+        ]
+    rows_shift = np.array([shift[r] for r in ops.rank.tolist()])
+    first = match(ops, set(shift), False, rows_shift)
+    ends = ops.end + rows_shift
+    offsets, used, notes = estimate_offsets(
+        ((ops.kind[i[0]], ops.rank[i].tolist(), ends[i].tolist()) for i in first.instances), domain_of
+    )
+    for r in shift:
+        shift[r] += offsets[domain_of[r]]
+    return domain_of, shift, "aligned", True, notes + [f"clock offsets from {sum(used.values())} matched collectives"]
+
+
+def _warmup(ops: Ops, inst_of: np.ndarray, transfer_of_row: np.ndarray) -> tuple[np.ndarray, list[WarmupOp]]:
+    """Rows flagged warm-up: each rank's first op when its transfer ≥ WARMUP_FACTOR × the median
+    transfer of the other ops of its kind on that rank (at least WARMUP_MIN_OTHERS of them)."""
+    flagged = np.zeros(len(ops), dtype=bool)
+    found = []
+    for rank in np.unique(ops.rank).tolist():
+        rows = np.flatnonzero(ops.rank == rank)
+        first = rows[np.argmin(ops.ts[rows])]
+        same = [r for r in rows.tolist() if r != first and ops.kind[r] == ops.kind[first]]
+        if len(same) < WARMUP_MIN_OTHERS:
+            continue
+        median = float(np.median(transfer_of_row[same]))
+        value = float(transfer_of_row[first])
+        if median > 0 and value >= WARMUP_FACTOR * median:
+            flagged[first] = True
+            found.append(WarmupOp(rank=rank, kind=ops.kind[first], transfer_us=value, median_us=median, factor=value / median))
+    # A matched instance is warm-up when any of its rows is: its wait is setup, not a straggler.
+    hit = np.unique(inst_of[flagged & (inst_of >= 0)])
+    flagged |= np.isin(inst_of, hit) & (inst_of >= 0)
+    return flagged, found
+
+
+def _median(values) -> float | None:
+    return float(np.median(values)) if len(values) else None
+
+
+def compute_comms(inputs: list[RankInput], align_clocks: bool = False) -> Comms | None:
+    """The comms section for these ranks (None when no rank has a communication operation)."""
+    inputs = sorted(inputs, key=lambda r: r.rank)
+    if not any(r.ops for r in inputs):
+        return None
+    groups, notes = _groups(inputs)
+    ops = build_ops({r.rank: r.ops for r in inputs}, {g: s for g, (s, _, _) in groups.items() if s})
+    domain_of, shift, clocks, shared, clock_notes = _clock(inputs, ops, align_clocks)
+    notes += clock_notes
+    row_shift = np.array([shift[r] for r in ops.rank.tolist()])
+    present = {r.rank for r in inputs}
+    if len(present) < 2:
+        notes.append("one rank: no partner trace, so waits are unknown; transfer times are the rank's own "
+                     "durations (upper bounds: they include any wait) and bandwidths lower bounds")
+    m = match(ops, present, shared, row_shift)
+
+    n = len(ops)
+    dur, start = ops.dur, ops.ts + row_shift
+    inst_of = np.full(n, -1, dtype=np.int64)
+    rows = np.array([row for inst in m.instances for row in inst], dtype=np.int64)
+    sizes = np.array([len(inst) for inst in m.instances], dtype=np.int64)
+    ids = np.repeat(np.arange(sizes.size), sizes)
+    inst_of[rows] = ids
+    bounds = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    has = sizes.size > 0
+    transfer = np.minimum.reduceat(dur[rows], bounds) if has else np.empty(0)
+    transfer_of_row = dur.copy()
+    transfer_of_row[rows] = transfer[ids] if has else transfer_of_row[rows]
+    wait = np.zeros(n)
+    wait[rows] = dur[rows] - transfer_of_row[rows]
+    skew = (np.maximum.reduceat(start[rows], bounds) - np.minimum.reduceat(start[rows], bounds)) if has else np.empty(0)
+    domain_ids = np.array([sorted(set(domain_of.values())).index(domain_of[r]) for r in ops.rank[rows].tolist()], dtype=np.int64)
+    one_domain = (np.maximum.reduceat(domain_ids, bounds) == np.minimum.reduceat(domain_ids, bounds)) if has else np.empty(0, bool)
+    # Last arrival: the shortest duration in the instance (ties: the latest start).
+    order = np.lexsort((-start[rows], dur[rows], ids))
+    last_row = rows[order][np.concatenate(([True], ids[order][1:] != ids[order][:-1]))] if has else np.empty(0, np.int64)
+    warm, warmups = _warmup(ops, inst_of, transfer_of_row)
+    inst_warm = np.zeros(sizes.size, dtype=bool)
+    inst_warm[inst_of[warm & (inst_of >= 0)]] = True
+
+    counted = (inst_of >= 0) & ~warm  # matched, not warm-up: what the sums and medians use
+    nranks = max(r.rank for r in inputs) + 1
+    inst_wait = np.bincount(ids, weights=wait[rows], minlength=sizes.size) if has else np.empty(0)
+    last_rank = ops.rank[last_row]
+    caused = np.bincount(last_rank[~inst_warm], weights=inst_wait[~inst_warm], minlength=nranks)
+    last_count = np.bincount(last_rank[~inst_warm], minlength=nranks)
+
+    def per_rank(mask, weights=None):
+        return np.bincount(ops.rank[mask], weights=None if weights is None else weights[mask], minlength=nranks)
+
+    instances = []
+    for k, inst in enumerate(m.instances):
+        nbytes = ops.nbytes[inst]
+        known = nbytes[~np.isnan(nbytes)]
+        first = inst[0]
+        instances.append(
+            CollectiveInstance(
+                kind=ops.kind[first], group=ops.group[first], method=m.methods[k], key=m.keys[k],
+                ranks=ops.rank[inst].tolist(), starts_us=[], durations_us=dur[inst].tolist(),
+                transfer_us=float(transfer[k]), last_rank=int(last_rank[k]),
+                skew_us=float(skew[k]) if (clocks != "unaligned" or one_domain[k]) else None,
+                bytes=int(round(float(known.mean()))) if known.size else None,
+                group_size=int(ops.group_size[inst].max()) or None,
+                step=int(ops.step[first]) if ops.step[first] >= 0 else None, warmup=bool(inst_warm[k]),
+            )
+        )
+    origin = float(start.min())
+    for k, inst in enumerate(m.instances):
+        instances[k].starts_us = (start[inst] - origin).tolist()
+
+    return Comms(
+        clocks=clocks,
+        time_origin_us=origin,
+        domains=_domains(domain_of, shift, clocks, inputs),
+        groups=_group_rows(groups, ops, present),
+        matching=[KindMatch(group=g, kind=k, method=meth, instances=c, unmatched_ops=u, note=note)
+                  for g, k, meth, c, u, note in m.kind_methods],
+        ranks=_rank_rows(inputs, ops, inst_of, wait, transfer_of_row, counted, warm, caused, last_count, per_rank, shift, domain_of),
+        stragglers=_stragglers(caused, last_count, float(inst_wait[~inst_warm].sum()) if has else 0.0),
+        bandwidth=_bandwidth(ops, instances, m.unmatched, warm),
+        instances=instances,
+        unmatched=_unmatched(ops, m.unmatched, warm),
+        warmups=warmups,
+        warmup_factor=WARMUP_FACTOR,
+        notes=notes + [f"{g} {k}: {note}" for g, k, _, _, _, note in m.kind_methods if note],
+    )
+
+
+def _domains(domain_of, shift, clocks, inputs) -> list[ClockDomain]:
+    by = defaultdict(list)
+    for r, d in domain_of.items():
+        by[d].append(r)
+    base = {r.rank: r.base_us for r in inputs}
+    lowest = min(base.values())
+    return [
+        ClockDomain(name=d, ranks=sorted(rs), offset_us=float(shift[min(rs)] - (base[min(rs)] - lowest)) if clocks == "aligned" else 0.0)
+        for d, rs in sorted(by.items(), key=lambda kv: min(kv[1]))
+    ]
+
+
+def _group_rows(groups, ops: Ops, present: set[int]) -> list[GroupComms]:
+    out = []
+    for name in sorted(set(ops.group)):
+        size, members, source = groups.get(name, (None, None, "unknown"))
+        with_ops = {int(r) for r, g in zip(ops.rank.tolist(), ops.group) if g == name}
+        here = sorted(present & set(members)) if members else sorted(with_ops)
+        out.append(GroupComms(name=name, size=size, ranks_present=here, complete=bool(size) and len(here) >= size, size_source=source))
+    return out
+
+
+def _rank_rows(inputs, ops, inst_of, wait, transfer_of_row, counted, warm, caused, last_count, per_rank, shift, domain_of):
+    matched, lone = per_rank(inst_of >= 0), inst_of < 0
+    unmatched_ops, unmatched_us = per_rank(lone), per_rank(lone, ops.dur)
+    lowest = min(x.base_us for x in inputs)
+    out = []
+    for r in inputs:
+        mine = (ops.rank == r.rank) & counted & (wait > 0)
+        waits = iv.union(ops.ts[mine], ops.ts[mine] + wait[mine])
+        exposed_wait = iv.overlap_length(waits, r.exposed)
+        out.append(
+            RankComms(
+                rank=r.rank, host=None if domain_of[r.rank] == UNKNOWN_HOST else r.host,
+                clock_offset_us=float(shift[r.rank]) - (r.base_us - lowest),
+                ops=int(np.count_nonzero(ops.rank == r.rank)),
+                matched_ops=int(matched[r.rank]),
+                unmatched_ops=int(unmatched_ops[r.rank]),
+                unmatched_us=float(unmatched_us[r.rank]),
+                wait_us=float(per_rank(counted, wait)[r.rank]),
+                transfer_us=float(per_rank(counted, transfer_of_row)[r.rank]),
+                exposed_wait_us=exposed_wait, exposed_comm_us=r.exposed_comm_us,
+                wait_share=exposed_wait / r.exposed_comm_us if r.exposed_comm_us > 0 and matched[r.rank] else None,
+                last_arrivals=int(last_count[r.rank]), caused_wait_us=float(caused[r.rank]),
+                warmup_ops=int(per_rank(warm)[r.rank]), warmup_us=float(per_rank(warm, ops.dur)[r.rank]),
+            )
+        )
+    return out
+
+
+def _stragglers(caused, last_count, total_wait) -> list[Straggler]:
+    ranks = [r for r in np.argsort(-caused, kind="stable").tolist() if caused[r] > 0]
+    return [Straggler(rank=r, caused_wait_us=float(caused[r]), share=float(caused[r] / total_wait) if total_wait > 0 else 0.0,
+                      last_arrivals=int(last_count[r])) for r in ranks]
+
+
+def _bandwidth(ops: Ops, instances: list[CollectiveInstance], unmatched: dict[int, str], warm) -> list[BandwidthRow]:
+    """Medians per kind × group size × bytes × how the transfer time was obtained."""
+    cells = defaultdict(lambda: ([], [], []))
+    for inst in instances:
+        if not inst.warmup:
+            waits = inst.waits_us()
+            cell = cells[(inst.kind, inst.group_size, inst.bytes, inst.method, "matched")]
+            cell[0].append(inst.transfer_us)
+            cell[1].append(sum(waits) / len(waits))
+            if inst.skew_us is not None:
+                cell[2].append(inst.skew_us)
+    for row in unmatched:
+        if not warm[row]:
+            nbytes = ops.nbytes[row]
+            key = (ops.kind[row], int(ops.group_size[row]) or None, None if np.isnan(nbytes) else int(nbytes), "none", OWN_DURATION)
+            cells[key][0].append(float(ops.dur[row]))
+    out = []
+    for (kind, n, nbytes, method, source), (transfers, waits, skews) in cells.items():
+        t = float(np.median(transfers))
+        factor = bus_factor(kind, n)
+        alg = gbps(nbytes, t)
+        out.append(BandwidthRow(
+            kind=kind, group_size=n, bytes=nbytes, count=len(transfers), median_transfer_us=t,
+            median_wait_us=_median(waits), median_skew_us=_median(skews), algbw_gbps=alg,
+            busbw_gbps=alg * factor if alg is not None and factor is not None else None, bus_factor=factor,
+            method=method, transfer=source,
+        ))
+    return sorted(out, key=lambda b: (b.kind, b.transfer, b.bytes is None, b.bytes or 0))
+
+
+def _unmatched(ops: Ops, unmatched: dict[int, str], warm) -> list[Unmatched]:
+    cells = defaultdict(lambda: [0, 0.0])
+    for row, reason in unmatched.items():
+        cell = cells[(int(ops.rank[row]), ops.kind[row], reason)]
+        cell[0] += 1
+        cell[1] += float(ops.dur[row])
+    return [Unmatched(rank=r, kind=k, count=c, us=us, reason=why) for (r, k, why), (c, us) in sorted(cells.items())]
