@@ -35,6 +35,7 @@ from overlapprof.launch import rundir
 from overlapprof.launch.watchdog import first_line
 
 _SHUTDOWN_TIMEOUT_S = 10  # how long a rank may take to save its traces after SIGTERM
+_NODES_END_WAIT_S = 60  # how long a node waits for the other nodes' records when it is done
 _ENV_NAMES = ("CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
               "TORCH_DISTRIBUTED_DEBUG")
 _ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "KINETO_")
@@ -74,10 +75,15 @@ class VariantResult:
     run_dir: Path
     run: dict  # the merged run.json
     seconds: float
+    local_ranks: list  # the global ranks this node ran
 
     @property
     def ok(self):
-        return self.run["status"] == "ok"
+        """No rank failed and this node's ranks all finished (on a multi-node run whose
+        directory is not on a shared filesystem, the other nodes' ranks are missing here)."""
+        ranks = self.run["ranks"]
+        return (self.run["failure"] is None and self.run["status"] != "failed"
+                and all(ranks.get(str(r), {}).get("status") == "ok" for r in self.local_ranks))
 
     def failure_line(self):
         """One line naming the rank that failed first and its error; "" when the run is ok."""
@@ -197,8 +203,20 @@ def launch_variant(request, variant, run_dir, device, backend):
         _finalize_rank(run_dir, rank, failures.get(rank), error)
     rundir.update_json(node_path, ended=time.time(), error=error,
                        status="failed" if error or failures else "ok")
-    run = rundir.merge(run_dir)
-    return VariantResult(variant, Path(run_dir), run, time.time() - started)
+    run = _merge_when_nodes_end(run_dir, wait_s=min(_NODES_END_WAIT_S, request.timeout_s))
+    return VariantResult(variant, Path(run_dir), run, time.time() - started, local_ranks)
+
+
+def _merge_when_nodes_end(run_dir, wait_s):
+    """Merge run.json once every node visible here has ended. On a shared filesystem the other
+    nodes' files are here, and their ranks end within moments of ours (the final barrier);
+    elsewhere only this node's are, and the run is "incomplete" here."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        run = rundir.merge(run_dir)
+        if run["status"] != "running" or time.monotonic() > deadline:
+            return run
+        time.sleep(0.5)
 
 
 def _header(request, variant, run_dir, device, backend):

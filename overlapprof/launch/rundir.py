@@ -171,8 +171,9 @@ def open_run_dir(path, header, node_rank, ranks):
     else:
         _check_joinable(path, header)
     _claim(node_file(path, node_rank), {"node_rank": node_rank, "status": "claimed"}, path)
-    for rank in ranks:
-        _claim(rank_file(path, rank), {"rank": rank, "status": "starting"}, path)
+    for local_rank, rank in enumerate(ranks):
+        _claim(rank_file(path, rank), {"rank": rank, "node_rank": node_rank,
+                                       "local_rank": local_rank, "status": "starting"}, path)
     return path
 
 
