@@ -22,7 +22,7 @@ from collections import defaultdict
 import numpy as np
 
 SYNCHRONISING = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier"})
-UNKNOWN_HOST = "(one host assumed)"
+UNKNOWN_HOST = "one host assumed (no host names)"
 
 
 def domains_of(hosts: dict[int, str | None], align: bool) -> dict[int, str]:

@@ -113,19 +113,20 @@ def _groups(inputs: list[RankInput]) -> tuple[dict[str, tuple[int | None, list[i
 
 
 def _clock(inputs: list[RankInput], ops: Ops, align: bool):
-    """(domains, per-rank shift µs, clocks label, matching shared?, notes) before any alignment."""
+    """(domain per rank, per-rank shift µs, clocks label, clock shared for matching?, notes,
+    instances used per domain by the alignment)."""
     domain_of = domains_of({r.rank: r.host for r in inputs}, align)
     base = min(r.base_us for r in inputs)
     shift = {r.rank: r.base_us - base for r in inputs}
     names = set(domain_of.values())
     if len(names) == 1:
         note = ["--align-clocks: every rank is on one clock (one host): nothing to align"] if align and len(inputs) > 1 else []
-        return domain_of, shift, "shared", True, note
+        return domain_of, shift, "shared", True, note, {}
     if not align:
         return domain_of, shift, "unaligned", False, [
             f"{len(names)} hosts and clocks not aligned: matched by order; skew across hosts is not shown "
             "(--align-clocks estimates offsets)"
-        ]
+        ], {}
     rows_shift = np.array([shift[r] for r in ops.rank.tolist()])
     first = match(ops, set(shift), False, rows_shift)
     ends = ops.end + rows_shift
@@ -134,7 +135,7 @@ def _clock(inputs: list[RankInput], ops: Ops, align: bool):
     )
     for r in shift:
         shift[r] += offsets[domain_of[r]]
-    return domain_of, shift, "aligned", True, notes + [f"clock offsets from {sum(used.values())} matched collectives"]
+    return domain_of, shift, "aligned", True, notes, used
 
 
 def _warmup(ops: Ops, inst_of: np.ndarray, transfer_of_row: np.ndarray) -> tuple[np.ndarray, list[WarmupOp]]:
@@ -170,7 +171,7 @@ def compute_comms(inputs: list[RankInput], align_clocks: bool = False) -> Comms 
         return None
     groups, notes = _groups(inputs)
     ops = build_ops({r.rank: r.ops for r in inputs}, {g: s for g, (s, _, _) in groups.items() if s})
-    domain_of, shift, clocks, shared, clock_notes = _clock(inputs, ops, align_clocks)
+    domain_of, shift, clocks, shared, clock_notes, used = _clock(inputs, ops, align_clocks)
     notes += clock_notes
     row_shift = np.array([shift[r] for r in ops.rank.tolist()])
     present = {r.rank for r in inputs}
@@ -236,7 +237,7 @@ def compute_comms(inputs: list[RankInput], align_clocks: bool = False) -> Comms 
     return Comms(
         clocks=clocks,
         time_origin_us=origin,
-        domains=_domains(domain_of, shift, clocks, inputs),
+        domains=_domains(domain_of, shift, clocks, inputs, used),
         groups=_group_rows(groups, ops, present),
         matching=[KindMatch(group=g, kind=k, method=meth, instances=c, unmatched_ops=u, note=note)
                   for g, k, meth, c, u, note in m.kind_methods],
@@ -251,14 +252,15 @@ def compute_comms(inputs: list[RankInput], align_clocks: bool = False) -> Comms 
     )
 
 
-def _domains(domain_of, shift, clocks, inputs) -> list[ClockDomain]:
+def _domains(domain_of, shift, clocks, inputs, used) -> list[ClockDomain]:
     by = defaultdict(list)
     for r, d in domain_of.items():
         by[d].append(r)
     base = {r.rank: r.base_us for r in inputs}
     lowest = min(base.values())
     return [
-        ClockDomain(name=d, ranks=sorted(rs), offset_us=float(shift[min(rs)] - (base[min(rs)] - lowest)) if clocks == "aligned" else 0.0)
+        ClockDomain(name=d, ranks=sorted(rs), instances=used.get(d, 0),
+                    offset_us=float(shift[min(rs)] - (base[min(rs)] - lowest)) if clocks == "aligned" else 0.0)
         for d, rs in sorted(by.items(), key=lambda kv: min(kv[1]))
     ]
 

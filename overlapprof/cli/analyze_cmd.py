@@ -54,8 +54,9 @@ class _Progress:
 
 @click.command(name="analyze")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
-@click.option("--by", type=click.Choice(["rank", "step", "kind"]), default="rank", show_default=True,
-              help="Rows of the table and CSV: one per rank, per ProfilerStep or per kind of communication.")
+@click.option("--by", type=click.Choice(["rank", "step", "kind", "collective"]), default="rank", show_default=True,
+              help="Rows of the table and CSV: one per rank, per ProfilerStep or per kind of communication; "
+                   "collective: collectives matched across ranks (wait vs transfer, stragglers, bandwidth).")
 @click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
               help="The full report as JSON, to FILE or (alone, or '-') to stdout instead of the table.")
 @click.option("--csv", "csv_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
@@ -64,6 +65,9 @@ class _Progress:
               help="Also count kernels matching REGEX (any case) as communication. Repeatable.")
 @click.option("--comm-ops", is_flag=True,
               help="Keep one record per communication operation in the JSON report.")
+@click.option("--align-clocks", is_flag=True,
+              help="Align the clocks of different hosts (of every rank, when traces name no host) so that "
+                   "matched collectives end together; the offsets are reported.")
 @click.option("--allow-partial", is_flag=True,
               help="Report the good ranks when some traces are bad (each bad one becomes a warning).")
 @click.option("--drop-last-step", is_flag=True,
@@ -74,7 +78,7 @@ class _Progress:
               help="Processes that analyze ranks in parallel (default: one per CPU).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr.")
 @click.pass_context
-def analyze(ctx, paths, by, json_out, csv_out, comm_kernels, comm_ops, allow_partial, drop_last_step,
+def analyze(ctx, paths, by, json_out, csv_out, comm_kernels, comm_ops, align_clocks, allow_partial, drop_last_step,
             require_launch, workers, quiet):
     """Overlap ratio and exposed communication of PyTorch profiler traces.
 
@@ -106,6 +110,7 @@ def analyze(ctx, paths, by, json_out, csv_out, comm_kernels, comm_ops, allow_par
                     drop_last_step=drop_last_step,
                     require_launch=require_launch,
                     comm_ops=comm_ops,
+                    align_clocks=align_clocks,
                     workers=workers,
                     progress=progress,
                 )

@@ -10,7 +10,7 @@ import io
 
 from overlapprof.report import Report
 
-BY = ("rank", "step", "kind")
+BY = ("rank", "step", "kind", "collective")
 METRICS = ("comm_us", "compute_us", "overlapped_us", "exposed_comm_us", "overlap_ratio", "memory_us")
 
 
@@ -30,13 +30,17 @@ def rows(report: Report, by: str = "rank") -> tuple[list[str], list[list]]:
     elif by == "kind":
         head = ["rank", "kind", "count", *METRICS]
         body = [[r.rank, k.kind, k.count, *_values(k, METRICS)] for r in report.ranks for k in r.kinds]
+    elif by == "collective":  # the comms section's bandwidth rows
+        from overlapprof.renderers.collectives_table import csv_rows
+
+        head, body = csv_rows(report)
     else:
         raise ValueError(f"by must be one of {BY}, not {by!r}")
     return head, body
 
 
 def render(report: Report, by: str = "rank") -> str:
-    """The report as CSV text (``by``: rank, step or kind)."""
+    """The report as CSV text (``by``: rank, step, kind or collective)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     head, body = rows(report, by)

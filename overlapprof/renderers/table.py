@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from overlapprof.report import Report
 
-BY = ("rank", "step", "kind")
+BY = ("rank", "step", "kind", "collective")
 _NONE = "-"
 
 
@@ -51,6 +51,11 @@ def _rank_rows(report: Report):
         steps = sorted(s.step_us for s in r.steps)
         median = steps[(len(steps) - 1) // 2] if steps else None
         rows.append([str(r.rank), r.mode, *_metric_cells(r.metrics), _ms(r.metrics.memory_us), str(len(r.steps)), _ms(median)])
+    if report.comms is not None and any(r.matched_ops for r in report.comms.ranks):  # wait vs transfer
+        from overlapprof.renderers import collectives_table as ct
+
+        header += ct.RANK_CELLS_HEAD
+        rows = [row + ct.rank_cells(report, r.rank) for row, r in zip(rows, report.ranks)]
     return header, rows
 
 
@@ -86,6 +91,10 @@ def summary_lines(report: Report) -> list[str]:
         )
     else:
         lines.append("no communication found: overlap ratio is undefined (-)")
+    if report.comms is not None and report.comms.stragglers:
+        from overlapprof.renderers.collectives_table import straggler_line
+
+        lines.append(straggler_line(report))
     if s.median_step_us is not None:
         lines.append(f"step time: median {_ms(s.median_step_us)} ms, p90 {_ms(s.p90_step_us)} ms")
     modes = sorted({r.mode for r in report.ranks})
@@ -103,9 +112,14 @@ def summary_lines(report: Report) -> list[str]:
 
 
 def render(report: Report, by: str = "rank") -> str:
-    """The report as a plain-text table: ``by`` is ``rank`` (default), ``step`` or ``kind``."""
+    """The report as a plain-text table: ``by`` is ``rank`` (default), ``step``, ``kind`` or
+    ``collective`` (the comms section: :mod:`overlapprof.renderers.collectives_table`)."""
     if by not in BY:
         raise ValueError(f"by must be one of {BY}, not {by!r}")
+    if by == "collective":
+        from overlapprof.renderers import collectives_table
+
+        return collectives_table.render(report)
     header, rows = {"rank": _rank_rows, "step": _step_rows, "kind": _kind_rows}[by](report)
     table = format_table(header, rows) if rows else f"(no {by}s to show)"
     return "\n".join([table, "", *summary_lines(report)]) + "\n"
