@@ -85,3 +85,39 @@ def write_output(dest: Path, data: str | bytes, what: str, quiet: bool, named: b
         tmp.unlink(missing_ok=True)
         fail(f"cannot write {dest}: {exc.strerror or exc}")
     note(f"{what} written to {dest}", quiet)
+
+
+def after_run(runs) -> None:
+    """The end of ``overlapprof run``: for each finished run ``(variant, run_dir)``, print its
+    analysis table and write its TensorBoard scalars; with several variants, print their
+    comparison (the first as baseline). A run that cannot be analyzed is a note on stderr."""
+    from overlapprof import analyze
+    from overlapprof.compare import compare
+    from overlapprof.errors import OverlapprofError
+    from overlapprof.renderers import compare_table, table
+    from overlapprof.tensorboard import TensorBoardMissing, write_scalars
+
+    reports, labels, scalars = [], [], True
+    for variant, run_dir in runs:
+        try:
+            report = analyze([str(run_dir)])
+        except OverlapprofError as exc:
+            note(f"no analysis of {run_dir}: {exc}")
+            continue
+        click.echo(f"\n{variant}: {run_dir}\n{table.render(report)}", nl=False)
+        reports.append(report)
+        labels.append(variant)
+        try:
+            if scalars:
+                write_scalars(report, run_dir)
+        except TensorBoardMissing as exc:
+            note(f"no TensorBoard scalars: {exc}")
+            scalars = False
+        except OverlapprofError as exc:
+            note(str(exc))
+    if len(reports) > 1:
+        comparison = compare(reports, labels)
+        for warning in comparison.warnings:
+            note(f"warning: {warning}")
+        click.echo(f"\ncomparison ({len(reports)} variants, baseline {labels[0]}):\n"
+                   f"{compare_table.render(comparison)}", nl=False)

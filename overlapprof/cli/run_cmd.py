@@ -105,27 +105,13 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
     except OverlapprofError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)
-    if not no_analyze:
-        for result in (r for r in results if r.ok):
-            summary = analysis_summary(result.run_dir)
-            if summary:
-                click.echo(f"\n{result.variant}: {result.run_dir}\n{summary}", nl=False)
+    if not no_analyze:  # tables, TensorBoard scalars, and the comparison of several variants
+        from overlapprof.cli.common import after_run
+
+        after_run([(r.variant, r.run_dir) for r in results if r.ok])
     failed = next((r for r in results if not r.ok), None)
     if failed is not None:
         click.echo(f"Error: {loaded.name}/{failed.variant} failed: {failed.failure_line()}; "
                    f"logs and traces kept in {failed.run_dir}", err=True)
         sys.exit(1)
 
-
-def analysis_summary(run_dir):
-    """The analyzer's table for one run directory, or None where its traces cannot be
-    analyzed (a failed rank, no complete cycle); the reason goes to stderr."""
-    from overlapprof import analyze
-    from overlapprof.errors import OverlapprofError
-    from overlapprof.renderers import table
-
-    try:
-        return table.render(analyze([str(run_dir)]))
-    except OverlapprofError as exc:
-        click.echo(f"overlapprof: no analysis of {run_dir}: {exc}", err=True)
-        return None

@@ -64,7 +64,8 @@ def table(header: list[str], rows: list[list[str]], cls: str = "", attrs: str = 
     """An HTML table; cells are HTML already (escape strings before). Numeric columns align right."""
     head = "".join(f"<th>{h}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<table class="{cls}"{attrs}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return (f'<div class="scroll"><table class="{cls}"{attrs}><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table></div>")
 
 
 def _section(title: str, body: str, anchor: str = "", level: int = 2) -> str:
@@ -90,6 +91,7 @@ def _header(page: Page) -> str:
         cards.append(
             f'<div class="card"><div class="name">{_e(v.label)}</div>'
             f'<div class="big">{_pct(v.overlap_ratio)}</div><div class="sub">of communication hidden</div>'
+            f'<div class="bar"><i style="width:{100 * (v.overlap_ratio or 0):.1f}%"></i></div>'
             f'<div class="kv"><span>exposed</span><b>{_ms(v.exposed_comm_us)} ms</b></div>'
             f'<div class="kv"><span>step</span><b>{_ms(v.step_us)} ms</b></div>'
             f'<div class="kv"><span>speedup</span><b>{speed}</b></div></div>'
@@ -105,11 +107,10 @@ def _comparison(page: Page) -> str | None:
         return None
     from overlapprof.renderers import plots
 
-    med = "median " if c.basis == PER_STEP else ""
-    header = ["variant", "step ms", "p90 ms", f"comm {med}ms", "exposed ms", "overlap", "compute ms",
+    header = ["variant", "step ms", "p90 step ms", "comm ms", "exposed ms", "overlap", "compute ms",
               "bound ms", "speedup", "exposed saved ms", "compute slowdown"]
     if any(v.host_unprofiled_step_us is not None for v in c.variants):
-        header += ["host step ms", "host speedup"]
+        header += ["host step ms (unprofiled)", "host speedup"]
     rows = []
     for v in c.variants:
         saved = "–" if v.exposed_saved_us is None else f"{v.exposed_saved_us / 1000:+.3f}"
@@ -257,14 +258,18 @@ h3{font-size:15px;margin:22px 0 8px;color:#333}
 .card{border:1px solid var(--line);border-radius:10px;padding:12px 16px;min-width:200px;background:#fff;
  box-shadow:0 1px 2px rgba(0,0,0,.04)}
 .card .name{font-weight:700;font-size:15px}
-.card .big{font-size:30px;font-weight:700;color:#009E73;line-height:1.1;margin-top:4px}
-.card .sub{font-size:12px;color:var(--muted);margin-bottom:8px}
+.card .big{font-size:30px;font-weight:700;line-height:1.1;margin-top:4px}
+.card .sub{font-size:12px;color:var(--muted);margin-bottom:6px}
+.bar{height:6px;border-radius:3px;background:#D55E00;overflow:hidden;margin-bottom:10px}
+.bar i{display:block;height:100%;background:#009E73}
 .kv{display:flex;justify-content:space-between;gap:16px;font-size:13px}
 .kv span{color:var(--muted)}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
 th,td{padding:5px 10px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
-th{background:var(--bg);font-weight:600;white-space:nowrap}
-table.numbers td,table.numbers th{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+th{background:var(--bg);font-weight:600;vertical-align:bottom}
+.scroll{overflow-x:auto;max-width:100%}
+table.numbers td,table.numbers th{text-align:right;font-variant-numeric:tabular-nums}
+table.numbers td{white-space:nowrap}
 table.numbers td:first-child,table.numbers th:first-child{text-align:left}
 table.numbers tbody tr:hover{background:#fafbfc}
 table.meta td:first-child{color:var(--muted);white-space:nowrap}

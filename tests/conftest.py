@@ -1,0 +1,83 @@
+"""Shared fixtures. Append only (several areas share this file); keep expensive ones session-scoped."""
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Runs:
+    """Real 2-rank CPU/gloo runs of `overlapprof run`, made once per test session, all in ``root``:
+    the ring's sync and async variants in one invocation (``ring_stdout``/``ring_stderr`` are its
+    output) and one async allreduce run (collectives, for TensorBoard's Distributed view)."""
+
+    root: Path
+    ring: dict
+    allreduce: Path
+    ring_stdout: str
+    ring_stderr: str
+
+
+def _overlapprof(*args, timeout=240):
+    return subprocess.run([sys.executable, "-m", "overlapprof", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO)
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory) -> Runs:
+    root = tmp_path_factory.mktemp("runs")
+    ring = _overlapprof("run", REPO / "workloads/ring.py", "--nproc", 2, "--variant", "sync", "--variant", "async",
+                        "--out", root)
+    assert ring.returncode == 0, ring.stderr[-3000:]
+    allreduce = _overlapprof("run", REPO / "workloads/allreduce.py", "--nproc", 2, "--variant", "async",
+                             "--run-id", "allreduce", "--out", root)
+    assert allreduce.returncode == 0, allreduce.stderr[-3000:]
+    dirs = {p.name.rsplit("-", 1)[-1]: p for p in root.glob("ring-*")}
+    assert set(dirs) == {"sync", "async"}, sorted(root.iterdir())
+    return Runs(root=root, ring=dirs, allreduce=root / "allreduce-async", ring_stdout=ring.stdout,
+                ring_stderr=ring.stderr)
+
+
+# -- overlapprof run (issue 2): real runs of the workloads, each (workload, nproc) once per session
+
+SHORT_SCHEDULE = ("--warmup-steps", 1, "--wait", 0, "--warmup", 1, "--active", 2)
+WORKLOAD_VARIANTS = {  # checked against the files by tests/test_run_workloads.py
+    "ring": ("sync", "async"),
+    "allreduce": ("sync", "async"),
+    "collectives": ("sync", "async", "broadcast", "all_reduce", "scatter", "wait_vs_sync"),
+}
+
+
+@dataclass
+class WorkloadRun:
+    """One ``overlapprof run`` of every variant of a workload on ``nproc`` CPU ranks (gloo)."""
+
+    proc: subprocess.CompletedProcess
+    dirs: dict  # variant -> run directory
+    nproc: int
+
+
+@pytest.fixture(scope="session")
+def workload_runs(tmp_path_factory):
+    """``workload_runs(name, nproc)`` -> WorkloadRun of workloads/<name>.py, made on first use
+    with a short profiler schedule and no analysis, then shared by every test that asks."""
+    root = tmp_path_factory.mktemp("workload_runs")
+    made = {}
+
+    def get(name, nproc):
+        if (name, nproc) not in made:
+            run_id = f"{name}{nproc}"
+            variants = [a for v in WORKLOAD_VARIANTS[name] for a in ("--variant", v)]
+            proc = _overlapprof("run", REPO / "workloads" / f"{name}.py", "--nproc", nproc,
+                                "--run-id", run_id, "--out", root, "--no-analyze",
+                                *SHORT_SCHEDULE, *variants, timeout=600)
+            dirs = {v: root / f"{run_id}-{v}" for v in WORKLOAD_VARIANTS[name]}
+            made[name, nproc] = WorkloadRun(proc, dirs, nproc)
+        return made[name, nproc]
+
+    return get

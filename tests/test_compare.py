@@ -1,0 +1,162 @@
+"""`overlapprof compare` and `overlapprof.compare`: on real sync/async ring runs (CPU, gloo)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from overlapprof import analyze
+from overlapprof.cli import main
+from overlapprof.compare import PER_STEP, WHOLE_TRACE, Comparison, compare, load_reports
+from overlapprof.renderers import compare_csv, compare_table
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="module")
+def reports(runs):
+    return [analyze([str(runs.ring["sync"])]), analyze([str(runs.ring["async"])])]
+
+
+def _steps(report):
+    return [s for r in report.ranks for s in r.steps]
+
+
+def test_numbers_follow_from_the_reports(reports):
+    c = compare(reports)
+    assert c.basis == PER_STEP and c.baseline == "sync"
+    assert [v.label for v in c.variants] == ["sync", "async"]
+    for v, rep in zip(c.variants, reports):
+        steps = _steps(rep)
+        assert v.samples == len(steps) == sum(len(r.steps) for r in rep.ranks) > 0
+        assert v.step_us == pytest.approx(np.median([s.step_us for s in steps]))
+        assert v.step_us == pytest.approx(rep.summary.median_step_us)
+        assert v.step_p90_us == pytest.approx(rep.summary.p90_step_us)
+        for name in ("comm_us", "overlapped_us", "exposed_comm_us", "compute_us"):
+            assert getattr(v, name) == pytest.approx(np.median([getattr(s, name) for s in steps])), name
+        assert v.bound_us == pytest.approx(np.median([s.step_us - s.exposed_comm_us for s in steps]))
+        assert v.overlap_ratio == pytest.approx(sum(s.overlapped_us for s in steps) / sum(s.comm_us for s in steps))
+        host = [t * 1000 for r in rep.run["ranks"].values() for t in r["step_times_ms"]["profiled"]]
+        assert v.host_step_us == pytest.approx(np.median(host))
+        assert (v.workload, v.world_size, v.ranks, v.device, v.backend) == ("ring", 2, 2, "cpu", "gloo")
+    base, other = c.variants
+    assert base.speedup is None and base.compute_slowdown is None and base.exposed_saved_us is None
+    assert other.speedup == pytest.approx(base.step_us / other.step_us)
+    assert other.exposed_saved_us == pytest.approx(base.exposed_comm_us - other.exposed_comm_us)
+    assert other.exposed_saved_frac == pytest.approx(other.exposed_saved_us / base.exposed_comm_us)
+    assert other.compute_slowdown == pytest.approx(other.compute_us / base.compute_us)
+    assert other.ideal_speedup == pytest.approx(other.step_us / other.bound_us)
+    assert c.warnings == []
+
+
+def test_async_hides_communication_that_sync_exposes(reports):
+    """sync: blocking send/recv then matmul, nothing can overlap; async: isend/irecv under the
+    matmul. Whether that *saves* time on 2 shared CPU cores depends on the machine's load (gloo's
+    transfer thread competes with the matmul); that the async variant hides communication does not."""
+    sync, async_ = compare(reports).variants
+    assert sync.overlap_ratio < 0.02
+    assert async_.overlap_ratio > sync.overlap_ratio + 0.05
+    assert async_.overlapped_us > 0 and sync.exposed_comm_us == pytest.approx(sync.comm_us, rel=0.05)
+
+
+def test_save_load_round_trip(reports, tmp_path):
+    c = compare(reports, labels=["blocking", "overlapped"])
+    c.save(tmp_path / "c.json")
+    back = Comparison.load(tmp_path / "c.json")
+    assert back == c and back.variant("overlapped").speedup == c.variants[1].speedup
+    assert compare_table.render(back) == compare_table.render(c)
+
+
+def test_cli_table_json_csv(runs, tmp_path):
+    sync, async_ = str(runs.ring["sync"]), str(runs.ring["async"])
+    cli = CliRunner()
+    table = cli.invoke(main, ["compare", sync, async_, "-q"])
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["sync", "(baseline)", "async"]
+    assert any(line.startswith("  step-time speedup") for line in lines)
+    assert "per-step values" in table.stdout
+    out = cli.invoke(main, ["compare", sync, async_, "--json", str(tmp_path / "c.json"), "--csv", "-", "-q"])
+    assert out.exit_code == 0, out.output
+    rows = list(csv.DictReader(io.StringIO(out.stdout)))
+    saved = Comparison.load(tmp_path / "c.json")
+    assert [r["label"] for r in rows] == ["sync", "async"] == [v.label for v in saved.variants]
+    assert float(rows[1]["speedup"]) == pytest.approx(saved.variants[1].speedup)
+    assert rows[0]["speedup"] == "" and rows[0]["basis"] == PER_STEP
+    assert len(saved.reports) == 2 and saved.reports[0].run["variant"] == "sync"
+    # A saved comparison re-renders alone, without traces.
+    again = cli.invoke(main, ["compare", str(tmp_path / "c.json"), "-q"])
+    assert again.exit_code == 0 and again.stdout == table.stdout
+
+
+def test_other_workloads_and_world_sizes_are_warned(runs, tmp_path):
+    other = str(DATA / "trace_filter")  # 2 GPU ranks of a 128-rank job, not an overlapprof run
+    out = CliRunner().invoke(main, ["compare", str(runs.ring["sync"]), other, "--json", str(tmp_path / "c.json")])
+    assert out.exit_code == 0, out.output
+    warned = [line for line in out.stderr.splitlines() if line.startswith("warning: comparing runs of different")]
+    assert any("workloads" in line for line in warned)
+    assert any("world sizes (sync: 2, trace_filter: 128)" in line for line in warned)
+    c = Comparison.load(tmp_path / "c.json")
+    assert [w for w in c.warnings if w.startswith("comparing runs of different")] == [w[9:] for w in warned]
+
+
+def _without_steps(run_dir: Path, dest: Path) -> Path:
+    """The run's traces with their ProfilerStep spans removed (a profile taken without a schedule)."""
+    dest.mkdir()
+    for trace in sorted(run_dir.glob("rank*.pt.trace.json")):
+        data = json.loads(trace.read_text())
+        data["traceEvents"] = [e for e in data["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
+        (dest / trace.name).write_text(json.dumps(data))
+    return dest
+
+
+def test_whole_trace_basis_without_profiler_steps(runs, tmp_path):
+    plain = _without_steps(runs.ring["async"], tmp_path / "plain")
+    c = compare(load_reports([runs.ring["sync"], plain])[0])
+    assert c.basis == WHOLE_TRACE and any("no ProfilerSteps in plain" in w for w in c.warnings)
+    for v, rep in zip(c.variants, c.reports):
+        assert v.step_us is None and v.bound_us is None and v.samples == len(rep.ranks) == 2
+        for name in ("comm_us", "exposed_comm_us", "compute_us"):
+            assert getattr(v, name) == pytest.approx(np.median([getattr(r.metrics, name) for r in rep.ranks]))
+    assert c.variants[1].speedup is None
+    assert c.variants[1].compute_slowdown == pytest.approx(c.variants[1].compute_us / c.variants[0].compute_us)
+    assert "whole-trace values" in compare_table.render(c)
+
+
+@pytest.mark.parametrize("make_bad, message", [
+    (lambda tmp: tmp / "missing-run", "no such run directory"),
+    (lambda tmp: tmp, "no trace files"),
+])
+def test_missing_or_empty_run_is_one_line_exit_2(runs, tmp_path, make_bad, message):
+    out = CliRunner().invoke(main, ["compare", str(runs.ring["sync"]), str(make_bad(tmp_path)), "-q"])
+    assert out.exit_code == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("Error: ") and message in out.stderr
+
+
+def test_one_run_is_a_usage_error(runs):
+    out = CliRunner().invoke(main, ["compare", str(runs.ring["sync"])])
+    assert out.exit_code == 2 and "at least two runs" in out.stderr
+
+
+def test_load_reports_takes_saved_reports(runs, tmp_path):
+    rep = analyze([str(runs.ring["async"])])
+    rep.save(tmp_path / "async.json")
+    loaded, labels = load_reports([runs.ring["sync"], tmp_path / "async.json"])
+    assert labels is None and loaded[1] == rep
+    assert compare(loaded).variants[1].label == "async"
+
+
+def test_run_with_two_variants_ends_with_the_comparison(runs):
+    out = runs.ring_stdout
+    assert "comparison (2 variants, baseline sync):" in out
+    table = out[out.index("comparison (2 variants"):]
+    assert "sync (baseline)" in table and "exposed communication saved, ms" in table
+    c = compare([analyze([str(runs.ring["sync"])]), analyze([str(runs.ring["async"])])])
+    speedup_line = next(line for line in table.splitlines() if line.strip().startswith("step-time speedup"))
+    assert speedup_line.split()[-1] == f"{c.variants[1].speedup:.2f}x"
