@@ -31,13 +31,13 @@ def plot(paths, output, chart, dpi, labels, comm_kernels, drop_last_step, requir
     from overlapprof.errors import OverlapprofError
     from overlapprof.renderers import plots
 
+    if chart == "comparison" and len(paths) < 2:
+        raise click.UsageError("--chart comparison needs at least two inputs")
+    check_output(output, "plot")
     try:
         fmt = plots.format_of(output)
     except OverlapprofError as exc:
         fail(exc)
-    if chart == "comparison" and len(paths) < 2:
-        raise click.UsageError("--chart comparison needs at least two inputs")
-    check_output(output, "plot")
     comparison = load_comparison(paths, labels, comm_kernels, drop_last_step, require_launch, quiet)
     first, label = comparison.reports[0], comparison.variants[0].label
     if chart == "timeline":
