@@ -232,3 +232,21 @@ def test_report_round_trip_and_cli(tmp_path):
     again = subprocess.run([sys.executable, "-m", "overlapprof", "analyze", str(saved), "--by", "collective"],
                            capture_output=True, text=True)
     assert again.returncode == 0 and "straggler: rank 2" in again.stdout
+
+
+def test_html_report_has_the_straggler_chart(tmp_path):
+    from overlapprof.compare import compare
+    from overlapprof.renderers import html
+
+    arrivals = [[0, 0, 1000, 0]] * 3
+    report = overlapprof.analyze(write_ranks(tmp_path, instances_of(arrivals, 200)), workers=1)
+    page = html.render(compare([report]))
+    section = page[page.index("Stragglers: waiting vs transferring"):]
+    section = section[: section.index("</section>")]
+    assert 'src="data:image/svg+xml;base64,' in section
+    assert "<td>2</td><td>9.000</td><td>100.0%</td><td>3</td>" in section.replace("\n", "")
+    assert "group default: 4 of 4 ranks have traces (complete" in section
+    # One rank: nothing matched, no chart.
+    (tmp_path / "one").mkdir()
+    single = overlapprof.analyze(write_ranks(tmp_path / "one", instances_of(arrivals, 200)[:1]), workers=1)
+    assert single.comms is not None and "Stragglers: waiting vs transferring" not in html.render(compare([single]))

@@ -183,7 +183,7 @@ def make_comm_op(
     fields = _collective_fields(params)
     for e in (annotation, event):  # the annotation's shapes are the real tensors; the event's args win
         fields.update(_collective_fields(e))
-    fields["peer"] = _peer(fields, params, annotation, call)
+    fields["peer"] = _peer(fields, params, annotation if source == "kernel" else event, call)
     fields["call"] = call.name if call is not None else None
     if source == "kernel":
         host = params or annotation or call

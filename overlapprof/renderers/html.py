@@ -203,6 +203,26 @@ def _exposure(page: Page, label: str, report: Report) -> str:
     return _section("Exposed vs hidden communication", figure(fig, f"{label} exposed vs hidden"), level=3)
 
 
+def _stragglers(page: Page, label: str, report: Report) -> str | None:
+    """Waiting vs transferring per rank and who the others waited for (Report.comms)."""
+    from overlapprof.renderers import collectives_table as ct
+    from overlapprof.renderers.straggler_plot import has_chart, straggler_figure
+
+    if not has_chart(report):
+        return None
+    fig = straggler_figure(report, title=f"{label}: waiting vs transferring per rank")
+    caption = ("Collectives matched across ranks: transfer = the shortest duration among their ranks, "
+               "wait = a rank's duration − transfer; right, the wait a rank's late arrivals caused the others.")
+    rows = [[str(s.rank), _ms(s.caused_wait_us), _pct(s.share), str(s.last_arrivals)]
+            for s in report.comms.stragglers[:8]]
+    body = figure(fig, f"{label} stragglers", _e(caption))
+    if rows:
+        body += table(["rank", "others' wait caused ms", "share of all wait", "arrived last"], rows, "numbers")
+    notes = [line for line in ct.detail_lines(report) if not line.startswith("straggler:")]
+    body += "".join(f'<p class="note">{_e(x)}</p>' for x in notes)
+    return _section("Stragglers: waiting vs transferring", body, level=3)
+
+
 def _kv(mapping) -> str:
     if not isinstance(mapping, dict) or not mapping:
         return "–"
@@ -241,7 +261,7 @@ PageSection = Callable[[Page], "str | None"]
 RunSection = Callable[[Page, str, Report], "str | None"]
 
 PAGE_SECTIONS: list[PageSection] = [_header, _comparison, _runs, _definitions]
-RUN_SECTIONS: list[RunSection] = [_rank_table, _timeline, _exposure, _run_metadata]
+RUN_SECTIONS: list[RunSection] = [_rank_table, _timeline, _exposure, _stragglers, _run_metadata]
 
 _CSS = """
 :root{--ink:#1f2328;--muted:#656d76;--line:#d8dee4;--bg:#f6f8fa;--accent:#0072B2;--warn:#9a6700}

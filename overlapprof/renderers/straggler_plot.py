@@ -1,0 +1,59 @@
+"""The straggler chart: per rank, waiting vs transferring, and the waiting it caused others.
+
+Reads only ``Report.comms`` (:mod:`overlapprof.analysis.comms`). Two panels sharing the rank
+axis: left, each rank's time in matched collectives split into transfer (blue) and wait
+(vermillion); right, the wait the rank's late arrivals caused the other ranks, the top straggler
+highlighted. Same style and palette as :mod:`overlapprof.renderers.plots`.
+"""
+
+from __future__ import annotations
+
+from overlapprof.renderers.plots import COMPUTE, EXPOSED, INK, _figure, _ms, _style
+
+CAUSED = "#CC79A7"
+TOP = "#D55E00"
+
+
+def has_chart(report) -> bool:
+    """Whether the report has matched instances to chart."""
+    return report.comms is not None and any(r.matched_ops for r in report.comms.ranks)
+
+
+def straggler_figure(report, *, title: str | None = None):
+    """Per rank: transfer + wait (ms, over matched collectives) and wait caused to others (ms)."""
+    comms = report.comms
+    ranks = comms.ranks
+    ys = [-k for k in range(len(ranks))]
+    top = comms.stragglers[0].rank if comms.stragglers else None
+    with _style():
+        fig = _figure(10, 1.2 + 0.3 * max(2, len(ranks)))
+        left, right = fig.subplots(1, 2, sharey=True, width_ratios=(3, 2))
+        transfer = [_ms(r.transfer_us) for r in ranks]
+        wait = [_ms(r.wait_us) for r in ranks]
+        left.barh(ys, transfer, color=COMPUTE, height=0.62, label="transfer (shortest duration across ranks)")
+        left.barh(ys, wait, left=transfer, color=EXPOSED, height=0.62, label="wait (duration − transfer)")
+        span = max([t + w for t, w in zip(transfer, wait)] + [1e-3])
+        for y, t, w, r in zip(ys, transfer, wait, ranks):
+            share = f" · {100 * r.wait_share:.0f}% of exposed comm" if r.wait_share is not None else ""
+            left.text(t + w + span * 0.01, y, f"{w:.2f} ms wait{share}", va="center", fontsize=7.5, color="#444444")
+        left.set_xlim(0, span * 1.45)
+        left.set_xlabel("time in matched collectives (ms)")
+        left.set_title(title or "Waiting vs transferring per rank")
+        caused = [_ms(r.caused_wait_us) for r in ranks]
+        colors = [TOP if r.rank == top else CAUSED for r in ranks]
+        right.barh(ys, caused, color=colors, height=0.62)
+        most = max(caused + [1e-3])
+        for y, c, r in zip(ys, caused, ranks):
+            if r.last_arrivals:
+                right.text(c + most * 0.02, y, f"{c:.2f} ms · last {r.last_arrivals}×", va="center", fontsize=7.5,
+                           color=INK)
+        right.set_xlim(0, most * 1.6)
+        right.set_xlabel("others' wait it caused (ms)")
+        right.set_title("Stragglers: who the others waited for")
+        for ax in (left, right):
+            ax.grid(axis="x", color="#EEEEEE", linewidth=0.8)
+            ax.set_axisbelow(True)
+            ax.tick_params(axis="y", length=0)
+        left.set_yticks(ys, [f"rank {r.rank}" for r in ranks])
+        fig.legend(*left.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=8)
+    return fig
