@@ -102,9 +102,10 @@ class Comparison(msgspec.Struct, kw_only=True):
                 return v
         raise KeyError(label)
 
-    def to_json(self, indent: int = 2) -> str:
-        data = msgspec.json.encode(self)
-        return (msgspec.json.format(data, indent=indent) if indent else data).decode()
+    # Saved and loaded the way a Report is (JSON through a temporary file); only the schema differs.
+    to_json = Report.to_json
+    save = Report.save
+    load = classmethod(Report.load.__func__)
 
     @classmethod
     def from_json(cls, text: str | bytes, source: str = "comparison") -> Comparison:
@@ -116,21 +117,6 @@ class Comparison(msgspec.Struct, kw_only=True):
             return msgspec.json.decode(text, type=cls)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise ReportError(f"{source}: not a readable overlapprof comparison ({exc})") from None
-
-    def save(self, path: str | Path) -> None:
-        """Write the comparison as JSON (through a temporary file, then renamed)."""
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(self.to_json() + "\n")
-        tmp.replace(path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> Comparison:
-        try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            raise ReportError(f"{path}: cannot read ({exc.strerror or exc})") from None
-        return cls.from_json(data, source=str(path))
 
 
 class _Head(msgspec.Struct):

@@ -39,6 +39,17 @@ def port_is_free(port: int, host: str = HOST) -> bool:
     return True
 
 
+def stop_process(process: subprocess.Popen, timeout: float = 10.0) -> None:
+    """Terminate a child process, and kill it if it has not ended within ``timeout`` seconds."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 class TensorBoardServer:
     """A running TensorBoard child process; ``url`` is where it serves."""
 
@@ -60,13 +71,7 @@ class TensorBoardServer:
         return self.process.wait()
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
     def __enter__(self):
         return self

@@ -17,6 +17,8 @@ import tempfile
 import time
 import urllib.request
 
+from overlapprof.view import stop_process
+
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-extensions", "--hide-scrollbars", "--remote-debugging-port=0"]
@@ -126,12 +128,7 @@ class Page:
             if hasattr(self, "ws"):
                 self.ws.close()
         finally:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            stop_process(self.process)
             shutil.rmtree(self.profile, ignore_errors=True)
 
     def __enter__(self):

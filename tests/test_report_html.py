@@ -91,7 +91,7 @@ def test_single_run_has_no_comparison_section(runs):
     assert 'data-variant="sync" data-ranks="2"' in page
 
 
-def test_never_writes_over_traces_or_unnamed_files(runs, tmp_path):
+def test_never_writes_over_traces_or_unnamed_files(runs, tmp_path, monkeypatch):
     sync = runs.ring["sync"]
     trace = next(sync.glob("rank0.*.pt.trace.json"))
     before = trace.read_bytes()
@@ -100,10 +100,10 @@ def test_never_writes_over_traces_or_unnamed_files(runs, tmp_path):
         out = cli.invoke(main, ["report", str(sync), "-o", str(target)])
         assert out.exit_code == 2 and out.stderr.startswith("Error: ") and out.stderr.count("\n") == 1
     assert trace.read_bytes() == before
-    with cli.isolated_filesystem(temp_dir=tmp_path):
-        Path("report.html").write_text("mine")
-        out = cli.invoke(main, ["report", str(sync)])
-        assert out.exit_code == 2 and "name the output with -o" in out.stderr
-        assert Path("report.html").read_text() == "mine"
-        out = cli.invoke(main, ["report", str(sync), "-o", "report.html", "-q"])
-        assert out.exit_code == 0 and Path("report.html").read_text().startswith("<!DOCTYPE html>")
+    monkeypatch.chdir(tmp_path)
+    Path("report.html").write_text("mine")
+    out = cli.invoke(main, ["report", str(sync)])
+    assert out.exit_code == 2 and "name the output with -o" in out.stderr
+    assert Path("report.html").read_text() == "mine"
+    out = cli.invoke(main, ["report", str(sync), "-o", "report.html", "-q"])
+    assert out.exit_code == 0 and Path("report.html").read_text().startswith("<!DOCTYPE html>")

@@ -8,17 +8,7 @@ missing value as ``-``. Plain aligned text, like the analyze table, so it pipes 
 from __future__ import annotations
 
 from overlapprof.compare import PER_STEP, Comparison, VariantStats
-from overlapprof.renderers.table import format_table
-
-_NONE = "-"
-
-
-def _ms(us: float | None) -> str:
-    return _NONE if us is None else f"{us / 1000:.3f}"
-
-
-def _pct(ratio: float | None) -> str:
-    return _NONE if ratio is None else f"{100 * ratio:.2f}%"
+from overlapprof.renderers.table import _NONE, _ms, _pct, format_table
 
 
 def _x(factor: float | None) -> str:
