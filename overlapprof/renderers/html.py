@@ -85,15 +85,15 @@ def _header(page: Page) -> str:
         ("basis", c.basis),
     ]
     chips = "".join(f'<span class="chip"><b>{_e(k)}</b> {_e(v)}</span>' for k, v in facts)
-    cards = []
+    cards, per = [], " / step" if c.basis == PER_STEP else ""
     for v in c.variants:
         speed = "baseline" if v.label == c.baseline else f"{_x(v.speedup)} vs {_e(c.baseline)}"
         cards.append(
             f'<div class="card"><div class="name">{_e(v.label)}</div>'
             f'<div class="big">{_pct(v.overlap_ratio)}</div><div class="sub">of communication hidden</div>'
             f'<div class="bar"><i style="width:{100 * (v.overlap_ratio or 0):.1f}%"></i></div>'
-            f'<div class="kv"><span>exposed</span><b>{_ms(v.exposed_comm_us)} ms</b></div>'
-            f'<div class="kv"><span>step</span><b>{_ms(v.step_us)} ms</b></div>'
+            f'<div class="kv"><span>exposed comm{per}</span><b>{_ms(v.exposed_comm_us)} ms</b></div>'
+            f'<div class="kv"><span>step (median)</span><b>{_ms(v.step_us)} ms</b></div>'
             f'<div class="kv"><span>speedup</span><b>{speed}</b></div></div>'
         )
     title = " vs ".join(v.label for v in c.variants)
