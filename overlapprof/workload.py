@@ -107,9 +107,10 @@ class Context:
             torch.cuda.synchronize(self.device)
 
     def metric(self, name, value):
-        """Record a number under ``name`` (append; name it with its unit, e.g. ``_bytes``,
-        ``_ms``). Every value ends up in run.json under ``ranks.<rank>.metrics.<name>``."""
-        self.metrics.setdefault(name, []).append(float(value))
+        """Record a number under ``name`` (name it with its unit: ``_bytes``, ``_ms``...). It ends
+        up in run.json as ``ranks.<rank>.metrics.<name>.<step kind>``: a list in call order, per
+        kind of step like the step times ("warmup", "profiled"..., or "setup")."""
+        self.metrics.setdefault(name, {}).setdefault(self.step_kind, []).append(float(value))
 
     def _mark(self, phase):
         self.current_phase = phase
@@ -245,9 +246,12 @@ def load(path):
         spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[module_name]
-        where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) else ""
+        if isinstance(exc, SyntaxError):
+            where, message = f" (line {exc.lineno})", exc.msg
+        else:
+            where, message = "", str(exc)
         raise WorkloadError(f"cannot load workload {path}{where}: {type(exc).__name__}: "
-                            f"{exc}") from exc
+                            f"{message}") from exc
     return Workload(path, module)
 
 

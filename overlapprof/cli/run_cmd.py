@@ -78,10 +78,6 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
     per rank, then print its overlap report. Workload options go after -- (e.g.
     `overlapprof run workloads/ring.py --nproc 4 -- --size 512`) or as --opt key=value.
     """
-    from overlapprof import workload as workload_api
-    from overlapprof.errors import OverlapprofError
-    from overlapprof.launch import launcher
-
     if nnodes > 1 and not (run_id and rdzv_endpoint):
         raise click.UsageError("--nnodes > 1 needs --run-id (the shared run directory name) and "
                                "--rdzv-endpoint (node 0's HOST:PORT)")
@@ -89,6 +85,10 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         raise click.UsageError(f"--node-rank {node_rank} is not below --nnodes {nnodes}")
     if run_id and not _RUN_ID.match(run_id):
         raise click.UsageError(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-'")
+    from overlapprof import workload as workload_api  # imports torch: after the cheap checks
+    from overlapprof.errors import OverlapprofError
+    from overlapprof.launch import launcher
+
     try:
         loaded = workload_api.load(workload)
         if list_variants:

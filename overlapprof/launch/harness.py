@@ -84,7 +84,8 @@ class Harness:
             rank=self.rank, world_size=self.world_size, local_rank=self.local_rank,
             node_rank=self.node_rank, device=device, backend=config["backend"],
             variant=config["variant"], options=config["options"])
-        self._write(status="running", started=time.time(), host=rundir.host(), pid=os.getpid(),
+        self._write(status="running", error=None, error_kind=None, where=None,
+                    started=time.time(), ended=None, host=rundir.host(), pid=os.getpid(),
                     node_rank=self.node_rank, local_rank=self.local_rank, device=str(device))
         watchdog = Watchdog(ctx, config["timeout_s"], self._hang)
         ctx._mark("init_process_group")

@@ -45,7 +45,7 @@ starts and again, merged from the fragments, when a launcher ends::
                                        "profiler_wait": [...], "profiler_warmup": [...],
                                        "profiled": [...]},
                      "profiled_steps": [N, ...] (the ProfilerStep#N in the traces),
-                     "metrics": {"name_unit": [values]} (recorded by the workload),
+                     "metrics": {"name_unit": {"<step kind>": [values]}} (from ctx.metric),
                      "traces": ["rank0.<time_ns>.pt.trace.json", ...]}}
     traces          {"0": [...]}  the ranks' trace files, one per profiler cycle, in order
     missing_ranks   ranks of world_size with no fragment here

@@ -1,0 +1,118 @@
+"""Run directories without launching anything: names, create/join rules, merging, loading."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from overlapprof.errors import RunDirError
+from overlapprof.launch import rundir
+
+
+def header(nnodes=1, run_id="r", world_size=2):
+    return {"schema_version": rundir.SCHEMA_VERSION, "name": "r-sync", "run_id": run_id,
+            "nnodes": nnodes, "world_size": world_size}
+
+
+def test_rundir_does_not_import_torch():
+    code = ("import sys, overlapprof.launch.rundir\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_variants_of_one_invocation_sort_together():
+    names = rundir.run_dir_names("ring", ["sync", "async"], stamp="20260101-120000")
+    assert names == {"sync": "ring-20260101-120000-sync", "async": "ring-20260101-120000-async"}
+    later = rundir.run_dir_names("ring", ["async"], stamp="20260101-120001")
+    ordered = sorted([*names.values(), *later.values()])
+    assert ordered[:2] == sorted(names.values())
+    assert rundir.run_dir_names("ring", ["sync"], run_id="exp1") == {"sync": "exp1-sync"}
+
+
+def test_a_taken_time_name_gets_a_counter_and_a_taken_run_id_is_an_error(tmp_path):
+    first = rundir.plan_run_dirs(tmp_path, "ring", ["sync"])
+    first["sync"].mkdir()
+    second = rundir.plan_run_dirs(tmp_path, "ring", ["sync"])
+    assert second["sync"] != first["sync"] and not second["sync"].exists()
+    (tmp_path / "x-async").mkdir()
+    with pytest.raises(RunDirError, match="x-async exists; runs are never overwritten"):
+        rundir.plan_run_dirs(tmp_path, "ring", ["sync", "async"], run_id="x")
+    assert rundir.plan_run_dirs(tmp_path, "ring", ["async"], run_id="x", joinable=True)
+
+
+def test_single_node_run_dir_is_created_once(tmp_path):
+    path = rundir.open_run_dir(tmp_path / "r-sync", header(), 0, [0, 1])
+    assert sorted(p.name for p in path.iterdir()) == ["logs", "nodes", "ranks", "run.json"]
+    run = rundir.read_json(path / "run.json")
+    assert run["status"] == "running" and run["ranks"] == {}
+    assert rundir.read_json(rundir.rank_file(path, 1)) == {
+        "rank": 1, "node_rank": 0, "local_rank": 1, "status": "starting"}
+    with pytest.raises(RunDirError, match="exists; runs are never overwritten"):
+        rundir.open_run_dir(path, header(), 0, [0, 1])
+
+
+def test_multi_node_joins_a_running_dir_and_claims_ranks_exclusively(tmp_path):
+    path = tmp_path / "r-sync"
+    rundir.open_run_dir(path, header(nnodes=2, world_size=4), 0, [0, 1])
+    rundir.open_run_dir(path, header(nnodes=2, world_size=4), 1, [2, 3])  # node 1 joins
+    with pytest.raises(RunDirError, match="node1.json of run directory .* is already taken"):
+        rundir.open_run_dir(path, header(nnodes=2, world_size=4), 1, [2, 3])
+    with pytest.raises(RunDirError, match="not a running 2-node run of --run-id other"):
+        rundir.open_run_dir(path, header(nnodes=2, run_id="other", world_size=4), 1, [2, 3])
+    rundir.update_json(path / "run.json", status="ok")
+    with pytest.raises(RunDirError, match="is not a running 2-node run"):
+        rundir.open_run_dir(path, header(nnodes=2, world_size=4), 0, [0, 1])
+
+
+def test_a_foreign_directory_is_not_joined(tmp_path, monkeypatch):
+    monkeypatch.setattr(rundir, "_JOIN_WAIT_S", 0.2)  # how long a joiner waits for run.json
+    (tmp_path / "r-sync").mkdir()
+    with pytest.raises(RunDirError, match="exists and is not an overlapprof run"):
+        rundir.open_run_dir(tmp_path / "r-sync", header(nnodes=2), 1, [1])
+
+
+def test_atomic_write_replaces_and_leaves_no_temp_file(tmp_path):
+    target = tmp_path / "run.json"
+    rundir.write_json_atomic(target, {"a": 1})
+    rundir.write_json_atomic(target, {"a": 2})
+    assert json.loads(target.read_text()) == {"a": 2}
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+
+
+def fragment(path, rank, **fields):
+    rundir.update_json(rundir.rank_file(path, rank), **fields)
+
+
+def test_merge_status_and_root_cause(tmp_path):
+    path = rundir.open_run_dir(tmp_path / "r", header(world_size=3), 0, [0, 1, 2])
+    rundir.write_json_atomic(rundir.node_file(path, 0), {"status": "running", "config": {}})
+    assert rundir.merge(path)["status"] == "running"
+    # rank 2's error came first but was caused by rank 0's crash (its peer died)
+    fragment(path, 2, status="failed", error="closed by peer", error_kind="peer", ended=10.0)
+    fragment(path, 0, status="failed", error="ValueError: boom", error_kind="exception",
+             ended=11.0, traces=["rank0.1.pt.trace.json"])
+    fragment(path, 1, status="failed", error="terminated", error_kind="terminated", ended=9.0)
+    run = rundir.merge(path)
+    assert run["status"] == "failed"
+    assert run["failure"] == {"rank": 0, "error": "ValueError: boom", "error_kind": "exception"}
+    assert run["traces"] == {"0": ["rank0.1.pt.trace.json"], "1": [], "2": []}
+    assert "config" not in run["nodes"]["0"]
+    assert rundir.load_run(path) == run
+
+
+def test_merge_marks_missing_ranks_incomplete(tmp_path):
+    path = rundir.open_run_dir(tmp_path / "r", header(nnodes=2, world_size=4), 1, [2, 3])
+    rundir.write_json_atomic(rundir.node_file(path, 1), {"status": "ok"})
+    for rank in (2, 3):
+        fragment(path, rank, status="ok")
+    run = rundir.merge(path)
+    assert (run["status"], run["missing_ranks"]) == ("incomplete", [0, 1])
+
+
+def test_load_run_errors(tmp_path):
+    with pytest.raises(RunDirError, match="is not a run directory"):
+        rundir.load_run(tmp_path)
+    (tmp_path / "run.json").write_text('{"schema_version": 99}')
+    with pytest.raises(RunDirError, match="schema_version 99 is not 1"):
+        rundir.load_run(tmp_path)
