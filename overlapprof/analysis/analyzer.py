@@ -133,10 +133,9 @@ def analyze_group(files: list[str], options: Options) -> RankResult:
         report = measure(ev, keep_comm_ops=options.comm_ops)
         report.world_size, report.backend = result.world_size, result.backend
         if result.comms is not None:
-            result.comms.ops, result.comms.world_size = ev.comm_ops, result.world_size
             comm, compute = M.iv.union(ev.comm.start, ev.comm.end), M.iv.union(ev.compute.start, ev.compute.end)
-            result.comms.exposed = M.iv.difference(comm, compute)
-            result.comms.exposed_comm_us = report.metrics.exposed_comm_us
+            result.comms.world_size = result.world_size
+            result.comms.attach(ev.comm_ops, M.iv.difference(comm, compute), report.metrics.exposed_comm_us)
         result.report = report
     except OverlapprofError as exc:
         result.error = exc

@@ -49,12 +49,17 @@ BUS_FACTORS = {
 }
 
 
+_SEEN: dict[str, int | None] = {}
+
+
 def element_bytes(dtype) -> int | None:
     """Bytes per element of a dtype name (``Float``, ``c10::BFloat16``, ``unsigned char``)."""
     if not isinstance(dtype, str):
         return None
-    key = dtype.strip().lower().replace("c10::", "")
-    return _ELEMENT_BYTES.get(key)
+    size = _SEEN.get(dtype, -1)
+    if size == -1:
+        size = _SEEN[dtype] = _ELEMENT_BYTES.get(dtype.strip().lower().replace("c10::", ""))
+    return size
 
 
 def _numel(dims) -> int | None:
@@ -80,18 +85,23 @@ def shape_bytes(dims, types) -> int | None:
     return total if found else None
 
 
-def message_bytes(op: CommOp, kind: str, group_size: int | None) -> int | None:
-    """S of nccl-tests for one operation (see the module docstring); None when unknown."""
+def bytes_parts(op: CommOp, kind: str) -> tuple[int | None, bool]:
+    """(bytes, scaled): S of nccl-tests when the counts say it; else the recorded shapes' bytes
+    and whether they are one rank's share that S is n times of (all_gather)."""
     size = element_bytes(op.dtype)
     counts = [c for c in (op.in_nelems, op.out_nelems) if isinstance(c, int) and c >= 0]
     if size is not None and counts:
-        return max(counts) * size
+        return max(counts) * size, False
     shaped = shape_bytes(op.input_dims, op.input_type)
-    if shaped is None:
-        return None
-    if kind == "all_gather":
-        return shaped * group_size if group_size else None
-    return shaped
+    return shaped, shaped is not None and kind == "all_gather"
+
+
+def message_bytes(op: CommOp, kind: str, group_size: int | None) -> int | None:
+    """S of nccl-tests for one operation (see the module docstring); None when unknown."""
+    nbytes, scaled = bytes_parts(op, kind)
+    if scaled:
+        return nbytes * group_size if group_size else None
+    return nbytes
 
 
 def bus_factor(kind: str, group_size: int | None) -> float | None:

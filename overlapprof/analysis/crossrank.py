@@ -32,7 +32,7 @@ from overlapprof.analysis.comms import (
     Unmatched,
     WarmupOp,
 )
-from overlapprof.analysis.matching import DEFAULT_GROUP, Ops, build_ops, match
+from overlapprof.analysis.matching import DEFAULT_GROUP, Ops, concat, match, rank_ops
 from overlapprof.trace.decode import TraceFile
 
 WARMUP_FACTOR = 10.0  # a first op this many times the kind's median transfer is warm-up
@@ -46,17 +46,34 @@ class RankInput:
 
     ``base_us``: the trace's ``baseTimeNanoseconds`` / 1000 (``ts + base_us`` is its host clock).
     ``pg_ranks``: process group name -> member ranks (``distributedInfo.pg_config``).
-    ``exposed``: U(comm) \\ U(compute) of the rank (OVERLAP.md), on its own ``ts`` clock.
+    ``ops``: the rank's logical operations (:func:`~overlapprof.analysis.matching.rank_ops`);
+    ``op_groups``: what they say of their groups, name -> (size, ranks, source); ``unnamed``:
+    whether some carry no group name. ``exposed``: U(comm) \\ U(compute) of the rank (OVERLAP.md),
+    on its own ``ts`` clock. Built in the worker that read the rank (small: numpy columns).
     """
 
     rank: int
-    ops: list[CommOp]
+    ops: Ops | None = None
     host: str | None = None
     base_us: float = 0.0
     world_size: int | None = None
     pg_ranks: dict[str, list[int]] = field(default_factory=dict)
+    op_groups: dict[str, tuple] = field(default_factory=dict)
+    unnamed: bool = False
     exposed: iv.Intervals = iv.EMPTY
     exposed_comm_us: float = 0.0
+
+    def attach(self, comm_ops: list[CommOp], exposed: iv.Intervals, exposed_comm_us: float) -> None:
+        """Add the rank's operations (as logical-operation columns) and exposed communication."""
+        self.ops = rank_ops(comm_ops)
+        self.exposed, self.exposed_comm_us = exposed, exposed_comm_us
+        for op in comm_ops:
+            name = op.pg_name or DEFAULT_GROUP
+            self.unnamed |= op.pg_name is None
+            if op.pg_ranks and self.op_groups.get(name, (0, None))[1] is None:
+                self.op_groups[name] = (len(op.pg_ranks), op.pg_ranks, "Process Group Ranks")
+            elif op.group_size and name not in self.op_groups:
+                self.op_groups[name] = (op.group_size, None, "Group size")
 
 
 class _ProcessGroup(msgspec.Struct):
@@ -83,7 +100,7 @@ def rank_input(traces: list[TraceFile], base_ns: int | None) -> RankInput:
             except (msgspec.DecodeError, msgspec.ValidationError):
                 groups = []
             pg_ranks.update({str(g.pg_name): g.ranks for g in groups})
-    return RankInput(rank=-1, ops=[], host=host, base_us=base_ns / 1000 if base_ns else 0.0, pg_ranks=pg_ranks)
+    return RankInput(rank=-1, host=host, base_us=base_ns / 1000 if base_ns else 0.0, pg_ranks=pg_ranks)
 
 
 def _groups(inputs: list[RankInput]) -> tuple[dict[str, tuple[int | None, list[int] | None, str]], list[str]]:
@@ -92,19 +109,15 @@ def _groups(inputs: list[RankInput]) -> tuple[dict[str, tuple[int | None, list[i
     for r in inputs:
         for name, ranks in r.pg_ranks.items():
             known.setdefault(name, (len(ranks), ranks, "distributedInfo.pg_config"))
-        for op in r.ops:
-            name = op.pg_name or DEFAULT_GROUP
-            if op.pg_ranks:
-                known[name] = (len(op.pg_ranks), op.pg_ranks, "Process Group Ranks")
-            elif op.group_size and name not in known:
-                known[name] = (op.group_size, None, "Group size")
+        for name, info in r.op_groups.items():
+            if info[1] is not None or name not in known:
+                known[name] = info
     world = max((r.world_size for r in inputs if r.world_size), default=None)
     if DEFAULT_GROUP not in known:
         known[DEFAULT_GROUP] = (world, list(range(world)) if world else None, "world_size") if world else (None, None, "unknown")
     notes = []
     configured = {n for r in inputs for n in r.pg_ranks}
-    unnamed = any(op.pg_name is None for r in inputs for op in r.ops)
-    if unnamed and len(configured) > 1:
+    if any(r.unnamed for r in inputs) and len(configured) > 1:
         notes.append(
             f"the trace lists {len(configured)} process groups but its operations carry no group name: they are "
             "matched within the default group (wrong if subgroups of fewer ranks were used)"
@@ -167,10 +180,11 @@ def _median(values) -> float | None:
 def compute_comms(inputs: list[RankInput], align_clocks: bool = False) -> Comms | None:
     """The comms section for these ranks (None when no rank has a communication operation)."""
     inputs = sorted(inputs, key=lambda r: r.rank)
-    if not any(r.ops for r in inputs):
+    inputs = [r for r in inputs if r.ops is not None]
+    if not any(len(r.ops) for r in inputs):
         return None
     groups, notes = _groups(inputs)
-    ops = build_ops({r.rank: r.ops for r in inputs}, {g: s for g, (s, _, _) in groups.items() if s})
+    ops = concat({r.rank: r.ops for r in inputs}, {g: s for g, (s, _, _) in groups.items() if s})
     domain_of, shift, clocks, shared, clock_notes, used = _clock(inputs, ops, align_clocks)
     notes += clock_notes
     row_shift = np.array([shift[r] for r in ops.rank.tolist()])
@@ -195,7 +209,10 @@ def compute_comms(inputs: list[RankInput], align_clocks: bool = False) -> Comms 
     wait = np.zeros(n)
     wait[rows] = dur[rows] - transfer_of_row[rows]
     skew = (np.maximum.reduceat(start[rows], bounds) - np.minimum.reduceat(start[rows], bounds)) if has else np.empty(0)
-    domain_ids = np.array([sorted(set(domain_of.values())).index(domain_of[r]) for r in ops.rank[rows].tolist()], dtype=np.int64)
+    domain_index = {name: k for k, name in enumerate(sorted(set(domain_of.values())))}
+    rank_domain = np.zeros(max(domain_of) + 1, dtype=np.int64)
+    rank_domain[list(domain_of)] = [domain_index[d] for d in domain_of.values()]
+    domain_ids = rank_domain[ops.rank[rows]]
     one_domain = (np.maximum.reduceat(domain_ids, bounds) == np.minimum.reduceat(domain_ids, bounds)) if has else np.empty(0, bool)
     # Last arrival: the shortest duration in the instance (ties: the latest start).
     order = np.lexsort((-start[rows], dur[rows], ids))

@@ -36,10 +36,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import compress
 
 import numpy as np
 
-from overlapprof.analysis.bandwidth import message_bytes
+from overlapprof.analysis.bandwidth import bytes_parts
 from overlapprof.analysis.classify import comm_kind
 from overlapprof.analysis.clocks import SYNCHRONISING
 from overlapprof.analysis.comm_ops import CommOp
@@ -54,9 +55,11 @@ DEFAULT_GROUP = "default"
 
 @dataclass
 class Ops:
-    """All ranks' logical operations as columns (one row per operation)."""
+    """Logical operations as columns (one row per operation): one rank's, or all ranks' after
+    :func:`concat`. ``scaled``: ``nbytes`` is one rank's share (all_gather sized from its input's
+    recorded shape) and becomes × the group size in :func:`concat`."""
 
-    rank: np.ndarray  # int64
+    rank: np.ndarray  # int64 (-1 until the rank is settled)
     kind: list[str]
     group: list[str]
     seq: np.ndarray  # int64, -1 unknown
@@ -66,11 +69,18 @@ class Ops:
     end: np.ndarray
     dur: np.ndarray  # the trace's duration (the span of the kernels, for merged ones)
     nbytes: np.ndarray  # float64, NaN unknown
+    scaled: np.ndarray  # bool
     step: np.ndarray  # int64, -1 none
     group_size: np.ndarray  # int64, 0 unknown
 
     def __len__(self) -> int:
         return self.rank.size
+
+
+_COLUMNS = {
+    "rank": np.int64, "seq": np.int64, "direction": np.int8, "peer": np.int64, "ts": np.float64, "end": np.float64,
+    "dur": np.float64, "nbytes": np.float64, "scaled": bool, "step": np.int64, "group_size": np.int64,
+}
 
 
 @dataclass
@@ -102,42 +112,65 @@ def _merge_key(op: CommOp, group: str):
     return None
 
 
-def build_ops(per_rank: dict[int, list[CommOp]], group_sizes: dict[str, int]) -> Ops:
-    """Logical operations of every rank, in time order per rank (see the module docstring)."""
-    cols = defaultdict(list)
-    for rank in sorted(per_rank):
-        merged: dict = {}
-        rows = []
-        for op in sorted(per_rank[rank], key=lambda o: o.ts):
-            group = op.pg_name or DEFAULT_GROUP
-            key = _merge_key(op, group)
-            kind = comm_kind(op.collective or op.annotation or op.name)
-            size = op.group_size or (len(op.pg_ranks) if op.pg_ranks else None) or group_sizes.get(group)
-            nbytes = message_bytes(op, kind, size)
-            nbytes = np.nan if nbytes is None else float(nbytes)
-            if key is not None and key in merged:  # one more kernel of the same call
-                row = rows[merged[key]]
-                row["end"] = max(row["end"], op.ts + max(op.dur, 0.0))
-                row["dur"] = row["end"] - row["ts"]
-                row["nbytes"] = float(np.fmax(row["nbytes"], nbytes))
-                continue
-            if key is not None:
-                merged[key] = len(rows)
-            rows.append(
-                dict(rank=rank, kind=kind, group=group, seq=op.seq if op.seq is not None and kind != "send_recv" else -1,
-                     direction=_direction(op) if kind == "send_recv" else 0,
-                     peer=op.peer if op.peer is not None else -1, ts=op.ts, end=op.ts + max(op.dur, 0.0), dur=max(op.dur, 0.0),
-                     nbytes=nbytes,
-                     step=op.step if op.step is not None else -1, group_size=size or 0)
-            )
-        for row in rows:
-            for name, value in row.items():
-                cols[name].append(value)
-    arrays = {
-        "rank": np.int64, "seq": np.int64, "direction": np.int8, "peer": np.int64, "ts": np.float64,
-        "end": np.float64, "dur": np.float64, "nbytes": np.float64, "step": np.int64, "group_size": np.int64,
+class _KindOf(dict):
+    def __missing__(self, text):
+        value = self[text] = comm_kind(text)
+        return value
+
+
+_KIND_OF = _KindOf()
+
+
+def rank_ops(ops: list[CommOp]) -> Ops:
+    """One rank's logical operations, in time order (module docstring); ``rank`` is left -1."""
+    ops = sorted(ops, key=lambda o: o.ts)
+    kinds = [_KIND_OF[o.collective or o.annotation or o.name] for o in ops]
+    groups = [o.pg_name or DEFAULT_GROUP for o in ops]
+    sizes = [bytes_parts(o, k) for o, k in zip(ops, kinds)]
+    dur = np.maximum(np.array([o.dur for o in ops], dtype=np.float64), 0.0)
+    ts = np.array([o.ts for o in ops], dtype=np.float64)
+    cols = {
+        "rank": np.full(len(ops), -1, dtype=np.int64),
+        "seq": np.array([o.seq if o.seq is not None and k != "send_recv" else -1 for o, k in zip(ops, kinds)], dtype=np.int64),
+        "direction": np.array([_direction(o) if k == "send_recv" else 0 for o, k in zip(ops, kinds)], dtype=np.int8),
+        "peer": np.array([-1 if o.peer is None else o.peer for o in ops], dtype=np.int64),
+        "ts": ts, "end": ts + dur, "dur": dur,
+        "nbytes": np.array([np.nan if b is None else b for b, _ in sizes], dtype=np.float64),
+        "scaled": np.array([scaled for _, scaled in sizes], dtype=bool),
+        "step": np.array([-1 if o.step is None else o.step for o in ops], dtype=np.int64),
+        "group_size": np.array([o.group_size or (len(o.pg_ranks) if o.pg_ranks else 0) for o in ops], dtype=np.int64),
     }
-    return Ops(**{n: np.array(cols[n], dtype=t) for n, t in arrays.items()}, kind=cols["kind"], group=cols["group"])
+    # Kernels of one host call (or one group + sequence number) become one operation.
+    keys = [_merge_key(o, g) for o, g in zip(ops, groups)]
+    first: dict = {}
+    owner = np.array([first.setdefault(k, i) if k is not None else i for i, k in enumerate(keys)], dtype=np.int64)
+    if (owner != np.arange(len(ops))).any():
+        keep = owner == np.arange(len(ops))
+        np.maximum.at(cols["end"], owner, cols["end"])
+        np.fmax.at(cols["nbytes"], owner, cols["nbytes"])
+        cols["dur"] = cols["end"] - cols["ts"]
+        cols = {n: c[keep] for n, c in cols.items()}
+        kinds, groups = list(compress(kinds, keep)), list(compress(groups, keep))
+    return Ops(**cols, kind=kinds, group=groups)
+
+
+def concat(parts: dict[int, Ops], group_sizes: dict[str, int]) -> Ops:
+    """All ranks' operations (``parts`` by rank): rank column set, unknown group sizes taken from
+    ``group_sizes``, scaled byte counts multiplied by the group size (unknown size: unknown bytes)."""
+    ranks = sorted(parts)
+    cat = {n: np.concatenate([getattr(parts[r], n) for r in ranks]).astype(t) for n, t in _COLUMNS.items()}
+    cat["rank"] = np.repeat(np.array(ranks, dtype=np.int64), [len(parts[r]) for r in ranks])
+    groups = [g for r in ranks for g in parts[r].group]
+    known = np.array([group_sizes.get(g, 0) for g in groups], dtype=np.int64)
+    cat["group_size"] = np.where(cat["group_size"] > 0, cat["group_size"], known)
+    scale = np.where(cat["scaled"], np.where(cat["group_size"] > 0, cat["group_size"], np.nan), 1.0)
+    cat["nbytes"] = cat["nbytes"] * scale
+    return Ops(**cat, kind=[k for r in ranks for k in parts[r].kind], group=groups)
+
+
+def build_ops(per_rank: dict[int, list[CommOp]], group_sizes: dict[str, int]) -> Ops:
+    """:func:`rank_ops` of every rank, then :func:`concat`."""
+    return concat({rank: rank_ops(ops) for rank, ops in per_rank.items()}, group_sizes)
 
 
 def _sizes_agree(nbytes: np.ndarray) -> bool:

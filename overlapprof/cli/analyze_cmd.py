@@ -65,6 +65,9 @@ class _Progress:
               help="Also count kernels matching REGEX (any case) as communication. Repeatable.")
 @click.option("--comm-ops", is_flag=True,
               help="Keep one record per communication operation in the JSON report.")
+@click.option("--no-comms", is_flag=True,
+              help="Skip the cross-rank analysis (matching, wait vs transfer, bandwidth): faster on traces "
+                   "dense with communication.")
 @click.option("--align-clocks", is_flag=True,
               help="Align the clocks of different hosts (of every rank, when traces name no host) so that "
                    "matched collectives end together; the offsets are reported.")
@@ -78,7 +81,7 @@ class _Progress:
               help="Processes that analyze ranks in parallel (default: one per CPU).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr.")
 @click.pass_context
-def analyze(ctx, paths, by, json_out, csv_out, comm_kernels, comm_ops, align_clocks, allow_partial, drop_last_step,
+def analyze(ctx, paths, by, json_out, csv_out, comm_kernels, comm_ops, no_comms, align_clocks, allow_partial, drop_last_step,
             require_launch, workers, quiet):
     """Overlap ratio and exposed communication of PyTorch profiler traces.
 
@@ -110,6 +113,7 @@ def analyze(ctx, paths, by, json_out, csv_out, comm_kernels, comm_ops, align_clo
                     drop_last_step=drop_last_step,
                     require_launch=require_launch,
                     comm_ops=comm_ops,
+                    comms=not no_comms,
                     align_clocks=align_clocks,
                     workers=workers,
                     progress=progress,
