@@ -133,6 +133,9 @@ def start(path: str | Path, port: int | None = None, *, scalars: bool = True, lo
         raise InputError(f"{path}: no such directory")
     if not path.is_dir():
         raise InputError(f"{path}: not a directory (give a run directory or a folder of them)")
+    if not any(path.rglob("*.pt.trace.json*")) and not any(path.rglob("events.out.tfevents.*")):
+        raise InputError(f"{path}: nothing for TensorBoard below this folder (no *.pt.trace.json[.gz] traces, "
+                         "no event files)")
     try:
         import tensorboard  # noqa: F401
     except ImportError:

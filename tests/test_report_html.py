@@ -75,7 +75,7 @@ def test_page_is_self_contained(report_html):
 
 def test_trace_strings_are_escaped(runs):
     report = analyze([str(runs.ring["async"])])
-    evil = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+    evil = '<script>alert("x")</script><img src=x onerror=alert(1)> $\\frac{$'
     report.run["name"] = evil
     report.run["options"]["size"] = evil
     report.run["workload"]["path"] = evil

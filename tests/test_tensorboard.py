@@ -122,9 +122,10 @@ def test_scalars_are_never_overwritten(runs, tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-@pytest.mark.parametrize("target, message", [("missing", "no such directory"), ("run.json", "not a directory")])
+@pytest.mark.parametrize("target, message", [
+    ("missing", "no such directory"), ("run.json", "not a directory"), ("logs", "nothing for TensorBoard")])
 def test_view_bad_path_is_one_line_exit_2(runs, target, message):
-    path = runs.ring["sync"] / target if target == "run.json" else runs.root / target
+    path = runs.ring["sync"] / target if target in ("run.json", "logs") else runs.root / target
     out = CliRunner().invoke(main, ["view", str(path), "-q"])
     assert out.exit_code == 2 and out.stderr.startswith("Error: ") and message in out.stderr
     assert out.stderr.count("\n") == 1

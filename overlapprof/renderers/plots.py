@@ -40,6 +40,7 @@ _STYLE = {
     "xtick.color": "#555555",
     "ytick.color": INK,
     "legend.frameon": False,
+    "text.parse_math": False,  # labels are data (file names, variants): a "$" is not TeX
     "svg.fonttype": "path",  # text as shapes: the SVG needs no font on the reader's machine
     "svg.hashsalt": "overlapprof",  # stable element ids: the same report gives the same bytes
 }
