@@ -20,11 +20,12 @@ def last_line(text):
 
 @pytest.fixture(scope="module")
 def crashed(tmp_path_factory):
-    """Rank 1 of 2 raises in ProfilerStep#3, the second profiler cycle (the first was saved)."""
+    """Rank 1 of 2 raises in ProfilerStep#5, in the second profiler cycle (unprofiled, warm-up,
+    profiled: steps 0-2 and 3-5), after the first cycle's trace was saved."""
     out = tmp_path_factory.mktemp("crash")
     proc = _overlapprof("run", TEST_WORKLOADS / "crash.py", "--nproc", 2, "--run-id", "c",
                         "--out", out, "--warmup-steps", 1, "--wait", 0, "--warmup", 1,
-                        "--active", 1, "--repeat", 2, "--opt", "at_step=3")
+                        "--active", 1, "--repeat", 2, "--opt", "at_step=5")
     return proc, out / "c-sync"
 
 
@@ -33,7 +34,7 @@ def test_crash_names_the_rank_and_its_error(crashed):
     assert proc.returncode == 1
     line = last_line(proc.stderr)
     assert line.startswith("Error: crash/sync failed: rank 1: ValueError: boom on rank 1")
-    assert "crash.py:" in line and "phase 'compute'" in line and "ProfilerStep#3" in line
+    assert "crash.py:" in line and "phase 'compute'" in line and "ProfilerStep#5" in line
     assert str(run_dir) in line
 
 
@@ -43,7 +44,7 @@ def test_crash_keeps_traces_and_logs_and_records_the_failure(crashed):
     assert run["status"] == "failed"
     assert run["failure"]["rank"] == 1 and run["failure"]["error_kind"] == "exception"
     bad = run["ranks"]["1"]
-    assert bad["status"] == "failed" and bad["where"] == {"step": 3, "step_kind": "profiled",
+    assert bad["status"] == "failed" and bad["where"] == {"step": 5, "step_kind": "profiled",
                                                           "phase": "compute"}
     assert run["ranks"]["0"]["status"] == "failed"  # its peer died under it
     assert run["ranks"]["0"]["error_kind"] in ("peer", "terminated", "exit")
@@ -55,7 +56,7 @@ def test_crash_keeps_traces_and_logs_and_records_the_failure(crashed):
     assert "ValueError: boom on rank 1" in (run_dir / "logs" / "rank1.stderr.log").read_text()
     error_file = json.loads((run_dir / "logs" / "rank1.error.json").read_text())
     assert "boom on rank 1" in error_file["message"]["message"]  # torchelastic's @record
-    assert len(bad["step_times_ms"]["profiled"]) == 1  # ProfilerStep#1 completed
+    assert len(bad["step_times_ms"]["profiled"]) == 1  # ProfilerStep#2 completed
 
 
 def test_deadlock_ends_at_timeout_naming_the_hung_call(tmp_path):
@@ -146,7 +147,7 @@ def test_options_after_dashes_straggler_gzip_and_repeat(tmp_path):
                    for name in run["traces"][rank])
     kept = run["ranks"]["0"]["metrics"]["scatter_src_kept_bytes"]
     values = sorted(v for per_kind in kept.values() for v in per_kind)
-    assert values == [2 * 1024 * 4 * (i + 1) for i in range(1 + 4 + 2 + 4)]  # grows every step
+    assert values == [2 * 1024 * 4 * (i + 1) for i in range(1 + 2 * (2 + 1 + 2))]  # grows each step
     slow = run["ranks"]["1"]["step_times_ms"]["profiled"]
     assert all(t >= 30 for t in slow)  # the straggler sleeps 30 ms in every step
     with gzip.open(run_dir / run["traces"]["1"][0], "rt") as f:

@@ -100,7 +100,7 @@ def test_run_json_is_complete(case):
         assert [len(times[k]) for k in ("warmup", "unprofiled", "profiler_warmup", "profiled")] \
             == [1, 2, 1, 2]
         assert all(t > 0 for values in times.values() for t in values)
-        assert info["profiled_steps"] == [1, 2]
+        assert info["profiled_steps"] == [3, 4]  # after 2 unprofiled and 1 warm-up step
         assert info["traces"] == run["traces"][rank]
 
 
@@ -125,7 +125,7 @@ def test_traces_hold_steps_phases_and_communication(case):
     for rank in range(nproc):
         trace = load_trace(run_dir / run["traces"][str(rank)][0])
         names = annotations(trace)
-        assert {"ProfilerStep#1", "ProfilerStep#2"} <= names, rank
+        assert {"ProfilerStep#3", "ProfilerStep#4"} <= names, rank
         assert {"comm", "compute"} <= names
         assert expected <= names, (rank, sorted(names))
         ops = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "cpu_op"}

@@ -54,8 +54,8 @@ def _nccl_debug(ctx, param, value):
 @click.option("--warmup", type=click.IntRange(min=0), default=1,
               help="Profiler schedule: steps traced but discarded before the active ones.")
 @click.option("--active", type=click.IntRange(min=1), default=3,
-              help="Profiler schedule: steps recorded per cycle (also the number of unprofiled "
-                   "baseline steps x repeat, for the overhead ratio).")
+              help="Profiler schedule: steps recorded per cycle. Each cycle starts with as "
+                   "many steps with the profiler off, the baseline of its overhead.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1,
               help="Profiler schedule: cycles, one trace file per rank each.")
 @click.option("--variant", "variants", multiple=True, metavar="NAME",

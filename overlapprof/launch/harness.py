@@ -6,9 +6,12 @@ from ``DIR/nodes/nodeK.json`` (written by the launcher) and, on global rank ``RA
 1. pins ``cuda:LOCAL_RANK`` on CUDA and joins the process group (timeout from ``--timeout``);
 2. loads the workload file and calls its ``setup(ctx)``;
 3. runs ``warmup_steps`` unprofiled steps (NCCL builds communicators, and its first ``recv``
-   blocks the host, during these), then ``unprofiled_steps`` more as the overhead baseline,
-   then ``repeat x (wait + warmup + active)`` steps under ``torch.profiler`` with that
-   schedule, saving one trace per cycle as ``rankN.<time_ns>.pt.trace.json[.gz]``;
+   blocks the host, during these), then ``repeat`` cycles of ``unprofiled_steps + wait +
+   warmup + active`` steps under ``torch.profiler.schedule(wait=unprofiled_steps + wait,
+   warmup, active, repeat)``, saving one trace per cycle as
+   ``rankN.<time_ns>.pt.trace.json[.gz]``. The first ``unprofiled_steps`` of each cycle run
+   with the profiler off: they are the baseline of the profiler's overhead, interleaved with
+   the profiled steps so that a machine getting slower or faster over the run biases neither;
 4. times every step on the host (after ``torch.cuda.synchronize()`` on CUDA) and writes
    ``ranks/rankN.json`` with the step times, metrics, traces and status.
 
@@ -51,9 +54,10 @@ class Terminated(Exception):
     """SIGTERM from the launcher, which stops every rank once one has failed."""
 
 
-def schedule_kinds(wait, warmup, active, repeat):
-    """The kind of each step under ``torch.profiler.schedule(wait, warmup, active, repeat)``."""
-    cycle = ["profiler_wait"] * wait + ["profiler_warmup"] * warmup + ["profiled"] * active
+def schedule_kinds(unprofiled, wait, warmup, active, repeat):
+    """The kind of each step of the profiled loop (see the module docstring)."""
+    cycle = (["unprofiled"] * unprofiled + ["profiler_wait"] * wait
+             + ["profiler_warmup"] * warmup + ["profiled"] * active)
     return cycle * repeat
 
 
@@ -120,15 +124,14 @@ class Harness:
         prof_cfg = self.config["profiler"]
         for i in range(prof_cfg["warmup_steps"]):
             self._timed_step("warmup", i, step, state)
-        for i in range(prof_cfg["unprofiled_steps"]):
-            self._timed_step("unprofiled", i, step, state)
-        kinds = schedule_kinds(prof_cfg["wait"], prof_cfg["warmup"], prof_cfg["active"],
-                               prof_cfg["repeat"])
+        kinds = schedule_kinds(prof_cfg["unprofiled_steps"], prof_cfg["wait"],
+                               prof_cfg["warmup"], prof_cfg["active"], prof_cfg["repeat"])
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self.ctx.is_cuda:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
-        schedule = torch.profiler.schedule(wait=prof_cfg["wait"], warmup=prof_cfg["warmup"],
-                                           active=prof_cfg["active"], repeat=prof_cfg["repeat"])
+        schedule = torch.profiler.schedule(wait=prof_cfg["unprofiled_steps"] + prof_cfg["wait"],
+                                           warmup=prof_cfg["warmup"], active=prof_cfg["active"],
+                                           repeat=prof_cfg["repeat"])
         with torch.profiler.profile(activities=activities, schedule=schedule,
                                     on_trace_ready=self._save_trace,
                                     record_shapes=prof_cfg["record_shapes"],
@@ -178,7 +181,7 @@ class Harness:
         step = where["step"]
         if step is None:
             step_text = ""
-        elif where["step_kind"] in ("warmup", "unprofiled"):
+        elif where["step_kind"] == "warmup":
             step_text = f"{where['step_kind']} step {step}"
         else:
             step_text = f"ProfilerStep#{step} ({where['step_kind']})"

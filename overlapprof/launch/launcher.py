@@ -229,7 +229,7 @@ def _header(request, variant, run_dir, device, backend):
         "nproc_per_node": request.nproc, "backend": backend, "device": device,
         "timeout_s": request.timeout_s,
         "profiler": {"warmup_steps": request.warmup_steps,
-                     "unprofiled_steps": request.active * request.repeat,
+                     "unprofiled_steps": request.active,  # per cycle, before its wait
                      "wait": request.wait, "warmup": request.warmup, "active": request.active,
                      "repeat": request.repeat, "record_shapes": True,
                      "with_stack": request.with_stack, "gzip": request.gzip},

@@ -54,8 +54,9 @@ starts and again, merged from the fragments, when a launcher ends::
 
 Step times are host wall times in milliseconds around one call of the workload's step (on CUDA
 after ``torch.cuda.synchronize()``). "warmup" steps run first, unprofiled (NCCL builds its
-communicators then; the first one shows it); "unprofiled" steps are the baseline for profiler
-overhead; the other three follow ``torch.profiler.schedule`` and "profiled" are the recorded ones.
+communicators then; the first one shows it). Then each profiler cycle runs "unprofiled" steps
+(profiler off: the baseline of its overhead, ``unprofiled_steps`` = ``active`` per cycle), then
+"profiler_wait", "profiler_warmup" and "profiled" steps, the ones in the trace.
 
 Joining: on a single node a run directory is created with ``mkdir`` and never reused. With
 ``--nnodes`` > 1 every node computes the same path from ``--run-id``; the first to arrive creates
