@@ -213,7 +213,9 @@ def _match_collective(ops: Ops, rows: np.ndarray, kind: str, shared: bool, shift
     same_size = kind in SAME_SIZE
     if len(counts) == 1:
         grid = np.stack(seqs)  # ranks × instances
-        ok = np.array([_sizes_agree(ops.nbytes[grid[:, i]]) for i in range(grid.shape[1])]) if same_size else np.ones(grid.shape[1], bool)
+        sizes = ops.nbytes[grid]
+        low, high = np.fmin.reduce(sizes, axis=0), np.fmax.reduce(sizes, axis=0)  # NaN (unknown) ignored
+        ok = (low == high) | np.isnan(low) if same_size else np.ones(grid.shape[1], bool)
         if shared and kind in SYNCHRONISING:
             starts, ends = (shift[grid] + ops.ts[grid]), (shift[grid] + ops.end[grid])
             ok &= starts.max(axis=0) <= ends.min(axis=0) + TOLERANCE_US

@@ -124,7 +124,8 @@ def detail_lines(report: Report) -> list[str]:
 def render(report: Report) -> str:
     """The --by collective text: bandwidth table, per-rank table, then the details."""
     if report.comms is None:
-        return "(no communication operations to match)\n"
+        off = not report.options.comms
+        return "(cross-rank analysis off: --no-comms)\n" if off else "(no communication operations to match)\n"
     parts = [
         "collectives: medians per kind and size (transfer = shortest duration across ranks; wait = duration − transfer)",
         format_table(BANDWIDTH_HEAD, bandwidth_rows(report)) if report.comms.bandwidth else "(none)",
