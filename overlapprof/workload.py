@@ -153,7 +153,7 @@ class Workload:
         if self.default_variant not in self.variants:
             raise self._error(f"DEFAULT_VARIANT {self.default_variant!r} is not in VARIANTS")
         self.options = {}
-        for source in (COMMON_OPTIONS, getattr(module, "OPTIONS", {})):
+        for source in (getattr(module, "OPTIONS", {}), COMMON_OPTIONS):
             for key, value in source.items():
                 default, help_ = value if isinstance(value, tuple) else (value, "")
                 if not isinstance(default, (bool, int, float, str)):

@@ -1,5 +1,6 @@
 """The workload API: loading a user's own file, options, variants, the Context, the watchdog."""
 
+import json
 import threading
 import time
 import types
@@ -8,6 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from conftest import REPO, SHORT_SCHEDULE, _overlapprof
 from overlapprof import workload as api
 from overlapprof.errors import WorkloadError
 from overlapprof.launch.watchdog import Watchdog, describe_traceback
@@ -56,7 +58,7 @@ def test_a_users_file_loads_with_variants_options_and_steps(user_workload):
     assert w.check_variants(["odd", "sync", "odd"]) == ["odd", "sync"]
     assert w.step_function("odd")(None, None) == "odd"
     assert w.step_function("sync")(None, None) == "step"
-    assert list(w.options) == ["slow_rank", "slow_ms", "size", "lr", "verbose", "mode"]
+    assert list(w.options) == ["size", "lr", "verbose", "mode", "slow_rank", "slow_ms"]
     assert w.options["size"].help == "matrix side"
     text = w.describe()
     assert "async          overlapped (default)" in text and "size           64" in text
@@ -65,8 +67,8 @@ def test_a_users_file_loads_with_variants_options_and_steps(user_workload):
 def test_options_are_converted_from_both_forms(user_workload):
     values = user_workload.resolve_options(
         ["size=128", "mode=slow"], ["--lr", "0.25", "--verbose", "--slow-rank=1", "slow_ms=5"])
-    assert values == {"slow_rank": 1, "slow_ms": 5.0, "size": 128, "lr": 0.25, "verbose": True,
-                      "mode": "slow"}
+    assert values == {"size": 128, "lr": 0.25, "verbose": True, "mode": "slow", "slow_rank": 1,
+                      "slow_ms": 5.0}
     assert user_workload.resolve_options([], ["--verbose", "false"])["verbose"] is False
     assert user_workload.resolve_options()["size"] == 64
 
@@ -172,3 +174,28 @@ def test_watchdog_names_the_line_the_main_thread_is_stuck_on():
     assert found["where"].startswith("at ")  # time.sleep is C: the line that called it is named
     assert found["where"].endswith("`time.sleep(seconds)`")
     assert "test_run_workload_api.py:" in found["where"]
+
+
+def readme_example():
+    """The complete workload in README's "Writing a workload" section."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("<!-- section:workload-api -->"):
+                   text.index("<!-- /section:workload-api -->")]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_example_runs_from_a_users_folder(tmp_path):
+    path = tmp_path / "my_workload.py"
+    path.write_text(readme_example())
+    proc = _overlapprof("run", path, "--nproc", 2, "--variant", "sync", "--variant", "async",
+                        "--run-id", "mine", "--out", tmp_path / "traces", "--no-analyze",
+                        *SHORT_SCHEDULE, "--", "--numel", "4096")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for variant in ("sync", "async"):
+        run_dir = tmp_path / "traces" / f"mine-{variant}"
+        run = json.loads((run_dir / "run.json").read_text())
+        assert run["status"] == "ok" and run["options"]["numel"] == 4096
+        trace = json.loads((run_dir / run["traces"]["1"][0]).read_text())
+        names = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "user_annotation"}
+        assert {"gloo:all_gather", "comm", "compute"} <= names
+        assert ("wait" in names) == (variant == "async")
