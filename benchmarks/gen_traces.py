@@ -78,8 +78,8 @@ def write_rank(path: Path, rank: int, world: int, blocks: int, compress: bool) -
                        "baseTimeNanoseconds": BASE_NS})[:-1]
     opener = gzip.open if compress else open
     with opener(path, "wt") as f:
-        f.write(head + ',"traceEvents":[\n')
-        f.write(",\n".join(rank_events(rank, world, blocks)))
+        f.write(head + ', "traceEvents": [\n  ')  # Kineto's layout: one event per "\n  {" line
+        f.write(",\n  ".join(rank_events(rank, world, blocks)))
         f.write("\n]}\n")
 
 

@@ -40,6 +40,16 @@ def _small_gpu_trace():
     return {"distributedInfo": full["distributedInfo"], "traceEvents": kept}
 
 
+def _serialize(trace, lines: bool) -> bytes:
+    """JSON text: on one line, or in Kineto's layout (each event on a '\\n  {' line: the streaming reader)."""
+    if not lines or not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        return json.dumps(trace).encode()
+    rest = {k: v for k, v in trace.items() if k != "traceEvents"}
+    head = json.dumps(rest)[:-1] + (", " if rest else "")
+    body = ",\n  ".join(json.dumps(e) for e in trace["traceEvents"])
+    return (head + '"traceEvents": [\n  ' + body + "\n]}").encode()
+
+
 BASES = {"cpu": _load("cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"), "gpu": _small_gpu_trace()}
 FIELDS = ["ph", "cat", "name", "ts", "dur", "pid", "tid", "args"]
 ARG_FIELDS = ["correlation", "External id", "stream", "device", "Process Group Ranks", "In msg nelems",
@@ -73,13 +83,13 @@ def structural(draw):
             del events[k:]
         elif what == "dup" and e:
             events.append(dict(e))
-    return json.dumps(trace).encode()
+    return _serialize(trace, draw(st.booleans()))
 
 
 @st.composite
 def byte_level(draw):
     """Flip bytes or truncate the JSON text or its gzip."""
-    data = json.dumps(BASES[draw(st.sampled_from(sorted(BASES)))]).encode()
+    data = _serialize(BASES[draw(st.sampled_from(sorted(BASES)))], draw(st.booleans()))
     compressed = draw(st.booleans())
     if compressed:
         data = gzip.compress(data)

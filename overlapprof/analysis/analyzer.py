@@ -24,7 +24,6 @@ from overlapprof.analysis.crossrank import RankInput, compute_comms, rank_input
 from overlapprof.analysis.events import RankEvents, rank_events
 from overlapprof.errors import InputError, OverlapprofError
 from overlapprof.report import Options, RankReport, Report
-from overlapprof.trace.decode import decode
 from overlapprof.trace.discover import TraceGroup, discover, rank_from_name
 
 # Below this many bytes of traces in all, starting worker processes costs more than it saves.
@@ -112,19 +111,17 @@ def analyze_group(files: list[str], options: Options) -> RankResult:
     """Decode, classify and measure one rank's files. Errors come back in ``error``."""
     result = RankResult(files=[str(f) for f in files])
     try:
-        decoded = [(str(f), decode(f)) for f in files]
-        infos = [t.distributedInfo for _, t in decoded if t.distributedInfo is not None]
+        ev = rank_events(files, compile_comm_kernels(options.comm_kernels), comm_ops=options.comm_ops or options.comms)
+        infos = [t.distributedInfo for t in ev.headers if t.distributedInfo is not None]
         ranks = {i.rank for i in infos if i.rank is not None}
         if len(ranks) > 1:
             raise InputError(f"{files[0]}: the files of one rank claim ranks {sorted(ranks)}")
         result.dist_rank = ranks.pop() if ranks else None
         result.world_size = next((i.world_size for i in infos if i.world_size is not None), None)
         result.backend = next((i.backend for i in infos if i.backend), None)
-        base = next((t.baseTimeNanoseconds for _, t in decoded if t.baseTimeNanoseconds), None)
-        ev = rank_events(decoded, compile_comm_kernels(options.comm_kernels), comm_ops=options.comm_ops or options.comms)
+        base = next((t.baseTimeNanoseconds for t in ev.headers if t.baseTimeNanoseconds), None)
         if options.comms:
-            result.comms = rank_input([t for _, t in decoded], base)
-        del decoded
+            result.comms = rank_input(ev.headers, base)
         result.window = _window(ev, base)
         label = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} files)"
         if ev.negative_durations:

@@ -1,8 +1,9 @@
 """From decoded trace files to a rank's classified intervals (compact numpy arrays).
 
-One pass of list comprehensions over the complete events pulls out ``ts``, ``dur`` and a
-category code; names are classified once per distinct name (a dict cache), and everything after
-that is numpy. The result, :class:`RankEvents`, holds per class (comm, compute, memory) the
+The events are read a chunk at a time (:mod:`overlapprof.trace.reader`); list comprehensions
+pull out of each chunk the complete events' ``ts``, ``dur``, category code, name id and (GPU
+events and runtime calls) correlation, and the chunk is dropped. Names are classified once per distinct name, and everything
+after that is numpy. The result, :class:`RankEvents`, holds per class (comm, compute, memory) the
 interval starts and ends, the *anchor* time that places each event in a step (the start of its
 launching runtime call when the trace has it, else its own start: OVERLAP.md section 3), and
 whether its launch was found. The raw events are dropped once this is built.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from itertools import compress
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +22,7 @@ from overlapprof.analysis import classify as C
 from overlapprof.analysis.comm_ops import CommOp, make_comm_op
 from overlapprof.errors import TraceError
 from overlapprof.trace.decode import TraceFile
+from overlapprof.trace.reader import LayoutError, TraceReader
 
 
 @dataclass
@@ -74,6 +77,7 @@ class RankEvents:
     events: int  # complete ("X") events read
     negative_durations: int = 0
     files: list[str] = field(default_factory=list)
+    headers: list[TraceFile] = field(default_factory=list)  # each file's top level, without events
 
 
 class _Cache(dict):
@@ -92,35 +96,12 @@ _CATEGORY = _Cache(C.category_code)
 _KIND_CODE = {kind: i for i, kind in enumerate(C.KINDS)}
 
 
-def _numbers(path, events, complete, values, field_name) -> np.ndarray:
-    """``values`` as float64, or a TraceError naming the first complete event without a number."""
-    array = np.array(values, dtype=np.float64)
-    bad = ~np.isfinite(array)
-    if bad.any():
-        j = int(np.flatnonzero(bad)[0])
-        index = next(i for i, e in enumerate(events) if e is complete[j])
-        problem = "missing" if values[j] is None else "not a finite number"
-        raise TraceError(path, f"event {index}: {field_name!r} is {problem}")
-    return array
-
-
-def _correlations(xs, rows) -> np.ndarray:
-    """The ``correlation`` of the events ``rows`` as float64 (NaN where absent; ids < 2**53)."""
-    events = [xs[i] for i in rows.tolist()]
-    try:
-        values = [e.args.correlation for e in events]
-    except AttributeError:  # some event has no args at all
-        values = [e.args.correlation if e.args is not None else None for e in events]
-    return np.array(values, dtype=np.float64)
-
-
-def _launches(xs, codes, rows):
+def _launches(scan: _Scan, rows: np.ndarray) -> np.ndarray:
     """For GPU events ``rows``: the row of their launching runtime call (same correlation) or -1."""
-    runtime = np.flatnonzero(codes == C.RUNTIME)
+    runtime = np.flatnonzero(scan.codes == C.RUNTIME)
     if runtime.size == 0 or rows.size == 0:
         return np.full(rows.size, -1, dtype=np.int64)
-    corr = _correlations(xs, rows)
-    rt_corr = _correlations(xs, runtime)
+    corr, rt_corr = scan.corr[rows], scan.corr[runtime]
     order = np.argsort(rt_corr, kind="stable")  # NaN last
     rt_corr, runtime = rt_corr[order], runtime[order]
     pos = np.minimum(np.searchsorted(rt_corr, corr), rt_corr.size - 1)
@@ -156,31 +137,6 @@ class _Enclosing:
         return items[j][1] if j >= 0 else None
 
 
-@dataclass
-class _Scan:
-    """One file's complete events with their times and category codes."""
-
-    xs: list
-    ts: np.ndarray
-    end: np.ndarray
-    codes: np.ndarray
-    negative: int
-
-
-def _scan(path, trace: TraceFile) -> _Scan:
-    events = trace.traceEvents
-    xs = [e for e in events if e.ph == "X"]
-    if not xs:
-        raise TraceError(path, "no complete ('X') events: nothing to measure")
-    ts = _numbers(path, events, xs, [e.ts for e in xs], "ts")
-    dur = _numbers(path, events, xs, [e.dur for e in xs], "dur")
-    end = ts + np.maximum(dur, 0.0)
-    if not np.isfinite(end).all():
-        raise TraceError(path, "an event's 'ts' + 'dur' is out of range")
-    codes = np.array([_CATEGORY[e.cat] for e in xs], dtype=np.int8)
-    return _Scan(xs, ts, end, codes, int(np.count_nonzero(dur < 0)))
-
-
 class _Index(dict):
     """Gives each distinct key a small int id, in order of first appearance."""
 
@@ -189,14 +145,99 @@ class _Index(dict):
         return value
 
 
+@dataclass
+class _Scan:
+    """One file's complete ("X") events as arrays, by row (in file order).
+
+    ``corr``: the correlation of GPU events and runtime calls (NaN elsewhere). ``xs``: the full
+    events (typed args) of the rows communication records may need, when asked for: runtime
+    calls, comm kernels, comm annotations, ``record_param_comms`` and ``c10d::*`` ops.
+    """
+
+    path: str
+    ts: np.ndarray
+    end: np.ndarray
+    codes: np.ndarray
+    corr: np.ndarray
+    name_ids: np.ndarray
+    names: list[str]
+    negative: int
+    header: TraceFile
+    xs: dict = field(default_factory=dict)
+
+
+_CORRELATED = (C.KERNEL, C.MEMCPY, C.MEMSET, C.RUNTIME)
+
+
+def _kept_name(comm_re):
+    """Names of the host/GPU events a communication record may refer to."""
+    return _Cache(
+        lambda n: bool(comm_re.search(n) or C.COMM_ANNOTATION.match(n) or n == C.PARAM_COMMS or n.startswith("c10d::"))
+    )
+
+
+def _read_chunks(path, chunks, comm_re, keep: bool):
+    names = _Index()
+    kept_name = _kept_name(comm_re) if keep else None
+    parts, xs = [], {}
+    row0 = 0
+    for chunk in chunks:
+        events = chunk.events
+        is_x = [e.ph == "X" for e in events]
+        xe = list(compress(events, is_x))
+        if not xe:
+            continue
+        codes = np.array([_CATEGORY[e.cat] for e in xe], dtype=np.int8)
+        corr = np.full(len(xe), np.nan)
+        linked = np.flatnonzero(np.isin(codes, _CORRELATED))
+        if linked.size:
+            corr[linked] = np.array(
+                [a.correlation if (a := xe[i].args) is not None else None for i in linked.tolist()], dtype=np.float64
+            )
+        index = np.flatnonzero(is_x) + chunk.start
+        parts.append((
+            index,
+            np.array([e.ts for e in xe], dtype=np.float64),  # None -> NaN
+            np.array([e.dur for e in xe], dtype=np.float64),
+            codes,
+            corr,
+            np.array([names[e.name] for e in xe], dtype=np.int32),
+        ))
+        if keep:
+            rows = [i for i, e in enumerate(xe) if codes[i] == C.RUNTIME or kept_name[e.name]]
+            full = chunk.full_events([int(index[i]) - chunk.start for i in rows])
+            xs.update(zip((row0 + i for i in rows), full))
+        row0 += len(xe)
+    if not parts:
+        raise TraceError(path, "no complete ('X') events: nothing to measure")
+    return [np.concatenate([p[k] for p in parts]) for k in range(6)], list(names), xs
+
+
+def _scan(path, comm_re, keep: bool = False) -> _Scan:
+    """Read a file's events chunk by chunk (:mod:`overlapprof.trace.reader`) into arrays."""
+    reader = TraceReader(path)
+    try:
+        arrays, names, xs = _read_chunks(path, reader.chunks(), comm_re, keep)
+    except LayoutError:
+        arrays, names, xs = _read_chunks(path, reader.chunks(generic=True), comm_re, keep)
+    index, ts, dur, codes, corr, name_ids = arrays
+    for field_name, values in (("ts", ts), ("dur", dur)):
+        bad = np.flatnonzero(np.isnan(values))
+        if bad.size:
+            raise TraceError(path, f"event {index[bad[0]]}: {field_name!r} is missing")
+    end = ts + np.maximum(dur, 0.0)
+    if not np.isfinite(end).all():
+        raise TraceError(path, f"event {index[np.flatnonzero(~np.isfinite(end))[0]]}: 'ts' + 'dur' is out of range")
+    negative = int(np.count_nonzero(dur < 0))
+    return _Scan(str(path), ts, end, codes, corr, name_ids, names, negative, reader.header, xs)
+
+
 class _Names:
     """The events' names as ids into the list of distinct names, whose properties are computed
     once per distinct name (a trace has far fewer names than events)."""
 
-    def __init__(self, xs):
-        index = _Index()
-        self.ids = np.array([index[e.name] for e in xs], dtype=np.int32)
-        self.distinct = list(index)
+    def __init__(self, ids: np.ndarray, distinct: list[str]):
+        self.ids, self.distinct = ids, distinct
 
     def property(self, func, dtype, rows: np.ndarray) -> np.ndarray:
         """``func(name)`` for the events ``rows``."""
@@ -216,8 +257,8 @@ def _kind_code(pattern_test):
 def _extract(scan: _Scan, gpu: bool, comm_re):
     """Classify one file's complete events. Returns (EventSets, steps arrays, comm-op builder)."""
     xs, ts, end, codes = scan.xs, scan.ts, scan.end, scan.codes
-    names = _Names(xs)
-    launch_row = np.full(len(xs), -1, dtype=np.int64)
+    names = _Names(scan.name_ids, scan.names)
+    launch_row = np.full(ts.size, -1, dtype=np.int64)
 
     cpu_rows = np.flatnonzero(codes == C.CPU_OP)
     ann_rows = np.flatnonzero(codes == C.ANNOTATION)
@@ -227,7 +268,7 @@ def _extract(scan: _Scan, gpu: bool, comm_re):
 
     if gpu:
         gpu_rows = np.flatnonzero(np.isin(codes, C.GPU_CATEGORIES))
-        launch_row[gpu_rows] = _launches(xs, codes, gpu_rows)
+        launch_row[gpu_rows] = _launches(scan, gpu_rows)
         kernels = gpu_rows[codes[gpu_rows] == C.KERNEL]
         kinds = names.property(_kind_code(comm_re.search), np.int8, kernels)
         comm_rows, compute_rows = kernels[kinds >= 0], kernels[kinds < 0]
@@ -273,14 +314,16 @@ def _extract(scan: _Scan, gpu: bool, comm_re):
     return sets, steps, comm_ops
 
 
-def rank_events(files: list[tuple[str | Path, TraceFile]], comm_re, comm_ops: bool = False) -> RankEvents:
-    """Classify the complete events of one rank's trace files (one or several profiler cycles).
+def rank_events(files: list[str | Path], comm_re, comm_ops: bool = False) -> RankEvents:
+    """Read and classify the complete events of one rank's trace files (one or several
+    profiler cycles).
 
     The rank is in GPU mode when any of its files holds kernels. Launches are matched within a
     file (correlation ids are per process and per recording). ``comm_ops``: also build one
-    CommOp per communication event (``RankEvents.comm_ops``; empty otherwise).
+    CommOp per communication event (``RankEvents.comm_ops``; empty otherwise). The files' top
+    levels (``distributedInfo`` ...) are in ``RankEvents.headers``.
     """
-    scans = [_scan(path, trace) for path, trace in files]
+    scans = [_scan(path, comm_re, keep=comm_ops) for path in files]
     gpu = any(bool((s.codes == C.KERNEL).any()) for s in scans)
     parts = [_extract(scan, gpu, comm_re) for scan in scans]
     comm, compute, memory = (EventSet.concat([p[0][k] for p in parts]) for k in range(3))
@@ -301,7 +344,8 @@ def rank_events(files: list[tuple[str | Path, TraceFile]], comm_re, comm_ops: bo
         memory=memory,
         steps=steps,
         comm_ops=ops,
-        events=sum(len(s.xs) for s in scans),
+        events=sum(s.ts.size for s in scans),
         negative_durations=sum(s.negative for s in scans),
-        files=[str(path) for path, _ in files],
+        files=[str(path) for path in files],
+        headers=[scan.header for scan in scans],
     )

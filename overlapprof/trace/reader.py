@@ -1,0 +1,174 @@
+"""Reading a trace file's events a chunk at a time, without holding the whole file.
+
+Two ways, same result:
+
+- **Streaming** (Kineto's own layout: every event of ``traceEvents`` starts on a new line
+  indented by two spaces, ``\\n  {``). The file is read (and gunzipped) a few MB at a time and
+  cut at those line starts, which can only be whitespace between events: JSON strings cannot
+  hold a raw newline. Each piece is decoded as a JSON array, so neither the file's text nor its
+  events are ever all in memory. The top level (``distributedInfo`` ...) is decoded at the end
+  from the text before the first event plus the text after the last cut.
+- **Whole file** (any other layout, e.g. one line): the text is read, its top level decoded with
+  ``traceEvents`` as raw slices, and the slices decoded a chunk at a time.
+
+Streaming raises :class:`LayoutError` when the file turns out not to have that layout (or a
+piece does not decode); the caller then starts again with ``generic=True``, which also gives
+the precise error message for a bad file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from overlapprof.errors import TraceError
+from overlapprof.trace import decode as D
+
+EVENT_START = b"\n  {"
+_KEY = b'"traceEvents"'
+_READ = 1 << 22  # bytes read (or inflated) per step
+_CHUNK_BYTES = 1 << 22  # text decoded at a time when streaming
+_HEADER_MAX = 1 << 26  # text allowed before the first event
+_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+_EVENTS = msgspec.json.Decoder(list[D.Event])
+
+
+class LayoutError(Exception):
+    """The file is not in Kineto's line layout: read it whole instead (``generic=True``)."""
+
+
+@dataclass
+class Chunk:
+    """Consecutive events: ``events[k]`` is event number ``start + k`` of the file."""
+
+    start: int
+    events: list[D.ScanEvent]
+    text: bytes  # the JSON array the events were decoded from
+
+    def full_events(self, positions: list[int]) -> list[D.Event]:
+        """The events at ``positions`` with typed args (odd args leave an event without them)."""
+        raws = _RAWS.decode(self.text)
+        picked = [raws[p] for p in positions]
+        try:
+            return _EVENTS.decode(b"[" + b",".join(picked) + b"]")
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return [D.full_event(raw) for raw in picked]
+
+
+class TraceReader:
+    """The events of one trace file in chunks; ``header`` (a TraceFile without events: the
+    ``distributedInfo``, ``baseTimeNanoseconds``, ``host_name``) is set once they are read."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        self.header: D.TraceFile | None = None
+
+    def chunks(self, generic: bool = False) -> Iterator[Chunk]:
+        return self._whole() if generic else self._stream()
+
+    # -- whole file ---------------------------------------------------------------------------
+
+    def _whole(self) -> Iterator[Chunk]:
+        trace = D.decode(self.path)
+        raws, trace.traceEvents = trace.traceEvents, None
+        self.header = trace
+        for start in range(0, len(raws), D.CHUNK):
+            text = b"[" + b",".join(raws[start : start + D.CHUNK]) + b"]"
+            where = lambda k, s=start: f"traceEvents[{s + k}]"  # noqa: E731
+            yield Chunk(start, D.decode_checked(self.path, D.CHUNK_DECODER, text, where), text)
+
+    # -- streaming ----------------------------------------------------------------------------
+
+    def _pieces(self) -> Iterator[bytes]:
+        path = Path(self.path)
+        try:
+            f = path.open("rb")
+        except OSError:
+            raise LayoutError from None  # the whole-file reader words the error
+        with f:
+            head = f.read(2)
+            f.seek(0)
+            if head != b"\x1f\x8b":
+                while piece := f.read(_READ):
+                    yield piece
+                return
+            try:
+                yield from D.inflate(iter(lambda: f.read(D.GZIP_PIECE), b""))
+            except EOFError:
+                raise TraceError(path, "truncated gzip (the file ends before the compressed stream)") from None
+            except MemoryError:
+                raise
+            except Exception as exc:  # zlib.error, isal's IsalError: a damaged stream
+                raise TraceError(path, f"corrupt gzip ({exc})") from None
+
+    def _stream(self) -> Iterator[Chunk]:
+        buf = bytearray()
+        header = None
+        count = 0
+        for piece in self._pieces():
+            buf += piece
+            if header is None:
+                first = _first_event(buf)
+                if first is None:
+                    continue
+                header, buf = bytes(buf[:first]), buf[first:]
+            if len(buf) >= _CHUNK_BYTES and (cut := buf.rfind(EVENT_START)) > 0:
+                chunk = self._piece(count, bytes(buf[:cut]))
+                del buf[:cut]
+                count += len(chunk.events)
+                yield chunk
+        if header is None:
+            raise LayoutError
+        try:  # the document without its middle: the top level and the last events
+            top = D.DECODER.decode(header + bytes(buf))
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            raise LayoutError from None
+        raws, top.traceEvents = top.traceEvents or [], None
+        self.header = top
+        if raws:
+            text = b"[" + b",".join(raws) + b"]"
+            yield Chunk(count, self._decode(text), text)
+
+    def _piece(self, start: int, text: bytes) -> Chunk:
+        text = text.rstrip()
+        text = b"[" + (text[:-1] if text.endswith(b",") else text) + b"]"
+        return Chunk(start, self._decode(text), text)
+
+    @staticmethod
+    def _decode(text: bytes) -> list[D.ScanEvent]:
+        try:
+            return D.CHUNK_DECODER.decode(text)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            raise LayoutError from None  # re-read whole: an exact error message, or another layout
+
+
+def _first_event(buf: bytearray) -> int | None:
+    """Where the first event starts (its ``\\n  {``), None while unknown; LayoutError when the
+    text is not in the line layout."""
+    key = buf.find(_KEY)
+    if key < 0:
+        if len(buf) > _HEADER_MAX:
+            raise LayoutError
+        return None
+    i = key + len(_KEY)
+    n = len(buf)
+    while i < n and buf[i] in b" \t\r\n":
+        i += 1
+    if i < n and buf[i] != ord(":"):
+        raise LayoutError
+    i += 1
+    while i < n and buf[i] in b" \t\r\n":
+        i += 1
+    if i < n and buf[i] != ord("["):
+        raise LayoutError
+    i += 1
+    while i < n and buf[i] in b" \t\r\n":
+        i += 1
+    if i >= n:
+        return None  # wait for more text
+    if buf[i] != ord("{") or buf[i - 3 : i] != b"\n  ":
+        raise LayoutError
+    return i - 3
