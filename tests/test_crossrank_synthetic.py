@@ -250,3 +250,19 @@ def test_html_report_has_the_straggler_chart(tmp_path):
     (tmp_path / "one").mkdir()
     single = overlapprof.analyze(write_ranks(tmp_path / "one", instances_of(arrivals, 200)[:1]), workers=1)
     assert single.comms is not None and "Stragglers: waiting vs transferring" not in html.render(compare([single]))
+
+
+def test_odd_values_in_the_trace_are_ignored_not_fatal(tmp_path):
+    params = {"Collective name": 7, "Process Group Name": ["x"], "Process Group Ranks": "not ranks",
+              "Group size": "two", "Seq": "3", "In msg nelems": -5, "dtype": "NoSuchType", "Src Rank": "peer"}
+    per_rank = [collective(0, 100, params=params) + _p2p("send", 500, 10, "x") for _ in range(2)]
+    paths = write_ranks(tmp_path, per_rank)
+    for p, odd in zip(paths, ({"pg_config": "nope"}, {"pg_config": [{"pg_name": 0, "ranks": "x"}]})):
+        obj = json.loads(p.read_text())
+        obj["distributedInfo"].update(odd)
+        obj["host_name"] = 12
+        p.write_text(json.dumps(obj))
+    c = overlapprof.analyze(paths, workers=1).comms
+    assert [(m.kind, m.instances) for m in c.matching] == [("all_reduce", 1), ("send_recv", 0)]
+    assert c.instances[0].bytes == 4000  # from the annotation's shape; the bad counts are ignored
+    assert c.clocks == "shared" and all(r.host is None for r in c.ranks)

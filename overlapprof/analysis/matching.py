@@ -8,8 +8,8 @@ of one send/recv, and the operations nothing matched, with the reason.
 annotation / c10d op start, or same process group and sequence number) are one operation
 spanning from the first kernel's start to the last one's end (coalesced collectives launch
 several). The *kind* is the collective the trace names (record_param_comms ``Collective name``,
-else the enclosing ``nccl:<op>`` annotation, else the event's name), so the SendRecv kernels NCCL
-runs for all_to_all count as all_to_all here.
+else the enclosing ``nccl:<op>`` annotation, else the event's name; the first of them that names
+a known kind), so the SendRecv kernels NCCL runs for all_to_all count as all_to_all here.
 
 **Collectives**, per process group (``Process Group Name``; without one, the default group) and
 kind, by the first method that applies:
@@ -104,8 +104,8 @@ def _direction(op: CommOp) -> int:
     return 0
 
 
-def _merge_key(op: CommOp, group: str):
-    if op.seq is not None:
+def _merge_key(op: CommOp, group: str, kind: str):
+    if op.seq is not None and kind != "send_recv":  # a rank's sends and recvs may share a p2p seq
         return ("seq", group, op.seq)
     if op.call_ts is not None:
         return ("call", op.call_ts)
@@ -121,10 +121,18 @@ class _KindOf(dict):
 _KIND_OF = _KindOf()
 
 
+def _kind(op: CommOp) -> str:
+    """The first kind that is not "other" of the collective's name, the annotation, the event."""
+    for text in (op.collective, op.annotation, op.name):
+        if text and (kind := _KIND_OF[text]) != "other":
+            return kind
+    return "other"
+
+
 def rank_ops(ops: list[CommOp]) -> Ops:
     """One rank's logical operations, in time order (module docstring); ``rank`` is left -1."""
     ops = sorted(ops, key=lambda o: o.ts)
-    kinds = [_KIND_OF[o.collective or o.annotation or o.name] for o in ops]
+    kinds = [_kind(o) for o in ops]
     groups = [o.pg_name or DEFAULT_GROUP for o in ops]
     sizes = [bytes_parts(o, k) for o, k in zip(ops, kinds)]
     dur = np.maximum(np.array([o.dur for o in ops], dtype=np.float64), 0.0)
@@ -141,7 +149,7 @@ def rank_ops(ops: list[CommOp]) -> Ops:
         "group_size": np.array([o.group_size or (len(o.pg_ranks) if o.pg_ranks else 0) for o in ops], dtype=np.int64),
     }
     # Kernels of one host call (or one group + sequence number) become one operation.
-    keys = [_merge_key(o, g) for o, g in zip(ops, groups)]
+    keys = [_merge_key(o, g, k) for o, g, k in zip(ops, groups, kinds)]
     first: dict = {}
     owner = np.array([first.setdefault(k, i) if k is not None else i for i, k in enumerate(keys)], dtype=np.int64)
     if (owner != np.arange(len(ops))).any():
