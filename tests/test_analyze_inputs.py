@@ -259,3 +259,23 @@ def test_analyzer_imports_without_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "0.00%" in proc.stdout
+
+
+def test_dead_worker_falls_back_to_this_process(monkeypatch):
+    """A worker that dies (e.g. killed for memory) costs parallelism, not the analysis."""
+    import os
+
+    import overlapprof.analysis.analyzer as A
+
+    parent, real = os.getpid(), A.analyze_group
+
+    def dying(files, options):
+        if os.getpid() != parent:
+            os._exit(3)
+        return real(files, options)
+
+    monkeypatch.setattr(A, "analyze_group", dying)
+    monkeypatch.setattr(A, "PARALLEL_MIN_BYTES", 0)
+    report = overlapprof.analyze(DATA / "trace_filter", workers=2)
+    assert [r.rank for r in report.ranks] == [0, 1]
+    assert any("worker processes failed" in w for w in report.warnings)

@@ -9,11 +9,12 @@ run, and adds the cross-rank summary.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 import sys
-import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -139,33 +140,39 @@ def analyze_group(files: list[str], options: Options) -> RankResult:
     return result
 
 
-def _run_groups(groups: list[TraceGroup], options: Options, workers: int | None, progress) -> list[RankResult]:
+def _run_groups(
+    groups: list[TraceGroup], options: Options, workers: int | None, progress, warnings: list[str]
+) -> list[RankResult]:
+    """Analyze each group, in worker processes when there are several and it pays."""
     total = len(groups)
     sizes = [g.size for g in groups]
     if workers is None:
         workers = min(total, os.cpu_count() or 1)
     jobs = [[str(f) for f in g.files] for g in groups]
-    if workers <= 1 or total <= 1 or sum(sizes) < PARALLEL_MIN_BYTES:
-        results = []
-        for k, files in enumerate(jobs):
-            results.append(analyze_group(files, options))
-            if progress:
-                progress(k + 1, total, files[0])
-        return results
     results: list[RankResult | None] = [None] * total
-    # fork is fastest and safe in a single-threaded parent; otherwise start clean interpreters.
-    method = "fork" if sys.platform == "linux" and threading.active_count() == 1 else "spawn"
-    import multiprocessing
+    done = 0
 
-    with ProcessPoolExecutor(max_workers=min(workers, total), mp_context=multiprocessing.get_context(method)) as pool:
-        # Largest first, so a big rank does not start last.
-        order = sorted(range(total), key=lambda k: -sizes[k])
-        futures = {pool.submit(analyze_group, jobs[k], options): k for k in order}
-        for done, future in enumerate(as_completed(futures), 1):
-            k = futures[future]
-            results[k] = future.result()
-            if progress:
-                progress(done, total, jobs[k][0])
+    def finish(k: int, result: RankResult) -> None:
+        nonlocal done
+        results[k], done = result, done + 1
+        if progress:
+            progress(done, total, jobs[k][0])
+
+    if workers > 1 and total > 1 and sum(sizes) >= PARALLEL_MIN_BYTES:
+        # fork: no re-import of the caller's main module (spawn needs an importable one); workers
+        # only decode and compute, so they do not depend on the parent's threads.
+        context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+        try:
+            with ProcessPoolExecutor(max_workers=min(workers, total), mp_context=context) as pool:
+                order = sorted(range(total), key=lambda k: -sizes[k])  # largest first: none starts last
+                futures = {pool.submit(analyze_group, jobs[k], options): k for k in order}
+                for future in as_completed(futures):
+                    finish(futures[future], future.result())
+        except (BrokenProcessPool, OSError) as exc:  # a worker died (out of memory?) or none could start
+            warnings.append(f"worker processes failed ({exc.__class__.__name__}); the remaining ranks ran in this process")
+    for k, files in enumerate(jobs):
+        if results[k] is None:
+            finish(k, analyze_group(files, options))
     return results
 
 
@@ -277,8 +284,9 @@ def analyze(
     """
     options = _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms, align_clocks)
     inputs = discover(paths)
-    results = _run_groups(inputs.groups, options, workers, progress)
-    warnings = [w for r in results for w in r.warnings]
+    warnings: list[str] = []
+    results = _run_groups(inputs.groups, options, workers, progress, warnings)
+    warnings += [w for r in results for w in r.warnings]
     good = [(r, g) for r, g in zip(results, inputs.groups) if r.error is None]
     failed = [r for r in results if r.error is not None]
     if failed and (not allow_partial or not good):
