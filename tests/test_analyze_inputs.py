@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import overlapprof
+import overlapprof.analysis.analyzer as A
 from overlapprof.cli import main
 from overlapprof.errors import InputError, OverlapprofError, ReportError, TraceError
 from overlapprof.report import Report
@@ -169,8 +171,6 @@ def test_run_directory_missing_rank_warns(tmp_path):
 
 
 def test_parallel_workers_give_the_same_report(tmp_path):
-    import overlapprof.analysis.analyzer as A
-
     serial = overlapprof.analyze(DATA / "trace_filter", workers=1)
     old = A.PARALLEL_MIN_BYTES
     A.PARALLEL_MIN_BYTES = 0
@@ -261,20 +261,20 @@ def test_analyzer_imports_without_torch():
     assert "0.00%" in proc.stdout
 
 
+_PARENT = os.getpid()
+_REAL_GROUP = A.analyze_group
+
+
+def _dying_group(files, options):
+    """analyze_group that kills the worker process it runs in (picklable: module level)."""
+    if os.getpid() != _PARENT:
+        os._exit(3)
+    return _REAL_GROUP(files, options)
+
+
 def test_dead_worker_falls_back_to_this_process(monkeypatch):
     """A worker that dies (e.g. killed for memory) costs parallelism, not the analysis."""
-    import os
-
-    import overlapprof.analysis.analyzer as A
-
-    parent, real = os.getpid(), A.analyze_group
-
-    def dying(files, options):
-        if os.getpid() != parent:
-            os._exit(3)
-        return real(files, options)
-
-    monkeypatch.setattr(A, "analyze_group", dying)
+    monkeypatch.setattr(A, "analyze_group", _dying_group)
     monkeypatch.setattr(A, "PARALLEL_MIN_BYTES", 0)
     report = overlapprof.analyze(DATA / "trace_filter", workers=2)
     assert [r.rank for r in report.ranks] == [0, 1]
