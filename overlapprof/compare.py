@@ -187,7 +187,8 @@ def _stats(report: Report, label: str, per_step: bool) -> VariantStats:
         label=label,
         inputs=list(report.inputs),
         workload=_run_field(report, "workload", "name"),
-        world_size=world if isinstance(world, int) else next((r.world_size for r in report.ranks if r.world_size), None),
+        world_size=world if isinstance(world, int) else next((r.world_size for r in report.ranks if r.world_size),
+                                                             None),
         ranks=len(report.ranks),
         device=_run_field(report, "device"),
         backend=_run_field(report, "backend") or next((r.backend for r in report.ranks if r.backend), None),
@@ -225,10 +226,11 @@ def _mismatch_warnings(variants: list[VariantStats]) -> list[str]:
                         ("backend", "backend")):
         values = [getattr(v, field) for v in variants]
         if any(x is not None for x in values) and len(set(values)) > 1:
-            listed = ", ".join(f"{v.label}: {getattr(v, field) if getattr(v, field) is not None else '?'}" for v in variants)
+            listed = ", ".join(f"{v.label}: {'?' if x is None else x}" for v, x in zip(variants, values))
             warnings.append(f"comparing runs of different {what}s ({listed})")
     for v in variants[1:]:
-        if base.workload == v.workload and base.options is not None and v.options is not None and base.options != v.options:
+        same_workload = base.workload == v.workload and None not in (base.options, v.options)
+        if same_workload and base.options != v.options:
             diff = sorted(k for k in set(base.options) | set(v.options) if base.options.get(k) != v.options.get(k))
             shown = ", ".join(f"{k}={base.options.get(k)!r} vs {v.options.get(k)!r}" for k in diff)
             warnings.append(f"{v.label} ran with other workload options than {base.label} ({shown})")
@@ -239,7 +241,7 @@ def compare(reports: list[Report], labels: list[str] | None = None) -> Compariso
     """Compare Reports, the first as baseline; see the module docstring for every number.
 
     ``labels`` name the variants (default: run.json's variant, else the input's name; made
-    unique). Raises InputError for fewer than one report.
+    unique). Raises InputError when there is no report.
     """
     from overlapprof import __version__
 

@@ -89,7 +89,8 @@ def write_scalars(report, run_dir: str | Path) -> Path | None:
     tmp = Path(run_dir) / f".{SCALAR_DIR}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     scalar_shape = shape_pb2.TensorShapeProto()
-    metas = {tag: metadata.create_summary_metadata(display_name=tag, description=desc) for tag, (_, desc) in TAGS.items()}
+    metas = {tag: metadata.create_summary_metadata(display_name=tag, description=desc)
+             for tag, (_, desc) in TAGS.items()}
     wall = time.time()
     try:
         for rank, rows in scalar_points(report).items():

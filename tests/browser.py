@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import itertools
 import json
-import os
 import re
 import shutil
 import subprocess

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from overlapprof import analyze
 from overlapprof.cli import main
 from overlapprof.compare import PER_STEP, WHOLE_TRACE, Comparison, compare, load_reports
-from overlapprof.renderers import compare_csv, compare_table
+from overlapprof.renderers import compare_table
 
 DATA = Path(__file__).parent / "data"
 

@@ -13,7 +13,6 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner

@@ -65,7 +65,8 @@ def check_output(dest: Path, what: str, named: bool = True) -> None:
     """Refuse (exit 2) to write ``what`` over a trace, a run.json or a folder, into a folder that
     does not exist, or, when the user did not name the file (a default name), over any file."""
     if dest.is_dir():
-        fail(f"{dest} is a folder; name the {what} file, e.g. -o {dest / ('report.html' if what == 'report' else 'timeline.png')}")
+        example = dest / ("report.html" if what == "report" else "timeline.png")
+        fail(f"{dest} is a folder; name the {what} file, e.g. -o {example}")
     if dest.name == "run.json" or _is_trace(dest):
         fail(f"refusing to write the {what} over {dest}, which holds a run's data")
     if not named and dest.exists():

@@ -181,7 +181,8 @@ def comparison_figure(comparison):
         if vs[0].step_us is not None:
             steps = [_ms(v.step_us or 0) for v in vs]
             step_ax.barh(ys, steps, color=STEP, height=0.66, label="step")
-            step_ax.barh(ys, [_ms(v.bound_us or 0) for v in vs], color=BOUND, height=0.36, label="bound: step − exposed")
+            step_ax.barh(ys, [_ms(v.bound_us or 0) for v in vs], color=BOUND, height=0.36,
+                         label="bound: step − exposed")
             texts = ["baseline" if k == 0 else (f"{v.speedup:.2f}x" if v.speedup else "") for k, v in enumerate(vs)]
             _annotate(step_ax, ys, steps, texts, max(steps + [1e-3]))
             step_ax.set_xlim(0, max(steps + [1e-3]) * 1.35)
@@ -194,8 +195,8 @@ def comparison_figure(comparison):
         comm_ax.barh(ys, hidden, color=HIDDEN, height=0.66, label="hidden")
         comm_ax.barh(ys, exposed, left=hidden, color=EXPOSED, height=0.66, label="exposed")
         ends = [h + e for h, e in zip(hidden, exposed)]
-        _annotate(comm_ax, ys, ends, [f"{100 * v.overlap_ratio:.0f}% hidden" if v.overlap_ratio is not None else "no comm"
-                                      for v in vs], max(ends + [1e-3]))
+        hidden_text = [f"{100 * v.overlap_ratio:.0f}% hidden" if v.overlap_ratio is not None else "no comm" for v in vs]
+        _annotate(comm_ax, ys, ends, hidden_text, max(ends + [1e-3]))
         comm_ax.set_xlim(0, max(ends + [1e-3]) * 1.45)
         comm_ax.set_title("Communication")
         compute = [_ms(v.compute_us) for v in vs]
