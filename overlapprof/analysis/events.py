@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from itertools import compress
 from pathlib import Path
 
 import numpy as np
@@ -183,10 +182,13 @@ def _read_chunks(path, chunks, comm_re, keep: bool):
     row0 = 0
     for chunk in chunks:
         events = chunk.events
-        is_x = [e.ph == "X" for e in events]
-        xe = list(compress(events, is_x))
+        xe = [e for e in events if e.ph == "X"]
         if not xe:
             continue
+        if len(xe) == len(events):
+            index = np.arange(chunk.start, chunk.start + len(xe))
+        else:
+            index = np.flatnonzero([e.ph == "X" for e in events]) + chunk.start
         codes = np.array([_CATEGORY[e.cat] for e in xe], dtype=np.int8)
         corr = np.full(len(xe), np.nan)
         linked = np.flatnonzero(np.isin(codes, _CORRELATED))
@@ -194,7 +196,6 @@ def _read_chunks(path, chunks, comm_re, keep: bool):
             corr[linked] = np.array(
                 [a.correlation if (a := xe[i].args) is not None else None for i in linked.tolist()], dtype=np.float64
             )
-        index = np.flatnonzero(is_x) + chunk.start
         parts.append((
             index,
             np.array([e.ts for e in xe], dtype=np.float64),  # None -> NaN

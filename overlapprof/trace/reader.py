@@ -46,7 +46,7 @@ class Chunk:
 
     start: int
     events: list[D.ScanEvent]
-    text: bytes  # the JSON array the events were decoded from
+    text: bytes | bytearray  # the JSON array the events were decoded from
 
     def full_events(self, positions: list[int]) -> list[D.Event]:
         """The events at ``positions`` with typed args (odd args leave an event without them)."""
@@ -116,7 +116,7 @@ class TraceReader:
                     continue
                 header, buf = bytes(buf[:first]), buf[first:]
             if len(buf) >= _CHUNK_BYTES and (cut := buf.rfind(EVENT_START)) > 0:
-                chunk = self._piece(count, bytes(buf[:cut]))
+                chunk = self._piece(count, buf, cut)
                 del buf[:cut]
                 count += len(chunk.events)
                 yield chunk
@@ -132,9 +132,16 @@ class TraceReader:
             text = b"[" + b",".join(raws) + b"]"
             yield Chunk(count, self._decode(text), text)
 
-    def _piece(self, start: int, text: bytes) -> Chunk:
-        text = text.rstrip()
-        text = b"[" + (text[:-1] if text.endswith(b",") else text) + b"]"
+    def _piece(self, start: int, buf: bytearray, cut: int) -> Chunk:
+        """The events in ``buf[:cut]`` (whole events, each followed by a comma), one copy."""
+        end = cut
+        while end > 0 and buf[end - 1] in b" \t\r\n":
+            end -= 1
+        if end > 0 and buf[end - 1] == ord(","):
+            end -= 1
+        text = bytearray(b"[")
+        text += memoryview(buf)[:end]
+        text += b"]"
         return Chunk(start, self._decode(text), text)
 
     @staticmethod
