@@ -87,14 +87,16 @@ def _header(page: Page) -> str:
     chips = "".join(f'<span class="chip"><b>{_e(k)}</b> {_e(v)}</span>' for k, v in facts)
     cards, per = [], " / step" if c.basis == PER_STEP else ""
     for v in c.variants:
+        ratio = v.overlap_ratio
+        bar = ('<div class="bar none"></div>' if ratio is None
+               else f'<div class="bar"><i style="width:{100 * ratio:.1f}%"></i></div>')
         speed = "baseline" if v.label == c.baseline else f"{_x(v.speedup)} vs {_e(c.baseline)}"
+        speed_row = f'<div class="kv"><span>speedup</span><b>{speed}</b></div>' if len(c.variants) > 1 else ""
         cards.append(
             f'<div class="card"><div class="name">{_e(v.label)}</div>'
-            f'<div class="big">{_pct(v.overlap_ratio)}</div><div class="sub">of communication hidden</div>'
-            f'<div class="bar"><i style="width:{100 * (v.overlap_ratio or 0):.1f}%"></i></div>'
+            f'<div class="big">{_pct(ratio)}</div><div class="sub">of communication hidden</div>{bar}'
             f'<div class="kv"><span>exposed comm{per}</span><b>{_ms(v.exposed_comm_us)} ms</b></div>'
-            f'<div class="kv"><span>step (median)</span><b>{_ms(v.step_us)} ms</b></div>'
-            f'<div class="kv"><span>speedup</span><b>{speed}</b></div></div>'
+            f'<div class="kv"><span>step (median)</span><b>{_ms(v.step_us)} ms</b></div>{speed_row}</div>'
         )
     title = " vs ".join(v.label for v in c.variants)
     return (f"<header><h1>overlapprof · {_e(first.workload or 'traces')}: {_e(title)}</h1>"
@@ -282,6 +284,7 @@ h3{font-size:15px;margin:22px 0 8px;color:#333}
 .card .sub{font-size:12px;color:var(--muted);margin-bottom:6px}
 .bar{height:6px;border-radius:3px;background:#D55E00;overflow:hidden;margin-bottom:10px}
 .bar i{display:block;height:100%;background:#009E73}
+.bar.none{background:var(--line)}
 .kv{display:flex;justify-content:space-between;gap:16px;font-size:13px}
 .kv span{color:var(--muted)}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
