@@ -69,37 +69,28 @@ class LaunchArgs(msgspec.Struct, gc=False):
     correlation: int | None = None
 
 
-class ScanEvent(msgspec.Struct, gc=False):
-    """One trace event as the metrics read it."""
-
+class _Basic(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
     ts: float | None = None
     dur: float | None = None
+
+
+class ScanEvent(_Basic, gc=False):
+    """One trace event as the metrics read it. ``ts``/``dur``: µs (int or float in the file)."""
+
     args: LaunchArgs | None = None
 
 
-class _HostEvent(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    ts: float | None = None
-    dur: float | None = None
+class _HostEvent(_Basic, gc=False):
     pid: int | str | None = None
     tid: int | str | None = None
 
 
-class Event(msgspec.Struct, gc=False):
-    """One trace event with its typed arguments. ``ts``/``dur``: µs (int or float in the file)."""
+class Event(_HostEvent, gc=False):
+    """One trace event with its typed arguments (for the records of communication operations)."""
 
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    ts: float | None = None
-    dur: float | None = None
-    pid: int | str | None = None
-    tid: int | str | None = None
     args: EventArgs | None = None
 
 
@@ -145,21 +136,23 @@ def read_bytes(path: str | Path) -> bytes:
         raise TraceError(path, f"cannot read ({exc.strerror or exc})") from None
     if not data:
         raise TraceError(path, "empty file")
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gunzip(data)
-        except EOFError:
-            raise TraceError(path, "truncated gzip (the file ends before the compressed stream)") from None
-        except MemoryError:
-            raise
-        except Exception as exc:  # zlib.error, isal's IsalError: a damaged stream
-            raise TraceError(path, f"corrupt gzip ({exc})") from None
-    return data
+    return gunzip(data, path) if data[:2] == b"\x1f\x8b" else data
 
 
-def inflate(pieces) -> Iterator[bytes]:
+def inflate(pieces, path="<gzip>") -> Iterator[bytes]:
     """Inflate a gzip stream given as an iterable of compressed pieces (every member), yielding
-    at most a few MB at a time. EOFError when the stream is truncated."""
+    at most a few MB at a time. TraceError when it is truncated or damaged."""
+    try:
+        yield from _inflate(pieces)
+    except EOFError:
+        raise TraceError(path, "truncated gzip (the file ends before the compressed stream)") from None
+    except MemoryError:
+        raise
+    except Exception as exc:  # zlib.error, isal's IsalError: a damaged stream
+        raise TraceError(path, f"corrupt gzip ({exc})") from None
+
+
+def _inflate(pieces) -> Iterator[bytes]:
     pending = memoryview(b"")
     source = iter(pieces)
     while True:
@@ -187,12 +180,12 @@ def inflate(pieces) -> Iterator[bytes]:
         pending = memoryview(inflater.unused_data)  # the next member, if any
 
 
-def gunzip(data: bytes) -> bytearray:
+def gunzip(data: bytes, path="<gzip>") -> bytearray:
     """Inflate gzip ``data`` into one growing buffer: the peak is the output plus a few MB, not
-    twice the output (large buffers grow in place). EOFError when the stream is truncated."""
+    twice the output (large buffers grow in place). TraceError when truncated or damaged."""
     out = bytearray()
     view = memoryview(data)
-    for piece in inflate(view[i : i + GZIP_PIECE] for i in range(0, len(view), GZIP_PIECE)):
+    for piece in inflate((view[i : i + GZIP_PIECE] for i in range(0, len(view), GZIP_PIECE)), path):
         out += piece
     return out
 
