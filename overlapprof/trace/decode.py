@@ -241,6 +241,8 @@ def decode(path: str | Path, data: bytes | None = None) -> TraceFile:
     """
     if data is None:
         data = read_bytes(path)
+    elif not data:
+        raise TraceError(path, "empty file")
     trace = decode_checked(path, DECODER, data)
     if trace.traceEvents is None:
         raise TraceError(path, "not a PyTorch profiler trace (no 'traceEvents')")

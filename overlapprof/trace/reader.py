@@ -64,6 +64,7 @@ class TraceReader:
     def __init__(self, path):
         self.path = str(path)
         self.header: D.TraceFile | None = None
+        self._text: bytearray | None = None  # the whole text, when streaming read it before giving up
 
     def chunks(self, generic: bool = False) -> Iterator[Chunk]:
         return self._whole() if generic else self._stream()
@@ -71,7 +72,8 @@ class TraceReader:
     # -- whole file ---------------------------------------------------------------------------
 
     def _whole(self) -> Iterator[Chunk]:
-        trace = D.decode(self.path)
+        text, self._text = self._text, None
+        trace = D.decode(self.path, text)
         raws, trace.traceEvents = trace.traceEvents, None
         self.header = trace
         for start in range(0, len(raws), D.CHUNK):
@@ -100,10 +102,17 @@ class TraceReader:
         buf = bytearray()
         header = None
         count = 0
-        for piece in self._pieces():
+        pieces = self._pieces()
+        for piece in pieces:
             buf += piece
             if header is None:
-                first = _first_event(buf)
+                try:
+                    first = _first_event(buf)
+                except LayoutError:  # keep what was read: the whole-file reader starts from it
+                    for rest in pieces:
+                        buf += rest
+                    self._text = buf
+                    raise
                 if first is None:
                     continue
                 header, buf = bytes(buf[:first]), buf[first:]
