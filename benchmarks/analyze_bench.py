@@ -3,9 +3,9 @@
     python benchmarks/analyze_bench.py [--quick] [--no-hta] [--skip-scale] [--skip-64] [--work DIR]
 
 Each measurement runs in its own fresh Python process, so peak memory is clean: the peak is the
-largest sum of RSS over the process and its children (sampled every 5 ms with psutil; both
-overlapprof and HTA parse ranks in child processes), and ``ru_maxrss`` of the process itself is
-printed too. "wall" is the whole process (interpreter start and imports included), "work" the
+largest sum of PSS (proportional set size: pages shared by forked workers count once) over the
+process and its children, sampled every 10 ms with psutil (both overlapprof and HTA parse ranks
+in forked child processes); ``ru_maxrss`` of the process itself is printed too. "wall" is the whole process (interpreter start and imports included), "work" the
 analysis call alone. Inputs:
 
 - ``tests/data/mtia/`` (one CPU-mode rank, 455,739 events, 83 MB of JSON, gzip),
@@ -14,7 +14,9 @@ analysis call alone. Inputs:
 
 then a scaling table (one rank, growing event counts: time should grow linearly) and a 64-rank
 generated set (must analyze on a 24 GiB machine). The decoder baseline is gunzip + msgspec of the
-same bytes, untyped (``msgspec.json.decode``) and typed (overlapprof's trace structs).
+same bytes (overlapprof's own gunzip), untyped (``msgspec.json.decode``) and typed (the struct
+overlapprof decodes each event into, all events at once). "overlapprof" is the default analysis
+(with the cross-rank section of issue 5); "--no-comms" the OVERLAP.md metrics alone.
 Targets (issue 3): ≥10x faster than HTA end to end, ≤1/4 of its peak memory, within 2x of the
 typed decoder. Benchmarks print; they do not assert.
 """
@@ -43,7 +45,8 @@ _RUSAGE = (
 
 CHILD_OVERLAPPROF = (
     "import json, sys, time\nRES = {}\nimport overlapprof, overlapprof.analysis.analyzer\nt = time.perf_counter()\n"
-    "r = overlapprof.analyze(sys.argv[2:], workers=int(sys.argv[1]) or None)\n"
+    "w, comms = sys.argv[1].split(',')\n"
+    "r = overlapprof.analyze(sys.argv[2:], workers=int(w) or None, comms=comms == 'comms')\n"
     "RES['work_s'] = time.perf_counter() - t\n"
     "RES['ratios'] = {x.rank: x.metrics.overlap_ratio for x in r.ranks}\n" + _RUSAGE
 )
@@ -61,12 +64,12 @@ CHILD_HTA = (
 )
 
 CHILD_DECODER = (
-    "import json, sys, time, gzip\nimport msgspec\nfrom overlapprof.trace.decode import TraceFile\nRES = {}\n"
-    "dec = msgspec.json.Decoder(TraceFile) if sys.argv[1] == 'typed' else msgspec.json.Decoder()\n"
+    "import json, sys, time\nimport msgspec\nfrom overlapprof.trace.decode import ScanEvent, read_bytes\nRES = {}\n"
+    "class Top(msgspec.Struct):\n    traceEvents: list[ScanEvent]\n"
+    "dec = msgspec.json.Decoder(Top) if sys.argv[1] == 'typed' else msgspec.json.Decoder()\n"
     "t = time.perf_counter()\nn = 0\n"
     "for f in sys.argv[2:]:\n"
-    "    data = open(f, 'rb').read()\n"
-    "    data = gzip.decompress(data) if data[:2] == b'\\x1f\\x8b' else data\n"
+    "    data = read_bytes(f)\n"
     "    obj = dec.decode(data)\n"
     "    n += len(obj.traceEvents if sys.argv[1] == 'typed' else obj['traceEvents'])\n"
     "    del obj, data\n"
@@ -87,12 +90,12 @@ def measure(code: str, args: list[str]) -> dict:
     if psutil is not None:
         root = psutil.Process(proc.pid)
         while proc.poll() is None:
-            try:
+            try:  # PSS: pages shared by forked workers count once, split between them
                 procs = [root, *root.children(recursive=True)]
-                peak = max(peak, sum(p.memory_info().rss for p in procs if p.is_running()))
+                peak = max(peak, sum(p.memory_full_info().pss for p in procs if p.is_running()))
             except psutil.Error:
                 pass
-            time.sleep(0.005)
+            time.sleep(0.01)
     out, err = proc.communicate()
     wall = time.perf_counter() - t0
     lines = [line for line in out.splitlines() if line.startswith("@@")]
@@ -133,8 +136,9 @@ def compare(label: str, folder: Path, hta: bool) -> dict:
     runs = {
         "decoder (untyped)": measure(CHILD_DECODER, ["untyped", *files]),
         "decoder (typed)": measure(CHILD_DECODER, ["typed", *files]),
-        "overlapprof": measure(CHILD_OVERLAPPROF, ["0", str(folder)]),
-        "overlapprof -w1": measure(CHILD_OVERLAPPROF, ["1", str(folder)]),
+        "overlapprof": measure(CHILD_OVERLAPPROF, ["0,comms", str(folder)]),
+        "overlapprof -w1": measure(CHILD_OVERLAPPROF, ["1,comms", str(folder)]),
+        "overlapprof --no-comms": measure(CHILD_OVERLAPPROF, ["0,none", str(folder)]),
     }
     if hta:
         runs["HTA 0.5.0"] = measure(CHILD_HTA, [str(folder)])
@@ -172,7 +176,7 @@ def scaling(work: Path, sizes: list[int]) -> None:
         if not folder.exists():
             gen_traces.generate(folder, ranks=1, events=n)
         mb = sum(Path(f).stat().st_size for f in trace_files(folder)) / 1e6
-        res = measure(CHILD_OVERLAPPROF, ["1", str(folder)])
+        res = measure(CHILD_OVERLAPPROF, ["1,comms", str(folder)])
         if "work_s" not in res:
             print(f"  {n:>10,} failed: {res.get('error')}")
             continue
@@ -212,7 +216,7 @@ def main(argv=None):
         folder = work / f"gen-64x{n64}"
         if not folder.exists():
             gen_traces.generate(folder, ranks=64, events=n64)
-        res = measure(CHILD_OVERLAPPROF, ["0", str(folder)])
+        res = measure(CHILD_OVERLAPPROF, ["0,comms", str(folder)])
         mb = sum(Path(f).stat().st_size for f in trace_files(folder)) / 1e6
         print(f"\n== 64 ranks x {n64:,} events ({mb:.0f} MB of JSON), default workers")
         if "work_s" in res:
