@@ -2,8 +2,8 @@
 
 The events are read a chunk at a time (:mod:`overlapprof.trace.reader`); list comprehensions
 pull out of each chunk the complete events' ``ts``, ``dur``, category code, name id and (GPU
-events and runtime calls) correlation, and the chunk is dropped. Names are classified once per distinct name, and everything
-after that is numpy. The result, :class:`RankEvents`, holds per class (comm, compute, memory) the
+events and runtime calls) correlation, and the chunk is dropped. Names are classified once per
+distinct name, and everything after that is numpy. The result, :class:`RankEvents`, holds per class (comm, compute, memory) the
 interval starts and ends, the *anchor* time that places each event in a step (the start of its
 launching runtime call when the trace has it, else its own start: OVERLAP.md section 3), and
 whether its launch was found. The raw events are dropped once this is built.
