@@ -177,80 +177,97 @@ def _median(values) -> float | None:
     return float(np.median(values)) if len(values) else None
 
 
+@dataclass
+class _Measured:
+    """Per-instance and per-operation arrays of the metrics (module docstring of comms).
+
+    ``rows``: the matched operations, instance by instance (``ids``: their instance, ``bounds``:
+    where each instance starts in ``rows``). Per instance: ``transfer``, ``skew``, ``last_rank``,
+    ``wait`` (Σ of its ranks' waits), ``warm``. Per operation: ``inst_of`` (-1: unmatched),
+    ``transfer_of`` (its instance's transfer, else its own duration), ``wait``, ``warm``.
+    """
+
+    rows: np.ndarray
+    ids: np.ndarray
+    bounds: np.ndarray
+    transfer: np.ndarray
+    skew: np.ndarray
+    last_rank: np.ndarray
+    wait: np.ndarray
+    warm: np.ndarray
+    inst_of: np.ndarray
+    transfer_of: np.ndarray
+    op_wait: np.ndarray
+    op_warm: np.ndarray
+    warmups: list[WarmupOp]
+
+
+def _measure(ops: Ops, instances: list[list[int]], start: np.ndarray) -> _Measured:
+    n, sizes = len(ops), np.array([len(i) for i in instances], dtype=np.int64)
+    rows = np.array([row for inst in instances for row in inst], dtype=np.int64)
+    ids = np.repeat(np.arange(sizes.size), sizes)
+    bounds = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    inst_of = np.full(n, -1, dtype=np.int64)
+    inst_of[rows] = ids
+    transfer_of, op_wait = ops.dur.copy(), np.zeros(n)
+    if sizes.size:
+        transfer = np.minimum.reduceat(ops.dur[rows], bounds)
+        skew = np.maximum.reduceat(start[rows], bounds) - np.minimum.reduceat(start[rows], bounds)
+        transfer_of[rows] = transfer[ids]
+        op_wait[rows] = ops.dur[rows] - transfer_of[rows]
+        # Last arrival: the shortest duration in the instance (ties: the latest start).
+        order = np.lexsort((-start[rows], ops.dur[rows], ids))
+        last_rank = ops.rank[rows[order][np.concatenate(([True], ids[order][1:] != ids[order][:-1]))]]
+    else:
+        transfer = skew = np.empty(0)
+        last_rank = np.empty(0, dtype=np.int64)
+    op_warm, warmups = _warmup(ops, inst_of, transfer_of)
+    warm = np.zeros(sizes.size, dtype=bool)
+    warm[inst_of[op_warm & (inst_of >= 0)]] = True
+    wait = np.bincount(ids, weights=op_wait[rows], minlength=sizes.size)
+    return _Measured(rows, ids, bounds, transfer, skew, last_rank, wait, warm, inst_of, transfer_of, op_wait,
+                     op_warm, warmups)
+
+
 def compute_comms(inputs: list[RankInput], align_clocks: bool = False) -> Comms | None:
     """The comms section for these ranks (None when no rank has a communication operation)."""
-    inputs = sorted(inputs, key=lambda r: r.rank)
-    inputs = [r for r in inputs if r.ops is not None]
+    inputs = sorted((r for r in inputs if r.ops is not None), key=lambda r: r.rank)
     if not any(len(r.ops) for r in inputs):
         return None
     groups, notes = _groups(inputs)
     ops = concat({r.rank: r.ops for r in inputs}, {g: s for g, (s, _, _) in groups.items() if s})
     domain_of, shift, clocks, shared, clock_notes, used = _clock(inputs, ops, align_clocks)
     notes += clock_notes
-    row_shift = np.array([shift[r] for r in ops.rank.tolist()])
     present = {r.rank for r in inputs}
     if len(present) < 2:
         notes.append("one rank: no partner trace, so waits are unknown; transfer times are the rank's own "
                      "durations (upper bounds: they include any wait) and bandwidths lower bounds")
+    row_shift = np.array([shift[r] for r in ops.rank.tolist()])
     m = match(ops, present, shared, row_shift)
-
-    n = len(ops)
-    dur, start = ops.dur, ops.ts + row_shift
-    inst_of = np.full(n, -1, dtype=np.int64)
-    rows = np.array([row for inst in m.instances for row in inst], dtype=np.int64)
-    sizes = np.array([len(inst) for inst in m.instances], dtype=np.int64)
-    ids = np.repeat(np.arange(sizes.size), sizes)
-    inst_of[rows] = ids
-    bounds = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-    has = sizes.size > 0
-    transfer = np.minimum.reduceat(dur[rows], bounds) if has else np.empty(0)
-    transfer_of_row = dur.copy()
-    transfer_of_row[rows] = transfer[ids] if has else transfer_of_row[rows]
-    wait = np.zeros(n)
-    wait[rows] = dur[rows] - transfer_of_row[rows]
-    skew = (np.maximum.reduceat(start[rows], bounds) - np.minimum.reduceat(start[rows], bounds)) if has else np.empty(0)
+    start = ops.ts + row_shift
+    x = _measure(ops, m.instances, start)
+    # Skew needs one clock: across unaligned hosts it is left out.
     domain_index = {name: k for k, name in enumerate(sorted(set(domain_of.values())))}
     rank_domain = np.zeros(max(domain_of) + 1, dtype=np.int64)
     rank_domain[list(domain_of)] = [domain_index[d] for d in domain_of.values()]
-    domain_ids = rank_domain[ops.rank[rows]]
-    one_domain = (np.maximum.reduceat(domain_ids, bounds) == np.minimum.reduceat(domain_ids, bounds)) if has else np.empty(0, bool)
-    # Last arrival: the shortest duration in the instance (ties: the latest start).
-    order = np.lexsort((-start[rows], dur[rows], ids))
-    last_row = rows[order][np.concatenate(([True], ids[order][1:] != ids[order][:-1]))] if has else np.empty(0, np.int64)
-    warm, warmups = _warmup(ops, inst_of, transfer_of_row)
-    inst_warm = np.zeros(sizes.size, dtype=bool)
-    inst_warm[inst_of[warm & (inst_of >= 0)]] = True
+    doms = rank_domain[ops.rank[x.rows]]
+    one_clock = (np.maximum.reduceat(doms, x.bounds) == np.minimum.reduceat(doms, x.bounds)) if x.rows.size else []
+    one_clock = np.ones(len(m.instances), bool) if clocks != "unaligned" else one_clock
 
-    counted = (inst_of >= 0) & ~warm  # matched, not warm-up: what the sums and medians use
-    nranks = max(r.rank for r in inputs) + 1
-    inst_wait = np.bincount(ids, weights=wait[rows], minlength=sizes.size) if has else np.empty(0)
-    last_rank = ops.rank[last_row]
-    caused = np.bincount(last_rank[~inst_warm], weights=inst_wait[~inst_warm], minlength=nranks)
-    last_count = np.bincount(last_rank[~inst_warm], minlength=nranks)
-
-    def per_rank(mask, weights=None):
-        return np.bincount(ops.rank[mask], weights=None if weights is None else weights[mask], minlength=nranks)
-
+    origin = float(start.min())
     instances = []
     for k, inst in enumerate(m.instances):
-        nbytes = ops.nbytes[inst]
-        known = nbytes[~np.isnan(nbytes)]
+        known = ops.nbytes[inst][~np.isnan(ops.nbytes[inst])]
         first = inst[0]
-        instances.append(
-            CollectiveInstance(
-                kind=ops.kind[first], group=ops.group[first], method=m.methods[k], key=m.keys[k],
-                ranks=ops.rank[inst].tolist(), starts_us=[], durations_us=dur[inst].tolist(),
-                transfer_us=float(transfer[k]), last_rank=int(last_rank[k]),
-                skew_us=float(skew[k]) if (clocks != "unaligned" or one_domain[k]) else None,
-                bytes=int(round(float(known.mean()))) if known.size else None,
-                group_size=int(ops.group_size[inst].max()) or None,
-                step=int(ops.step[first]) if ops.step[first] >= 0 else None, warmup=bool(inst_warm[k]),
-            )
-        )
-    origin = float(start.min())
-    for k, inst in enumerate(m.instances):
-        instances[k].starts_us = (start[inst] - origin).tolist()
-
+        instances.append(CollectiveInstance(
+            kind=ops.kind[first], group=ops.group[first], method=m.methods[k], key=m.keys[k],
+            ranks=ops.rank[inst].tolist(), starts_us=(start[inst] - origin).tolist(),
+            durations_us=ops.dur[inst].tolist(), transfer_us=float(x.transfer[k]), last_rank=int(x.last_rank[k]),
+            skew_us=float(x.skew[k]) if one_clock[k] else None,
+            bytes=int(round(float(known.mean()))) if known.size else None,
+            group_size=int(ops.group_size[inst].max()) or None,
+            step=int(ops.step[first]) if ops.step[first] >= 0 else None, warmup=bool(x.warm[k]),
+        ))
     return Comms(
         clocks=clocks,
         time_origin_us=origin,
@@ -258,12 +275,12 @@ def compute_comms(inputs: list[RankInput], align_clocks: bool = False) -> Comms 
         groups=_group_rows(groups, ops, present),
         matching=[KindMatch(group=g, kind=k, method=meth, instances=c, unmatched_ops=u, note=note)
                   for g, k, meth, c, u, note in m.kind_methods],
-        ranks=_rank_rows(inputs, ops, inst_of, wait, transfer_of_row, counted, warm, caused, last_count, per_rank, shift, domain_of),
-        stragglers=_stragglers(caused, last_count, float(inst_wait[~inst_warm].sum()) if has else 0.0),
-        bandwidth=_bandwidth(ops, instances, m.unmatched, warm),
+        ranks=_rank_rows(inputs, ops, x, shift, domain_of),
+        stragglers=_stragglers(x),
+        bandwidth=_bandwidth(ops, instances, m.unmatched, x.op_warm),
         instances=instances,
-        unmatched=_unmatched(ops, m.unmatched, warm),
-        warmups=warmups,
+        unmatched=_unmatched(ops, m.unmatched),
+        warmups=x.warmups,
         warmup_factor=WARMUP_FACTOR,
         notes=notes + [f"{g} {k}: {note}" for g, k, _, _, _, note in m.kind_methods if note],
     )
@@ -292,38 +309,51 @@ def _group_rows(groups, ops: Ops, present: set[int]) -> list[GroupComms]:
     return out
 
 
-def _rank_rows(inputs, ops, inst_of, wait, transfer_of_row, counted, warm, caused, last_count, per_rank, shift, domain_of):
-    matched, lone = per_rank(inst_of >= 0), inst_of < 0
-    unmatched_ops, unmatched_us = per_rank(lone), per_rank(lone, ops.dur)
-    lowest = min(x.base_us for x in inputs)
+def _caused(x: _Measured, nranks: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank: the others' wait in the non-warm-up instances where it was last, and how many."""
+    keep = ~x.warm
+    return (np.bincount(x.last_rank[keep], weights=x.wait[keep], minlength=nranks),
+            np.bincount(x.last_rank[keep], minlength=nranks))
+
+
+def _rank_rows(inputs: list[RankInput], ops: Ops, x: _Measured, shift, domain_of) -> list[RankComms]:
+    nranks = max(r.rank for r in inputs) + 1
+
+    def per_rank(mask, weights=None):
+        return np.bincount(ops.rank[mask], weights=None if weights is None else weights[mask], minlength=nranks)
+
+    counted = (x.inst_of >= 0) & ~x.op_warm  # matched, not warm-up: what the sums use
+    lone = x.inst_of < 0
+    ops_n, matched, unmatched_n, unmatched_us = per_rank(slice(None)), per_rank(~lone), per_rank(lone), per_rank(lone, ops.dur)
+    wait, transfer = per_rank(counted, x.op_wait), per_rank(counted, x.transfer_of)
+    warm_n, warm_us = per_rank(x.op_warm), per_rank(x.op_warm, ops.dur)
+    caused, last_count = _caused(x, nranks)
+    lowest = min(r.base_us for r in inputs)
     out = []
     for r in inputs:
-        mine = (ops.rank == r.rank) & counted & (wait > 0)
-        waits = iv.union(ops.ts[mine], ops.ts[mine] + wait[mine])
-        exposed_wait = iv.overlap_length(waits, r.exposed)
-        out.append(
-            RankComms(
-                rank=r.rank, host=None if domain_of[r.rank] == UNKNOWN_HOST else r.host,
-                clock_offset_us=float(shift[r.rank]) - (r.base_us - lowest),
-                ops=int(np.count_nonzero(ops.rank == r.rank)),
-                matched_ops=int(matched[r.rank]),
-                unmatched_ops=int(unmatched_ops[r.rank]),
-                unmatched_us=float(unmatched_us[r.rank]),
-                wait_us=float(per_rank(counted, wait)[r.rank]),
-                transfer_us=float(per_rank(counted, transfer_of_row)[r.rank]),
-                exposed_wait_us=exposed_wait, exposed_comm_us=r.exposed_comm_us,
-                wait_share=exposed_wait / r.exposed_comm_us if r.exposed_comm_us > 0 and matched[r.rank] else None,
-                last_arrivals=int(last_count[r.rank]), caused_wait_us=float(caused[r.rank]),
-                warmup_ops=int(per_rank(warm)[r.rank]), warmup_us=float(per_rank(warm, ops.dur)[r.rank]),
-            )
-        )
+        mine = (ops.rank == r.rank) & counted & (x.op_wait > 0)
+        exposed_wait = iv.overlap_length(iv.union(ops.ts[mine], ops.ts[mine] + x.op_wait[mine]), r.exposed)
+        k = r.rank
+        out.append(RankComms(
+            rank=k, host=None if domain_of[k] == UNKNOWN_HOST else r.host,
+            clock_offset_us=float(shift[k]) - (r.base_us - lowest), ops=int(ops_n[k]), matched_ops=int(matched[k]),
+            unmatched_ops=int(unmatched_n[k]), unmatched_us=float(unmatched_us[k]), wait_us=float(wait[k]),
+            transfer_us=float(transfer[k]), exposed_wait_us=exposed_wait, exposed_comm_us=r.exposed_comm_us,
+            wait_share=exposed_wait / r.exposed_comm_us if r.exposed_comm_us > 0 and matched[k] else None,
+            last_arrivals=int(last_count[k]), caused_wait_us=float(caused[k]),
+            warmup_ops=int(warm_n[k]), warmup_us=float(warm_us[k]),
+        ))
     return out
 
 
-def _stragglers(caused, last_count, total_wait) -> list[Straggler]:
-    ranks = [r for r in np.argsort(-caused, kind="stable").tolist() if caused[r] > 0]
-    return [Straggler(rank=r, caused_wait_us=float(caused[r]), share=float(caused[r] / total_wait) if total_wait > 0 else 0.0,
-                      last_arrivals=int(last_count[r])) for r in ranks]
+def _stragglers(x: _Measured) -> list[Straggler]:
+    """Ranks that made others wait, most first; ``share`` of all (non-warm-up) waiting."""
+    nranks = int(x.last_rank.max()) + 1 if x.last_rank.size else 0
+    caused, last_count = _caused(x, nranks)
+    total = float(x.wait[~x.warm].sum())
+    return [Straggler(rank=r, caused_wait_us=float(caused[r]), share=float(caused[r]) / total if total > 0 else 0.0,
+                      last_arrivals=int(last_count[r]))
+            for r in np.argsort(-caused, kind="stable").tolist() if caused[r] > 0]
 
 
 def _bandwidth(ops: Ops, instances: list[CollectiveInstance], unmatched: dict[int, str], warm) -> list[BandwidthRow]:
@@ -356,7 +386,7 @@ def _bandwidth(ops: Ops, instances: list[CollectiveInstance], unmatched: dict[in
     return sorted(out, key=lambda b: (b.kind, b.transfer, b.bytes is None, b.bytes or 0))
 
 
-def _unmatched(ops: Ops, unmatched: dict[int, str], warm) -> list[Unmatched]:
+def _unmatched(ops: Ops, unmatched: dict[int, str]) -> list[Unmatched]:
     cells = defaultdict(lambda: [0, 0.0])
     for row, reason in unmatched.items():
         cell = cells[(int(ops.rank[row]), ops.kind[row], reason)]
