@@ -110,6 +110,10 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
 
         after_run([(r.variant, r.run_dir) for r in results if r.ok])
     failed = next((r for r in results if not r.ok), None)
+    if failed is not None and failed.interrupted:
+        click.echo(f"Error: {loaded.name}/{failed.variant} interrupted; logs and traces kept in "
+                   f"{failed.run_dir}", err=True)
+        sys.exit(130)
     if failed is not None:
         click.echo(f"Error: {loaded.name}/{failed.variant} failed: {failed.failure_line()}; "
                    f"logs and traces kept in {failed.run_dir}", err=True)

@@ -80,33 +80,36 @@ class Harness:
 
     def run(self):
         config = self.config
-        device = (torch.device("cuda", self.local_rank) if config["device"] == "cuda"
-                  else torch.device("cpu"))
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        ctx = self.ctx = workload_api.Context(
-            rank=self.rank, world_size=self.world_size, local_rank=self.local_rank,
-            node_rank=self.node_rank, device=device, backend=config["backend"],
-            variant=config["variant"], options=config["options"])
+        cuda = config["device"] == "cuda"
+        device = torch.device("cuda", self.local_rank) if cuda else torch.device("cpu")
         self._write(status="running", error=None, error_kind=None, where=None,
                     started=time.time(), ended=None, host=rundir.host(), pid=os.getpid(),
                     node_rank=self.node_rank, local_rank=self.local_rank, device=str(device))
-        watchdog = Watchdog(ctx, config["timeout_s"], self._hang)
-        ctx._mark("init_process_group")
-        watchdog.start()
         signal.signal(signal.SIGTERM, _raise_terminated)
+        watchdog = None
         try:
+            if cuda:
+                torch.cuda.set_device(device)
+            ctx = self.ctx = workload_api.Context(
+                rank=self.rank, world_size=self.world_size, local_rank=self.local_rank,
+                node_rank=self.node_rank, device=device, backend=config["backend"],
+                variant=config["variant"], options=config["options"])
+            watchdog = Watchdog(ctx, config["timeout_s"], self._hang)
+            ctx._mark("init_process_group")
+            watchdog.start()
             self._init_process_group(device)
             ctx._mark("load workload")
             work = workload_api.load(config["workload"]["path"])
             step = work.step_function(ctx.variant)
             ctx._mark("setup")
             state = work.setup(ctx)
+            ctx.synchronize()  # setup's device work is not part of the first step
             self._run_steps(step, state)
             ctx._mark("final barrier")
             dist.barrier()
         except BaseException as exc:
-            watchdog.stop()
+            if watchdog is not None:
+                watchdog.stop()
             self._fail(exc)
             raise
         watchdog.stop()
@@ -253,8 +256,9 @@ def main(argv=None):
     harness = Harness(Path(args.run_dir), args.node_rank)
     try:
         harness.run()
-    except Terminated:  # in the rank's fragment already; a traceback would only be noise
-        print(f"rank {harness.rank}: terminated by the launcher", file=sys.stderr)
+    except (Terminated, KeyboardInterrupt) as exc:  # recorded; a traceback would be noise
+        how = "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated"
+        print(f"rank {harness.rank}: {how} by the launcher", file=sys.stderr)
         sys.exit(_TERMINATED_EXIT_CODE)
     except Exception as exc:
         if not _PEER_GONE.search(first_line(exc)):

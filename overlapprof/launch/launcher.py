@@ -48,7 +48,7 @@ class RunRequest:
     workload: object  # overlapprof.workload.Workload
     variants: list
     options: dict
-    nproc: int = 1
+    nproc: int = 2
     nnodes: int = 1
     node_rank: int = 0
     rdzv_endpoint: str = ""
@@ -84,6 +84,12 @@ class VariantResult:
         ranks = self.run["ranks"]
         return (self.run["failure"] is None and self.run["status"] != "failed"
                 and all(ranks.get(str(r), {}).get("status") == "ok" for r in self.local_ranks))
+
+    @property
+    def interrupted(self):
+        """Stopped by a signal to the launcher (Ctrl-C), not by a failure of its own."""
+        return any(str(node.get("error")).startswith("interrupted")
+                   for node in self.run["nodes"].values())
 
     def failure_line(self):
         """One line naming the rank that failed first and its error; "" when the run is ok."""
@@ -261,7 +267,9 @@ def _elastic_launch(request, variant, run_dir):
                           **rdzv)
     entrypoint_args = ["-u", "-m", "overlapprof.launch.harness", "--run-dir", str(run_dir),
                        "--node-rank", str(request.node_rank)]
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    elastic_logger = logging.getLogger("torch.distributed.elastic")
+    level = elastic_logger.level
+    elastic_logger.setLevel(logging.CRITICAL)  # its failure reports repeat ours, at length
     try:
         with contextlib.redirect_stdout(ConsoleLines(sys.stdout)), \
                 contextlib.redirect_stderr(ConsoleLines(sys.stderr)):
@@ -272,6 +280,8 @@ def _elastic_launch(request, variant, run_dir):
         return {}, f"interrupted ({exc.sigval.name})"
     except Exception as exc:  # rendezvous timeout, store errors: the ranks never started
         return {}, f"{type(exc).__name__}: {first_line(exc)}"
+    finally:
+        elastic_logger.setLevel(level)
     return {}, None
 
 
