@@ -30,10 +30,10 @@ def _nccl_debug(ctx, param, value):
                    "and --rdzv-endpoint).")
 @click.option("--node-rank", type=click.IntRange(min=0), default=0,
               help="This node's rank, 0 to nnodes-1; its ranks are node_rank*nproc + local rank.")
-@click.option("--rdzv-endpoint", default="", metavar="HOST:PORT",
+@click.option("--rdzv-endpoint", default="", metavar="HOST:PORT", show_default=False,
               help="Multi-node: address where node 0 hosts the rendezvous store (torchrun's "
                    "--master-addr:--master-port). Single node: a free port on localhost.")
-@click.option("--run-id", default="", metavar="ID",
+@click.option("--run-id", default="", metavar="ID", show_default=False,
               help="Name the run directories <out>/<ID>-<variant> (else "
                    "<workload>-<date>-<time>-<variant>); the same on every node.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
@@ -41,6 +41,7 @@ def _nccl_debug(ctx, param, value):
 @click.option("--backend", type=click.Choice(["auto", "gloo", "nccl"]), default="auto",
               help="auto: nccl on cuda, gloo on cpu.")
 @click.option("--nccl-debug", callback=_nccl_debug, default="", metavar="LEVEL[:SUBSYS,...]",
+              show_default=False,
               help="Set NCCL_DEBUG (and NCCL_DEBUG_SUBSYS) for the ranks, e.g. INFO or "
                    "INFO:INIT,COLL; NCCL's log lines land in logs/rank<N>.stdout.log.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=300.0,
