@@ -9,12 +9,9 @@ run, and adds the cross-rank summary.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import re
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,6 +156,10 @@ def _run_groups(
             progress(done, total, jobs[k][0])
 
     if workers > 1 and total > 1 and sum(sizes) >= PARALLEL_MIN_BYTES:
+        import multiprocessing  # here: process pools cost import time that one rank does not need
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures.process import BrokenProcessPool
+
         # fork: no re-import of the caller's main module (spawn needs an importable one); workers
         # only decode and compute, so they do not depend on the parent's threads.
         context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
