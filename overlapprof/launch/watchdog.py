@@ -9,19 +9,20 @@ Python stack and names that call and the workload line that made it::
 The same description is made from an exception's traceback, so a crash and a hang read alike.
 """
 
+import linecache
 import os
 import sys
 import sysconfig
 import threading
 import time
 import traceback
-import linecache
 from pathlib import Path
 
 _TORCH_DIR = None
 _LIBRARY_DIRS = tuple(str(Path(p).resolve()) for p in {sysconfig.get_paths()["stdlib"],
                                                         sysconfig.get_paths()["purelib"],
                                                         sysconfig.get_paths()["platlib"]})
+_OVERLAPPROF_DIR = str(Path(__file__).resolve().parent.parent) + os.sep
 _WRAPPER_MODULES = ("torch.distributed.c10d_logger", "contextlib", "functools")
 
 
@@ -58,8 +59,7 @@ def _is_user(frame):
     path = str(Path(frame.f_code.co_filename).resolve())
     if path.startswith(_torch_dir()):
         return False
-    in_library = path.startswith(_LIBRARY_DIRS)
-    return not in_library or "/overlapprof/" in path
+    return path.startswith(_OVERLAPPROF_DIR) or not path.startswith(_LIBRARY_DIRS)
 
 
 def _is_api(frame):
