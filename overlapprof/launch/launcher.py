@@ -136,8 +136,10 @@ def versions():
     found = {"python": platform.python_version(), "torch": torch.__version__,
              "overlapprof": __version__, "cuda": torch.version.cuda, "nccl": None, "gloo": None}
     if dist.is_nccl_available():
-        with contextlib.suppress(Exception):
-            found["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        with contextlib.suppress(Exception):  # a tuple (2, 21, 5); an int in old releases
+            version = torch.cuda.nccl.version()
+            found["nccl"] = (".".join(map(str, version)) if isinstance(version, tuple)
+                             else str(version))
     if dist.is_gloo_available():
         found["gloo"] = f"bundled with torch {torch.__version__}"  # gloo has no version API
     return found
