@@ -316,8 +316,9 @@ def step_summary(run):
     first = median_of("warmup", pick=lambda v: v[0])
     unprofiled, profiled = median_of("unprofiled"), median_of("profiled")
     parts = []
-    if first is not None:
-        parts.append(f"first warm-up step {first:.1f} ms")
+    if first is not None:  # NCCL's first recv blocks the host while it connects: it shows here
+        slower = f" ({first / unprofiled:.1f}x an unprofiled step)" if unprofiled else ""
+        parts.append(f"first warm-up step {first:.1f} ms{slower}")
     if unprofiled is not None:
         parts.append(f"unprofiled step {unprofiled:.2f} ms")
     if profiled is not None:
