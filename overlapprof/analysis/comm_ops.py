@@ -75,51 +75,42 @@ class CommOp(msgspec.Struct, kw_only=True, omit_defaults=True):
     peer: int | None = None
 
 
-_DECODERS = {
-    "str": msgspec.json.Decoder(str | int),
-    "int": msgspec.json.Decoder(int),
-    "ranks": msgspec.json.Decoder(str | list[int]),
-    "any": msgspec.json.Decoder(),
-}
-# CommOp field <- (EventArgs field, decoder); "seq" is read from "Seq", else "seq".
+_ANY = msgspec.json.Decoder()
+_RANKS = msgspec.json.Decoder(list[int])
+# CommOp field <- EventArgs field; "seq" is read from "Seq", else "seq".
 _FIELDS = (
-    ("collective", "collective", "str"),
-    ("pg_name", "pg_name", "str"),
-    ("pg_desc", "pg_desc", "str"),
-    ("pg_ranks", "pg_ranks", "ranks"),
-    ("group_size", "group_size", "int"),
-    ("seq", "seq_lower", "int"),
-    ("seq", "seq", "int"),
-    ("in_nelems", "in_nelems", "int"),
-    ("out_nelems", "out_nelems", "int"),
-    ("dtype", "dtype", "str"),
-    ("input_dims", "input_dims", "any"),
-    ("input_type", "input_type", "any"),
+    ("collective", "collective"),
+    ("pg_name", "pg_name"),
+    ("pg_desc", "pg_desc"),
+    ("pg_ranks", "pg_ranks"),
+    ("group_size", "group_size"),
+    ("seq", "seq_lower"),
+    ("seq", "seq"),
+    ("in_nelems", "in_nelems"),
+    ("out_nelems", "out_nelems"),
+    ("dtype", "dtype"),
 )
 
 
 def _collective_fields(event: Event | None) -> dict:
-    """The collective parameters an event's args carry; a value of an unexpected type is left out."""
+    """The collective parameters an event's args carry (values the trace does not have: absent)."""
     args = event.args if event is not None else None
-    fields = {}
     if args is None:
-        return fields
-    for name, source, decoder in _FIELDS:
-        raw = getattr(args, source)
-        if not raw:
-            continue
+        return {}
+    fields = {name: value for name, source in _FIELDS if (value := getattr(args, source)) is not None}
+    if "pg_name" in fields:
+        fields["pg_name"] = str(fields["pg_name"])
+    if isinstance(fields.get("pg_ranks"), str):  # NCCL writes "[0, 1]" as a string
         try:
-            value = _DECODERS[decoder].decode(raw)
+            fields["pg_ranks"] = _RANKS.decode(fields["pg_ranks"])
         except (msgspec.DecodeError, msgspec.ValidationError):
-            continue
-        if decoder == "str":
-            value = str(value)
-        elif decoder == "ranks" and isinstance(value, str):  # NCCL writes "[0, 1]" as a string
+            del fields["pg_ranks"]
+    for name in ("input_dims", "input_type"):
+        if raw := getattr(args, name):
             try:
-                value = msgspec.json.decode(value, type=list[int])
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
-        fields[name] = value
+                fields[name] = _ANY.decode(raw)
+            except msgspec.DecodeError:
+                pass
     return fields
 
 

@@ -148,9 +148,9 @@ class _Index(dict):
 class _Scan:
     """One file's complete ("X") events as arrays, by row (in file order).
 
-    ``corr``: the correlation of GPU events and runtime calls (NaN elsewhere). ``xs``: the full
-    events (typed args) of the rows communication records may need, when asked for: runtime
-    calls, comm kernels, comm annotations, ``record_param_comms`` and ``c10d::*`` ops.
+    ``corr``: the correlation of GPU events and runtime calls (NaN elsewhere). ``xs``: by row,
+    the events communication records may need, when asked for: comm kernels, comm annotations,
+    ``record_param_comms`` and ``c10d::*`` ops with their typed args, runtime calls without.
     """
 
     path: str
@@ -204,10 +204,13 @@ def _read_chunks(path, chunks, comm_re, keep: bool):
             corr,
             np.array([names[e.name] for e in xe], dtype=np.int32),
         ))
-        if keep:
-            rows = [i for i, e in enumerate(xe) if codes[i] == C.RUNTIME or kept_name[e.name]]
-            full = chunk.full_events([int(index[i]) - chunk.start for i in rows])
-            xs.update(zip((row0 + i for i in rows), full))
+        if keep:  # runtime calls: where they ran (a launch's thread); the others with their args
+            code_list, offsets = codes.tolist(), (index - chunk.start).tolist()
+            launches = [i for i, c in enumerate(code_list) if c == C.RUNTIME]
+            named = [i for i, e in enumerate(xe) if kept_name[e.name] and code_list[i] != C.RUNTIME]
+            for rows, with_args in ((launches, False), (named, True)):
+                events_ = chunk.full_events([offsets[i] for i in rows], with_args)
+                xs.update(zip((row0 + i for i in rows), events_))
         row0 += len(xe)
     if not parts:
         raise TraceError(path, "no complete ('X') events: nothing to measure")

@@ -33,9 +33,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 GZIP_PIECE = 1 << 18  # compressed bytes fed per call
 _INFLATE_MAX = 1 << 22  # most output bytes per call: bounds the transient buffers
 
-# Collective fields that only the communication records (CommOp) read: kept as raw JSON bytes
-# and decoded leniently later, so an odd value there never makes a whole trace unreadable.
-_RAW = msgspec.Raw()
+_RAW = msgspec.Raw()  # an absent raw field
 
 
 class EventArgs(msgspec.Struct, gc=False):
@@ -45,16 +43,19 @@ class EventArgs(msgspec.Struct, gc=False):
     external_id: int | None = msgspec.field(default=None, name="External id")
     stream: int | str | None = None
     device: int | str | None = None
-    collective: msgspec.Raw = msgspec.field(default=_RAW, name="Collective name")
-    in_nelems: msgspec.Raw = msgspec.field(default=_RAW, name="In msg nelems")
-    out_nelems: msgspec.Raw = msgspec.field(default=_RAW, name="Out msg nelems")
-    dtype: msgspec.Raw = _RAW
-    group_size: msgspec.Raw = msgspec.field(default=_RAW, name="Group size")
-    pg_name: msgspec.Raw = msgspec.field(default=_RAW, name="Process Group Name")
-    pg_desc: msgspec.Raw = msgspec.field(default=_RAW, name="Process Group Description")
-    pg_ranks: msgspec.Raw = msgspec.field(default=_RAW, name="Process Group Ranks")
-    seq: msgspec.Raw = msgspec.field(default=_RAW, name="Seq")
-    seq_lower: msgspec.Raw = msgspec.field(default=_RAW, name="seq")
+    # record_param_comms' collective parameters. An event whose values do not fit these types is
+    # read without its args (full_event): records of communication are informative.
+    collective: str | None = msgspec.field(default=None, name="Collective name")
+    in_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
+    dtype: str | None = None
+    group_size: int | None = msgspec.field(default=None, name="Group size")
+    pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
+    pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
+    pg_ranks: str | list[int] | None = msgspec.field(default=None, name="Process Group Ranks")  # "[0, 1]"
+    seq: int | None = msgspec.field(default=None, name="Seq")
+    seq_lower: int | None = msgspec.field(default=None, name="seq")
+    # Shapes and dtypes (record_shapes): any JSON, decoded when read.
     input_dims: msgspec.Raw = msgspec.field(default=_RAW, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=_RAW, name="Input type")
     # Point-to-point peers: record_param_comms' global ranks, and c10d::send/recv_'s arguments.
@@ -83,12 +84,14 @@ class ScanEvent(_Basic, gc=False):
     args: LaunchArgs | None = None
 
 
-class _HostEvent(_Basic, gc=False):
+class HostEvent(_Basic, gc=False):
+    """An event without its args: what locating it on a process and thread needs."""
+
     pid: int | str | None = None
     tid: int | str | None = None
 
 
-class Event(_HostEvent, gc=False):
+class Event(HostEvent, gc=False):
     """One trace event with its typed arguments (for the records of communication operations)."""
 
     args: EventArgs | None = None
@@ -115,7 +118,7 @@ class TraceFile(msgspec.Struct, gc=False):
 DECODER = msgspec.json.Decoder(TraceFile)
 CHUNK_DECODER = msgspec.json.Decoder(list[ScanEvent])
 _EVENT_DECODER = msgspec.json.Decoder(Event)
-_HOST_DECODER = msgspec.json.Decoder(_HostEvent)
+_HOST_DECODER = msgspec.json.Decoder(HostEvent)
 _SCAN_DECODER = msgspec.json.Decoder(ScanEvent)
 CHUNK = 20_000  # events decoded at a time: bounds the Python objects alive at once
 _AT = re.compile(r" - at `\$\.?(.*)`$")

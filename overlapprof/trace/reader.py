@@ -33,6 +33,7 @@ _CHUNK_BYTES = 1 << 22  # text decoded at a time when streaming
 _HEADER_MAX = 1 << 26  # text allowed before the first event
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 _EVENTS = msgspec.json.Decoder(list[D.Event])
+_HOSTS = msgspec.json.Decoder(list[D.HostEvent])
 
 
 class LayoutError(Exception):
@@ -47,14 +48,17 @@ class Chunk:
     events: list[D.ScanEvent]
     text: bytes | bytearray  # the JSON array the events were decoded from
 
-    def full_events(self, positions: list[int]) -> list[D.Event]:
-        """The events at ``positions`` with typed args (odd args leave an event without them)."""
+    def full_events(self, positions: list[int], with_args: bool = True) -> list[D.Event | D.HostEvent]:
+        """The events at ``positions``, with typed args (odd args leave an event without them),
+        or only where they ran (``with_args=False``: a HostEvent)."""
+        if not positions:
+            return []
         raws = _RAWS.decode(self.text)
-        picked = [raws[p] for p in positions]
+        picked = b"[" + b",".join([raws[p] for p in positions]) + b"]"  # a copy: frees self.text
         try:
-            return _EVENTS.decode(b"[" + b",".join(picked) + b"]")
+            return (_EVENTS if with_args else _HOSTS).decode(picked)
         except (msgspec.ValidationError, msgspec.DecodeError):
-            return [D.full_event(raw) for raw in picked]
+            return [D.full_event(raw) for raw in _RAWS.decode(picked)]
 
 
 class TraceReader:
