@@ -200,3 +200,15 @@ def test_tensorboard_lists_one_worker_per_rank(workload_runs):
     lines = out.stdout.split()
     assert lines[::2] == ["rank0", "rank1", "rank2", "rank3"]
     assert all("Trace" in views.split(",") for views in lines[1::2])
+
+
+def test_oversubscribed_cpu_runs_say_so(workload_runs):
+    """4 CPU ranks on fewer cores time-share them: the run says so (a why-not for the overlap)."""
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    for nproc in (2, 4):
+        stderr = workload_runs("ring", nproc).proc.stderr
+        crowded = f"note: {nproc} ranks x 1 thread(s) on {cores} CPU core(s)"
+        assert (crowded in stderr) == (nproc > cores), stderr[-2000:]
+        assert stderr.count("ranks time-share cores") <= 1  # once per invocation, not per variant

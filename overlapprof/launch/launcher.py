@@ -181,6 +181,8 @@ def run(request, log=None):
     Returns a VariantResult per variant run. ``log(line)`` receives progress lines."""
     log = log or _log_to_stderr
     dirs, device, backend = plan(request)
+    if device == "cpu" and (crowded := oversubscription(request.nproc)):
+        log(crowded)
     results = []
     for number, (variant, run_dir) in enumerate(dirs.items(), 1):
         where = f"[{number}/{len(dirs)}] {request.workload.name}/{variant}"
@@ -191,6 +193,18 @@ def run(request, log=None):
         if not result.ok:
             break
     return results
+
+
+def oversubscription(nproc):
+    """A note when CPU ranks outnumber this node's cores (ranks x OMP_NUM_THREADS > cores), else
+    "": the ranks then time-share cores, so communication hidden under compute (a high overlap
+    ratio) need not shorten the step, and step times are noisy."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = int(os.environ.get("OMP_NUM_THREADS") or 1)
+    if nproc * threads <= cores:
+        return ""
+    return (f"note: {nproc} ranks x {threads} thread(s) on {cores} CPU core(s): ranks time-share "
+            "cores, so hidden communication cannot shorten steps much and step times are noisy")
 
 
 def launch_variant(request, variant, run_dir, device, backend):
