@@ -81,3 +81,14 @@ def test_plot_bad_output_is_one_line_exit_2(runs, tmp_path, args, message):
     args = [a.format(tmp=tmp_path, trace=trace) for a in args]
     result = CliRunner().invoke(main, ["plot", str(runs.ring["sync"]), *args])
     assert result.exit_code == 2 and result.stderr.count("\n") == 1 and message in result.stderr
+
+
+def test_straggler_chart_of_a_multi_rank_run_and_refusal_for_one_rank(runs, tmp_path):
+    out = tmp_path / "stragglers.png"
+    result = CliRunner().invoke(main, ["plot", str(runs.allreduce), "--chart", "straggler", "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes().startswith(MAGIC["png"])
+    single = next(runs.allreduce.glob("rank0.*.pt.trace.json"))
+    result = CliRunner().invoke(main, ["plot", str(single), "--chart", "straggler", "-o", str(tmp_path / "s.png")])
+    assert result.exit_code == 2 and "no collective matched across ranks" in result.stderr
+    assert result.stderr.count("\n") == 1 and not (tmp_path / "s.png").exists()

@@ -8,7 +8,7 @@ import click
 
 from overlapprof.cli.common import analysis_options, check_output, fail, load_comparison, write_output
 
-CHARTS = ("timeline", "exposure", "comparison")
+CHARTS = ("timeline", "exposure", "comparison", "straggler")
 
 
 @click.command(name="plot")
@@ -17,7 +17,9 @@ CHARTS = ("timeline", "exposure", "comparison")
               help="The image to write: .png, .svg or .pdf.")
 @click.option("--chart", type=click.Choice(CHARTS), default="timeline", show_default=True,
               help="timeline: one step per rank, compute and communication lanes; exposure: exposed "
-                   "vs hidden communication per rank; comparison: the variants (two or more inputs).")
+                   "vs hidden communication per rank; comparison: the variants (two or more inputs); "
+                   "straggler: per rank, wait vs transfer in matched collectives and the wait caused "
+                   "to others.")
 @click.option("--dpi", type=click.IntRange(min=30, max=600), default=144, show_default=True,
               help="Resolution of a PNG.")
 @analysis_options
@@ -29,7 +31,7 @@ def plot(paths, output, chart, dpi, labels, comm_kernels, drop_last_step, requir
     chart needs two or more (the first is the baseline).
     """
     from overlapprof.errors import OverlapprofError
-    from overlapprof.renderers import plots
+    from overlapprof.renderers import plots, straggler_plot
 
     if chart == "comparison" and len(paths) < 2:
         raise click.UsageError("--chart comparison needs at least two inputs")
@@ -44,6 +46,11 @@ def plot(paths, output, chart, dpi, labels, comm_kernels, drop_last_step, requir
         fig = plots.timeline_figure(first, title=f"{label}: one step per rank")
     elif chart == "exposure":
         fig = plots.exposure_figure(first, title=f"{label}: exposed vs hidden communication")
+    elif chart == "straggler":
+        if not straggler_plot.has_chart(first):
+            fail(f"{paths[0]}: no collective matched across ranks, so no straggler chart "
+                 "(it needs traces of two or more ranks of one job)")
+        fig = straggler_plot.straggler_figure(first, title=f"{label}: waiting vs transferring")
     else:
         fig = plots.comparison_figure(comparison)
     write_output(output, plots.to_bytes(fig, fmt, dpi=dpi), "plot", quiet)
