@@ -87,7 +87,7 @@ def measure(ev: RankEvents, *, keep_comm_ops: bool = False) -> RankReport:
         compute_events=len(ev.compute),
         memory_events=len(ev.memory),
         timeline=M.timeline(ev, steps),
-        comm_ops=ev.comm_ops if keep_comm_ops else None,
+        comm_ops=ev.comm_ops.ops() if keep_comm_ops and ev.comm_ops is not None else None,
     )
 
 
@@ -109,7 +109,8 @@ def analyze_group(files: list[str], options: Options) -> RankResult:
     """Decode, classify and measure one rank's files. Errors come back in ``error``."""
     result = RankResult(files=[str(f) for f in files])
     try:
-        ev = rank_events(files, compile_comm_kernels(options.comm_kernels), comm_ops=options.comm_ops or options.comms)
+        ev = rank_events(files, compile_comm_kernels(options.comm_kernels), comm_ops=options.comm_ops or options.comms,
+                         own_args=options.comm_ops)
         infos = [t.distributedInfo for t in ev.headers if t.distributedInfo is not None]
         ranks = {i.rank for i in infos if i.rank is not None}
         if len(ranks) > 1:

@@ -85,15 +85,20 @@ def shape_bytes(dims, types) -> int | None:
     return total if found else None
 
 
-def bytes_parts(op: CommOp, kind: str) -> tuple[int | None, bool]:
+def bytes_of(dtype, in_nelems, out_nelems, input_dims, input_type, kind: str) -> tuple[int | None, bool]:
     """(bytes, scaled): S of nccl-tests when the counts say it; else the recorded shapes' bytes
     and whether they are one rank's share that S is n times of (all_gather)."""
-    size = element_bytes(op.dtype)
-    counts = [c for c in (op.in_nelems, op.out_nelems) if isinstance(c, int) and c >= 0]
+    size = element_bytes(dtype)
+    counts = [c for c in (in_nelems, out_nelems) if isinstance(c, int) and c >= 0]
     if size is not None and counts:
         return max(counts) * size, False
-    shaped = shape_bytes(op.input_dims, op.input_type)
+    shaped = shape_bytes(input_dims, input_type)
     return shaped, shaped is not None and kind == "all_gather"
+
+
+def bytes_parts(op: CommOp, kind: str) -> tuple[int | None, bool]:
+    """:func:`bytes_of` of an operation."""
+    return bytes_of(op.dtype, op.in_nelems, op.out_nelems, op.input_dims, op.input_type, kind)
 
 
 def message_bytes(op: CommOp, kind: str, group_size: int | None) -> int | None:

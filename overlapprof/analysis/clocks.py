@@ -21,6 +21,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from overlapprof.analysis.stats import median
+
 SYNCHRONISING = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier"})
 UNKNOWN_HOST = "one host assumed (no host names)"
 
@@ -75,6 +77,6 @@ def estimate_offsets(instances, domain_of: dict[int, str]) -> tuple[dict[str, fl
                     notes.append(f"clock domain {d} shares no synchronising collective with the others: not aligned")
             break
         placed, new, sign, count, values = best
-        offsets[new] = offsets[placed] + sign * float(np.median(values))
+        offsets[new] = offsets[placed] + sign * median(values)
         used[new] = count
     return offsets, used, notes

@@ -10,7 +10,9 @@ once (``reduceat`` over instances, ``bincount`` over ranks).
 
 from __future__ import annotations
 
+import gc
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import msgspec
@@ -19,7 +21,8 @@ import numpy as np
 from overlapprof.analysis import intervals as iv
 from overlapprof.analysis.bandwidth import bus_factor, gbps
 from overlapprof.analysis.clocks import UNKNOWN_HOST, domains_of, estimate_offsets
-from overlapprof.analysis.comm_ops import CommOp
+from overlapprof.analysis.comm_ops import CommTable, Index
+from overlapprof.analysis.comm_records import distinct_rows
 from overlapprof.analysis.comms import (
     BandwidthRow,
     ClockDomain,
@@ -32,7 +35,9 @@ from overlapprof.analysis.comms import (
     Unmatched,
     WarmupOp,
 )
-from overlapprof.analysis.matching import DEFAULT_GROUP, Ops, concat, match, rank_ops
+from overlapprof.analysis.classify import KINDS
+from overlapprof.analysis.matching import DEFAULT_GROUP, Matched, Ops, concat, match, rank_ops
+from overlapprof.analysis.stats import median
 from overlapprof.trace.decode import TraceFile
 
 WARMUP_FACTOR = 10.0  # a first op this many times the kind's median transfer is warm-up
@@ -63,17 +68,26 @@ class RankInput:
     exposed: iv.Intervals = iv.EMPTY
     exposed_comm_us: float = 0.0
 
-    def attach(self, comm_ops: list[CommOp], exposed: iv.Intervals, exposed_comm_us: float) -> None:
+    def attach(self, table: CommTable, exposed: iv.Intervals, exposed_comm_us: float) -> None:
         """Add the rank's operations (as logical-operation columns) and exposed communication."""
-        self.ops = rank_ops(comm_ops)
+        self.ops = rank_ops(table)
         self.exposed, self.exposed_comm_us = exposed, exposed_comm_us
-        for op in comm_ops:
-            name = op.pg_name or DEFAULT_GROUP
-            self.unnamed |= op.pg_name is None
-            if op.pg_ranks and self.op_groups.get(name, (0, None))[1] is None:
-                self.op_groups[name] = (len(op.pg_ranks), op.pg_ranks, "Process Group Ranks")
-            elif op.group_size and name not in self.op_groups:
-                self.op_groups[name] = (op.group_size, None, "Group size")
+        if not len(table):
+            return
+        pg, ranks = table.strings["pg_name"], table.strings["pg_ranks"]
+        self.unnamed = bool((pg < 0).any())
+        size = np.nan_to_num(table.numbers["group_size"], nan=0.0).astype(np.int64)
+        # What the operations say of their groups: the first that lists the ranks, else the first
+        # with a size (in order, so only the first operation of each distinct combination counts).
+        first, _ = distinct_rows(pg, ranks, size)
+        strings = table.values.strings
+        for code, ranks_code, group_size in zip(pg[first].tolist(), ranks[first].tolist(), size[first].tolist()):
+            name = (strings["pg_name"].values[code] if code >= 0 else None) or DEFAULT_GROUP
+            members = strings["pg_ranks"].values[ranks_code] if ranks_code >= 0 else None
+            if members and self.op_groups.get(name, (0, None))[1] is None:
+                self.op_groups[name] = (len(members), members, "Process Group Ranks")
+            elif group_size and name not in self.op_groups:
+                self.op_groups[name] = (group_size, None, "Group size")
 
 
 class _ProcessGroup(msgspec.Struct):
@@ -140,15 +154,22 @@ def _clock(inputs: list[RankInput], ops: Ops, align: bool):
             f"{len(names)} hosts and clocks not aligned: matched by order; skew across hosts is not shown "
             "(--align-clocks estimates offsets)"
         ], {}
-    rows_shift = np.array([shift[r] for r in ops.rank.tolist()])
+    rows_shift = _row_shift(shift, ops)
     first = match(ops, set(shift), False, rows_shift)
     ends = ops.end + rows_shift
     offsets, used, notes = estimate_offsets(
-        ((ops.kind[i[0]], ops.rank[i].tolist(), ends[i].tolist()) for i in first.instances), domain_of
+        ((ops.kind_of(i[0]), ops.rank[i].tolist(), ends[i].tolist()) for i in first.instances()), domain_of
     )
     for r in shift:
         shift[r] += offsets[domain_of[r]]
     return domain_of, shift, "aligned", True, notes, used
+
+
+def _row_shift(shift: dict[int, float], ops: Ops) -> np.ndarray:
+    """Each operation's rank's shift (µs)."""
+    by_rank = np.zeros(max(shift) + 1)
+    by_rank[list(shift)] = list(shift.values())
+    return by_rank[ops.rank]
 
 
 def _warmup(ops: Ops, inst_of: np.ndarray, transfer_of_row: np.ndarray) -> tuple[np.ndarray, list[WarmupOp]]:
@@ -156,25 +177,25 @@ def _warmup(ops: Ops, inst_of: np.ndarray, transfer_of_row: np.ndarray) -> tuple
     transfer of the other ops of its kind on that rank (at least WARMUP_MIN_OTHERS of them)."""
     flagged = np.zeros(len(ops), dtype=bool)
     found = []
-    for rank in np.unique(ops.rank).tolist():
+    for rank in np.flatnonzero(np.bincount(ops.rank)).tolist():
         rows = np.flatnonzero(ops.rank == rank)
         first = rows[np.argmin(ops.ts[rows])]
-        same = [r for r in rows.tolist() if r != first and ops.kind[r] == ops.kind[first]]
-        if len(same) < WARMUP_MIN_OTHERS:
+        same = rows[(rows != first) & (ops.kind[rows] == ops.kind[first])]
+        if same.size < WARMUP_MIN_OTHERS:
             continue
-        median = float(np.median(transfer_of_row[same]))
+        median_us = median(transfer_of_row[same].tolist())
         value = float(transfer_of_row[first])
-        if median > 0 and value >= WARMUP_FACTOR * median:
+        if median_us > 0 and value >= WARMUP_FACTOR * median_us:
             flagged[first] = True
-            found.append(WarmupOp(rank=rank, kind=ops.kind[first], transfer_us=value, median_us=median, factor=value / median))
+            found.append(WarmupOp(rank=rank, kind=ops.kind_of(first), transfer_us=value, median_us=median_us,
+                                  factor=value / median_us))
     # A matched instance is warm-up when any of its rows is: its wait is setup, not a straggler.
-    hit = np.unique(inst_of[flagged & (inst_of >= 0)])
-    flagged |= np.isin(inst_of, hit) & (inst_of >= 0)
+    flagged |= np.isin(inst_of, inst_of[flagged & (inst_of >= 0)]) & (inst_of >= 0)
     return flagged, found
 
 
 def _median(values) -> float | None:
-    return float(np.median(values)) if len(values) else None
+    return median(values) if len(values) else None
 
 
 @dataclass
@@ -202,11 +223,9 @@ class _Measured:
     warmups: list[WarmupOp]
 
 
-def _measure(ops: Ops, instances: list[list[int]], start: np.ndarray) -> _Measured:
-    n, sizes = len(ops), np.array([len(i) for i in instances], dtype=np.int64)
-    rows = np.array([row for inst in instances for row in inst], dtype=np.int64)
+def _measure(ops: Ops, m: Matched, start: np.ndarray) -> _Measured:
+    n, sizes, rows, bounds = len(ops), m.sizes, m.rows, m.bounds
     ids = np.repeat(np.arange(sizes.size), sizes)
-    bounds = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
     inst_of = np.full(n, -1, dtype=np.int64)
     inst_of[rows] = ids
     transfer_of, op_wait = ops.dur.copy(), np.zeros(n)
@@ -242,32 +261,21 @@ def compute_comms(inputs: list[RankInput], align_clocks: bool = False) -> Comms 
     if len(present) < 2:
         notes.append("one rank: no partner trace, so waits are unknown; transfer times are the rank's own "
                      "durations (upper bounds: they include any wait) and bandwidths lower bounds")
-    row_shift = np.array([shift[r] for r in ops.rank.tolist()])
+    row_shift = _row_shift(shift, ops)
     m = match(ops, present, shared, row_shift)
     start = ops.ts + row_shift
-    x = _measure(ops, m.instances, start)
+    x = _measure(ops, m, start)
     # Skew needs one clock: across unaligned hosts it is left out.
     domain_index = {name: k for k, name in enumerate(sorted(set(domain_of.values())))}
     rank_domain = np.zeros(max(domain_of) + 1, dtype=np.int64)
     rank_domain[list(domain_of)] = [domain_index[d] for d in domain_of.values()]
     doms = rank_domain[ops.rank[x.rows]]
     one_clock = (np.maximum.reduceat(doms, x.bounds) == np.minimum.reduceat(doms, x.bounds)) if x.rows.size else []
-    one_clock = np.ones(len(m.instances), bool) if clocks != "unaligned" else one_clock
-
+    one_clock = np.ones(m.sizes.size, bool) if clocks != "unaligned" else one_clock
     origin = float(start.min())
-    instances = []
-    for k, inst in enumerate(m.instances):
-        known = ops.nbytes[inst][~np.isnan(ops.nbytes[inst])]
-        first = inst[0]
-        instances.append(CollectiveInstance(
-            kind=ops.kind[first], group=ops.group[first], method=m.methods[k], key=m.keys[k],
-            ranks=ops.rank[inst].tolist(), starts_us=(start[inst] - origin).tolist(),
-            durations_us=ops.dur[inst].tolist(), transfer_us=float(x.transfer[k]), last_rank=int(x.last_rank[k]),
-            skew_us=float(x.skew[k]) if one_clock[k] else None,
-            bytes=int(round(float(known.mean()))) if known.size else None,
-            group_size=int(ops.group_size[inst].max()) or None,
-            step=int(ops.step[first]) if ops.step[first] >= 0 else None, warmup=bool(x.warm[k]),
-        ))
+    sizes = _instance_sizes(ops, m, x)
+    with _gc_paused():  # thousands of small lists kept: collections would only slow this down
+        instances = _instances(ops, m, x, start - origin, one_clock, sizes)
     return Comms(
         clocks=clocks,
         time_origin_us=origin,
@@ -277,7 +285,7 @@ def compute_comms(inputs: list[RankInput], align_clocks: bool = False) -> Comms 
                   for g, k, meth, c, u, note in m.kind_methods],
         ranks=_rank_rows(inputs, ops, x, shift, domain_of),
         stragglers=_stragglers(x),
-        bandwidth=_bandwidth(ops, instances, m.unmatched, x.op_warm),
+        bandwidth=_bandwidth(ops, m, x, one_clock, sizes),
         instances=instances,
         unmatched=_unmatched(ops, m.unmatched),
         warmups=x.warmups,
@@ -301,9 +309,9 @@ def _domains(domain_of, shift, clocks, inputs, used) -> list[ClockDomain]:
 
 def _group_rows(groups, ops: Ops, present: set[int]) -> list[GroupComms]:
     out = []
-    for name in sorted(set(ops.group)):
+    for code, name in sorted(enumerate(ops.groups), key=lambda kv: kv[1]):
         size, members, source = groups.get(name, (None, None, "unknown"))
-        with_ops = {int(r) for r, g in zip(ops.rank.tolist(), ops.group) if g == name}
+        with_ops = set(ops.rank[ops.group == code].tolist())
         here = sorted(present & set(members)) if members else sorted(with_ops)
         out.append(GroupComms(name=name, size=size, ranks_present=here, complete=bool(size) and len(here) >= size, size_source=source))
     return out
@@ -356,25 +364,78 @@ def _stragglers(x: _Measured) -> list[Straggler]:
             for r in np.argsort(-caused, kind="stable").tolist() if caused[r] > 0]
 
 
-def _bandwidth(ops: Ops, instances: list[CollectiveInstance], unmatched: dict[int, str], warm) -> list[BandwidthRow]:
+@contextmanager
+def _gc_paused():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _instance_sizes(ops: Ops, m: Matched, x: _Measured) -> tuple[list, list]:
+    """Per instance: bytes (the mean of its ranks' known sizes, rounded; None unknown) and group size (None unknown)."""
+    if not m.sizes.size:
+        return [], []
+    rows, bounds = m.rows, m.bounds
+    nbytes = ops.nbytes[rows]
+    count = np.bincount(x.ids, weights=~np.isnan(nbytes), minlength=m.sizes.size)
+    low, high = np.fmin.reduceat(nbytes, bounds), np.fmax.reduceat(nbytes, bounds)
+    # All known sizes equal (the usual case): that size, which is also their mean.
+    mean = [None if c == 0 else lo if lo == hi else float(np.mean(nbytes[b : b + k][~np.isnan(nbytes[b : b + k])]))
+            for c, lo, hi, b, k in zip(count.tolist(), low.tolist(), high.tolist(), bounds.tolist(), m.sizes.tolist())]
+    group_size = np.maximum.reduceat(ops.group_size[rows], bounds).tolist()
+    return [None if v is None else int(round(v)) for v in mean], [n or None for n in group_size]
+
+
+def _instances(ops: Ops, m: Matched, x: _Measured, starts: np.ndarray, one_clock, sizes) -> list[CollectiveInstance]:
+    """One CollectiveInstance per matched instance; ``starts``: op starts on the common clock,
+    relative to the time origin; ``sizes``: :func:`_instance_sizes`."""
+    bounds = m.bounds.tolist()
+    ends = (m.bounds + m.sizes).tolist()
+    firsts = m.rows[m.bounds]
+    ranks, start_list, durations = ops.rank[m.rows].tolist(), starts[m.rows].tolist(), ops.dur[m.rows].tolist()
+    return [
+        CollectiveInstance(
+            kind=KINDS[kind], group=ops.groups[group], method=method, key=key, ranks=ranks[b:e],
+            starts_us=start_list[b:e], durations_us=durations[b:e], transfer_us=transfer, last_rank=last,
+            skew_us=skew if clock else None, bytes=nb, group_size=n, step=step if step >= 0 else None, warmup=warm,
+        )
+        for kind, group, method, key, b, e, transfer, last, skew, clock, nb, n, step, warm in zip(
+            ops.kind[firsts].tolist(), ops.group[firsts].tolist(), m.methods, m.keys, bounds, ends,
+            x.transfer.tolist(), x.last_rank.tolist(), x.skew.tolist(), np.asarray(one_clock).tolist(), *sizes,
+            ops.step[firsts].tolist(), x.warm.tolist())
+    ]
+
+
+def _bandwidth(ops: Ops, m: Matched, x: _Measured, one_clock, sizes) -> list[BandwidthRow]:
     """Medians per kind × group size × bytes × how the transfer time was obtained."""
-    cells = defaultdict(lambda: ([], [], []))
-    for inst in instances:
-        if not inst.warmup:
-            waits = inst.waits_us()
-            cell = cells[(inst.kind, inst.group_size, inst.bytes, inst.method, "matched")]
-            cell[0].append(inst.transfer_us)
-            cell[1].append(sum(waits) / len(waits))
-            if inst.skew_us is not None:
-                cell[2].append(inst.skew_us)
-    for row in unmatched:
-        if not warm[row]:
-            nbytes = ops.nbytes[row]
-            key = (ops.kind[row], int(ops.group_size[row]) or None, None if np.isnan(nbytes) else int(nbytes), "none", OWN_DURATION)
-            cells[key][0].append(float(ops.dur[row]))
+    cells = {}
+    live = np.flatnonzero(~x.warm)
+    if live.size:  # the instances that are not warm-up, by cell in order of first appearance
+        kind = ops.kind[m.rows[m.bounds[live]]]
+        nbytes, group_size = (np.array([-1 if v is None else v for v in col], dtype=np.int64)[live] for col in sizes)
+        method_ids = Index()
+        methods = np.array([method_ids[meth] for meth in m.methods], dtype=np.int64)[live]
+        transfer, skew = x.transfer[live], x.skew[live]
+        mean_wait = x.wait[live] / m.sizes[live]  # Σ waits / ranks, per instance
+        skew_known = np.asarray(one_clock, dtype=bool)[live]
+        first, inverse = distinct_rows(kind, group_size, nbytes, methods)
+        members = np.split(np.argsort(inverse, kind="stable"), np.cumsum(np.bincount(inverse))[:-1])
+        for k, cell in zip(first.tolist(), members):
+            key = (KINDS[kind[k]], int(group_size[k]) if group_size[k] >= 0 else None,
+                   int(nbytes[k]) if nbytes[k] >= 0 else None, method_ids.order[methods[k]], "matched")
+            cells[key] = (transfer[cell].tolist(), mean_wait[cell].tolist(), skew[cell][skew_known[cell]].tolist())
+    for row in m.unmatched:
+        if not x.op_warm[row]:
+            nb = ops.nbytes[row]
+            key = (ops.kind_of(row), int(ops.group_size[row]) or None, None if np.isnan(nb) else int(nb), "none", OWN_DURATION)
+            cells.setdefault(key, ([], [], []))[0].append(float(ops.dur[row]))
     out = []
     for (kind, n, nbytes, method, source), (transfers, waits, skews) in cells.items():
-        t = float(np.median(transfers))
+        t = median(transfers)
         factor = bus_factor(kind, n)
         alg = gbps(nbytes, t)
         out.append(BandwidthRow(
@@ -389,7 +450,7 @@ def _bandwidth(ops: Ops, instances: list[CollectiveInstance], unmatched: dict[in
 def _unmatched(ops: Ops, unmatched: dict[int, str]) -> list[Unmatched]:
     cells = defaultdict(lambda: [0, 0.0])
     for row, reason in unmatched.items():
-        cell = cells[(int(ops.rank[row]), ops.kind[row], reason)]
+        cell = cells[(int(ops.rank[row]), ops.kind_of(row), reason)]
         cell[0] += 1
         cell[1] += float(ops.dur[row])
     return [Unmatched(rank=r, kind=k, count=c, us=us, reason=why) for (r, k, why), (c, us) in sorted(cells.items())]

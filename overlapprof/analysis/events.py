@@ -1,26 +1,29 @@
 """From decoded trace files to a rank's classified intervals (compact numpy arrays).
 
-The events are read a chunk at a time (:mod:`overlapprof.trace.reader`); list comprehensions
-pull out of each chunk the complete events' ``ts``, ``dur``, category code, name id and (GPU
-events and runtime calls) correlation, and the chunk is dropped. Names are classified once per
-distinct name, and everything after that is numpy. The result, :class:`RankEvents`, holds per class (comm, compute, memory) the
-interval starts and ends, the *anchor* time that places each event in a step (the start of its
-launching runtime call when the trace has it, else its own start: OVERLAP.md section 3), and
-whether its launch was found. The raw events are dropped once this is built.
+The events are read a chunk at a time (:mod:`overlapprof.trace.reader`) with their ``args`` left
+raw; list comprehensions pull out of each chunk the complete events' ``ts``, ``dur``, category
+code, name id and (GPU events and runtime calls, their args decoded in one batch) correlation,
+and the chunk is dropped. Names are classified once per distinct name, and everything after that
+is numpy. The result, :class:`RankEvents`, holds per class (comm, compute, memory) the interval
+starts and ends, the *anchor* time that places each event in a step (the start of its launching
+runtime call when the trace has it, else its own start: OVERLAP.md section 3), and whether its
+launch was found. When asked, a :class:`~overlapprof.analysis.comm_records.CommRecorder` reads
+the records of communication operations from the same chunks (``RankEvents.comm_ops``).
 """
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, field
+from itertools import compress
 from pathlib import Path
 
 import numpy as np
 
 from overlapprof.analysis import classify as C
-from overlapprof.analysis.comm_ops import CommOp, make_comm_op
+from overlapprof.analysis.comm_ops import CommTable, Index, Values
+from overlapprof.analysis.comm_records import CommRecorder, Records, comm_table
 from overlapprof.errors import TraceError
-from overlapprof.trace.decode import TraceFile
+from overlapprof.trace.decode import LAUNCH_ARGS, ROW_DECODER, THREAD_ROW_DECODER, TraceFile, decode_checked
 from overlapprof.trace.reader import LayoutError, TraceReader
 
 
@@ -72,7 +75,7 @@ class RankEvents:
     compute: EventSet
     memory: EventSet
     steps: Steps
-    comm_ops: list[CommOp]
+    comm_ops: CommTable | None  # the communication operations, when asked for
     events: int  # complete ("X") events read
     negative_durations: int = 0
     files: list[str] = field(default_factory=list)
@@ -108,122 +111,83 @@ def _launches(scan: _Scan, rows: np.ndarray) -> np.ndarray:
     return np.where(found, runtime[pos], -1)
 
 
-class _Enclosing:
-    """Finds the innermost of some host-side ops (one thread's ops nest) enclosing a time."""
-
-    def __init__(self, xs, rows, ts, end):
-        self.by_thread: dict = {}
-        for i in rows[np.argsort(ts[rows], kind="stable")].tolist():
-            starts, items = self.by_thread.setdefault((xs[i].pid, xs[i].tid), ([], []))
-            starts.append(ts[i])
-            items.append([end[i], xs[i], -1])
-        for starts, items in self.by_thread.values():  # parent = the op enclosing each op's start
-            open_ = []
-            for j, item in enumerate(items):
-                while open_ and items[open_[-1]][0] < starts[j]:
-                    open_.pop()
-                item[2] = open_[-1] if open_ else -1
-                open_.append(j)
-        self.empty = not self.by_thread
-
-    def around(self, thread, t):
-        if self.empty or thread not in self.by_thread:
-            return None
-        starts, items = self.by_thread[thread]
-        j = bisect.bisect_right(starts, t) - 1
-        while j >= 0 and items[j][0] < t:
-            j = items[j][2]
-        return items[j][1] if j >= 0 else None
-
-
-class _Index(dict):
-    """Gives each distinct key a small int id, in order of first appearance."""
-
-    def __missing__(self, key):
-        value = self[key] = len(self)
-        return value
-
-
 @dataclass
 class _Scan:
     """One file's complete ("X") events as arrays, by row (in file order).
 
-    ``corr``: the correlation of GPU events and runtime calls (NaN elsewhere). ``xs``: by row,
-    the events communication records may need, when asked for: comm kernels, comm annotations,
-    ``record_param_comms`` and ``c10d::*`` ops with their typed args, runtime calls without.
+    ``corr``: the correlation of GPU events and runtime calls (NaN elsewhere). ``name_ids``: ids
+    in the rank's name index. ``records``: what communication records need, when asked for.
     """
 
     path: str
     ts: np.ndarray
     end: np.ndarray
+    dur: np.ndarray
     codes: np.ndarray
     corr: np.ndarray
     name_ids: np.ndarray
-    names: list[str]
     negative: int
     header: TraceFile
-    xs: dict = field(default_factory=dict)
+    records: Records | None = None
 
 
 _CORRELATED = (C.KERNEL, C.MEMCPY, C.MEMSET, C.RUNTIME)
 
 
-def _kept_name(comm_re):
-    """Names of the host/GPU events a communication record may refer to."""
-    return _Cache(
-        lambda n: bool(comm_re.search(n) or C.COMM_ANNOTATION.match(n) or n == C.PARAM_COMMS or n.startswith("c10d::"))
-    )
+def _correlations(path, events: list, rows: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """The ``correlation`` arg of ``events[rows]`` (NaN: none), their args decoded in one batch;
+    TraceError (naming the event) when an args is not an object or its correlation not an int."""
+    rows = rows.tolist()
+    text = b"[" + b",".join([events[i].args or b"null" for i in rows]) + b"]"
+    where = lambda k: f"traceEvents[{index[rows[k]]}].args"  # noqa: E731
+    args = decode_checked(path, LAUNCH_ARGS, text, where)
+    return np.array([a.correlation if a is not None else None for a in args], dtype=np.float64)
 
 
-def _read_chunks(path, chunks, comm_re, keep: bool):
-    names = _Index()
-    kept_name = _kept_name(comm_re) if keep else None
-    parts, xs = [], {}
+def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None):
+    parts = []
     row0 = 0
     for chunk in chunks:
         events = chunk.events
-        xe = [e for e in events if e.ph == "X"]
+        complete = [e.ph == "X" for e in events]
+        if all(complete):
+            xe, index = events, np.arange(chunk.start, chunk.start + len(events))
+        else:
+            xe, index = list(compress(events, complete)), np.flatnonzero(complete) + chunk.start
         if not xe:
             continue
-        if len(xe) == len(events):
-            index = np.arange(chunk.start, chunk.start + len(xe))
-        else:
-            index = np.flatnonzero([e.ph == "X" for e in events]) + chunk.start
         codes = np.array([_CATEGORY[e.cat] for e in xe], dtype=np.int8)
+        name_ids = np.array([names[e.name] for e in xe], dtype=np.int32)
         corr = np.full(len(xe), np.nan)
         linked = np.flatnonzero(np.isin(codes, _CORRELATED))
         if linked.size:
-            corr[linked] = np.array(
-                [a.correlation if (a := xe[i].args) is not None else None for i in linked.tolist()], dtype=np.float64
-            )
+            corr[linked] = _correlations(path, xe, linked, index)
         parts.append((
             index,
             np.array([e.ts for e in xe], dtype=np.float64),  # None -> NaN
             np.array([e.dur for e in xe], dtype=np.float64),
             codes,
             corr,
-            np.array([names[e.name] for e in xe], dtype=np.int32),
+            name_ids,
         ))
-        if keep:  # runtime calls: where they ran (a launch's thread); the others with their args
-            code_list, offsets = codes.tolist(), (index - chunk.start).tolist()
-            launches = [i for i, c in enumerate(code_list) if c == C.RUNTIME]
-            named = [i for i, e in enumerate(xe) if kept_name[e.name] and code_list[i] != C.RUNTIME]
-            for rows, with_args in ((launches, False), (named, True)):
-                events_ = chunk.full_events([offsets[i] for i in rows], with_args)
-                xs.update(zip((row0 + i for i in rows), events_))
+        if recorder is not None:
+            recorder.add(xe, codes, name_ids, row0)
         row0 += len(xe)
     if not parts:
         raise TraceError(path, "no complete ('X') events: nothing to measure")
-    return [np.concatenate([p[k] for p in parts]) for k in range(6)], list(names), xs
+    return [np.concatenate([p[k] for p in parts]) for k in range(6)]
 
 
-def _scan(path, comm_re, keep: bool = False) -> _Scan:
+def _scan(path, names: Index, recorder: CommRecorder | None = None) -> _Scan:
     """Read a file's events chunk by chunk (:mod:`overlapprof.trace.reader`) into arrays."""
-    reader = TraceReader(path)
+    decoder = THREAD_ROW_DECODER if recorder is not None else ROW_DECODER
+    reader = TraceReader(path, decoder)
     try:
-        arrays, names, xs = _read_chunks(path, reader.chunks(), comm_re, keep)
+        arrays = _read_chunks(path, reader.chunks(), names, recorder)
     except LayoutError:
-        arrays, names, xs = _read_chunks(path, reader.chunks(generic=True), comm_re, keep)
+        if recorder is not None:
+            recorder = recorder.fresh()
+        arrays = _read_chunks(path, reader.chunks(generic=True), names, recorder)
     index, ts, dur, codes, corr, name_ids = arrays
     for field_name, values in (("ts", ts), ("dur", dur)):
         bad = np.flatnonzero(np.isnan(values))
@@ -233,20 +197,14 @@ def _scan(path, comm_re, keep: bool = False) -> _Scan:
     if not np.isfinite(end).all():
         raise TraceError(path, f"event {index[np.flatnonzero(~np.isfinite(end))[0]]}: 'ts' + 'dur' is out of range")
     negative = int(np.count_nonzero(dur < 0))
-    return _Scan(str(path), ts, end, codes, corr, name_ids, names, negative, reader.header, xs)
+    records = recorder.records() if recorder is not None else None
+    return _Scan(str(path), ts, end, dur, codes, corr, name_ids, negative, reader.header, records)
 
 
-class _Names:
-    """The events' names as ids into the list of distinct names, whose properties are computed
-    once per distinct name (a trace has far fewer names than events)."""
-
-    def __init__(self, ids: np.ndarray, distinct: list[str]):
-        self.ids, self.distinct = ids, distinct
-
-    def property(self, func, dtype, rows: np.ndarray) -> np.ndarray:
-        """``func(name)`` for the events ``rows``."""
-        values = np.array([func(n) for n in self.distinct], dtype=dtype)
-        return values[self.ids[rows]]
+def _name_property(names: list[str], func, dtype, ids: np.ndarray) -> np.ndarray:
+    """``func(name)`` for the events of name ``ids``, computed once per distinct name (a trace
+    has far fewer names than events)."""
+    return np.array([func(n) for n in names], dtype=dtype)[ids]
 
 
 def _step_number(name: str) -> int:
@@ -258,32 +216,32 @@ def _kind_code(pattern_test):
     return lambda name: _KIND_CODE[C.comm_kind(name)] if pattern_test(name) else -1
 
 
-def _extract(scan: _Scan, gpu: bool, comm_re):
-    """Classify one file's complete events. Returns (EventSets, steps arrays, comm-op builder)."""
-    xs, ts, end, codes = scan.xs, scan.ts, scan.end, scan.codes
-    names = _Names(scan.name_ids, scan.names)
+def _extract(scan: _Scan, gpu: bool, comm_re, names: list[str], values: Values | None):
+    """Classify one file's complete events. Returns (EventSets, steps arrays, CommTable or None)."""
+    ts, end, codes = scan.ts, scan.end, scan.codes
     launch_row = np.full(ts.size, -1, dtype=np.int64)
+
+    def prop(func, dtype, rows):
+        return _name_property(names, func, dtype, scan.name_ids[rows])
 
     cpu_rows = np.flatnonzero(codes == C.CPU_OP)
     ann_rows = np.flatnonzero(codes == C.ANNOTATION)
     host_rows = np.concatenate((ann_rows, cpu_rows))
-    step_numbers = names.property(_step_number, np.int64, host_rows)
+    step_numbers = prop(_step_number, np.int64, host_rows)
     step_rows, step_numbers = host_rows[step_numbers >= 0], step_numbers[step_numbers >= 0]
 
     if gpu:
         gpu_rows = np.flatnonzero(np.isin(codes, C.GPU_CATEGORIES))
         launch_row[gpu_rows] = _launches(scan, gpu_rows)
         kernels = gpu_rows[codes[gpu_rows] == C.KERNEL]
-        kinds = names.property(_kind_code(comm_re.search), np.int8, kernels)
+        kinds = prop(_kind_code(comm_re.search), np.int8, kernels)
         comm_rows, compute_rows = kernels[kinds >= 0], kernels[kinds < 0]
         memory_rows = gpu_rows[codes[gpu_rows] != C.KERNEL]
-        source = "kernel"
     else:
-        kinds = names.property(_kind_code(C.COMM_ANNOTATION.match), np.int8, ann_rows)
+        kinds = prop(_kind_code(C.COMM_ANNOTATION.match), np.int8, ann_rows)
         comm_rows = ann_rows[kinds >= 0]
-        compute_rows = cpu_rows[names.property(C.is_cpu_compute, bool, cpu_rows)]
+        compute_rows = cpu_rows[prop(C.is_cpu_compute, bool, cpu_rows)]
         memory_rows = np.empty(0, dtype=np.int64)
-        source = "annotation"
     kind_codes = kinds[kinds >= 0]
 
     launched = launch_row >= 0
@@ -295,59 +253,43 @@ def _extract(scan: _Scan, gpu: bool, comm_re):
 
     sets = (event_set(comm_rows, kind_codes), event_set(compute_rows), event_set(memory_rows))
     steps = (step_numbers, ts[step_rows], end[step_rows])
-
-    def comm_ops(step_of) -> list[CommOp]:
-        def enclosing(rows, test):
-            return _Enclosing(xs, rows[names.property(test, bool, rows)], ts, end)
-
-        params = enclosing(cpu_rows, lambda n: n == C.PARAM_COMMS)
-        calls = enclosing(cpu_rows, lambda n: n.startswith("c10d::"))
-        # GPU mode: the nccl:<op> annotation around a launch names the collective of a generic kernel.
-        annotations = enclosing(ann_rows if gpu else ann_rows[:0], lambda n: bool(C.COMM_ANNOTATION.match(n)))
-        ops = []
-        for i, kind, step in zip(comm_rows, kind_codes, step_of):
-            e, lr = xs[i], launch_row[i]
-            origin = xs[lr] if lr >= 0 else e
-            launch_ts = float(ts[lr]) if lr >= 0 else None
-            thread, t = (origin.pid, origin.tid), anchor[i]
-            around = params.around(thread, t)
-            ops.append(make_comm_op(e, C.KINDS[kind], source, step, launch_ts, around,
-                                    annotations.around(thread, t), calls.around(thread, t)))
-        return ops
-
-    return sets, steps, comm_ops
+    table = None
+    if scan.records is not None:
+        table = comm_table(scan.records, values, gpu=gpu, rows=comm_rows, kinds=kind_codes, ts=ts, end=end,
+                           dur=scan.dur, codes=codes, name_ids=scan.name_ids, launch_row=launch_row, anchor=anchor)
+    return sets, steps, table
 
 
-def rank_events(files: list[str | Path], comm_re, comm_ops: bool = False) -> RankEvents:
+def rank_events(files: list[str | Path], comm_re, comm_ops: bool = False, own_args: bool = False) -> RankEvents:
     """Read and classify the complete events of one rank's trace files (one or several
     profiler cycles).
 
     The rank is in GPU mode when any of its files holds kernels. Launches are matched within a
-    file (correlation ids are per process and per recording). ``comm_ops``: also build one
-    CommOp per communication event (``RankEvents.comm_ops``; empty otherwise). The files' top
-    levels (``distributedInfo`` ...) are in ``RankEvents.headers``.
+    file (correlation ids are per process and per recording). ``comm_ops``: also build the
+    rank's :class:`~overlapprof.analysis.comm_ops.CommTable` (``RankEvents.comm_ops``; None
+    otherwise), with the events' own args when ``own_args`` (for CommOp records). The files'
+    top levels (``distributedInfo`` ...) are in ``RankEvents.headers``.
     """
-    scans = [_scan(path, comm_re, keep=comm_ops) for path in files]
+    values = Values() if comm_ops else None
+    names = values.index if values is not None else Index()
+    scans = [_scan(path, names, CommRecorder(comm_re, values, own_args) if comm_ops else None) for path in files]
     gpu = any(bool((s.codes == C.KERNEL).any()) for s in scans)
-    parts = [_extract(scan, gpu, comm_re) for scan in scans]
+    parts = [_extract(scan, gpu, comm_re, names.order, values) for scan in scans]
     comm, compute, memory = (EventSet.concat([p[0][k] for p in parts]) for k in range(3))
     numbers, starts, ends = (np.concatenate([p[1][k] for p in parts]) for k in range(3))
     order = np.argsort(starts, kind="stable")
     steps = Steps(numbers[order], starts[order], ends[order])
-    ops: list[CommOp] = []
-    offset = 0
-    for sets, _, build in parts if comm_ops else ():
-        n = len(sets[0])
-        idx = steps.index_of(comm.anchor[offset : offset + n])
-        ops.extend(build([int(steps.number[j]) if j >= 0 else None for j in idx]))
-        offset += n
+    table = CommTable.concat([p[2] for p in parts]) if comm_ops else None
+    if table is not None and steps.start.size:
+        idx = steps.index_of(comm.anchor)
+        table.step = np.where(idx >= 0, steps.number[np.maximum(idx, 0)], -1)
     return RankEvents(
         mode="gpu" if gpu else "cpu",
         comm=comm,
         compute=compute,
         memory=memory,
         steps=steps,
-        comm_ops=ops,
+        comm_ops=table,
         events=sum(s.ts.size for s in scans),
         negative_durations=sum(s.negative for s in scans),
         files=[str(path) for path in files],

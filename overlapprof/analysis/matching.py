@@ -1,8 +1,9 @@
 """Matching communication operations across ranks: which operations were one collective call.
 
-Input: every rank's :class:`~overlapprof.analysis.comm_ops.CommOp` list. Output: *instances*,
-lists of operations (at most one per rank) that were the same collective call or the two ends
-of one send/recv, and the operations nothing matched, with the reason.
+Input: every rank's :class:`~overlapprof.analysis.comm_ops.CommTable`, made into logical
+operations (:class:`Ops`, columns). Output: *instances*, groups of operations (at most one per
+rank) that were the same collective call or the two ends of one send/recv, and the operations
+nothing matched, with the reason.
 
 **Logical operations.** Kernels launched by one host-side call (same record_param_comms /
 annotation / c10d op start, or same process group and sequence number) are one operation
@@ -36,14 +37,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from itertools import compress
 
 import numpy as np
 
-from overlapprof.analysis.bandwidth import bytes_parts
-from overlapprof.analysis.classify import comm_kind
+from overlapprof.analysis.bandwidth import bytes_of
+from overlapprof.analysis.classify import KINDS, comm_kind
 from overlapprof.analysis.clocks import SYNCHRONISING
-from overlapprof.analysis.comm_ops import CommOp
+from overlapprof.analysis.comm_ops import CommTable, Index
+from overlapprof.analysis.comm_records import distinct_rows, per_distinct
 
 # Kinds whose ranks all move the same message (sizes must agree to match); all_to_all may be uneven.
 SAME_SIZE = frozenset({"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "send_recv"})
@@ -60,8 +61,9 @@ class Ops:
     recorded shape) and becomes × the group size in :func:`concat`."""
 
     rank: np.ndarray  # int64 (-1 until the rank is settled)
-    kind: list[str]
-    group: list[str]
+    kind: np.ndarray  # int8, index into classify.KINDS
+    group: np.ndarray  # int64, index into ``groups``
+    groups: list[str]  # process group names (DEFAULT_GROUP: none recorded)
     seq: np.ndarray  # int64, -1 unknown
     direction: np.ndarray  # int8: 0 none, 1 send, 2 recv
     peer: np.ndarray  # int64, -1 unknown
@@ -76,26 +78,44 @@ class Ops:
     def __len__(self) -> int:
         return self.rank.size
 
+    def kind_of(self, row: int) -> str:
+        return KINDS[self.kind[row]]
+
+    def group_of(self, row: int) -> str:
+        return self.groups[self.group[row]]
+
 
 _COLUMNS = {
-    "rank": np.int64, "seq": np.int64, "direction": np.int8, "peer": np.int64, "ts": np.float64, "end": np.float64,
+    "rank": np.int64, "kind": np.int8, "seq": np.int64, "direction": np.int8, "peer": np.int64, "ts": np.float64, "end": np.float64,
     "dur": np.float64, "nbytes": np.float64, "scaled": bool, "step": np.int64, "group_size": np.int64,
 }
 
 
 @dataclass
 class Matched:
-    """Instances (lists of op rows) with their method and key; unmatched rows with reasons."""
+    """Instances, flat: ``rows`` holds each instance's op rows in turn, ``sizes`` how many; per
+    instance its ``methods`` and ``keys``. Unmatched rows with reasons."""
 
-    instances: list[list[int]]
+    rows: np.ndarray
+    sizes: np.ndarray
     methods: list[str]
     keys: list[int]
     unmatched: dict[int, str]
     kind_methods: list[tuple[str, str, str, int, int, str | None]]  # group, kind, method, instances, unmatched, note
 
+    @property
+    def bounds(self) -> np.ndarray:
+        """Where each instance starts in ``rows``."""
+        return np.cumsum(self.sizes) - self.sizes
 
-def _direction(op: CommOp) -> int:
-    for text in (op.collective, op.annotation, op.call, op.name):
+    def instances(self) -> list[np.ndarray]:
+        """Each instance's op rows."""
+        return np.split(self.rows, np.cumsum(self.sizes)[:-1]) if self.sizes.size else []
+
+
+def _direction(texts) -> int:
+    """1 send, 2 recv, 0 unknown: the first of the texts that says one of them."""
+    for text in texts:
         if text:
             low = text.lower()
             send, recv = "send" in low, "recv" in low
@@ -104,62 +124,85 @@ def _direction(op: CommOp) -> int:
     return 0
 
 
-def _merge_key(op: CommOp, group: str, kind: str):
-    if op.seq is not None and kind != "send_recv":  # a rank's sends and recvs may share a p2p seq
-        return ("seq", group, op.seq)
-    if op.call_ts is not None:
-        return ("call", op.call_ts)
-    return None
-
-
-class _KindOf(dict):
-    def __missing__(self, text):
-        value = self[text] = comm_kind(text)
-        return value
-
-
-_KIND_OF = _KindOf()
-
-
-def _kind(op: CommOp) -> str:
+def _kind(texts) -> str:
     """The first kind that is not "other" of the collective's name, the annotation, the event."""
-    for text in (op.collective, op.annotation, op.name):
-        if text and (kind := _KIND_OF[text]) != "other":
+    for text in texts:
+        if text and (kind := comm_kind(text)) != "other":
             return kind
     return "other"
 
 
-def rank_ops(ops: list[CommOp]) -> Ops:
+def _first_of_runs(mask: np.ndarray, *keys: np.ndarray) -> np.ndarray:
+    """For each row where ``mask``: the first row (lowest index) with equal ``keys``; else itself."""
+    owner = np.arange(mask.size)
+    idx = np.flatnonzero(mask)
+    if idx.size:
+        order = idx[np.lexsort((idx, *(k[idx] for k in reversed(keys))))]
+        new = np.ones(order.size, dtype=bool)
+        new[1:] = np.logical_or.reduce([k[order[1:]] != k[order[:-1]] for k in keys])
+        owner[order] = order[new][np.cumsum(new) - 1]
+    return owner
+
+
+def rank_ops(table: CommTable) -> Ops:
     """One rank's logical operations, in time order (module docstring); ``rank`` is left -1."""
-    ops = sorted(ops, key=lambda o: o.ts)
-    kinds = [_kind(o) for o in ops]
-    groups = [o.pg_name or DEFAULT_GROUP for o in ops]
-    sizes = [bytes_parts(o, k) for o, k in zip(ops, kinds)]
-    dur = np.maximum(np.array([o.dur for o in ops], dtype=np.float64), 0.0)
-    ts = np.array([o.ts for o in ops], dtype=np.float64)
+    order = np.argsort(table.ts, kind="stable")
+    v, n = table.values, order.size
+    names, strings = v.names, v.strings
+    text = lambda f, code: strings[f].values[code] if code >= 0 else None  # noqa: E731
+    label = lambda code: names[code] if code >= 0 else None  # noqa: E731
+    collective, annotation, name = table.strings["collective"][order], table.annotation[order], table.name[order]
+    found, inverse = per_distinct(lambda c, a, e: KINDS.index(_kind((text("collective", c), label(a), label(e)))),
+                                  collective, annotation, name)
+    kind_code = np.array(found + [0], dtype=np.int8)[inverse]
+    p2p = kind_code == KINDS.index("send_recv")
+    pg = table.strings["pg_name"][order]
+    group_ids = Index()
+    found, inverse = per_distinct(lambda c: group_ids[text("pg_name", c) or DEFAULT_GROUP], pg)
+    group_code = np.array(found + [0], dtype=np.int64)[inverse]
+    seq = table.numbers["seq"][order]
+    by_seq = ~np.isnan(seq) & ~p2p
+    found, inverse = per_distinct(lambda c, a, k, e: _direction((text("collective", c), label(a), label(k), label(e))),
+                                  collective, annotation, table.call[order], name)
+    direction = np.array(found + [0], dtype=np.int8)[inverse]
+    peer = table.peer[order]
+    dur = np.maximum(table.dur[order], 0.0)
+    ts = table.ts[order].astype(np.float64)
+    nelems = {k: np.where(np.isnan(table.numbers[k][order]), -1, table.numbers[k][order]).astype(np.int64)
+              for k in ("in_nelems", "out_nelems")}
+    found, inverse = per_distinct(
+        lambda d, i, o, dims, types, k: bytes_of(text("dtype", d), i if i >= 0 else None, o if o >= 0 else None,
+                                                 text("input_dims", dims), text("input_type", types), KINDS[k]),
+        table.strings["dtype"][order], nelems["in_nelems"], nelems["out_nelems"], table.strings["input_dims"][order],
+        table.strings["input_type"][order], kind_code,
+    )
+    nbytes = np.array([np.nan if b is None else b for b, _ in found] + [np.nan], dtype=np.float64)[inverse]
+    scaled = np.array([s for _, s in found] + [False], dtype=bool)[inverse]
+    ranks = table.strings["pg_ranks"][order]
+    ranks_len = np.array([len(r) for r in strings["pg_ranks"].values] + [0], dtype=np.int64)[ranks]  # -1: the 0
+    group_size = np.nan_to_num(table.numbers["group_size"][order], nan=0.0).astype(np.int64)
     cols = {
-        "rank": np.full(len(ops), -1, dtype=np.int64),
-        "seq": np.array([o.seq if o.seq is not None and k != "send_recv" else -1 for o, k in zip(ops, kinds)], dtype=np.int64),
-        "direction": np.array([_direction(o) if k == "send_recv" else 0 for o, k in zip(ops, kinds)], dtype=np.int8),
-        "peer": np.array([-1 if o.peer is None else o.peer for o in ops], dtype=np.int64),
+        "rank": np.full(n, -1, dtype=np.int64), "kind": kind_code, "group": group_code,
+        "seq": np.where(by_seq, np.nan_to_num(seq, nan=-1), -1).astype(np.int64),
+        "direction": np.where(p2p, direction, 0).astype(np.int8),
+        "peer": np.nan_to_num(peer, nan=-1).astype(np.int64),
         "ts": ts, "end": ts + dur, "dur": dur,
-        "nbytes": np.array([np.nan if b is None else b for b, _ in sizes], dtype=np.float64),
-        "scaled": np.array([scaled for _, scaled in sizes], dtype=bool),
-        "step": np.array([-1 if o.step is None else o.step for o in ops], dtype=np.int64),
-        "group_size": np.array([o.group_size or (len(o.pg_ranks) if o.pg_ranks else 0) for o in ops], dtype=np.int64),
+        "nbytes": nbytes, "scaled": scaled,
+        "step": table.step[order].astype(np.int64),
+        "group_size": np.where(group_size != 0, group_size, ranks_len),
     }
     # Kernels of one host call (or one group + sequence number) become one operation.
-    keys = [_merge_key(o, g, k) for o, g, k in zip(ops, groups, kinds)]
-    first: dict = {}
-    owner = np.array([first.setdefault(k, i) if k is not None else i for i, k in enumerate(keys)], dtype=np.int64)
-    if (owner != np.arange(len(ops))).any():
-        keep = owner == np.arange(len(ops))
+    call_ts = table.call_ts[order]
+    owner = _first_of_runs(by_seq, group_code, seq)
+    by_call = ~by_seq & ~np.isnan(call_ts)
+    owner = np.where(by_call, _first_of_runs(by_call, call_ts), owner)
+    if (owner != np.arange(n)).any():
+        keep = owner == np.arange(n)
         np.maximum.at(cols["end"], owner, cols["end"])
         np.fmax.at(cols["nbytes"], owner, cols["nbytes"])
         cols["dur"] = cols["end"] - cols["ts"]
-        cols = {n: c[keep] for n, c in cols.items()}
-        kinds, groups = list(compress(kinds, keep)), list(compress(groups, keep))
-    return Ops(**cols, kind=kinds, group=groups)
+        cols = {k: c[keep] for k, c in cols.items()}
+    return Ops(**cols, groups=group_ids.order)
 
 
 def concat(parts: dict[int, Ops], group_sizes: dict[str, int]) -> Ops:
@@ -168,17 +211,14 @@ def concat(parts: dict[int, Ops], group_sizes: dict[str, int]) -> Ops:
     ranks = sorted(parts)
     cat = {n: np.concatenate([getattr(parts[r], n) for r in ranks]).astype(t) for n, t in _COLUMNS.items()}
     cat["rank"] = np.repeat(np.array(ranks, dtype=np.int64), [len(parts[r]) for r in ranks])
-    groups = [g for r in ranks for g in parts[r].group]
-    known = np.array([group_sizes.get(g, 0) for g in groups], dtype=np.int64)
+    names = Index()
+    cat["group"] = np.concatenate(
+        [np.array([names[g] for g in parts[r].groups] + [0], dtype=np.int64)[parts[r].group] for r in ranks])
+    known = np.array([group_sizes.get(g, 0) for g in names.order] + [0], dtype=np.int64)[cat["group"]]
     cat["group_size"] = np.where(cat["group_size"] > 0, cat["group_size"], known)
     scale = np.where(cat["scaled"], np.where(cat["group_size"] > 0, cat["group_size"], np.nan), 1.0)
     cat["nbytes"] = cat["nbytes"] * scale
-    return Ops(**cat, kind=[k for r in ranks for k in parts[r].kind], group=groups)
-
-
-def build_ops(per_rank: dict[int, list[CommOp]], group_sizes: dict[str, int]) -> Ops:
-    """:func:`rank_ops` of every rank, then :func:`concat`."""
-    return concat({rank: rank_ops(ops) for rank, ops in per_rank.items()}, group_sizes)
+    return Ops(**cat, groups=names.order)
 
 
 def _sizes_agree(nbytes: np.ndarray) -> bool:
@@ -209,13 +249,13 @@ def _sweep(ops: Ops, seqs: list[np.ndarray], shift: np.ndarray, same_size: bool)
 
 
 def _match_collective(ops: Ops, rows: np.ndarray, kind: str, shared: bool, shift: np.ndarray):
-    """Instances of one (group, kind) sequence: (instances, method, unmatched {row: reason}, note)."""
-    if (ops.seq[rows] >= 0).all():
-        by_seq = defaultdict(list)
-        for row in rows.tolist():
-            by_seq[int(ops.seq[row])].append(row)
-        return list(by_seq.values()), "seq", {}, None
-    ranks = np.unique(ops.rank[rows])
+    """Instances of one (group, kind) sequence: (flat rows, sizes, method, unmatched {row: reason}, note)."""
+    seq = ops.seq[rows]
+    if (seq >= 0).all():  # one instance per sequence number, in order of first appearance
+        first, inverse = distinct_rows(seq)
+        order = np.argsort(inverse, kind="stable")
+        return rows[order], np.bincount(inverse, minlength=first.size), "seq", {}, None
+    ranks = np.flatnonzero(np.bincount(ops.rank[rows]))
     seqs = [rows[ops.rank[rows] == r] for r in ranks]  # rows are in time order per rank
     counts = {len(s) for s in seqs}
     same_size = kind in SAME_SIZE
@@ -228,9 +268,9 @@ def _match_collective(ops: Ops, rows: np.ndarray, kind: str, shared: bool, shift
             starts, ends = (shift[grid] + ops.ts[grid]), (shift[grid] + ops.end[grid])
             ok &= starts.max(axis=0) <= ends.min(axis=0) + TOLERANCE_US
         if ok.all():
-            return [list(col) for col in grid.T.tolist()], "order", {}, None
+            return grid.T.ravel(), np.full(grid.shape[1], grid.shape[0]), "order", {}, None
     if shared:
-        return _sweep(ops, seqs, shift, same_size), "overlap", {}, None
+        return *_flat(_sweep(ops, seqs, shift, same_size)), "overlap", {}, None
     n = min(counts)
     grid = np.stack([s[:n] for s in seqs])
     instances, unmatched, rejected = [], {}, 0
@@ -243,7 +283,12 @@ def _match_collective(ops: Ops, rows: np.ndarray, kind: str, shared: bool, shift
     for s in seqs:
         unmatched.update({row: "counts differ across ranks (clocks not comparable: matched by order up to the shortest)" for row in s[n:].tolist()})
     note = f"{rejected} order matches rejected for differing sizes" if rejected else None
-    return instances, "order", unmatched, note
+    return *_flat(instances), "order", unmatched, note
+
+
+def _flat(instances: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    return (np.array([row for inst in instances for row in inst], dtype=np.int64),
+            np.array([len(inst) for inst in instances], dtype=np.int64))
 
 
 def _match_pairs(ops: Ops, rows: np.ndarray, present: set[int]):
@@ -277,29 +322,36 @@ def _match_pairs(ops: Ops, rows: np.ndarray, present: set[int]):
 def match(ops: Ops, present: set[int], shared: bool, shift: np.ndarray) -> Matched:
     """Match every group's operations (module docstring). ``shift``: per-row µs added to ``ts``
     for a common clock; ``shared``: whether that clock is common to all ranks."""
-    result = Matched([], [], [], {}, [])
-    sequences = defaultdict(list)
-    for row, (group, kind) in enumerate(zip(ops.group, ops.kind)):
-        sequences[(group, kind)].append(row)
-    for (group, kind), rows in sorted(sequences.items()):
-        rows = np.array(rows, dtype=np.int64)
+    result = Matched(np.empty(0, np.int64), np.empty(0, np.int64), [], [], {}, [])
+    if not len(ops):
+        return result
+    flats, all_sizes = [], []
+    first, inverse = distinct_rows(ops.group, ops.kind)
+    order = np.argsort(inverse, kind="stable")
+    by_sequence = np.split(order, np.cumsum(np.bincount(inverse))[:-1])
+    names = [(ops.group_of(row), ops.kind_of(row)) for row in first.tolist()]
+    for k in sorted(range(first.size), key=lambda k: names[k]):
+        (group, kind), rows = names[k], by_sequence[k]
         if kind == "send_recv":
             instances, unmatched, note = _match_pairs(ops, rows, present)
+            flat, sizes = _flat(instances)
             method = "pair-order"
         else:
-            instances, method, unmatched, note = _match_collective(ops, rows, kind, shared, shift)
-        alone = [i for i in instances if len(i) < 2]
-        for inst in alone:
-            unmatched[inst[0]] = (
-                "no other rank has a trace here" if len(present) < 2 else "no operation of another rank matches it"
-            )
-        kept = [i for i in instances if len(i) >= 2]
+            flat, sizes, method, unmatched, note = _match_collective(ops, rows, kind, shared, shift)
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+        reason = "no other rank has a trace here" if len(present) < 2 else "no operation of another rank matches it"
+        for row in flat[starts[sizes < 2]].tolist():
+            unmatched[row] = reason
+        kept = sizes >= 2
         if len(present) < 2:
             method = "none"
-        for key, inst in enumerate(kept):
-            result.instances.append(inst)
-            result.methods.append(method)
-            result.keys.append(int(ops.seq[inst[0]]) if method == "seq" else key)
+        flat, sizes, starts = flat[np.repeat(kept, sizes)], sizes[kept], starts[kept]
+        flats.append(flat)
+        all_sizes.append(sizes)
+        result.methods += [method] * sizes.size
+        result.keys += ops.seq[flat[np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)]].tolist() \
+            if method == "seq" and sizes.size else list(range(sizes.size))
         result.unmatched.update(unmatched)
-        result.kind_methods.append((group, kind, method, len(kept), len(unmatched), note))
+        result.kind_methods.append((group, kind, method, int(sizes.size), len(unmatched), note))
+    result.rows, result.sizes = np.concatenate(flats), np.concatenate(all_sizes)
     return result

@@ -13,6 +13,7 @@ import numpy as np
 from overlapprof.analysis import intervals as iv
 from overlapprof.analysis.classify import KINDS
 from overlapprof.analysis.events import EventSet, RankEvents
+from overlapprof.analysis.stats import median, percentile
 from overlapprof.report import KindMetrics, Metrics, StepMetrics, Summary, Timeline
 
 # At most this many intervals per class in a rank's timeline (keeps a report small).
@@ -73,7 +74,7 @@ def step_metrics(events: RankEvents) -> list[StepMetrics]:
 def kind_metrics(events: RankEvents, compute: iv.Intervals) -> list[KindMetrics]:
     """One KindMetrics per kind present, in the order of classify.KINDS."""
     out = []
-    for code in np.unique(events.comm.kind):
+    for code in np.flatnonzero(np.bincount(events.comm.kind)):
         s = events.comm.select(events.comm.kind == code)
         out.append(metrics_of(_union(s), compute, cls=KindMetrics, kind=KINDS[code], count=len(s)))
     return out
@@ -119,7 +120,7 @@ def timeline(events: RankEvents, steps: list[StepMetrics]) -> Timeline | None:
 
 
 def _percentile(values: list[float], q: float) -> float | None:
-    return float(np.percentile(values, q)) if values else None
+    return percentile(values, q) if values else None
 
 
 def summarize(ranks) -> Summary:
@@ -143,7 +144,7 @@ def summarize(ranks) -> Summary:
         hi = max(with_ratio, key=lambda r: r.metrics.overlap_ratio)
         summary.min_ratio, summary.min_ratio_rank = lo.metrics.overlap_ratio, lo.rank
         summary.max_ratio, summary.max_ratio_rank = hi.metrics.overlap_ratio, hi.rank
-        summary.median_ratio = float(np.median([r.metrics.overlap_ratio for r in with_ratio]))
+        summary.median_ratio = median([r.metrics.overlap_ratio for r in with_ratio])
     if comm > 0:
         worst = max(ranks, key=lambda r: r.metrics.exposed_comm_us)
         summary.most_exposed_rank, summary.most_exposed_us = worst.rank, worst.metrics.exposed_comm_us

@@ -1,11 +1,13 @@
 """Trace structs and decoding: what overlapprof reads of a PyTorch profiler (Kineto) trace.
 
 msgspec decodes JSON straight into the structs below; every field they do not name is skipped
-without building Python objects. :class:`ScanEvent` is what the metrics read of every event
-(``ph``, ``cat``, ``name``, ``ts``, ``dur`` and the ``correlation`` of GPU events and runtime
-calls); :class:`Event`, with typed :class:`EventArgs`, is decoded only for the few events the
-records of communication operations need. :mod:`overlapprof.trace.reader` reads a file's events a
-chunk at a time with these.
+without building Python objects. :class:`RowEvent` is what the analyzer reads of every event
+(``ph``, ``cat``, ``name``, ``ts``, ``dur``, and ``args`` as raw JSON); :class:`ThreadRowEvent`
+adds the process and thread, for the records of communication operations. Arguments are decoded
+only for the rows that read them, a batch at a time: :class:`LaunchArgs` (the ``correlation``
+of GPU events and runtime calls) and :class:`EventArgs` (the collective parameters of the
+communication records). :class:`ScanEvent`, with its args typed, is the reader's default.
+:mod:`overlapprof.trace.reader` reads a file's events a chunk at a time with these.
 
 Gzip is detected from the magic bytes, not the file name, and inflated a bounded piece at a time
 (with ISA-L when the ``isal`` package is installed: ~1.6x faster than zlib). A trace is data:
@@ -20,6 +22,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -44,7 +47,7 @@ class EventArgs(msgspec.Struct, gc=False):
     stream: int | str | None = None
     device: int | str | None = None
     # record_param_comms' collective parameters. An event whose values do not fit these types is
-    # read without its args (full_event): records of communication are informative.
+    # read without its args: records of communication are informative.
     collective: str | None = msgspec.field(default=None, name="Collective name")
     in_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
     out_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
@@ -84,17 +87,17 @@ class ScanEvent(_Basic, gc=False):
     args: LaunchArgs | None = None
 
 
-class HostEvent(_Basic, gc=False):
-    """An event without its args: what locating it on a process and thread needs."""
+class RowEvent(_Basic, gc=False):
+    """One trace event as the analyzer reads it: ``args`` stays raw JSON until a row needs it."""
 
-    pid: int | str | None = None
-    tid: int | str | None = None
+    args: msgspec.Raw = _RAW
 
 
-class Event(HostEvent, gc=False):
-    """One trace event with its typed arguments (for the records of communication operations)."""
+class ThreadRowEvent(RowEvent, gc=False):
+    """A RowEvent with where it ran (any JSON: only compared, never interpreted)."""
 
-    args: EventArgs | None = None
+    pid: Any = None
+    tid: Any = None
 
 
 class DistributedInfo(msgspec.Struct, gc=False):
@@ -117,9 +120,11 @@ class TraceFile(msgspec.Struct, gc=False):
 
 DECODER = msgspec.json.Decoder(TraceFile)
 CHUNK_DECODER = msgspec.json.Decoder(list[ScanEvent])
-_EVENT_DECODER = msgspec.json.Decoder(Event)
-_HOST_DECODER = msgspec.json.Decoder(HostEvent)
-_SCAN_DECODER = msgspec.json.Decoder(ScanEvent)
+ROW_DECODER = msgspec.json.Decoder(list[RowEvent])
+THREAD_ROW_DECODER = msgspec.json.Decoder(list[ThreadRowEvent])
+LAUNCH_ARGS = msgspec.json.Decoder(list[LaunchArgs | None])
+EVENT_ARGS = msgspec.json.Decoder(list[EventArgs | None])
+_ONE_EVENT_ARGS = msgspec.json.Decoder(EventArgs | None)
 CHUNK = 20_000  # events decoded at a time: bounds the Python objects alive at once
 _AT = re.compile(r" - at `\$\.?(.*)`$")
 _EVENT_FIELD = re.compile(r"^traceEvents\[(\d+)\]\.?(.*)$")
@@ -254,16 +259,20 @@ def decode(path: str | Path, data: bytes | None = None) -> TraceFile:
     return trace
 
 
-def full_event(raw: msgspec.Raw) -> Event:
-    """An event with its typed args; args that do not fit :class:`EventArgs` are dropped (these
-    records are informative: an odd value never fails an analysis)."""
-    for decoder in (_EVENT_DECODER, _HOST_DECODER, _SCAN_DECODER):
+def event_args(raws: list, text: bytes | None = None) -> list[EventArgs | None]:
+    """The typed args of events given as raw JSON (absent: None); ``text``: the JSON array of
+    them, when already joined. Args that do not fit :class:`EventArgs` are left out (None):
+    these records are informative, an odd value never fails an analysis."""
+    if text is None:
+        text = b"[" + b",".join([r or b"null" for r in raws]) + b"]"
+    try:
+        return EVENT_ARGS.decode(text)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        pass
+    out = []
+    for raw in raws:
         try:
-            e = decoder.decode(raw)
+            out.append(_ONE_EVENT_ARGS.decode(raw) if raw else None)
         except (msgspec.ValidationError, msgspec.DecodeError):
-            continue
-        if decoder is _EVENT_DECODER:
-            return e
-        return Event(ph=e.ph, cat=e.cat, name=e.name, ts=e.ts, dur=e.dur,
-                     pid=getattr(e, "pid", None), tid=getattr(e, "tid", None))
-    return Event()
+            out.append(None)
+    return out

@@ -31,9 +31,6 @@ _KEY = b'"traceEvents"'
 _READ = 1 << 22  # bytes read (or inflated) per step
 _CHUNK_BYTES = 1 << 22  # text decoded at a time when streaming
 _HEADER_MAX = 1 << 26  # text allowed before the first event
-_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
-_EVENTS = msgspec.json.Decoder(list[D.Event])
-_HOSTS = msgspec.json.Decoder(list[D.HostEvent])
 
 
 class LayoutError(Exception):
@@ -45,28 +42,18 @@ class Chunk:
     """Consecutive events: ``events[k]`` is event number ``start + k`` of the file."""
 
     start: int
-    events: list[D.ScanEvent]
-    text: bytes | bytearray  # the JSON array the events were decoded from
-
-    def full_events(self, positions: list[int], with_args: bool = True) -> list[D.Event | D.HostEvent]:
-        """The events at ``positions``, with typed args (odd args leave an event without them),
-        or only where they ran (``with_args=False``: a HostEvent)."""
-        if not positions:
-            return []
-        raws = _RAWS.decode(self.text)
-        picked = b"[" + b",".join([raws[p] for p in positions]) + b"]"  # a copy: frees self.text
-        try:
-            return (_EVENTS if with_args else _HOSTS).decode(picked)
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            return [D.full_event(raw) for raw in _RAWS.decode(picked)]
+    events: list
 
 
 class TraceReader:
-    """The events of one trace file in chunks; ``header`` (a TraceFile without events: the
-    ``distributedInfo``, ``baseTimeNanoseconds``, ``host_name``) is set once they are read."""
+    """The events of one trace file in chunks, decoded with ``decoder`` (a ``list[<event
+    struct>]`` decoder: :class:`~overlapprof.trace.decode.ScanEvent` by default); ``header`` (a
+    TraceFile without events: the ``distributedInfo``, ``baseTimeNanoseconds``, ``host_name``)
+    is set once they are read."""
 
-    def __init__(self, path):
+    def __init__(self, path, decoder: msgspec.json.Decoder = D.CHUNK_DECODER):
         self.path = str(path)
+        self.decoder = decoder
         self.header: D.TraceFile | None = None
         self._text: bytearray | None = None  # the whole text, when streaming read it before giving up
 
@@ -83,7 +70,7 @@ class TraceReader:
         for start in range(0, len(raws), D.CHUNK):
             text = b"[" + b",".join(raws[start : start + D.CHUNK]) + b"]"
             where = lambda k, s=start: f"traceEvents[{s + k}]"  # noqa: E731
-            yield Chunk(start, D.decode_checked(self.path, D.CHUNK_DECODER, text, where), text)
+            yield Chunk(start, D.decode_checked(self.path, self.decoder, text, where))
 
     # -- streaming ----------------------------------------------------------------------------
 
@@ -135,7 +122,7 @@ class TraceReader:
         self.header = top
         if raws:
             text = b"[" + b",".join(raws) + b"]"
-            yield Chunk(count, self._decode(text), text)
+            yield Chunk(count, self._decode(text))
 
     def _piece(self, start: int, buf: bytearray, cut: int) -> Chunk:
         """The events in ``buf[:cut]`` (whole events, each followed by a comma), one copy."""
@@ -147,12 +134,11 @@ class TraceReader:
         text = bytearray(b"[")
         text += memoryview(buf)[:end]
         text += b"]"
-        return Chunk(start, self._decode(text), text)
+        return Chunk(start, self._decode(text))
 
-    @staticmethod
-    def _decode(text: bytes) -> list[D.ScanEvent]:
+    def _decode(self, text: bytes) -> list:
         try:
-            return D.CHUNK_DECODER.decode(text)
+            return self.decoder.decode(text)
         except (msgspec.ValidationError, msgspec.DecodeError):
             raise LayoutError from None  # re-read whole: an exact error message, or another layout
 
