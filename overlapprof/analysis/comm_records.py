@@ -113,9 +113,12 @@ class CommRecorder:
 
     def _threads_of(self, events, rows):
         """(pid, tid) int arrays of ``events[rows]`` (the usual case), else their thread codes."""
-        pids, tids = np.array([events[i].pid for i in rows]), np.array([events[i].tid for i in rows])
-        if pids.dtype.kind == "i" and tids.dtype.kind == "i":
-            return pids, tids
+        try:
+            pids, tids = np.array([events[i].pid for i in rows]), np.array([events[i].tid for i in rows])
+            if pids.dtype.kind == "i" and tids.dtype.kind == "i":
+                return pids, tids
+        except (ValueError, TypeError, OverflowError):  # lists and such (odd JSON)
+            pass
         events = [events[i] for i in rows]
         index = self.values.threads
         try:
