@@ -279,3 +279,56 @@ def test_dead_worker_falls_back_to_this_process(monkeypatch):
     report = overlapprof.analyze(DATA / "trace_filter", workers=2)
     assert [r.rank for r in report.ranks] == [0, 1]
     assert any("worker processes failed" in w for w in report.warnings)
+
+
+# -- folders holding `overlapprof run` directories (real 2-rank ring runs: the `runs` fixture)
+
+
+def _numbers(report):
+    return [(r.rank, r.metrics.comm_us, r.metrics.overlapped_us) for r in report.ranks]
+
+
+def test_folder_of_several_runs_is_refused_with_their_list(runs):
+    """runs.root holds ring-sync, ring-async and allreduce-async: three jobs, not ranks of one."""
+    names = sorted(p.name for p in runs.root.iterdir() if (p / "run.json").is_file())
+    assert len(names) == 3
+    result = cli(runs.root)
+    assert_one_line_error(result, str(runs.root), "3 different runs", "overlapprof compare", *names)
+    with pytest.raises(InputError, match="not ranks of one job"):
+        overlapprof.analyze([runs.ring["sync"], runs.ring["async"]], workers=1)
+
+
+def test_folder_holding_one_run_is_that_run(runs, tmp_path):
+    import shutil
+
+    nested = tmp_path / "traces" / "2026"
+    shutil.copytree(runs.ring["async"], nested / runs.ring["async"].name)
+    direct = overlapprof.analyze(runs.ring["async"], workers=1)
+    found = overlapprof.analyze(tmp_path / "traces", workers=1)
+    assert _numbers(found) == _numbers(direct) and len(found.ranks) == 2
+    assert [r.rank_source for r in found.ranks] == ["distributedInfo"] * 2
+    assert found.run["variant"] == "async" and found.run["traces"] == direct.run["traces"]
+    # nodes/, ranks/ and logs/ of the run are not taken for traces; a trace beside the run is ambiguous
+    S.write(tmp_path / "traces" / "extra.json", S.trace(GOOD))
+    assert_one_line_error(cli(tmp_path / "traces"), "holds run directories", "extra.json")
+
+
+def test_node_parts_of_one_multinode_run_are_one_job(runs, tmp_path):
+    """A 2-node run on filesystems that are not shared: one directory per node, same run id and
+    name, each with its own rank (made from the real ring run by splitting its ranks)."""
+    import shutil
+
+    source = runs.ring["sync"]
+    whole = json.loads((source / "run.json").read_text())
+    for node, rank in ((0, "0"), (1, "1")):
+        part = tmp_path / "collected" / f"node{node}" / source.name
+        shutil.copytree(source, part)
+        other = whole["traces"]["1" if rank == "0" else "0"][0]
+        (part / other).unlink()
+        run = dict(whole, run_id="ring-2n", nnodes=2, status="incomplete", missing_ranks=[1 - int(rank)],
+                   traces={rank: whole["traces"][rank]}, ranks={rank: whole["ranks"][rank]})
+        (part / "run.json").write_text(json.dumps(run))
+    report = overlapprof.analyze(tmp_path / "collected", workers=1)
+    assert _numbers(report) == _numbers(overlapprof.analyze(source, workers=1))
+    assert sorted(report.run["traces"]) == ["0", "1"] and report.run["missing_ranks"] == []
+    assert not any("no trace for ranks" in w for w in report.warnings)

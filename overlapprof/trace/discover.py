@@ -5,9 +5,17 @@
   see ``overlapprof/launch/rundir.py``). With ``--repeat`` a rank has several files, one per
   profiler cycle: they are one rank, analyzed together. While run.json lists none (a run cut
   short), the directory's ``rank<N>.*.pt.trace.json[.gz]`` files are grouped by rank instead.
-- A **folder** is searched recursively for ``*.json`` and ``*.json.gz`` files; ``run.json`` and
-  saved overlapprof reports are skipped.
+- A **folder** is searched recursively (hidden entries skipped). A subfolder holding a
+  ``run.json`` is a run directory, read as above and not searched; elsewhere every ``*.json`` and
+  ``*.json.gz`` file is a trace (``run.json`` and saved overlapprof reports skipped).
 - A **file** is taken as a trace whatever its name.
+
+Run directories, given or found, must be one run: several runs (variants, repeats) are different
+jobs, not ranks of one, so analyzing them together is refused with the list of them (analyze one,
+or ``overlapprof compare`` them). The exception is the directories of one multi-node run on
+filesystems that are not shared: one per node, each with its own ranks, same ``run_id`` and name.
+A folder holding run directories and other trace files is refused too (which run would they be
+part of?).
 
 Each group of files becomes a :class:`TraceGroup`; its rank is settled later, from the traces'
 ``distributedInfo``, else the run.json, else the file name (``rank-3``, ``rank3``, ``rank_3``,
@@ -16,6 +24,7 @@ Each group of files becomes a :class:`TraceGroup`; its rank is settled later, fr
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,51 +116,105 @@ def _run_dir_traces(run_dir: Path) -> list[TraceGroup]:
     return groups + [TraceGroup([f]) for f in by_rank.get(None, [])]
 
 
-def _folder_files(folder: Path) -> list[Path]:
-    found = [
-        p
-        for p in folder.rglob("*")
-        if p.name.endswith(_SUFFIXES)
-        and p.name != RUN_FILE
-        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
-        and p.is_file()
-        and not is_saved_report(p)
-    ]
-    return sorted(found)
+def _is_trace_name(name: str) -> bool:
+    return name.endswith(_SUFFIXES) and name != RUN_FILE and not name.startswith(".")
+
+
+def search(folder: str | Path) -> tuple[list[Path], list[Path]]:
+    """(run directories, other trace files) at or below ``folder``, sorted. Hidden entries are
+    skipped; a run directory (a folder holding run.json) is not searched further."""
+    runs, files = [], []
+    for root, dirs, names in os.walk(folder):
+        root = Path(root)
+        if RUN_FILE in names:
+            runs.append(root)
+            dirs[:] = []
+            continue
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        files += [root / n for n in names if _is_trace_name(n)]
+    files = [f for f in files if f.is_file() and not is_saved_report(f)]
+    return sorted(runs), sorted(files)
+
+
+def _job(run_dir: Path, run: dict):
+    """What identifies the job of a run directory: the parts of a multi-node run share it."""
+    nnodes = run.get("nnodes")
+    if run.get("run_id") and isinstance(nnodes, int) and nnodes > 1:
+        return ("run_id", str(run["run_id"]), run_dir.name)
+    return ("dir", run_dir.resolve())
+
+
+def _one_job(runs: list[tuple[Path, dict]], base: Path | None = None) -> None:
+    """InputError unless the run directories are (the node parts of) one run; ``base``: the
+    folder they were found in (they are named relative to it)."""
+    jobs = {}
+    for run_dir, run in runs:
+        jobs.setdefault(_job(run_dir, run), run_dir)
+    if len(jobs) < 2:
+        return
+    dirs = list(jobs.values())
+    names = [str(d.relative_to(base)) if base else str(d) for d in dirs]
+    listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    what = f"{base}: holds {len(dirs)} different runs" if base else f"{len(dirs)} different runs given"
+    raise InputError(
+        f"{what} ({listed}), not ranks of one job: analyze one of them (overlapprof analyze {dirs[0]}) "
+        f"or compare them (overlapprof compare {dirs[0]} {dirs[1]}{' ...' if len(dirs) > 2 else ''})"
+    )
+
+
+def _merged_run(runs: list[tuple[Path, dict]]) -> dict:
+    """run.json of one run; for the node parts of a multi-node run, theirs with the per-node and
+    per-rank records (nodes, ranks, traces) merged and the missing ranks recomputed."""
+    run = dict(runs[0][1])
+    if len(runs) > 1:
+        for key in ("nodes", "ranks", "traces"):
+            run[key] = {k: v for _, part in runs if isinstance(part.get(key), dict) for k, v in part[key].items()}
+        if isinstance(run.get("world_size"), int):
+            run["missing_ranks"] = sorted(set(range(run["world_size"])) - {int(r) for r in run["ranks"] if str(r).isdigit()})
+    return run
 
 
 def discover(paths) -> Inputs:
     """Expand files, folders and run directories into per-rank groups of trace files.
 
-    Raises InputError when a path does not exist or nothing traceable is found.
+    Raises InputError when a path does not exist, nothing traceable is found, or the inputs
+    hold several runs (see the module docstring).
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
     inputs = Inputs()
-    runs = []
+    runs: list[tuple[Path, dict]] = []
     for raw in paths:
         path = Path(raw)
         if not path.exists():
             raise InputError(f"{path}: no such file or directory")
-        if path.is_dir():
-            if (path / RUN_FILE).is_file():
-                run = _read_run(path)
-                runs.append(run)
-                groups = _run_groups(path, run) or _run_dir_traces(path)
-                if not groups:
-                    raise InputError(f"{path}: run directory without traces (see its run.json and logs/)")
-                inputs.groups.extend(groups)
-                continue
-            files = _folder_files(path)
-            if not files:
-                raise InputError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
-            inputs.groups.extend(TraceGroup([f]) for f in files)
-        else:
+        if not path.is_dir():
             inputs.groups.append(TraceGroup([path]))
+        elif (path / RUN_FILE).is_file():
+            runs.append((path, _read_run(path)))
+        else:
+            found, files = search(path)
+            if found and files:
+                raise InputError(
+                    f"{path}: holds run directories ({found[0]}{' ...' if len(found) > 1 else ''}) and other trace "
+                    f"files ({files[0]}{' ...' if len(files) > 1 else ''}): name the run or the traces to analyze"
+                )
+            if not found and not files:
+                raise InputError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
+            found = [(d, _read_run(d)) for d in found]
+            _one_job(found, path)
+            runs += found
+            inputs.groups.extend(TraceGroup([f]) for f in files)
+    _one_job(runs)
+    for run_dir, run in runs:
+        groups = _run_groups(run_dir, run) or _run_dir_traces(run_dir)
+        if not groups:
+            raise InputError(f"{run_dir}: run directory without traces (see its run.json and logs/)")
+        inputs.groups.extend(groups)
     if not inputs.groups:
         raise InputError("no trace files given")
-    if len(runs) == 1:
-        inputs.run = runs[0]
+    if runs:
+        inputs.run = _merged_run(runs)
     seen: dict[Path, Path] = {}
     for group in inputs.groups:
         for f in group.files:
