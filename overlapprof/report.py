@@ -97,7 +97,14 @@ class Timeline(msgspec.Struct, kw_only=True):
 
 class RankReport(msgspec.Struct, kw_only=True):
     """One rank. ``rank_source`` says where the rank number came from: ``distributedInfo``,
-    ``run.json``, ``file name`` or ``order`` (sorted input order, when nothing else says)."""
+    ``run.json``, ``file name`` or ``order`` (sorted input order, when nothing else says).
+
+    ``uncounted_wrapper_us`` (CPU mode; None in GPU mode), µs: |U(c10d) \\ U(comm)|, U(c10d)
+    the union of the ``c10d::*`` cpu_ops (the calls of collectives and send/recv). Time spent
+    inside those calls that no ``<backend>:<op>`` annotation covers: gloo (torch 2.13) may wait
+    out a blocking recv inside ``c10d::recv_`` and open ``gloo:recv`` only after. OVERLAP.md
+    counts it neither as comm nor as compute, so it is not in ``comm_us``; a diagnostic only.
+    """
 
     rank: int
     rank_source: str
@@ -114,6 +121,7 @@ class RankReport(msgspec.Struct, kw_only=True):
     backend: str | None = None
     timeline: Timeline | None = None
     comm_ops: list[CommOp] | None = None
+    uncounted_wrapper_us: float | None = None
 
 
 class Summary(msgspec.Struct, kw_only=True):

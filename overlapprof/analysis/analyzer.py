@@ -28,6 +28,8 @@ from overlapprof.trace.discover import TraceGroup, discover, rank_from_name
 PARALLEL_MIN_BYTES = 8 << 20
 # Ranks whose recorded windows are further apart than this are from different runs.
 SAME_RUN_GAP_US = 3600e6
+# Warn when a CPU-mode rank's c10d wrapper time outside comm exceeds this share of its comm_us.
+WRAPPER_WARN_SHARE = 0.05
 
 FILTER_TEXT = {
     "drop_last_step": "--drop-last-step: events launched (or starting) at or after the start of each "
@@ -53,7 +55,7 @@ class RankResult:
 
 def _apply_filters(ev: RankEvents, options: Options, label: str, warnings: list[str]) -> None:
     """The HTA-style filters of the options, in place (OVERLAP.md section 2: off by default)."""
-    sets = ("comm", "compute", "memory")
+    sets = ("comm", "compute", "memory", "wrappers")
     if options.require_launch and ev.mode == "gpu":
         for name in sets:
             s = getattr(ev, name)
@@ -74,6 +76,7 @@ def measure(ev: RankEvents, *, keep_comm_ops: bool = False) -> RankReport:
     compute = M.iv.union(ev.compute.start, ev.compute.end)
     comm = M.iv.union(ev.comm.start, ev.comm.end)
     steps = M.step_metrics(ev)
+    wrappers = M.iv.union(ev.wrappers.start, ev.wrappers.end)
     return RankReport(
         rank=-1,
         rank_source="",
@@ -88,6 +91,7 @@ def measure(ev: RankEvents, *, keep_comm_ops: bool = False) -> RankReport:
         memory_events=len(ev.memory),
         timeline=M.timeline(ev, steps),
         comm_ops=ev.comm_ops.ops() if keep_comm_ops and ev.comm_ops is not None else None,
+        uncounted_wrapper_us=M.iv.length(M.iv.difference(wrappers, comm)) if ev.mode == "cpu" else None,
     )
 
 
@@ -302,6 +306,7 @@ def analyze(
         missing = sorted(set(range(inputs.run["world_size"])) - {r.rank for r in ranks})
         if missing:
             warnings.append(f"run.json: world_size {inputs.run['world_size']} but no trace for ranks {missing}")
+    warnings += [w for r in ranks if (w := _wrapper_warning(r))]
     modes = {r.mode for r in ranks}
     if len(modes) > 1:
         cpu = [r.rank for r in ranks if r.mode == "cpu"]
@@ -317,6 +322,17 @@ def analyze(
         run=inputs.run,
         comms=_cross_rank(results, options),
     )
+
+
+def _wrapper_warning(r: RankReport) -> str | None:
+    """A warning when a CPU-mode rank spends much time in c10d wrappers outside comm."""
+    us, comm = r.uncounted_wrapper_us, r.metrics.comm_us
+    if not us or us <= WRAPPER_WARN_SHARE * comm:
+        return None
+    share = f"{100 * us / comm:.0f}% of its comm_us" if comm > 0 else "it has no comm_us"
+    return (f"rank {r.rank}: {us / 1000:.3f} ms inside c10d::* communication calls is covered by no "
+            f"<backend>:<op> span ({share}): e.g. a blocking recv that waits in c10d::recv_ before gloo "
+            "opens gloo:recv; OVERLAP.md counts it neither as comm nor as compute")
 
 
 def _cross_rank(results: list[RankResult], options: Options):

@@ -96,6 +96,12 @@ def compile_comm_kernels(patterns) -> re.Pattern:
     return re.compile("|".join([COMM_KERNEL.pattern, *(f"(?:{p})" for p in extra)]), re.IGNORECASE)
 
 
+def is_comm_wrapper(name: str) -> bool:
+    """A ``c10d::*`` op: the call of a collective or point-to-point operation (CPU mode: neither
+    communication nor compute; see :attr:`overlapprof.report.RankReport.uncounted_wrapper_us`)."""
+    return name.startswith("c10d::")
+
+
 def is_cpu_compute(name: str) -> bool:
     """CPU-mode compute: a cpu_op that is not a c10d wrapper, record_param_comms or a step marker."""
-    return not (name.startswith("c10d::") or name == PARAM_COMMS or name.startswith("ProfilerStep#"))
+    return not (is_comm_wrapper(name) or name == PARAM_COMMS or name.startswith("ProfilerStep#"))

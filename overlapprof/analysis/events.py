@@ -74,6 +74,7 @@ class RankEvents:
     comm: EventSet
     compute: EventSet
     memory: EventSet
+    wrappers: EventSet  # CPU mode: the c10d::* communication wrappers (neither comm nor compute); else empty
     steps: Steps
     comm_ops: CommTable | None  # the communication operations, when asked for
     events: int  # complete ("X") events read
@@ -237,11 +238,13 @@ def _extract(scan: _Scan, gpu: bool, comm_re, names: list[str], values: Values |
         kinds = prop(_kind_code(comm_re.search), np.int8, kernels)
         comm_rows, compute_rows = kernels[kinds >= 0], kernels[kinds < 0]
         memory_rows = gpu_rows[codes[gpu_rows] != C.KERNEL]
+        wrapper_rows = np.empty(0, dtype=np.int64)
     else:
         kinds = prop(_kind_code(C.COMM_ANNOTATION.match), np.int8, ann_rows)
         comm_rows = ann_rows[kinds >= 0]
         compute_rows = cpu_rows[prop(C.is_cpu_compute, bool, cpu_rows)]
         memory_rows = np.empty(0, dtype=np.int64)
+        wrapper_rows = cpu_rows[prop(C.is_comm_wrapper, bool, cpu_rows)]
     kind_codes = kinds[kinds >= 0]
 
     launched = launch_row >= 0
@@ -251,7 +254,7 @@ def _extract(scan: _Scan, gpu: bool, comm_re, names: list[str], values: Values |
         zeros = np.zeros(rows.size, dtype=np.int8)
         return EventSet(ts[rows], end[rows], anchor[rows], launched[rows], zeros if kind is None else kind)
 
-    sets = (event_set(comm_rows, kind_codes), event_set(compute_rows), event_set(memory_rows))
+    sets = (event_set(comm_rows, kind_codes), event_set(compute_rows), event_set(memory_rows), event_set(wrapper_rows))
     steps = (step_numbers, ts[step_rows], end[step_rows])
     table = None
     if scan.records is not None:
@@ -275,7 +278,7 @@ def rank_events(files: list[str | Path], comm_re, comm_ops: bool = False, own_ar
     scans = [_scan(path, names, CommRecorder(comm_re, values, own_args) if comm_ops else None) for path in files]
     gpu = any(bool((s.codes == C.KERNEL).any()) for s in scans)
     parts = [_extract(scan, gpu, comm_re, names.order, values) for scan in scans]
-    comm, compute, memory = (EventSet.concat([p[0][k] for p in parts]) for k in range(3))
+    comm, compute, memory, wrappers = (EventSet.concat([p[0][k] for p in parts]) for k in range(4))
     numbers, starts, ends = (np.concatenate([p[1][k] for p in parts]) for k in range(3))
     order = np.argsort(starts, kind="stable")
     steps = Steps(numbers[order], starts[order], ends[order])
@@ -288,6 +291,7 @@ def rank_events(files: list[str | Path], comm_re, comm_ops: bool = False, own_ar
         comm=comm,
         compute=compute,
         memory=memory,
+        wrappers=wrappers,
         steps=steps,
         comm_ops=table,
         events=sum(s.ts.size for s in scans),
