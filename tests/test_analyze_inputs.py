@@ -213,6 +213,11 @@ def test_cli_never_overwrites_a_trace(tmp_path):
     result = cli("--json", trace, DATA / "trace_filter")
     assert result.exit_code == 2 and "refusing" in result.output
     assert trace.read_bytes() == before
+    from overlapprof.trace.discover import is_trace_file
+
+    assert is_trace_file(trace) and is_trace_file(DATA / "mtia" / "mtia_rank_0.json.gz")
+    (tmp_path / "notes.json").write_text('{"a": 1}')
+    assert not is_trace_file(tmp_path / "notes.json") and not is_trace_file(tmp_path / "absent.json")
 
 
 def test_cli_usage_errors():

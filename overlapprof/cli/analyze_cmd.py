@@ -7,25 +7,15 @@ from pathlib import Path
 
 import click
 
-_TRACE_SNIFF_BYTES = 1 << 20
-
-
-def _is_trace(path: Path) -> bool:
-    """Is ``path`` an existing trace file (which an output must never overwrite)?"""
-    try:
-        with path.open("rb") as f:
-            head = f.read(_TRACE_SNIFF_BYTES)
-    except OSError:
-        return False
-    return head[:2] == b"\x1f\x8b" or b'"traceEvents"' in head
-
 
 def _write(text: str, dest: str, what: str, quiet: bool) -> None:
+    from overlapprof.trace.discover import is_trace_file
+
     if dest == "-":
         click.echo(text, nl=False)
         return
     path = Path(dest)
-    if _is_trace(path):
+    if is_trace_file(path):
         raise click.UsageError(f"refusing to write the {what} over {dest}, a trace file (use '--{what} -' for stdout)")
     path.write_text(text)
     if not quiet:

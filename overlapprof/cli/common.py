@@ -8,8 +8,6 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.analyze_cmd import _is_trace
-
 
 def analysis_options(command):
     """The options that change how runs are read: --label, --comm-kernel, the HTA filters, -q."""
@@ -64,10 +62,12 @@ def load_comparison(paths, labels, comm_kernels, drop_last_step, require_launch,
 def check_output(dest: Path, what: str, named: bool = True) -> None:
     """Refuse (exit 2) to write ``what`` over a trace, a run.json or a folder, into a folder that
     does not exist, or, when the user did not name the file (a default name), over any file."""
+    from overlapprof.trace.discover import is_trace_file
+
     if dest.is_dir():
         example = dest / ("report.html" if what == "report" else "timeline.png")
         fail(f"{dest} is a folder; name the {what} file, e.g. -o {example}")
-    if dest.name == "run.json" or _is_trace(dest):
+    if dest.name == "run.json" or is_trace_file(dest):
         fail(f"refusing to write the {what} over {dest}, which holds a run's data")
     if not named and dest.exists():
         fail(f"{dest} exists; name the output with -o to replace it")

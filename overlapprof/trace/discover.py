@@ -64,6 +64,17 @@ def rank_from_name(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def is_trace_file(path: Path, sniff: int = 1 << 20) -> bool:
+    """Is ``path`` an existing trace file (which an output must never overwrite)? Gzip, or
+    ``"traceEvents"`` in its first ``sniff`` bytes."""
+    try:
+        with Path(path).open("rb") as f:
+            head = f.read(sniff)
+    except OSError:
+        return False
+    return head[:2] == b"\x1f\x8b" or b'"traceEvents"' in head
+
+
 def is_saved_report(path: Path) -> bool:
     """Does the file start like a saved overlapprof Report (whose first key is ``schema``)?"""
     try:
