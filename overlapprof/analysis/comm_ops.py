@@ -84,12 +84,9 @@ class CommOp(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 # -- distinct values ------------------------------------------------------------------------------
 
-_INVALID = object()  # a value the field cannot use: as if absent
-
-
 class Field(dict):
-    """One field's distinct values: ``codes(raw values)`` -> int32 codes (-1: absent or
-    unusable) and ``values[code]``, prepared once per distinct raw value by ``prep``. ``key``
+    """One field's distinct values: ``codes(raw values)`` -> int32 codes (-1: absent, or None
+    after ``prep``: unusable) and ``values[code]``, prepared once per distinct raw value by ``prep``. ``key``
     makes a raw value hashable; with ``canonical``, raw values equal after ``prep`` share a code
     (``pg_name`` 0 and "0"; values must then be hashable, lists as tuples)."""
 
@@ -101,7 +98,7 @@ class Field(dict):
 
     def __missing__(self, raw):
         value = raw if raw is None or self.prep is None else self.prep(raw)
-        if value is None or value is _INVALID:
+        if value is None:  # absent, or a value the field cannot use
             code = -1
         elif self._canonical is None:
             code = len(self.values)
@@ -130,43 +127,38 @@ ARROW = re.compile(r"(\d+)\s*(->|<-)\s*(\d+)")
 P2P_CALLS = ("c10d::send", "c10d::recv_")
 
 
+def _decoded(decoder, raw):
+    """``decoder.decode(raw)``, None when it does not decode (values are informative)."""
+    try:
+        return decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
 def _ranks_list(raw):
     """Process Group Ranks: a list, or NCCL's string ``"[0, 1]"`` (unreadable: unusable)."""
-    if isinstance(raw, tuple):
-        return list(raw)
-    try:
-        return _RANKS.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return _INVALID
+    return list(raw) if isinstance(raw, tuple) else _decoded(_RANKS, raw)
 
 
 def _any_json(raw: bytes):
-    try:
-        return _ANY.decode(raw)
-    except msgspec.DecodeError:
-        return _INVALID
+    return _decoded(_ANY, raw)
+
+
+def _digits(value) -> int | None:
+    """A string of digits as an int (record_param_comms and c10d write ranks as strings)."""
+    return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
 def _rank_arg(raw: bytes) -> int | None:
-    """A rank argument: an int, or a string of digits (record_param_comms writes strings)."""
-    try:
-        value = _RANK.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    if isinstance(value, str):
-        return int(value) if value.isdigit() else None
-    return value
+    """A rank argument: an int, or a string of digits."""
+    value = _decoded(_RANK, raw)
+    return value if isinstance(value, int) else _digits(value)
 
 
 def _inputs_peer(raw: bytes) -> int | None:
     """c10d::send/recv_'s peer from its Concrete Inputs (tensors, group, peer, tag), as strings."""
-    try:
-        inputs = _LIST.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    if inputs and len(inputs) > 2 and isinstance(inputs[2], str) and inputs[2].isdigit():
-        return int(inputs[2])
-    return None
+    inputs = _decoded(_LIST, raw)
+    return _digits(inputs[2]) if inputs and len(inputs) > 2 else None
 
 
 def _raw_bytes(raw):

@@ -151,18 +151,13 @@ def _first_event(buf: bytearray) -> int | None:
         if len(buf) > _HEADER_MAX:
             raise LayoutError
         return None
-    i = key + len(_KEY)
-    n = len(buf)
-    while i < n and buf[i] in b" \t\r\n":
+    i, n = key + len(_KEY), len(buf)
+    for expected in b":[":  # "traceEvents": [
+        while i < n and buf[i] in b" \t\r\n":
+            i += 1
+        if i < n and buf[i] != expected:
+            raise LayoutError
         i += 1
-    if i < n and buf[i] != ord(":"):
-        raise LayoutError
-    i += 1
-    while i < n and buf[i] in b" \t\r\n":
-        i += 1
-    if i < n and buf[i] != ord("["):
-        raise LayoutError
-    i += 1
     while i < n and buf[i] in b" \t\r\n":
         i += 1
     if i >= n:
