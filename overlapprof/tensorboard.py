@@ -115,18 +115,10 @@ def write_scalars(report, run_dir: str | Path) -> Path | None:
 def run_dirs_under(path: str | Path) -> list[Path]:
     """``overlapprof run`` directories (holding a run.json) at or below ``path`` (hidden folders
     skipped)."""
-    from overlapprof.trace.discover import RUN_FILE
+    from overlapprof.trace.discover import RUN_FILE, search
 
     path = Path(path)
-    if (path / RUN_FILE).is_file():
-        return [path]
-    found = []
-    for root, dirs, files in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != SCALAR_DIR)
-        if RUN_FILE in files:
-            found.append(Path(root))
-            dirs[:] = []
-    return found
+    return [path] if (path / RUN_FILE).is_file() else search(path)[0]
 
 
 def ensure_scalars(path: str | Path, log=None) -> list[Path]:
