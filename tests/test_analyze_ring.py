@@ -72,8 +72,11 @@ def test_time_inside_c10d_calls_outside_comm(runs):
         assert abs(r.metrics.comm_us - sum(e - s for s, e in comm)) <= 1e-6 * r.metrics.comm_us  # unchanged
     worst = max(report.ranks, key=lambda r: r.uncounted_wrapper_us)
     assert worst.uncounted_wrapper_us > 0.05 * worst.metrics.comm_us  # the blocking waits show
-    warned = [w for w in report.warnings if w.startswith(f"rank {worst.rank}: ") and "c10d::" in w]
+    warned = [w for w in report.warnings if "c10d::" in w]  # one line for all ranks, the worst named
+    flagged = [r for r in report.ranks if r.uncounted_wrapper_us > 0.05 * r.metrics.comm_us]
     assert len(warned) == 1 and "OVERLAP.md" in warned[0]
+    assert f"rank {worst.rank}: " in warned[0] or f"{len(flagged)} ranks, most rank {worst.rank}: " in warned[0]
+    assert f"{worst.uncounted_wrapper_us / 1000:.3f} ms" in warned[0]
     table = CliRunner().invoke(main, ["analyze", str(run_dir)]).stdout
     assert f"rank {worst.rank} {worst.uncounted_wrapper_us / 1000:.3f} ms" in table
     # GPU traces: not measured (None), nothing said

@@ -306,7 +306,8 @@ def analyze(
         missing = sorted(set(range(inputs.run["world_size"])) - {r.rank for r in ranks})
         if missing:
             warnings.append(f"run.json: world_size {inputs.run['world_size']} but no trace for ranks {missing}")
-    warnings += [w for r in ranks if (w := _wrapper_warning(r))]
+    if wrapper_warning := _wrapper_warning(ranks):
+        warnings.append(wrapper_warning)
     modes = {r.mode for r in ranks}
     if len(modes) > 1:
         cpu = [r.rank for r in ranks if r.mode == "cpu"]
@@ -324,13 +325,17 @@ def analyze(
     )
 
 
-def _wrapper_warning(r: RankReport) -> str | None:
-    """A warning when a CPU-mode rank spends much time in c10d wrappers outside comm."""
-    us, comm = r.uncounted_wrapper_us, r.metrics.comm_us
-    if not us or us <= WRAPPER_WARN_SHARE * comm:
+def _wrapper_warning(ranks: list[RankReport]) -> str | None:
+    """One warning for the CPU-mode ranks that spend more than WRAPPER_WARN_SHARE of their comm_us
+    inside c10d wrappers outside comm (the worst one named; the notes line has each rank's)."""
+    flagged = [r for r in ranks if r.uncounted_wrapper_us and r.uncounted_wrapper_us > WRAPPER_WARN_SHARE * r.metrics.comm_us]
+    if not flagged:
         return None
+    worst = max(flagged, key=lambda r: r.uncounted_wrapper_us)
+    us, comm = worst.uncounted_wrapper_us, worst.metrics.comm_us
     share = f"{100 * us / comm:.0f}% of its comm_us" if comm > 0 else "it has no comm_us"
-    return (f"rank {r.rank}: {us / 1000:.3f} ms inside c10d::* communication calls is covered by no "
+    which = f"rank {worst.rank}" if len(flagged) == 1 else f"{len(flagged)} ranks, most rank {worst.rank}"
+    return (f"{which}: {us / 1000:.3f} ms inside c10d::* communication calls is covered by no "
             f"<backend>:<op> span ({share}): e.g. a blocking recv that waits in c10d::recv_ before gloo "
             "opens gloo:recv; OVERLAP.md counts it neither as comm nor as compute")
 

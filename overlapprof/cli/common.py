@@ -117,8 +117,6 @@ def after_run(runs) -> None:
         except OverlapprofError as exc:
             note(str(exc))
     if len(reports) > 1:
-        comparison = compare(reports, labels)
-        for warning in comparison.warnings:
-            note(f"warning: {warning}")
+        comparison = compare(reports, labels)  # its own warnings end its table
         click.echo(f"\ncomparison ({len(reports)} variants, baseline {labels[0]}):\n"
-                   f"{compare_table.render(comparison)}", nl=False)
+                   f"{compare_table.render(comparison, report_warnings=False)}", nl=False)

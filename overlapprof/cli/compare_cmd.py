@@ -35,7 +35,7 @@ def compare(paths, json_out, csv_out, labels, comm_kernels, drop_last_step, requ
     if json_out == "-" and csv_out == "-":
         raise click.UsageError("--json and --csv cannot both go to stdout; give one of them a FILE")
     comparison = load_comparison(paths, labels, comm_kernels, drop_last_step, require_launch, quiet)
-    if not quiet:
+    if not quiet and "-" in (json_out, csv_out):  # else the table (stdout) ends with them
         for warning in comparison.warnings:
             click.echo(f"warning: {warning}", err=True)
     try:

@@ -50,8 +50,11 @@ def _rows(c: Comparison) -> list[tuple[str, object]]:
     return rows
 
 
-def notes(c: Comparison) -> list[str]:
-    """What the numbers are, and the comparison's warnings."""
+def notes(c: Comparison, report_warnings: bool = True) -> list[str]:
+    """What the numbers are, and the comparison's warnings (without those it repeats from its
+    reports when ``report_warnings`` is False: they were shown with each report's table)."""
+    repeated = set() if report_warnings else {
+        f"{v.label}: {w}" for v, rep in zip(c.variants, c.reports) for w in rep.warnings}
     if c.basis == PER_STEP:
         basis = ("per-step values: medians over every (rank, ProfilerStep) pair of a variant;\n"
                  "  overlap ratio = sum overlapped / sum comm over those steps")
@@ -62,12 +65,13 @@ def notes(c: Comparison) -> list[str]:
         basis,
         "bound = the step time if every exposed microsecond of communication were hidden",
         "compute slowdown > 1x: the same compute took longer (contention for cores, SMs, memory bandwidth)",
-        *(f"warning: {w}" for w in c.warnings),
+        *(f"warning: {w}" for w in c.warnings if w not in repeated),
     ]
 
 
-def render(c: Comparison) -> str:
-    """The comparison as a plain-text table followed by notes."""
+def render(c: Comparison, report_warnings: bool = True) -> str:
+    """The comparison as a plain-text table followed by notes; ``report_warnings=False`` leaves
+    out the warnings of its reports (for output that already showed each report's table)."""
     header = ["", *(v.label + (" (baseline)" if k == 0 else "") for k, v in enumerate(c.variants))]
     body = [[name, *(("" if cell is None else cell(v)) for v in c.variants)] for name, cell in _rows(c)]
-    return "\n".join([format_table(header, body), "", *notes(c)]) + "\n"
+    return "\n".join([format_table(header, body), "", *notes(c, report_warnings)]) + "\n"
