@@ -81,3 +81,14 @@ def workload_runs(tmp_path_factory):
         return made[name, nproc]
 
     return get
+
+
+# -- hypothesis: derandomized by default, so a CI run tests the same examples every time; set
+# HYPOTHESIS_PROFILE=explore to search new ones (and fix what it finds before it lands).
+import os  # noqa: E402
+
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("repeatable", derandomize=True)
+_hypothesis_settings.register_profile("explore", derandomize=False)
+_hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
