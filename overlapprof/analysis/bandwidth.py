@@ -96,14 +96,10 @@ def bytes_of(dtype, in_nelems, out_nelems, input_dims, input_type, kind: str) ->
     return shaped, shaped is not None and kind == "all_gather"
 
 
-def bytes_parts(op: CommOp, kind: str) -> tuple[int | None, bool]:
-    """:func:`bytes_of` of an operation."""
-    return bytes_of(op.dtype, op.in_nelems, op.out_nelems, op.input_dims, op.input_type, kind)
-
-
 def message_bytes(op: CommOp, kind: str, group_size: int | None) -> int | None:
-    """S of nccl-tests for one operation (see the module docstring); None when unknown."""
-    nbytes, scaled = bytes_parts(op, kind)
+    """S of nccl-tests for one operation (see the module docstring); None when unknown.
+    The analyzer computes the same through :func:`bytes_of` on its columns of operations."""
+    nbytes, scaled = bytes_of(op.dtype, op.in_nelems, op.out_nelems, op.input_dims, op.input_type, kind)
     if scaled:
         return nbytes * group_size if group_size else None
     return nbytes
