@@ -158,6 +158,7 @@ class Options(msgspec.Struct, kw_only=True):
     comm_kernels: list[str] = []
     drop_last_step: bool = False
     require_launch: bool = False
+    like_hta: bool = False
     allow_partial: bool = False
     comm_ops: bool = False
     comms: bool = True

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from overlapprof import __version__
+from overlapprof.analysis import like_hta
 from overlapprof.analysis import metrics as M
 from overlapprof.analysis.classify import compile_comm_kernels
 from overlapprof.analysis.crossrank import RankInput, compute_comms, rank_input
@@ -35,6 +36,7 @@ FILTER_TEXT = {
     "drop_last_step": "--drop-last-step: events launched (or starting) at or after the start of each "
     "rank's last ProfilerStep are left out",
     "require_launch": "--require-launch: GPU events whose launching runtime call is not in the trace are left out",
+    "like_hta": like_hta.TEXT,
 }
 
 
@@ -132,6 +134,8 @@ def analyze_group(files: list[str], options: Options) -> RankResult:
         _apply_filters(ev, options, label, result.warnings)
         report = measure(ev, keep_comm_ops=options.comm_ops)
         report.world_size, report.backend = result.world_size, result.backend
+        if options.like_hta:  # the rank's numbers as HolisticTraceAnalysis 0.5.0 computes them
+            report.metrics = like_hta.rank_metrics(files)
         if result.comms is not None:
             comm, compute = M.iv.union(ev.comm.start, ev.comm.end), M.iv.union(ev.compute.start, ev.compute.end)
             result.comms.world_size = result.world_size
@@ -239,7 +243,8 @@ def _check_one_run(results: list[RankResult]) -> None:
                 )
 
 
-def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms=True, align_clocks=False) -> Options:
+def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms=True, align_clocks=False,
+             like_hta=False) -> Options:
     patterns = [comm_kernels] if isinstance(comm_kernels, str) else list(comm_kernels or ())
     for p in patterns:
         try:
@@ -248,8 +253,9 @@ def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_o
             raise InputError(f"comm kernel pattern {p!r} is not a valid regular expression ({exc})") from None
     return Options(
         comm_kernels=patterns,
-        drop_last_step=drop_last_step,
-        require_launch=require_launch,
+        drop_last_step=drop_last_step or like_hta,
+        require_launch=require_launch or like_hta,
+        like_hta=like_hta,
         allow_partial=allow_partial,
         comm_ops=comm_ops,
         comms=comms,
@@ -264,6 +270,7 @@ def analyze(
     allow_partial: bool = False,
     drop_last_step: bool = False,
     require_launch: bool = False,
+    like_hta: bool = False,
     comm_ops: bool = False,
     comms: bool = True,
     align_clocks: bool = False,
@@ -276,7 +283,9 @@ def analyze(
     ``overlapprof run`` directories. ``comm_kernels``: extra regexes (searched, any case) naming
     communication kernels. ``allow_partial``: a rank whose trace is bad becomes a warning
     instead of an error. ``drop_last_step``/``require_launch``: HolisticTraceAnalysis's filters
-    (off by default; listed in ``Report.filters`` when on). ``comm_ops``: keep one
+    (off by default; listed in ``Report.filters`` when on). ``like_hta``: both filters, and each
+    rank's ``metrics`` computed as HolisticTraceAnalysis 0.5.0's ``get_comm_comp_overlap`` does
+    (:mod:`overlapprof.analysis.like_hta`; steps and kinds keep the two filters). ``comm_ops``: keep one
     :class:`~overlapprof.analysis.comm_ops.CommOp` per communication operation in each
     RankReport. ``comms``: match communication across ranks and fill ``Report.comms`` (wait vs
     transfer, stragglers, bandwidth, warm-up; :mod:`overlapprof.analysis.crossrank`);
@@ -288,7 +297,8 @@ def analyze(
     Raises an :class:`~overlapprof.errors.OverlapprofError` (one-line message naming the file and
     the problem) on bad input.
     """
-    options = _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms, align_clocks)
+    options = _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms, align_clocks,
+                       like_hta)
     inputs = discover(paths)
     warnings: list[str] = []
     results = _run_groups(inputs.groups, options, workers, progress, warnings)

@@ -67,12 +67,15 @@ class _Progress:
               help="Like HolisticTraceAnalysis: leave out events of each rank's last ProfilerStep.")
 @click.option("--require-launch", is_flag=True,
               help="Like HolisticTraceAnalysis: leave out GPU events whose launch is not in the trace.")
+@click.option("--like-hta", is_flag=True,
+              help="Each rank's numbers exactly as HolisticTraceAnalysis 0.5.0's get_comm_comp_overlap computes "
+                   "them (implies --drop-last-step --require-launch).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Processes that analyze ranks in parallel (default: one per CPU).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr.")
 @click.pass_context
 def analyze(ctx, paths, by, json_out, csv_out, comm_kernels, comm_ops, no_comms, align_clocks, allow_partial, drop_last_step,
-            require_launch, workers, quiet):
+            require_launch, like_hta, workers, quiet):
     """Overlap ratio and exposed communication of PyTorch profiler traces.
 
     PATHS are trace files (.json or .json.gz, any name), folders of traces, or run directories
@@ -102,6 +105,7 @@ def analyze(ctx, paths, by, json_out, csv_out, comm_kernels, comm_ops, no_comms,
                     allow_partial=allow_partial,
                     drop_last_step=drop_last_step,
                     require_launch=require_launch,
+                    like_hta=like_hta,
                     comm_ops=comm_ops,
                     comms=not no_comms,
                     align_clocks=align_clocks,
