@@ -1,6 +1,7 @@
 """Benchmark ``overlapprof analyze`` against HolisticTraceAnalysis and against the decoder alone.
 
     python benchmarks/analyze_bench.py [--quick] [--no-hta] [--skip-scale] [--skip-64] [--work DIR]
+    python benchmarks/analyze_bench.py --check-hta [FOLDER ...]
 
 Each measurement runs in its own fresh Python process, so peak memory is clean: the peak is the
 largest sum of PSS (proportional set size: pages shared by forked workers count once) over the
@@ -17,7 +18,10 @@ generated set (must analyze on a 24 GiB machine). The decoder baseline is gunzip
 same bytes (overlapprof's own gunzip), untyped (``msgspec.json.decode``) and typed (the struct
 overlapprof decodes each event into, all events at once). "overlapprof" is the default analysis
 (with the cross-rank section of issue 5); "--no-comms" the OVERLAP.md metrics alone.
-Targets (issue 3): ≥10x faster than HTA end to end, ≤1/4 of its peak memory, within 2x of the
+On every input it times with HTA, it also checks that ``overlapprof analyze --like-hta`` gives
+HTA's numbers as HTA reports them (percent rounded to 2 decimals) and prints the check;
+``--check-hta`` runs that check alone on each folder of ``tests/data`` (the shared traces) and
+prints a Markdown table of overlapprof vs HTA vs ``--like-hta``. Targets (issue 3): ≥10x faster than HTA end to end, ≤1/4 of its peak memory, within 2x of the
 typed decoder. Benchmarks print; they do not assert.
 """
 
@@ -45,8 +49,8 @@ _RUSAGE = (
 
 CHILD_OVERLAPPROF = (
     "import json, sys, time\nRES = {}\nimport overlapprof, overlapprof.analysis.analyzer\nt = time.perf_counter()\n"
-    "w, comms = sys.argv[1].split(',')\n"
-    "r = overlapprof.analyze(sys.argv[2:], workers=int(w) or None, comms=comms == 'comms')\n"
+    "w, comms, *like = sys.argv[1].split(',')\n"
+    "r = overlapprof.analyze(sys.argv[2:], workers=int(w) or None, comms=comms == 'comms', like_hta=like == ['like'])\n"
     "RES['work_s'] = time.perf_counter() - t\n"
     "RES['ratios'] = {x.rank: x.metrics.overlap_ratio for x in r.ranks}\n" + _RUSAGE
 )
@@ -162,6 +166,7 @@ def compare(label: str, folder: Path, hta: bool) -> dict:
               f"(1 worker: {runs['overlapprof -w1']['work_s'] / dec['work_s']:.2f}x)  [target ≤ 2x]")
     h = runs.get("HTA 0.5.0")
     if h is not None:
+        check_like_hta(folder, h)
         if "ratios" in h and "work_s" in ours:
             print(f"  HTA / overlapprof: {h['wall_s'] / ours['wall_s']:.1f}x faster end to end "
                   f"({h['work_s'] / ours['work_s']:.1f}x on the work alone)  [target ≥ 10x]; "
@@ -169,6 +174,62 @@ def compare(label: str, folder: Path, hta: bool) -> dict:
         else:
             print(f"  HTA could not analyze this input: {h.get('error')}")
     return runs
+
+
+def _at(ratios: dict | None, rank: int, missing="-"):
+    """A rank's ratio from a child's report (JSON keys are strings)."""
+    ratios = ratios or {}
+    return ratios.get(str(rank), ratios.get(rank, missing))
+
+
+def check_like_hta(folder: Path, h: dict, ours: dict | None = None) -> bool | None:
+    """Does ``--like-hta`` give HTA's numbers as HTA reports them (percent, 2 decimals) on every
+    rank? Prints one line per rank (ours, HTA, --like-hta) and the verdict; None if HTA failed."""
+    from overlapprof.analysis.like_hta import hta_percent
+
+    if "ratios" not in h:
+        print(f"  --like-hta check: HTA could not analyze this input ({h.get('error')})")
+        return None
+    like = measure(CHILD_OVERLAPPROF, ["1,none,like", str(folder)])
+    if "ratios" not in like:
+        print(f"  --like-hta check: FAILED, overlapprof --like-hta: {like.get('error')}")
+        return False
+    ours = ours or {}
+    fmt = lambda v: "NaN" if v is None else f"{v:.2f}%"  # noqa: E731
+    got = {int(k): hta_percent(v) for k, v in like["ratios"].items()}
+    want = {int(k): hta_percent(v) for k, v in h["ratios"].items()}
+    print(f"  --like-hta check {'rank':>6} {'ours':>9} {'HTA':>9} {'--like-hta':>11}")
+    for rank in sorted(set(got) | set(want)):
+        o = _at(ours.get("ratios"), rank, None)
+        print(f"  {'':<16} {rank:>6} {fmt(hta_percent(o)) if ours.get('ratios') else '':>9} "
+              f"{fmt(want.get(rank)) if rank in want else 'absent':>9} {fmt(got.get(rank)) if rank in got else 'absent':>11}")
+    ok = got == want
+    print(f"  --like-hta equals HTA 0.5.0 on every rank: {'yes' if ok else 'NO'}")
+    return ok
+
+
+def check_all(folders: list[Path]) -> None:
+    """--check-hta: the --like-hta check on each folder (no timing), and a Markdown table of it."""
+    from overlapprof.analysis.like_hta import hta_percent
+
+    rows, verdicts = [], []
+    for folder in folders:
+        print(f"\n== {folder.name}")
+        ours = measure(CHILD_OVERLAPPROF, ["1,none", str(folder)])
+        h = measure(CHILD_HTA, [str(folder)])
+        ok = check_like_hta(folder, h, ours)
+        verdicts.append(ok)
+        like = measure(CHILD_OVERLAPPROF, ["1,none,like", str(folder)]) if ok is not None else {}
+        fmt = lambda v: "NaN" if v is None else f"{v:.2f} %"  # noqa: E731
+        for rank in sorted(int(k) for k in (ours.get("ratios") or {})):
+            o, hv, lv = _at(ours["ratios"], rank, None), _at(h.get("ratios"), rank), _at(like.get("ratios"), rank)
+            rows.append(f"| {folder.name} | {rank} | {fmt(hta_percent(o)) if o is not None else '– (no comm)'} | "
+                        f"{fmt(hta_percent(hv)) if hv != '-' else 'fails' if 'error' in h else 'absent'} | {fmt(hta_percent(lv)) if lv != '-' else '-'} |")
+    print("\n| trace | rank | overlapprof | HTA 0.5.0 | `--like-hta` |\n|---|---|---|---|---|")
+    print("\n".join(rows))
+    checked = [v for v in verdicts if v is not None]
+    print(f"\n--like-hta equals HTA on {sum(checked)} of {len(checked)} inputs HTA accepts "
+          f"({len(verdicts) - len(checked)} it refuses)")
 
 
 def check_generated(folder: Path, res: dict) -> None:
@@ -202,7 +263,12 @@ def main(argv=None):
     p.add_argument("--skip-64", action="store_true")
     p.add_argument("--work", type=Path, default=None, help="where generated traces go (default: a temp dir)")
     p.add_argument("--repeat", type=int, default=1, help="runs per measurement; the fastest is kept")
+    p.add_argument("--check-hta", nargs="*", type=Path, metavar="FOLDER", default=None,
+                   help="only the --like-hta check against HTA, on these folders (default: each folder of tests/data)")
     a = p.parse_args(argv)
+    if a.check_hta is not None:
+        check_all(a.check_hta or sorted(d for d in DATA.iterdir() if d.is_dir()))
+        return
     global REPEAT
     REPEAT = max(1, a.repeat)
     hta = not a.no_hta
