@@ -300,7 +300,7 @@ def analyze(
     options = _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms, align_clocks,
                        like_hta)
     inputs = discover(paths)
-    warnings: list[str] = []
+    warnings: list[str] = list(inputs.notes)
     results = _run_groups(inputs.groups, options, workers, progress, warnings)
     warnings += [w for r in results for w in r.warnings]
     good = [(r, g) for r, g in zip(results, inputs.groups) if r.error is None]

@@ -17,6 +17,13 @@ filesystems that are not shared: one per node, each with its own ranks, same ``r
 A folder holding run directories and other trace files is refused too (which run would they be
 part of?).
 
+A folder may hold **execution traces** beside the Kineto traces (the Chakra / PARAM layout,
+``*_et.json``: an object with ``schema`` and ``nodes``, no ``traceEvents``): they are skipped with a
+note (given by name, one is refused with a message saying what it is). **Two recordings of one
+process** are refused like several runs: TensorBoard-plugin names ``<worker>.<span>.pt.trace.json``
+whose ``<worker>`` repeats (``worker0.1700000000001...`` and ``worker0.1700000090001...``) are
+the profiler cycles of one process, not two ranks.
+
 Each group of files becomes a :class:`TraceGroup`; its rank is settled later, from the traces'
 ``distributedInfo``, else the run.json, else the file name (``rank-3``, ``rank3``, ``rank_3``,
 ``sampled_rank-1``...), else the order of the inputs.
@@ -36,6 +43,9 @@ from overlapprof.errors import InputError
 RUN_FILE = "run.json"
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)(?!\d)", re.IGNORECASE)
 _SUFFIXES = (".json", ".json.gz")
+# tb_plugin / tensorboard_trace_handler names: <worker>.<span: digits>.pt.trace.json[.gz]
+_WORKER_NAME = re.compile(r"^(.+)\.(\d+)\.pt\.trace\.json(?:\.gz)?$")
+_ET_SNIFF = 1 << 16
 
 
 @dataclass
@@ -56,6 +66,7 @@ class Inputs:
 
     groups: list[TraceGroup] = field(default_factory=list)
     run: dict | None = None  # the run.json of a run directory, when exactly one was given
+    notes: list[str] = field(default_factory=list)  # what was skipped, and why
 
 
 def rank_from_name(name: str) -> int | None:
@@ -83,6 +94,39 @@ def is_saved_report(path: Path) -> bool:
     except OSError:
         return False
     return head.lstrip().replace(b" ", b"").replace(b"\n", b"").startswith(b'{"schema":"overlapprof.report/')
+
+
+def is_execution_trace(path: Path, sniff: int = _ET_SNIFF) -> bool:
+    """Is the file a Chakra / PARAM execution trace (an object with ``"schema"`` and ``"nodes"``
+    in its first ``sniff`` bytes and no ``"traceEvents"``)? Gzipped ones are not sniffed."""
+    try:
+        with Path(path).open("rb") as f:
+            head = f.read(sniff)
+    except OSError:
+        return False
+    return (head.lstrip()[:1] == b"{" and b'"schema"' in head and b'"nodes"' in head
+            and b'"traceEvents"' not in head and not is_saved_report(Path(path)))
+
+
+def _one_process_each(groups: list[TraceGroup], base: Path | None) -> None:
+    """InputError when single-file traces are named ``<worker>.<span>.pt.trace.json`` with a
+    worker name that repeats: one process recorded twice (profiler cycles), not two ranks."""
+    by_worker: dict[str, list[Path]] = {}
+    for g in groups:
+        if g.run_rank is None and len(g.files) == 1 and (m := _WORKER_NAME.match(g.files[0].name)):
+            by_worker.setdefault(m.group(1), []).append(g.files[0])
+    twice = {w: fs for w, fs in by_worker.items() if len(fs) > 1}
+    if not twice:
+        return
+    worker, files = next(iter(twice.items()))
+    listed = "; ".join(f"{w}: " + ", ".join(f.name for f in fs[:4]) + (" ..." if len(fs) > 4 else "")
+                       for w, fs in list(twice.items())[:3])
+    where = f"{base}: holds" if base else "given:"
+    raise InputError(
+        f"{where} {sum(len(fs) for fs in twice.values())} recordings of {len(twice)} process(es) ({listed}), "
+        f"different runs of one process, not ranks of one job: analyze one of them (overlapprof analyze {files[0]}) "
+        f"or compare them (overlapprof compare {files[0]} {files[1]}{' ...' if len(files) > 2 else ''})"
+    )
 
 
 def _read_run(run_dir: Path) -> dict:
@@ -200,6 +244,9 @@ def discover(paths) -> Inputs:
         if not path.exists():
             raise InputError(f"{path}: no such file or directory")
         if not path.is_dir():
+            if is_execution_trace(path):
+                raise InputError(f"{path}: an execution trace (Chakra/PARAM 'schema'/'nodes'), not a PyTorch "
+                                 "profiler trace: give the Kineto trace (*.pt.trace.json) recorded beside it")
             inputs.groups.append(TraceGroup([path]))
         elif (path / RUN_FILE).is_file():
             runs.append((path, _read_run(path)))
@@ -210,8 +257,16 @@ def discover(paths) -> Inputs:
                     f"{path}: holds run directories ({found[0]}{' ...' if len(found) > 1 else ''}) and other trace "
                     f"files ({files[0]}{' ...' if len(files) > 1 else ''}): name the run or the traces to analyze"
                 )
+            et = [f for f in files if is_execution_trace(f)]
+            if et:
+                files = [f for f in files if f not in et]
+                shown = ", ".join(str(f.relative_to(path)) for f in et[:3]) + (" ..." if len(et) > 3 else "")
+                inputs.notes.append(f"{path}: skipped {len(et)} execution trace(s) (Chakra/PARAM 'schema'/'nodes', "
+                                    f"not a profiler trace): {shown}")
             if not found and not files:
-                raise InputError(f"{path}: no trace files (*.json, *.json.gz) in this folder")
+                what = "only execution traces (Chakra/PARAM), no" if et else "no"
+                raise InputError(f"{path}: {what} trace files (*.json, *.json.gz) in this folder")
+            _one_process_each([TraceGroup([f]) for f in files], path)
             found = [(d, _read_run(d)) for d in found]
             _one_job(found, path)
             runs += found
@@ -224,6 +279,7 @@ def discover(paths) -> Inputs:
         inputs.groups.extend(groups)
     if not inputs.groups:
         raise InputError("no trace files given")
+    _one_process_each(inputs.groups, None)
     if runs:
         inputs.run = _merged_run(runs)
     seen: dict[Path, Path] = {}
