@@ -107,10 +107,8 @@ def test_cli_like_hta_names_itself_in_the_report(tmp_path):
     assert report["ranks"][0]["metrics"]["overlap_ratio"] == pytest.approx(1 / 3)
 
 
-@pytest.mark.parametrize("folder", sorted(d.name for d in DATA.iterdir() if d.is_dir()))
-def test_equals_hta_on_shared_traces(folder):
-    """HTA's own get_comm_comp_overlap (the peer, when installed) against --like-hta, rank by rank,
-    as HTA reports it (percent, two decimals; NaN when a rank has no NCCL kernel)."""
+def _hta_percent(folder: Path) -> dict:
+    """HTA 0.5.0's own get_comm_comp_overlap on a folder: rank -> percent (None for NaN)."""
     pytest.importorskip("hta", reason="HolisticTraceAnalysis is in the bench extra: pip install -e '.[bench]'")
     from hta.trace_analysis import TraceAnalysis
 
@@ -118,10 +116,22 @@ def test_equals_hta_on_shared_traces(folder):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            df = TraceAnalysis(trace_dir=str(DATA / folder)).get_comm_comp_overlap(visualize=False)
+            df = TraceAnalysis(trace_dir=str(folder)).get_comm_comp_overlap(visualize=False)
     finally:
         logging.disable(logging.NOTSET)
-    want = {int(r): (None if math.isnan(v) else float(v)) for r, v in zip(df["rank"], df["comp_comm_overlap_pctg"])}
+    return {int(r): (None if math.isnan(v) else float(v)) for r, v in zip(df["rank"], df["comp_comm_overlap_pctg"])}
+
+
+@pytest.mark.parametrize("folder", sorted(d.name for d in DATA.iterdir() if d.is_dir()))
+def test_equals_hta_on_shared_traces(folder):
+    """HTA itself (the peer, when installed) against --like-hta, rank by rank, as HTA reports it
+    (percent, two decimals; NaN when a rank has no NCCL kernel)."""
+    want = _hta_percent(DATA / folder)
     report = overlapprof.analyze(DATA / folder, like_hta=True, comms=False, workers=1)
-    got = {r.rank: hta_percent(r.metrics.overlap_ratio) for r in report.ranks}
-    assert got == want
+    assert {r.rank: hta_percent(r.metrics.overlap_ratio) for r in report.ranks} == want
+
+
+@pytest.mark.parametrize("make", [_two_steps, _ns_one_step])
+def test_equals_hta_on_synthetic_traces(tmp_path, make):
+    path = make(tmp_path)
+    assert _hta_percent(tmp_path) == {0: hta_percent(overlapprof.analyze(path, like_hta=True, comms=False).ranks[0].metrics.overlap_ratio)}
