@@ -166,7 +166,7 @@ def compare(label: str, folder: Path, hta: bool) -> dict:
               f"(1 worker: {runs['overlapprof -w1']['work_s'] / dec['work_s']:.2f}x)  [target ≤ 2x]")
     h = runs.get("HTA 0.5.0")
     if h is not None:
-        check_like_hta(folder, h)
+        check_like_hta(folder, h, ours)
         if "ratios" in h and "work_s" in ours:
             print(f"  HTA / overlapprof: {h['wall_s'] / ours['wall_s']:.1f}x faster end to end "
                   f"({h['work_s'] / ours['work_s']:.1f}x on the work alone)  [target ≥ 10x]; "
