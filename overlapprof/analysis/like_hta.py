@@ -8,7 +8,8 @@ HTA's parser does and applies HTA's rules, so that ``--like-hta`` gives HTA's nu
    ``correlation`` come from ``args`` (-1 when absent; a ``stream`` that is not an integer is -1).
 2. **Rounding**: when any ``ts`` of the file is not an integer literal (a nanosecond-resolution
    trace), ``start = ceil(ts)`` and ``end = floor(ts + dur)`` in µs (HTA's
-   ``round_down_time_stamps``); else ``end = ts + dur``.
+   ``round_down_time_stamps``); else ``end = ts + dur``. Times are then shifted to start at the
+   rank's earliest event (HTA shifts by the earliest of all ranks; only float sums can tell).
 3. **Window** (HTA's ``_filter_irrelevant_gpu_kernels``), only when the trace has at least two
    distinct ``*ProfilerStep*`` names: a *kernel* is an event with ``stream >= 0`` and
    ``correlation >= 0`` (or named ``Event Sync``/``Context Sync``); every other event is a CPU
@@ -97,7 +98,7 @@ def _kind(name: str) -> int:
 
 
 def _columns(path: str | Path):
-    """One file's events as HTA's parser keeps them: names, start, end, stream, correlation."""
+    """One file's events as HTA's parser keeps them: names, start, duration, stream, correlation."""
     try:
         events = _DECODER.decode(read_bytes(path)).traceEvents
     except msgspec.DecodeError as exc:
@@ -108,12 +109,13 @@ def _columns(path: str | Path):
             and e.cat is not None and e.cat != "Trace" and isinstance(e.ts, (int, float))]
     names = [e.name if isinstance(e.name, str) else "" for e in kept]
     ts = np.array([e.ts for e in kept], dtype=np.float64)
-    end = ts + np.array([e.dur for e in kept], dtype=np.float64)
-    if rounding:
-        ts, end = np.ceil(ts), np.floor(end)
+    dur = np.array([e.dur for e in kept], dtype=np.float64)
+    if rounding:  # on the absolute clock, as HTA does before it shifts times to start at 0
+        ts, end = np.ceil(ts), np.floor(ts + dur)
+        dur = end - ts
     stream = np.array([_int_or(e.args.stream) if e.args is not None else -1 for e in kept], dtype=np.int64)
     corr = np.array([_int_or(e.args.correlation) if e.args is not None else -1 for e in kept], dtype=np.int64)
-    return names, ts, end, stream, corr
+    return names, ts, dur, stream, corr
 
 
 def merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -167,7 +169,10 @@ def rank_metrics(files: list[str | Path]) -> Metrics:
     """HTA 0.5.0's get_comm_comp_overlap for one rank (module docstring), as Metrics (µs)."""
     cols = [_columns(f) for f in files]
     names = [n for c in cols for n in c[0]]
-    ts, end, stream, corr = (np.concatenate([c[k] for c in cols]) for k in range(1, 5))
+    ts, dur, stream, corr = (np.concatenate([c[k] for c in cols]) for k in range(1, 5))
+    # HTA shifts every ts by the earliest one, then takes end = ts + dur: the same float sums
+    ts = ts - (ts.min() if ts.size else 0.0)
+    end = ts + dur
     keep = window(names, ts, stream, corr) & (stream != -1)
     idx = np.flatnonzero(keep)
     kinds = np.array([_kind(names[i]) for i in idx], dtype=np.int8)
