@@ -29,8 +29,8 @@ def _x(name, cat, ts, dur, **args):
             "args": args}
 
 
-def _write(path: Path, events) -> Path:
-    path.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events}))
+def _write(path: Path, events, rank: int = 0, world: int = 1) -> Path:
+    path.write_text(json.dumps({"distributedInfo": {"rank": rank, "world_size": world}, "traceEvents": events}))
     return path
 
 
@@ -79,6 +79,30 @@ def _ns_one_step(tmp_path: Path) -> Path:
         _x("void gemm_kernel<float>()", "kernel", 55.0, 10.0, stream=8, correlation=78, device=0),
     ]
     return _write(tmp_path / "ns.json", ev)
+
+
+def _one_step_rank1(tmp_path: Path) -> Path:
+    """Rank 1 of 2 with one step name (ProfilerStep#1 at 50): alone, HTA filters nothing, comm
+    [20, 40] and compute [30, 70] give 10 of 20 µs; beside rank 0's two step names HTA's window is
+    on, the cutoff is 50 and the compute kernel (launched at 60) is left out: 0 of 20 µs."""
+    ev = [
+        _x("ProfilerStep#1", "cpu_op", 50, 100),
+        _x("cudaLaunchKernel", "cuda_runtime", 10, 1, correlation=1),
+        _x("cudaLaunchKernel", "cuda_runtime", 60, 1, correlation=2),
+        _x("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "kernel", 20, 20, stream=7,
+           correlation=1, device=0),
+        _x("void gemm_kernel<float>()", "kernel", 30, 40, stream=8, correlation=2, device=0),
+    ]
+    return _write(tmp_path / "rank1.json", ev, rank=1, world=2)
+
+
+def test_window_decided_by_the_step_names_of_all_ranks(tmp_path):
+    rank1 = _one_step_rank1(tmp_path)
+    assert overlapprof.analyze(rank1, like_hta=True, comms=False).ranks[0].metrics.overlap_ratio == 0.5
+    rank0 = _two_steps(tmp_path)
+    rank0.write_text(rank0.read_text().replace('"world_size": 1', '"world_size": 2'))
+    report = overlapprof.analyze([rank0, rank1], like_hta=True, comms=False, workers=1)
+    assert [r.metrics.overlap_ratio for r in report.ranks] == [pytest.approx(1 / 3), 0.0]
 
 
 def test_cutoff_from_latest_step_event_of_any_non_kernel_category(tmp_path):
@@ -131,7 +155,15 @@ def test_equals_hta_on_shared_traces(folder):
     assert {r.rank: hta_percent(r.metrics.overlap_ratio) for r in report.ranks} == want
 
 
+def test_equals_hta_on_two_ranks_of_different_steps(tmp_path):
+    rank0 = _two_steps(tmp_path)
+    rank0.write_text(rank0.read_text().replace('"world_size": 1', '"world_size": 2'))
+    _one_step_rank1(tmp_path)
+    report = overlapprof.analyze(tmp_path, like_hta=True, comms=False, workers=1)
+    assert _hta_percent(tmp_path) == {r.rank: hta_percent(r.metrics.overlap_ratio) for r in report.ranks}
+
+
 @pytest.mark.parametrize("make", [_two_steps, _ns_one_step])
 def test_equals_hta_on_synthetic_traces(tmp_path, make):
-    path = make(tmp_path)
-    assert _hta_percent(tmp_path) == {0: hta_percent(overlapprof.analyze(path, like_hta=True, comms=False).ranks[0].metrics.overlap_ratio)}
+    ratio = overlapprof.analyze(make(tmp_path), like_hta=True, comms=False).ranks[0].metrics.overlap_ratio
+    assert _hta_percent(tmp_path) == {0: hta_percent(ratio)}

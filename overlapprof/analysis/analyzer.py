@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from overlapprof import __version__
-from overlapprof.analysis import like_hta
+from overlapprof.analysis import like_hta as LH
 from overlapprof.analysis import metrics as M
 from overlapprof.analysis.classify import compile_comm_kernels
 from overlapprof.analysis.crossrank import RankInput, compute_comms, rank_input
@@ -36,7 +36,7 @@ FILTER_TEXT = {
     "drop_last_step": "--drop-last-step: events launched (or starting) at or after the start of each "
     "rank's last ProfilerStep are left out",
     "require_launch": "--require-launch: GPU events whose launching runtime call is not in the trace are left out",
-    "like_hta": like_hta.TEXT,
+    "like_hta": LH.TEXT,
 }
 
 
@@ -53,6 +53,7 @@ class RankResult:
     warnings: list[str] = field(default_factory=list)
     error: OverlapprofError | None = None
     comms: RankInput | None = None  # the rank's share of the cross-rank analysis (rank not settled)
+    hta_steps: frozenset[str] | None = None  # --like-hta: the rank's ProfilerStep names
 
 
 def _apply_filters(ev: RankEvents, options: Options, label: str, warnings: list[str]) -> None:
@@ -135,7 +136,7 @@ def analyze_group(files: list[str], options: Options) -> RankResult:
         report = measure(ev, keep_comm_ops=options.comm_ops)
         report.world_size, report.backend = result.world_size, result.backend
         if options.like_hta:  # the rank's numbers as HolisticTraceAnalysis 0.5.0 computes them
-            report.metrics = like_hta.rank_metrics(files)
+            report.metrics, result.hta_steps = LH.rank_metrics(files)
         if result.comms is not None:
             comm, compute = M.iv.union(ev.comm.start, ev.comm.end), M.iv.union(ev.compute.start, ev.compute.end)
             result.comms.world_size = result.world_size
@@ -311,6 +312,8 @@ def analyze(
     results, groups = [r for r, _ in good], [g for _, g in good]
     _settle_ranks(results, groups)
     _check_one_run(results)
+    if options.like_hta:
+        LH.settle(results)
     ranks = sorted((r.report for r in results), key=lambda r: r.rank)
     if inputs.run and isinstance(inputs.run.get("world_size"), int):
         missing = sorted(set(range(inputs.run["world_size"])) - {r.rank for r in ranks})

@@ -27,9 +27,9 @@ HTA's parser does and applies HTA's rules, so that ``--like-hta`` gives HTA's nu
    (HTA's +1/+2 sweep, running sum = 3), ``overlap_ratio = overlapped_us / comm_us`` (None when
    ``comm_us`` = 0, where HTA gives NaN). HTA reports ``round(100 * ratio, 2)`` percent.
 
-Differences from HTA kept on purpose: the "at least two step names" test is per rank (HTA counts
-the names of all ranks together, which differs only when ranks record different steps), and a rank
-of several files (``--repeat`` cycles, which HTA cannot read) is the concatenation of its files.
+The "two or more step names" test pools the names of all ranks, as HTA's global symbol table does
+(:func:`settle`). A difference kept on purpose: a rank of several files (``--repeat`` cycles, which
+HTA cannot read) is the concatenation of its files.
 """
 
 from __future__ import annotations
@@ -151,10 +151,14 @@ def overlap(comm: tuple[np.ndarray, np.ndarray], comp: tuple[np.ndarray, np.ndar
     return float(span[running[:-1] == 3].sum())
 
 
-def window(names: list[str], ts: np.ndarray, stream: np.ndarray, corr: np.ndarray) -> np.ndarray:
-    """The events HTA keeps (step 3 of the module docstring), as a mask."""
+def window(names: list[str], ts: np.ndarray, stream: np.ndarray, corr: np.ndarray,
+           on: bool | None = None) -> np.ndarray:
+    """The events HTA keeps (step 3 of the module docstring), as a mask. ``on``: whether the
+    window applies (None: when these events have two or more step names)."""
     is_step = np.array(["ProfilerStep" in n for n in names], dtype=bool)
-    if len({n for n, s in zip(names, is_step) if s}) < 2:
+    if on is None:
+        on = len({n for n, s in zip(names, is_step) if s}) >= 2
+    if not on:
         return np.ones(ts.size, dtype=bool)
     kernel = ((stream >= 0) & (corr >= 0)) | np.isin(np.array(names, dtype=object), SYNC_NAMES)
     cpu = ~kernel
@@ -165,15 +169,21 @@ def window(names: list[str], ts: np.ndarray, stream: np.ndarray, corr: np.ndarra
     return kept_cpu | (kernel & np.isin(corr, corr[kept_cpu]))
 
 
-def rank_metrics(files: list[str | Path]) -> Metrics:
-    """HTA 0.5.0's get_comm_comp_overlap for one rank (module docstring), as Metrics (µs)."""
+def step_names(names: list[str]) -> frozenset[str]:
+    return frozenset(n for n in names if "ProfilerStep" in n)
+
+
+def rank_metrics(files: list[str | Path], window_on: bool | None = None) -> tuple[Metrics, frozenset[str]]:
+    """HTA 0.5.0's get_comm_comp_overlap for one rank (module docstring), as Metrics (µs), and
+    the rank's step names (HTA applies its window when all ranks together have two or more:
+    :func:`settle`). ``window_on``: force the window on or off (None: this rank's names decide)."""
     cols = [_columns(f) for f in files]
     names = [n for c in cols for n in c[0]]
     ts, dur, stream, corr = (np.concatenate([c[k] for c in cols]) for k in range(1, 5))
     # HTA shifts every ts by the earliest one, then takes end = ts + dur: the same float sums
     ts = ts - (ts.min() if ts.size else 0.0)
     end = ts + dur
-    keep = window(names, ts, stream, corr) & (stream != -1)
+    keep = window(names, ts, stream, corr, window_on) & (stream != -1)
     idx = np.flatnonzero(keep)
     kinds = np.array([_kind(names[i]) for i in idx], dtype=np.int8)
     merged = [merge(ts[idx[kinds == k]], end[idx[kinds == k]]) for k in range(3)]
@@ -186,7 +196,19 @@ def rank_metrics(files: list[str | Path]) -> Metrics:
         exposed_comm_us=comm_us - overlapped,
         overlap_ratio=overlapped / comm_us if comm_us != 0 else None,
         memory_us=memory_us,
-    )
+    ), step_names(names)
+
+
+def settle(results) -> None:
+    """HTA decides on its window from the step names of all ranks together: a rank with fewer
+    than two of its own is measured again with the window on when the ranks have two or more.
+    ``results``: objects with ``files``, ``report`` and ``hta_steps`` (the analyzer's RankResult)."""
+    pooled = frozenset().union(*(r.hta_steps for r in results if r.hta_steps is not None))
+    if len(pooled) < 2:
+        return
+    for r in results:
+        if r.hta_steps is not None and len(r.hta_steps) < 2:
+            r.report.metrics = rank_metrics(r.files, window_on=True)[0]
 
 
 def hta_percent(ratio: float | None) -> float | None:
