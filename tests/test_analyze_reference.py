@@ -68,8 +68,9 @@ def test_two_ranks_together_and_summary():
     r0 = report.rank(0)
     assert [s.step for s in r0.steps] == [551, 552]
     assert close(sum(s.comm_us for s in r0.steps), 396199)
-    # Per kind: all of this trace's comm kernels are ncclKernel_SendRecv.
-    assert [(k.kind, k.count) for k in r0.kinds] == [("send_recv", 10)]
+    # Per kind (OVERLAP.md v2): every comm kernel is ncclKernel_SendRecv, but the kind is the
+    # collective it was issued for (record_param_comms' Collective name), as --by collective says.
+    assert [(k.kind, k.count) for k in r0.kinds] == [("all_reduce", 4), ("all_gather", 2), ("all_to_all", 4)]
 
 
 def test_kinds_of_nccl_data():
