@@ -379,7 +379,10 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
     steps = (step_numbers, ts[step_rows], end[step_rows])
     table = None
     if scan.records is not None:
-        table = comm_table(scan.records, values, gpu=gpu, rows=comm_rows, kinds=kind_codes, ts=ts, end=end,
+        # CPU mode: the operations matched across ranks are the backend's spans (one per
+        # operation, on the thread that does it); the c10d::* calls around them are not repeated.
+        ops = np.ones(comm_rows.size, dtype=bool) if gpu else codes[comm_rows] == C.ANNOTATION
+        table = comm_table(scan.records, values, gpu=gpu, rows=comm_rows[ops], kinds=kind_codes[ops], ts=ts, end=end,
                            dur=scan.dur, codes=codes, name_ids=scan.name_ids, launch_row=launch_row, anchor=anchor)
     return sets, steps, table
 
