@@ -338,7 +338,6 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
         gpu_rows = np.flatnonzero(np.isin(codes, C.GPU_CATEGORIES))
         launch_row[gpu_rows] = _launches(scan, gpu_rows)
         lr = launch_row[gpu_rows]
-        launched_rows = gpu_rows[lr >= 0]
         in_call = np.zeros(gpu_rows.size, dtype=bool)
         in_call[lr >= 0] = _inside(calls, scan, scan.thread[lr[lr >= 0]], ts[lr[lr >= 0]])
         is_kernel = codes[gpu_rows] == C.KERNEL
@@ -353,7 +352,6 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
         has = clr >= 0
         kind_codes = own_kind.copy()
         kind_codes[has] = _issuing_kind(scan, names, calls, scan.thread[clr[has]], ts[clr[has]], own_kind[has])
-        del launched_rows
     else:
         ann_kinds = prop(_kind_code(comm_ann.match), np.int8, ann_rows)
         comm_ann_rows = ann_rows[ann_kinds >= 0]
