@@ -99,11 +99,6 @@ class RankReport(msgspec.Struct, kw_only=True):
     """One rank. ``rank_source`` says where the rank number came from: ``distributedInfo``,
     ``run.json``, ``file name`` or ``order`` (sorted input order, when nothing else says).
 
-    ``uncounted_wrapper_us`` (CPU mode; None in GPU mode), µs: |U(c10d) \\ U(comm)|, U(c10d)
-    the union of the ``c10d::*`` cpu_ops (the calls of collectives and send/recv). Time spent
-    inside those calls that no ``<backend>:<op>`` annotation covers: gloo (torch 2.13) may wait
-    out a blocking recv inside ``c10d::recv_`` and open ``gloo:recv`` only after. OVERLAP.md
-    counts it neither as comm nor as compute, so it is not in ``comm_us``; a diagnostic only.
     """
 
     rank: int
@@ -121,7 +116,6 @@ class RankReport(msgspec.Struct, kw_only=True):
     backend: str | None = None
     timeline: Timeline | None = None
     comm_ops: list[CommOp] | None = None
-    uncounted_wrapper_us: float | None = None
 
 
 class Summary(msgspec.Struct, kw_only=True):
@@ -156,6 +150,7 @@ class Options(msgspec.Struct, kw_only=True):
     """The analysis options. Every option off = OVERLAP.md's whole-trace window."""
 
     comm_kernels: list[str] = []
+    comm_backends: list[str] = []  # CPU mode: backends added to OVERLAP.md's `<backend>:<op>` list
     drop_last_step: bool = False
     require_launch: bool = False
     like_hta: bool = False

@@ -137,13 +137,13 @@ def test_cpu_mode_classes(tmp_path):
         S.annotation("## metrics:publish ##", 0, 1000),  # not comm
         S.annotation("ProfilerStep#1", 0, 1000),  # a step, not comm
         S.cpu_op("aten::mm", 50, 100),  # compute
-        S.cpu_op("c10d::allreduce_", 0, 10),  # wrapper: neither
-        S.cpu_op("record_param_comms", 0, 10),  # wrapper: neither
+        S.cpu_op("c10d::allreduce_", 0, 10),  # a communication call: comm (OVERLAP.md v2)
+        S.cpu_op("record_param_comms", 0, 10),  # wraps it, adds nothing; neither
     ]
     r = run(tmp_path, events)
     assert r.mode == "cpu"
     assert (r.metrics.comm_us, r.metrics.compute_us, r.metrics.overlapped_us) == (110, 100, 50)
-    assert {k.kind: k.count for k in r.kinds} == {"all_reduce": 1, "send_recv": 1}
+    assert {k.kind: k.count for k in r.kinds} == {"all_reduce": 2, "send_recv": 1}
 
 
 def test_cpu_ops_do_not_count_in_gpu_mode(tmp_path):

@@ -18,7 +18,7 @@ from pathlib import Path
 from overlapprof import __version__
 from overlapprof.analysis import like_hta as LH
 from overlapprof.analysis import metrics as M
-from overlapprof.analysis.classify import compile_comm_kernels
+from overlapprof.analysis.classify import compile_comm_annotations, compile_comm_kernels
 from overlapprof.analysis.crossrank import RankInput, compute_comms, rank_input
 from overlapprof.analysis.events import RankEvents, rank_events
 from overlapprof.errors import InputError, OverlapprofError
@@ -29,8 +29,6 @@ from overlapprof.trace.discover import TraceGroup, discover, rank_from_name
 PARALLEL_MIN_BYTES = 8 << 20
 # Ranks whose recorded windows are further apart than this are from different runs.
 SAME_RUN_GAP_US = 3600e6
-# Warn when a CPU-mode rank's c10d wrapper time outside comm exceeds this share of its comm_us.
-WRAPPER_WARN_SHARE = 0.05
 
 FILTER_TEXT = {
     "drop_last_step": "--drop-last-step: events launched (or starting) at or after the start of each "
@@ -58,7 +56,7 @@ class RankResult:
 
 def _apply_filters(ev: RankEvents, options: Options, label: str, warnings: list[str]) -> None:
     """The HTA-style filters of the options, in place (OVERLAP.md section 2: off by default)."""
-    sets = ("comm", "compute", "memory", "wrappers")
+    sets = ("comm", "compute", "memory")
     if options.require_launch and ev.mode == "gpu":
         for name in sets:
             s = getattr(ev, name)
@@ -79,7 +77,6 @@ def measure(ev: RankEvents, *, keep_comm_ops: bool = False) -> RankReport:
     compute = M.iv.union(ev.compute.start, ev.compute.end)
     comm = M.iv.union(ev.comm.start, ev.comm.end)
     steps = M.step_metrics(ev)
-    wrappers = M.iv.union(ev.wrappers.start, ev.wrappers.end)
     return RankReport(
         rank=-1,
         rank_source="",
@@ -94,7 +91,6 @@ def measure(ev: RankEvents, *, keep_comm_ops: bool = False) -> RankReport:
         memory_events=len(ev.memory),
         timeline=M.timeline(ev, steps),
         comm_ops=ev.comm_ops.ops() if keep_comm_ops and ev.comm_ops is not None else None,
-        uncounted_wrapper_us=M.iv.length(M.iv.difference(wrappers, comm)) if ev.mode == "cpu" else None,
     )
 
 
@@ -117,7 +113,7 @@ def analyze_group(files: list[str], options: Options) -> RankResult:
     result = RankResult(files=[str(f) for f in files])
     try:
         ev = rank_events(files, compile_comm_kernels(options.comm_kernels), comm_ops=options.comm_ops or options.comms,
-                         own_args=options.comm_ops)
+                         own_args=options.comm_ops, comm_ann=compile_comm_annotations(options.comm_backends))
         infos = [t.distributedInfo for t in ev.headers if t.distributedInfo is not None]
         ranks = {i.rank for i in infos if i.rank is not None}
         if len(ranks) > 1:
@@ -130,6 +126,10 @@ def analyze_group(files: list[str], options: Options) -> RankResult:
             result.comms = rank_input(ev.headers, base)
         result.window = _window(ev, base)
         label = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} files)"
+        if ev.unclassified:
+            shown = ", ".join(f"{cat} ({n} events)" for cat, n in sorted(ev.unclassified.items()))
+            result.warnings.append(f"{label}: device activity of categories OVERLAP.md does not classify left out "
+                                   f"(read in {ev.mode.upper()} mode): {shown}")
         if ev.negative_durations:
             result.warnings.append(f"{label}: {ev.negative_durations} events with a negative 'dur' count as zero-length")
         _apply_filters(ev, options, label, result.warnings)
@@ -245,15 +245,20 @@ def _check_one_run(results: list[RankResult]) -> None:
 
 
 def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms=True, align_clocks=False,
-             like_hta=False) -> Options:
+             like_hta=False, comm_backends=()) -> Options:
     patterns = [comm_kernels] if isinstance(comm_kernels, str) else list(comm_kernels or ())
     for p in patterns:
         try:
             re.compile(p)
         except re.error as exc:
             raise InputError(f"comm kernel pattern {p!r} is not a valid regular expression ({exc})") from None
+    backends = [comm_backends] if isinstance(comm_backends, str) else list(comm_backends or ())
+    for b in backends:
+        if not re.fullmatch(r"[A-Za-z0-9_]+", b):
+            raise InputError(f"comm backend {b!r} is not a backend name (letters, digits and '_')")
     return Options(
         comm_kernels=patterns,
+        comm_backends=backends,
         drop_last_step=drop_last_step or like_hta,
         require_launch=require_launch or like_hta,
         like_hta=like_hta,
@@ -268,6 +273,7 @@ def analyze(
     paths,
     *,
     comm_kernels=(),
+    comm_backends=(),
     allow_partial: bool = False,
     drop_last_step: bool = False,
     require_launch: bool = False,
@@ -282,7 +288,8 @@ def analyze(
 
     ``paths``: a path or a list of trace files (``.json``/``.json.gz``), folders of traces, or
     ``overlapprof run`` directories. ``comm_kernels``: extra regexes (searched, any case) naming
-    communication kernels. ``allow_partial``: a rank whose trace is bad becomes a warning
+    communication kernels. ``comm_backends``: CPU mode, backend names whose ``<backend>:<op>``
+    annotations are communication besides OVERLAP.md's (gloo, nccl, mpi, ucc, xccl, hccl). ``allow_partial``: a rank whose trace is bad becomes a warning
     instead of an error. ``drop_last_step``/``require_launch``: HolisticTraceAnalysis's filters
     (off by default; listed in ``Report.filters`` when on). ``like_hta``: both filters, and each
     rank's ``metrics`` computed as HolisticTraceAnalysis 0.5.0's ``get_comm_comp_overlap`` does
@@ -299,7 +306,7 @@ def analyze(
     the problem) on bad input.
     """
     options = _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms, align_clocks,
-                       like_hta)
+                       like_hta, comm_backends)
     inputs = discover(paths)
     warnings: list[str] = list(inputs.notes)
     results = _run_groups(inputs.groups, options, workers, progress, warnings)
@@ -319,8 +326,6 @@ def analyze(
         missing = sorted(set(range(inputs.run["world_size"])) - {r.rank for r in ranks})
         if missing:
             warnings.append(f"run.json: world_size {inputs.run['world_size']} but no trace for ranks {missing}")
-    if wrapper_warning := _wrapper_warning(ranks):
-        warnings.append(wrapper_warning)
     modes = {r.mode for r in ranks}
     if len(modes) > 1:
         cpu = [r.rank for r in ranks if r.mode == "cpu"]
@@ -336,21 +341,6 @@ def analyze(
         run=inputs.run,
         comms=_cross_rank(results, options),
     )
-
-
-def _wrapper_warning(ranks: list[RankReport]) -> str | None:
-    """One warning for the CPU-mode ranks that spend more than WRAPPER_WARN_SHARE of their comm_us
-    inside c10d wrappers outside comm (the worst one named; the notes line has each rank's)."""
-    flagged = [r for r in ranks if r.uncounted_wrapper_us and r.uncounted_wrapper_us > WRAPPER_WARN_SHARE * r.metrics.comm_us]
-    if not flagged:
-        return None
-    worst = max(flagged, key=lambda r: r.uncounted_wrapper_us)
-    us, comm = worst.uncounted_wrapper_us, worst.metrics.comm_us
-    share = f"{100 * us / comm:.0f}% of its comm_us" if comm > 0 else "it has no comm_us"
-    which = f"rank {worst.rank}" if len(flagged) == 1 else f"{len(flagged)} ranks, most rank {worst.rank}"
-    return (f"{which}: {us / 1000:.3f} ms inside c10d::* communication calls is covered by no "
-            f"<backend>:<op> span ({share}): e.g. a blocking recv that waits in c10d::recv_ before gloo "
-            "opens gloo:recv; OVERLAP.md counts it neither as comm nor as compute")
 
 
 def _cross_rank(results: list[RankResult], options: Options):

@@ -1,12 +1,17 @@
-"""Classes of events (OVERLAP.md section 1) and kinds of communication (section 3).
+"""Classes of events (OVERLAP.md version 2, section 1) and kinds of communication (section 3).
+
+A *communication call* is a ``cpu_op`` named ``record_param_comms`` or ``c10d::*``; an event is
+inside one when it is on the same pid and tid and its ``ts`` lies in [call.ts, call.ts + dur).
 
 A rank's trace is read in **GPU mode** when it holds device kernels (``cat == "kernel"``):
 communication is the kernels whose name matches ``nccl``/``rccl`` (any case) or a user pattern,
-compute every other kernel, memory the ``gpu_memcpy``/``gpu_memset`` events. Otherwise in
-**CPU mode**: communication is the ``user_annotation`` spans named ``<backend>:<op>``
-(``gloo:all_reduce``, ``nccl:recv 0<-1``), compute the ``cpu_op`` spans except the
-communication wrappers (``c10d::*``, ``record_param_comms``) and the ``ProfilerStep#N`` step
-markers that old traces record as ``cpu_op``.
+plus any GPU activity (kernel, memcpy, memset) whose runtime call (same correlation) is inside
+a communication call; compute every other kernel; memory the other ``gpu_memcpy``/``gpu_memset``
+events. Otherwise in **CPU mode**: communication is the ``c10d::*`` calls and the
+``user_annotation`` spans named ``<backend>:<op>`` for the backends :data:`COMM_BACKENDS` plus
+the user's (``gloo:all_reduce``, ``nccl:recv 0<-1``; ``fwd:attn`` is not); compute the ``cpu_op``
+spans except communication calls, ``ProfilerStep#N`` step markers, and cpu_ops inside a
+communication call. Device activity of other categories (MTIA's ``mtia_*``) is not classified.
 
 Only complete events (``"ph": "X"``) have a duration and count. Category names of old Kineto
 versions (``Kernel``, ``Memcpy``, ``Memset``, ``Runtime``, ``Operator``) are read as today's.
@@ -29,7 +34,9 @@ KINDS = (
 )
 
 # Category codes (small ints so the classification is a numpy array).
-OTHER, KERNEL, MEMCPY, MEMSET, RUNTIME, CPU_OP, ANNOTATION = range(7)
+OTHER, KERNEL, MEMCPY, MEMSET, RUNTIME, CPU_OP, ANNOTATION, DEVICE_OTHER = range(8)
+# Device activity this contract does not classify (left out, with a warning), by category prefix.
+UNCLASSIFIED_DEVICE_PREFIXES = ("mtia_", "hpu_", "xpu_", "npu_", "privateuse1_")
 GPU_CATEGORIES = (KERNEL, MEMCPY, MEMSET)
 CATEGORY_CODES = {
     "kernel": KERNEL,
@@ -47,7 +54,8 @@ CATEGORY_CODES = {
 }
 
 COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
-COMM_ANNOTATION = re.compile(r"^[A-Za-z0-9_]+:[A-Za-z0-9_]+(?:\s.*)?$", re.DOTALL)
+COMM_ANNOTATION = re.compile(r"^[A-Za-z0-9_]+:[A-Za-z0-9_]+(?:\s.*)?$", re.DOTALL)  # any `a:b` (records)
+COMM_BACKENDS = ("gloo", "nccl", "mpi", "ucc", "xccl", "hccl")
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 PARAM_COMMS = "record_param_comms"
 
@@ -70,7 +78,9 @@ def category_code(cat: str) -> int:
     code = CATEGORY_CODES.get(cat)
     if code is not None:
         return code
-    return RUNTIME if cat.endswith("_runtime") or cat.endswith("_driver") else OTHER
+    if cat.endswith("_runtime") or cat.endswith("_driver"):
+        return RUNTIME
+    return DEVICE_OTHER if cat.startswith(UNCLASSIFIED_DEVICE_PREFIXES) else OTHER
 
 
 def comm_kind(name: str) -> str:
@@ -96,12 +106,26 @@ def compile_comm_kernels(patterns) -> re.Pattern:
     return re.compile("|".join([COMM_KERNEL.pattern, *(f"(?:{p})" for p in extra)]), re.IGNORECASE)
 
 
+def compile_comm_annotations(backends=()) -> re.Pattern:
+    """CPU-mode communication annotations: ``<backend>:<op>`` for :data:`COMM_BACKENDS` plus
+    the user's ``backends`` (names, matched exactly, any case)."""
+    names = sorted({b.lower() for b in (*COMM_BACKENDS, *(backends or ()))})
+    alternatives = "|".join(re.escape(n) for n in names)
+    return re.compile(rf"^(?:{alternatives}):[A-Za-z0-9_]+(?:\s.*)?$", re.DOTALL | re.IGNORECASE)
+
+
 def is_comm_wrapper(name: str) -> bool:
-    """A ``c10d::*`` op: the call of a collective or point-to-point operation (CPU mode: neither
-    communication nor compute; see :attr:`overlapprof.report.RankReport.uncounted_wrapper_us`)."""
+    """A ``c10d::*`` op: the call of a collective or point-to-point operation (CPU mode:
+    communication)."""
     return name.startswith("c10d::")
 
 
+def is_comm_call(name: str) -> bool:
+    """A communication call: ``record_param_comms`` or ``c10d::*``."""
+    return name == PARAM_COMMS or name.startswith("c10d::")
+
+
 def is_cpu_compute(name: str) -> bool:
-    """CPU-mode compute: a cpu_op that is not a c10d wrapper, record_param_comms or a step marker."""
-    return not (is_comm_wrapper(name) or name == PARAM_COMMS or name.startswith("ProfilerStep#"))
+    """CPU-mode compute by name: a cpu_op that is not a communication call or a step marker
+    (cpu_ops inside a communication call are taken out by time, in events.py)."""
+    return not (is_comm_call(name) or name.startswith("ProfilerStep#"))

@@ -3,8 +3,8 @@
 While :mod:`overlapprof.analysis.events` reads a file chunk by chunk, a :class:`CommRecorder`
 keeps, for the few events communication records refer to, only what they need: the thread of
 runtime calls (a launch's thread), and the thread and typed arguments of the *record rows* —
-communication kernels and ``<backend>:<op>`` annotations, ``record_param_comms`` and
-``c10d::*`` ops. Arguments are decoded a batch of rows at a time, only the fields whose key
+GPU activity (any of it may be communication: OVERLAP.md section 1), ``<backend>:<op>``
+annotations, ``record_param_comms`` and ``c10d::*`` ops. Arguments are decoded a batch of rows at a time, only the fields whose key
 occurs in the batch, and kept as codes of distinct values
 (:class:`~overlapprof.analysis.comm_ops.Field`) or float columns.
 
@@ -99,7 +99,7 @@ class CommRecorder:
         role = v.roles[name_ids]
         named = (((codes == C.CPU_OP) & ((role & (PARAMS | CALL)) != 0))
                  | ((codes == C.ANNOTATION) & ((role & ANNOTATION) != 0))
-                 | ((codes == C.KERNEL) & ((role & KERNEL) != 0)))
+                 | np.isin(codes, C.GPU_CATEGORIES))  # any GPU activity may be launched by a call (v2)
         located = np.flatnonzero(named | (codes == C.RUNTIME)).tolist()
         if located:
             self._thread_rows.append(np.array(located, dtype=np.int64) + row0)

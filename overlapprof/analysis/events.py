@@ -17,13 +17,15 @@ from dataclasses import dataclass, field
 from itertools import compress
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from overlapprof.analysis import classify as C
 from overlapprof.analysis.comm_ops import CommTable, Index, Values
-from overlapprof.analysis.comm_records import CommRecorder, Records, comm_table
+from overlapprof.analysis.comm_records import CommRecorder, Records, _hashable, comm_table, innermost
+from overlapprof.analysis.intervals import union
 from overlapprof.errors import TraceError
-from overlapprof.trace.decode import LAUNCH_ARGS, ROW_DECODER, THREAD_ROW_DECODER, TraceFile, decode_checked
+from overlapprof.trace.decode import LAUNCH_ARGS, THREAD_ROW_DECODER, TraceFile, decode_checked
 from overlapprof.trace.reader import LayoutError, TraceReader
 
 
@@ -74,12 +76,12 @@ class RankEvents:
     comm: EventSet
     compute: EventSet
     memory: EventSet
-    wrappers: EventSet  # CPU mode: the c10d::* communication wrappers (neither comm nor compute); else empty
     steps: Steps
     comm_ops: CommTable | None  # the communication operations, when asked for
     events: int  # complete ("X") events read
     negative_durations: int = 0
     files: list[str] = field(default_factory=list)
+    unclassified: dict[str, int] = field(default_factory=dict)  # device categories left out: event counts
     headers: list[TraceFile] = field(default_factory=list)  # each file's top level, without events
 
 
@@ -127,12 +129,48 @@ class _Scan:
     codes: np.ndarray
     corr: np.ndarray
     name_ids: np.ndarray
+    thread: np.ndarray  # thread codes (pid, tid) of cpu_ops, annotations and runtime calls; -1 elsewhere
+    collective: np.ndarray  # record_param_comms: the kind code of its `Collective name`; -1 elsewhere
     negative: int
     header: TraceFile
+    unclassified: dict[str, int] = field(default_factory=dict)
     records: Records | None = None
 
 
 _CORRELATED = (C.KERNEL, C.MEMCPY, C.MEMSET, C.RUNTIME)
+_THREADED = (C.CPU_OP, C.ANNOTATION, C.RUNTIME)
+
+
+class _CollectiveArgs(msgspec.Struct, gc=False):
+    collective: object = msgspec.field(default=None, name="Collective name")
+
+
+_COLLECTIVE_ARGS = msgspec.json.Decoder(list[_CollectiveArgs | None])
+
+
+def _collective_code(value) -> int:
+    """The kind code of a record_param_comms' ``Collective name`` (-1: none, or not a known kind)."""
+    if not isinstance(value, str):
+        return -1
+    kind = C.comm_kind(value)
+    return -1 if kind == "other" else _KIND_CODE[kind]
+
+
+_COLLECTIVE_CODE = _Cache(_collective_code)
+
+
+class _Threads(dict):
+    """(pid, tid) -> a small int code, one per distinct thread of a file."""
+
+    def __missing__(self, key):
+        value = self[key] = len(self)
+        return value
+
+    def codes(self, events: list, rows: list) -> list:
+        try:
+            return [self[(events[i].pid, events[i].tid)] for i in rows]
+        except TypeError:  # an unhashable pid or tid (odd JSON): by its text
+            return [self[(_hashable(events[i].pid), _hashable(events[i].tid))] for i in rows]
 
 
 def _correlations(path, events: list, rows: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -148,6 +186,8 @@ def _correlations(path, events: list, rows: np.ndarray, index: np.ndarray) -> np
 def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None):
     parts = []
     row0 = 0
+    threads, unclassified = _Threads(), {}
+    params_id = names[C.PARAM_COMMS]
     for chunk in chunks:
         events = chunk.events
         complete = [e.ph == "X" for e in events]
@@ -163,6 +203,21 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None):
         linked = np.flatnonzero(np.isin(codes, _CORRELATED))
         if linked.size:
             corr[linked] = _correlations(path, xe, linked, index)
+        thread = np.full(len(xe), -1, dtype=np.int64)
+        located = np.flatnonzero(np.isin(codes, _THREADED))
+        if located.size:
+            thread[located] = threads.codes(xe, located.tolist())
+        collective = np.full(len(xe), -1, dtype=np.int8)
+        params = np.flatnonzero((codes == C.CPU_OP) & (name_ids == params_id)).tolist()
+        if params:
+            text = b"[" + b",".join([xe[i].args or b"null" for i in params]) + b"]"
+            try:
+                args = _COLLECTIVE_ARGS.decode(text)
+            except msgspec.MsgspecError:  # odd args: the kind comes from the names
+                args = [None] * len(params)
+            collective[params] = [_COLLECTIVE_CODE[a.collective if a is not None else None] for a in args]
+        for i in np.flatnonzero(codes == C.DEVICE_OTHER).tolist():
+            unclassified[xe[i].cat] = unclassified.get(xe[i].cat, 0) + 1
         parts.append((
             index,
             np.array([e.ts for e in xe], dtype=np.float64),  # None -> NaN
@@ -170,26 +225,27 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None):
             codes,
             corr,
             name_ids,
+            thread,
+            collective,
         ))
         if recorder is not None:
             recorder.add(xe, codes, name_ids, row0)
         row0 += len(xe)
     if not parts:
         raise TraceError(path, "no complete ('X') events: nothing to measure")
-    return [np.concatenate([p[k] for p in parts]) for k in range(6)]
+    return [np.concatenate([p[k] for p in parts]) for k in range(8)], unclassified
 
 
 def _scan(path, names: Index, recorder: CommRecorder | None = None) -> _Scan:
     """Read a file's events chunk by chunk (:mod:`overlapprof.trace.reader`) into arrays."""
-    decoder = THREAD_ROW_DECODER if recorder is not None else ROW_DECODER
-    reader = TraceReader(path, decoder)
+    reader = TraceReader(path, THREAD_ROW_DECODER)
     try:
-        arrays = _read_chunks(path, reader.chunks(), names, recorder)
+        arrays, unclassified = _read_chunks(path, reader.chunks(), names, recorder)
     except LayoutError:
         if recorder is not None:
             recorder = recorder.fresh()
-        arrays = _read_chunks(path, reader.chunks(generic=True), names, recorder)
-    index, ts, dur, codes, corr, name_ids = arrays
+        arrays, unclassified = _read_chunks(path, reader.chunks(generic=True), names, recorder)
+    index, ts, dur, codes, corr, name_ids, thread, collective = arrays
     for field_name, values in (("ts", ts), ("dur", dur)):
         bad = np.flatnonzero(np.isnan(values))
         if bad.size:
@@ -199,7 +255,8 @@ def _scan(path, names: Index, recorder: CommRecorder | None = None) -> _Scan:
         raise TraceError(path, f"event {index[np.flatnonzero(~np.isfinite(end))[0]]}: 'ts' + 'dur' is out of range")
     negative = int(np.count_nonzero(dur < 0))
     records = recorder.records() if recorder is not None else None
-    return _Scan(str(path), ts, end, dur, codes, corr, name_ids, negative, reader.header, records)
+    return _Scan(str(path), ts, end, dur, codes, corr, name_ids, thread, collective, negative, reader.header,
+                 unclassified, records)
 
 
 def _name_property(names: list[str], func, dtype, ids: np.ndarray) -> np.ndarray:
@@ -217,7 +274,52 @@ def _kind_code(pattern_test):
     return lambda name: _KIND_CODE[C.comm_kind(name)] if pattern_test(name) else -1
 
 
-def _extract(scan: _Scan, gpu: bool, comm_re, names: list[str], values: Values | None):
+def _inside(calls: np.ndarray, scan: _Scan, q_thread: np.ndarray, q_time: np.ndarray) -> np.ndarray:
+    """Whether each query (thread, time) lies in [call.ts, call.ts + dur) of one of the call
+    rows ``calls`` on that thread: per thread, the union of its calls and one sorted search."""
+    out = np.zeros(q_time.size, dtype=bool)
+    if calls.size == 0 or q_time.size == 0:
+        return out
+    c_thread = scan.thread[calls]
+    for thread in np.flatnonzero(np.bincount(c_thread[c_thread >= 0])).tolist():
+        queries = np.flatnonzero(q_thread == thread)
+        if queries.size == 0:
+            continue
+        mine = calls[c_thread == thread]
+        starts, ends = union(scan.ts[mine], scan.end[mine])
+        t = q_time[queries]
+        j = np.searchsorted(starts, t, "right") - 1
+        out[queries] = (j >= 0) & (t < ends[np.maximum(j, 0)])
+    return out
+
+
+def _issuing_kind(scan: _Scan, names: list[str], calls: np.ndarray, q_thread, q_time, fallback) -> np.ndarray:
+    """The kind code of the collective each query was issued for (OVERLAP.md section 3): the
+    ``Collective name`` of the innermost enclosing record_param_comms on its thread, else the
+    name of the innermost enclosing ``c10d::*`` call, else ``fallback`` (its own name's kind)."""
+    out = fallback.astype(np.int8).copy()
+    if calls.size == 0 or q_time.size == 0:
+        return out
+    # Half-open [ts, ts + dur): innermost() takes closed ends, so end at the float just below.
+    ends = np.nextafter(scan.end, -np.inf)
+    params = calls[scan.name_ids[calls] == names.index(C.PARAM_COMMS)] if C.PARAM_COMMS in names else calls[:0]
+    c10d = calls[_name_property(names, C.is_comm_wrapper, bool, scan.name_ids[calls])]
+    kind = np.full(q_time.size, -1, dtype=np.int8)
+    for rows, codes in ((c10d, None), (params, scan.collective)):  # later sources win
+        if rows.size == 0:
+            continue
+        found = innermost(scan.thread[rows], scan.ts[rows], ends[rows], q_thread, q_time)
+        ok = found >= 0
+        if codes is None:
+            value = _name_property(names, lambda n: _KIND_CODE[C.comm_kind(n[6:])], np.int8, scan.name_ids[rows])
+        else:
+            value = codes[rows]
+        got = np.where(ok, value[np.maximum(found, 0)], -1)
+        kind = np.where(got >= 0, got, kind)
+    return np.where(kind >= 0, kind, out).astype(np.int8)
+
+
+def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: Values | None):
     """Classify one file's complete events. Returns (EventSets, steps arrays, CommTable or None)."""
     ts, end, codes = scan.ts, scan.end, scan.codes
     launch_row = np.full(ts.size, -1, dtype=np.int64)
@@ -230,22 +332,39 @@ def _extract(scan: _Scan, gpu: bool, comm_re, names: list[str], values: Values |
     host_rows = np.concatenate((ann_rows, cpu_rows))
     step_numbers = prop(_step_number, np.int64, host_rows)
     step_rows, step_numbers = host_rows[step_numbers >= 0], step_numbers[step_numbers >= 0]
+    calls = cpu_rows[prop(C.is_comm_call, bool, cpu_rows)]
 
     if gpu:
         gpu_rows = np.flatnonzero(np.isin(codes, C.GPU_CATEGORIES))
         launch_row[gpu_rows] = _launches(scan, gpu_rows)
-        kernels = gpu_rows[codes[gpu_rows] == C.KERNEL]
-        kinds = prop(_kind_code(comm_re.search), np.int8, kernels)
-        comm_rows, compute_rows = kernels[kinds >= 0], kernels[kinds < 0]
-        memory_rows = gpu_rows[codes[gpu_rows] != C.KERNEL]
-        wrapper_rows = np.empty(0, dtype=np.int64)
+        lr = launch_row[gpu_rows]
+        in_call = np.zeros(gpu_rows.size, dtype=bool)
+        in_call[lr >= 0] = _inside(calls, scan, scan.thread[lr[lr >= 0]], ts[lr[lr >= 0]])
+        is_kernel = codes[gpu_rows] == C.KERNEL
+        named = np.zeros(gpu_rows.size, dtype=np.int8) - 1
+        named[is_kernel] = prop(_kind_code(comm_re.search), np.int8, gpu_rows[is_kernel])
+        is_comm = (named >= 0) | in_call
+        comm_rows = gpu_rows[is_comm]
+        compute_rows = gpu_rows[is_kernel & ~is_comm]
+        memory_rows = gpu_rows[~is_kernel & ~is_comm]
+        own_kind = np.where(named >= 0, named, prop(lambda n: _KIND_CODE[C.comm_kind(n)], np.int8, gpu_rows))[is_comm]
+        clr = launch_row[comm_rows]
+        has = clr >= 0
+        kind_codes = own_kind.copy()
+        kind_codes[has] = _issuing_kind(scan, names, calls, scan.thread[clr[has]], ts[clr[has]], own_kind[has])
     else:
-        kinds = prop(_kind_code(C.COMM_ANNOTATION.match), np.int8, ann_rows)
-        comm_rows = ann_rows[kinds >= 0]
-        compute_rows = cpu_rows[prop(C.is_cpu_compute, bool, cpu_rows)]
+        ann_kinds = prop(_kind_code(comm_ann.match), np.int8, ann_rows)
+        comm_ann_rows = ann_rows[ann_kinds >= 0]
+        c10d_rows = calls[prop(C.is_comm_wrapper, bool, calls)]
+        comm_rows = np.concatenate((comm_ann_rows, c10d_rows))
+        own_kind = np.concatenate((ann_kinds[ann_kinds >= 0],
+                                   prop(lambda n: _KIND_CODE[C.comm_kind(n[6:])], np.int8, c10d_rows)))
+        kind_codes = _issuing_kind(scan, names, calls, scan.thread[comm_rows], ts[comm_rows], own_kind)
+        order = np.argsort(comm_rows, kind="stable")  # file order, as the records are
+        comm_rows, kind_codes = comm_rows[order], kind_codes[order]
+        candidates = cpu_rows[prop(C.is_cpu_compute, bool, cpu_rows)]
+        compute_rows = candidates[~_inside(calls, scan, scan.thread[candidates], ts[candidates])]
         memory_rows = np.empty(0, dtype=np.int64)
-        wrapper_rows = cpu_rows[prop(C.is_comm_wrapper, bool, cpu_rows)]
-    kind_codes = kinds[kinds >= 0]
 
     launched = launch_row >= 0
     anchor = np.where(launched, ts[np.maximum(launch_row, 0)], ts)
@@ -254,16 +373,20 @@ def _extract(scan: _Scan, gpu: bool, comm_re, names: list[str], values: Values |
         zeros = np.zeros(rows.size, dtype=np.int8)
         return EventSet(ts[rows], end[rows], anchor[rows], launched[rows], zeros if kind is None else kind)
 
-    sets = (event_set(comm_rows, kind_codes), event_set(compute_rows), event_set(memory_rows), event_set(wrapper_rows))
+    sets = (event_set(comm_rows, kind_codes), event_set(compute_rows), event_set(memory_rows))
     steps = (step_numbers, ts[step_rows], end[step_rows])
     table = None
     if scan.records is not None:
-        table = comm_table(scan.records, values, gpu=gpu, rows=comm_rows, kinds=kind_codes, ts=ts, end=end,
+        # CPU mode: the operations matched across ranks are the backend's spans (one per
+        # operation, on the thread that does it); the c10d::* calls around them are not repeated.
+        ops = np.ones(comm_rows.size, dtype=bool) if gpu else codes[comm_rows] == C.ANNOTATION
+        table = comm_table(scan.records, values, gpu=gpu, rows=comm_rows[ops], kinds=kind_codes[ops], ts=ts, end=end,
                            dur=scan.dur, codes=codes, name_ids=scan.name_ids, launch_row=launch_row, anchor=anchor)
     return sets, steps, table
 
 
-def rank_events(files: list[str | Path], comm_re, comm_ops: bool = False, own_args: bool = False) -> RankEvents:
+def rank_events(files: list[str | Path], comm_re, comm_ops: bool = False, own_args: bool = False,
+                comm_ann=None) -> RankEvents:
     """Read and classify the complete events of one rank's trace files (one or several
     profiler cycles).
 
@@ -273,12 +396,17 @@ def rank_events(files: list[str | Path], comm_re, comm_ops: bool = False, own_ar
     otherwise), with the events' own args when ``own_args`` (for CommOp records). The files'
     top levels (``distributedInfo`` ...) are in ``RankEvents.headers``.
     """
+    comm_ann = comm_ann if comm_ann is not None else C.compile_comm_annotations()
     values = Values() if comm_ops else None
     names = values.index if values is not None else Index()
     scans = [_scan(path, names, CommRecorder(comm_re, values, own_args) if comm_ops else None) for path in files]
     gpu = any(bool((s.codes == C.KERNEL).any()) for s in scans)
-    parts = [_extract(scan, gpu, comm_re, names.order, values) for scan in scans]
-    comm, compute, memory, wrappers = (EventSet.concat([p[0][k] for p in parts]) for k in range(4))
+    parts = [_extract(scan, gpu, comm_re, comm_ann, names.order, values) for scan in scans]
+    comm, compute, memory = (EventSet.concat([p[0][k] for p in parts]) for k in range(3))
+    unclassified: dict[str, int] = {}
+    for scan in scans:
+        for cat, count in scan.unclassified.items():
+            unclassified[cat] = unclassified.get(cat, 0) + count
     numbers, starts, ends = (np.concatenate([p[1][k] for p in parts]) for k in range(3))
     order = np.argsort(starts, kind="stable")
     steps = Steps(numbers[order], starts[order], ends[order])
@@ -291,11 +419,11 @@ def rank_events(files: list[str | Path], comm_re, comm_ops: bool = False, own_ar
         comm=comm,
         compute=compute,
         memory=memory,
-        wrappers=wrappers,
         steps=steps,
         comm_ops=table,
         events=sum(s.ts.size for s in scans),
         negative_durations=sum(s.negative for s in scans),
         files=[str(path) for path in files],
+        unclassified=unclassified,
         headers=[scan.header for scan in scans],
     )

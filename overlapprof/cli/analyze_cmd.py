@@ -53,6 +53,9 @@ class _Progress:
               help="The --by rows as CSV, to FILE or (alone, or '-') to stdout instead of the table.")
 @click.option("--comm-kernel", "comm_kernels", multiple=True, metavar="REGEX",
               help="Also count kernels matching REGEX (any case) as communication. Repeatable.")
+@click.option("--comm-backend", "comm_backends", multiple=True, metavar="NAME",
+              help="CPU mode: also count NAME:<op> annotations as communication (besides gloo, nccl, mpi, "
+                   "ucc, xccl, hccl). Repeatable.")
 @click.option("--comm-ops", is_flag=True,
               help="Keep one record per communication operation in the JSON report.")
 @click.option("--no-comms", is_flag=True,
@@ -74,8 +77,8 @@ class _Progress:
               help="Processes that analyze ranks in parallel (default: one per CPU).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr.")
 @click.pass_context
-def analyze(ctx, paths, by, json_out, csv_out, comm_kernels, comm_ops, no_comms, align_clocks, allow_partial, drop_last_step,
-            require_launch, like_hta, workers, quiet):
+def analyze(ctx, paths, by, json_out, csv_out, comm_kernels, comm_backends, comm_ops, no_comms, align_clocks, allow_partial,
+            drop_last_step, require_launch, like_hta, workers, quiet):
     """Overlap ratio and exposed communication of PyTorch profiler traces.
 
     PATHS are trace files (.json or .json.gz, any name), folders of traces, or run directories
@@ -102,6 +105,7 @@ def analyze(ctx, paths, by, json_out, csv_out, comm_kernels, comm_ops, no_comms,
                 report = run_analysis(
                     list(paths),
                     comm_kernels=comm_kernels,
+                    comm_backends=comm_backends,
                     allow_partial=allow_partial,
                     drop_last_step=drop_last_step,
                     require_launch=require_launch,

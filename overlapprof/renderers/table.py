@@ -27,7 +27,7 @@ def _metric_cells(m) -> list[str]:
 
 _MODES = {
     "gpu": "NCCL/RCCL kernels vs other kernels, all streams pooled",
-    "cpu": "<backend>:<op> annotations vs cpu_ops",
+    "cpu": "c10d::* calls and <backend>:<op> annotations vs cpu_ops",
 }
 _METRIC_HEAD = ["comm ms", "overlapped ms", "exposed ms", "overlap", "compute ms"]
 
@@ -102,12 +102,10 @@ def summary_lines(report: Report) -> list[str]:
     lines.append(
         "mode: " + "; ".join(f"{m} ({_MODES[m]})" for m in modes) + f" · ranks from {', '.join(sources)}"
     )
-    if uncounted := [r for r in report.ranks if r.uncounted_wrapper_us]:
-        shown = ", ".join(f"rank {r.rank} {_ms(r.uncounted_wrapper_us)} ms" for r in uncounted[:8])
-        lines.append(f"inside c10d::* calls but outside comm (not in comm ms; see OVERLAP.md): {shown}"
-                     + (f" (+{len(uncounted) - 8} ranks)" if len(uncounted) > 8 else ""))
     if report.options.comm_kernels:
         lines.append(f"extra comm kernels: {', '.join(report.options.comm_kernels)}")
+    if report.options.comm_backends:
+        lines.append(f"extra comm backends: {', '.join(report.options.comm_backends)}")
     lines.extend(f"filter {f}" for f in report.filters)
     if not report.filters:
         lines.append("window: whole trace (no step dropped, no event filtered; see OVERLAP.md)")
