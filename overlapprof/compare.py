@@ -62,6 +62,7 @@ class VariantStats(msgspec.Struct, kw_only=True):
     ranks: int
     device: str | None = None
     backend: str | None = None
+    link: str | None = None  # "2 Gbit/s shared by 4 ranks" (--link-rate), "loopback (not paced)"
     options: dict[str, Any] | None = None
     samples: int  # (rank, step) pairs, or ranks on the whole-trace basis
     step_us: float | None = None
@@ -154,6 +155,19 @@ def _host_step_times_us(report: Report, kind: str) -> list[float]:
     return times
 
 
+def link_of(report: Report) -> str | None:
+    """What the ranks talked over, from run.json: the ``--link-rate`` link (one medium shared by
+    all ranks), "loopback (not paced)" for a single-node CPU run without one, else None."""
+    from overlapprof.launch.netns import describe  # no torch
+
+    link, world = _run_field(report, "link"), _run_field(report, "world_size")
+    if isinstance(link, dict):
+        return describe(link, world if isinstance(world, int) else None)
+    if _run_field(report, "device") == "cpu" and _run_field(report, "nnodes") == 1:
+        return "loopback (not paced)"
+    return None
+
+
 def label_of(report: Report) -> str:
     """A variant's name: run.json's ``variant``, else the name of its (first) input."""
     variant = _run_field(report, "variant")
@@ -192,6 +206,7 @@ def _stats(report: Report, label: str, per_step: bool) -> VariantStats:
         ranks=len(report.ranks),
         device=_run_field(report, "device"),
         backend=_run_field(report, "backend") or next((r.backend for r in report.ranks if r.backend), None),
+        link=link_of(report),
         options=_run_field(report, "options"),
         samples=len(samples),
         comm_us=_median([s.comm_us for s in samples]) or 0.0,
@@ -223,7 +238,7 @@ def _mismatch_warnings(variants: list[VariantStats]) -> list[str]:
     """Different workloads, world sizes, devices or options: allowed, but said."""
     base, warnings = variants[0], []
     for field, what in (("workload", "workload"), ("world_size", "world size"), ("device", "device"),
-                        ("backend", "backend")):
+                        ("backend", "backend"), ("link", "link")):
         values = [getattr(v, field) for v in variants]
         if any(x is not None for x in values) and len(set(values)) > 1:
             listed = ", ".join(f"{v.label}: {'?' if x is None else x}" for v, x in zip(variants, values))

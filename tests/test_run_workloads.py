@@ -34,7 +34,7 @@ CASES = [pytest.param((w, v, n), id=f"{w}-{v}-{n}") for n in (2, 4)
          for w, variants in WORKLOAD_VARIANTS.items() for v in variants]
 RUN_KEYS = {"schema_version", "status", "name", "run_id", "created", "workload", "variant",
             "options", "world_size", "nnodes", "nproc_per_node", "backend", "device", "timeout_s",
-            "profiler", "versions", "env", "nodes", "ranks", "traces", "missing_ranks", "failure"}
+            "link", "profiler", "versions", "env", "nodes", "ranks", "traces", "missing_ranks", "failure"}
 RANK_KEYS = {"rank", "node_rank", "local_rank", "host", "pid", "device", "status", "error",
              "error_kind", "where", "started", "ended", "step_times_ms", "profiled_steps",
              "metrics", "traces"}

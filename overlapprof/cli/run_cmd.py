@@ -40,6 +40,10 @@ def _nccl_debug(ctx, param, value):
               help="auto: cuda when there is a GPU per rank, else cpu.")
 @click.option("--backend", type=click.Choice(["auto", "gloo", "nccl"]), default="auto",
               help="auto: nccl on cuda, gloo on cpu.")
+@click.option("--link-rate", default="", metavar="RATE", show_default=False,
+              help="CPU, one node: run in a private network namespace whose loopback is paced "
+                   "to RATE (tc spelling: 500mbit, 2gbit, 10gbit), emulating a network link; "
+                   "one medium shared by all ranks, not a port per rank.")
 @click.option("--nccl-debug", callback=_nccl_debug, default="", metavar="LEVEL[:SUBSYS,...]",
               show_default=False,
               help="Set NCCL_DEBUG (and NCCL_DEBUG_SUBSYS) for the ranks, e.g. INFO or "
@@ -73,7 +77,7 @@ def _nccl_debug(ctx, param, value):
               help="Record Python stacks in the traces (costly: off by default).")
 @click.option("--no-analyze", is_flag=True, help="Do not analyze the traces at the end.")
 def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id, device,
-        backend, nccl_debug, timeout_s, warmup_steps, wait, warmup, active, repeat, variants,
+        backend, link_rate, nccl_debug, timeout_s, warmup_steps, wait, warmup, active, repeat, variants,
         list_variants, opts, out, gzip, with_stack, no_analyze):
     """Run WORKLOAD (a workload .py file) on --nproc ranks per node and record a profiler trace
     per rank, then print its overlap report. Workload options go after -- (e.g.
@@ -102,6 +106,12 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
             backend=backend, nccl_debug=nccl_debug[0], nccl_debug_subsys=nccl_debug[1],
             timeout_s=timeout_s, warmup_steps=warmup_steps, wait=wait, warmup=warmup,
             active=active, repeat=repeat, with_stack=with_stack, gzip=gzip, out=out)
+        if link_rate:  # re-executes this command in a network namespace with a paced loopback
+            from overlapprof.launch import netns
+
+            request.link, code = netns.prepare(request, link_rate, sys.argv[1:])
+            if code is not None:
+                sys.exit(code)
         results = launcher.run(request)
     except OverlapprofError as exc:
         click.echo(f"Error: {exc}", err=True)

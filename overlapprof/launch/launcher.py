@@ -31,7 +31,7 @@ from pathlib import Path
 
 from overlapprof import __version__
 from overlapprof.errors import LaunchError
-from overlapprof.launch import rundir
+from overlapprof.launch import netns, rundir
 from overlapprof.launch.watchdog import first_line
 
 _SHUTDOWN_TIMEOUT_S = 10  # how long a rank may take to save its traces after SIGTERM
@@ -66,6 +66,7 @@ class RunRequest:
     with_stack: bool = False
     gzip: bool = False
     out: Path = Path("traces")
+    link: dict | None = None  # --link-rate: the emulated link (overlapprof.launch.netns)
     command: list = field(default_factory=lambda: list(sys.argv))
 
 
@@ -183,10 +184,16 @@ def run(request, log=None):
     dirs, device, backend = plan(request)
     if device == "cpu" and (crowded := oversubscription(request.nproc)):
         log(crowded)
+    if request.link:
+        log(netns.header_line(request.link, request.nnodes * request.nproc))
+    elif device == "cpu" and request.nnodes == 1:
+        log(netns.plain_loopback_note())
     results = []
     for number, (variant, run_dir) in enumerate(dirs.items(), 1):
         where = f"[{number}/{len(dirs)}] {request.workload.name}/{variant}"
-        log(f"{where}: {request.nnodes * request.nproc} ranks ({device}, {backend}) -> {run_dir}")
+        link = f", link {netns.describe(request.link)}" if request.link else ""
+        log(f"{where}: {request.nnodes * request.nproc} ranks ({device}, {backend}{link}) -> "
+            f"{run_dir}")
         result = launch_variant(request, variant, run_dir, device, backend)
         log(f"{where}: {result.run['status']} in {result.seconds:.1f} s; {step_summary(result.run)}")
         results.append(result)
@@ -249,7 +256,7 @@ def _header(request, variant, run_dir, device, backend):
         "variant": variant, "options": request.options,
         "world_size": request.nnodes * request.nproc, "nnodes": request.nnodes,
         "nproc_per_node": request.nproc, "backend": backend, "device": device,
-        "timeout_s": request.timeout_s,
+        "timeout_s": request.timeout_s, "link": request.link,
         "profiler": {"warmup_steps": request.warmup_steps,
                      "unprofiled_steps": request.active,  # per cycle, before its wait
                      "wait": request.wait, "warmup": request.warmup, "active": request.active,

@@ -27,6 +27,11 @@ starts and again, merged from the fragments, when a launcher ends::
     world_size, nnodes, nproc_per_node
     backend, device "gloo" | "nccl";  "cpu" | "cuda"
     timeout_s       --timeout
+    link            null (plain loopback, or another node's network) | the --link-rate link:
+                    {"kind": "tbf", "interface": "lo", "rate": "2gbit", "bits_per_s": 2e9,
+                     "burst_bytes", "latency_ms", "shared": true (one medium of that rate for
+                     all ranks, not a port per rank), "medium": what that means, "qdisc": the
+                     `tc qdisc show dev lo` line inside the namespace}  (overlapprof.launch.netns)
     profiler        {"warmup_steps", "unprofiled_steps", "wait", "warmup", "active", "repeat",
                      "record_shapes", "with_stack", "gzip"}
     versions        {"python", "torch", "overlapprof", "cuda", "nccl", "gloo"}  (null: absent)

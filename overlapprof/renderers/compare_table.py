@@ -39,6 +39,8 @@ def _rows(c: Comparison) -> list[tuple[str, object]]:
         ("  exposed communication saved, ms", _saved),
         ("  compute slowdown (compute / baseline's)", lambda v: _x(v.compute_slowdown)),
     ]
+    if any(v.link for v in c.variants):
+        rows.append(("link (one medium shared by all ranks)", lambda v: v.link or _NONE))
     if any(v.host_step_us is not None for v in c.variants):
         rows += [
             ("host-measured step time (run.json):", None),

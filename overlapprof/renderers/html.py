@@ -96,7 +96,9 @@ def _header(page: Page) -> str:
             f'<div class="card"><div class="name">{_e(v.label)}</div>'
             f'<div class="big">{_pct(ratio)}</div><div class="sub">of communication hidden</div>{bar}'
             f'<div class="kv"><span>exposed comm{per}</span><b>{_ms(v.exposed_comm_us)} ms</b></div>'
-            f'<div class="kv"><span>step (median)</span><b>{_ms(v.step_us)} ms</b></div>{speed_row}</div>'
+            f'<div class="kv"><span>step (median)</span><b>{_ms(v.step_us)} ms</b></div>{speed_row}'
+            + (f'<div class="kv" title="one medium shared by all ranks, not a port per rank">'
+               f'<span>link</span><b>{_e(v.link)}</b></div>' if v.link else "") + "</div>"
         )
     title = " vs ".join(v.label for v in c.variants)
     return (f"<header><h1>overlapprof · {_e(first.workload or 'traces')}: {_e(title)}</h1>"
@@ -231,6 +233,13 @@ def _kv(mapping) -> str:
     return " ".join(f'<code>{_e(k)}={_e(v)}</code>' for k, v in mapping.items())
 
 
+def _link_row(run: dict) -> str | None:
+    link = run.get("link")
+    if not isinstance(link, dict):
+        return None
+    return (f"{link.get('rate')} tbf on lo ({link.get('qdisc') or '?'}): {link.get('medium')}")
+
+
 def _run_metadata(page: Page, label: str, report: Report) -> str:
     run = report.run
     if not run:
@@ -247,6 +256,7 @@ def _run_metadata(page: Page, label: str, report: Report) -> str:
         ("variant", run.get("variant")),
         ("world size", f"{run.get('world_size')} ({run.get('nnodes')} node × {run.get('nproc_per_node')})"),
         ("device · backend", f"{run.get('device')} · {run.get('backend')}"),
+        ("link", _link_row(run)),
         ("started", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created))
          if isinstance(created, (int, float)) else None),
         ("command", " ".join(map(str, command)) if isinstance(command, list) else None),

@@ -1,0 +1,206 @@
+"""``overlapprof run --link-rate RATE``: an emulated network link for single-node CPU runs.
+
+On CPU, gloo between ranks of one node talks over the loopback interface, which is a memory copy
+done by the same cores that run the compute: hiding it under compute cannot shorten a step the
+way hiding a transfer over a real interconnect can. With ``--link-rate``, the whole
+``overlapprof run`` (launcher, rendezvous store and ranks) re-executes itself in a private user +
+network namespace (what ``unshare -rn`` makes; no root needed where unprivileged user namespaces
+are enabled) whose loopback is brought up and paced by a token-bucket qdisc::
+
+    ip link set lo up
+    tc qdisc add dev lo root tbf rate RATE burst BURST latency LATENCY
+
+The filesystem, the working directory and the environment are shared, so run directories are
+the same as a normal run's; only the network is private. ``tbf`` paces the bytes leaving ``lo``:
+every rank's traffic goes through that one queue, so the link is a **shared medium** of RATE
+(the total of all ranks' traffic), not a switch with a port of RATE per rank. It adds no
+propagation latency (``netem`` would; this kernel has none, and nothing here depends on it), and
+it does not model switches, NIC offload (the cores still copy every byte through the kernel's
+TCP stack) or a per-rank port.
+
+BURST (``BURST_BYTES``) must exceed the loopback MTU (64 KiB), or a full-size segment can never
+be sent; LATENCY (``LATENCY_MS``) bounds how long a packet may queue before tbf drops it, so a
+short one makes TCP drop and retransmit when 4 ranks send at once. See README ("Running a
+workload") for the values measured and why these were chosen.
+
+Ctrl-C and exit codes go through the re-execution: the parent forwards SIGINT, SIGTERM and
+SIGHUP to the child's process group (the launcher and its ranks, as a terminal's Ctrl-C would)
+and exits with the child's exit code (128 + N when signal N killed it). No torch here (the
+analyzer imports ``describe``).
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+
+from overlapprof.errors import LaunchError
+
+ENV = "OVERLAPPROF_LINK"  # set in the re-executed run: the link (JSON) it runs over
+BURST_BYTES = 1 << 20  # 1 MiB: 16 loopback MTUs
+LATENCY_MS = 100
+LOOPBACK_MTU = 65536
+MEDIUM = "one loopback shared by all ranks: RATE is their total, not a port per rank"
+_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+          "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}
+_RATE = re.compile(r"^(\d+(?:\.\d+)?)([a-z]+)$")
+_IP_FAILED, _TC_FAILED = 11, 12  # exit codes of the setup script (unshare's own failures: 1)
+
+
+def parse_rate(text):
+    """Bits per second of a tc rate (``500mbit``, ``2gbit``, ``10gbit``; ``bps`` units are
+    bytes per second, as in tc). Raises LaunchError (one line) when it does not parse."""
+    match = _RATE.match(str(text).strip().lower())
+    if not match or match.group(2) not in _UNITS or float(match.group(1)) <= 0:
+        raise LaunchError(f"--link-rate {text!r}: not a rate; use a number and a tc unit, e.g. "
+                          "500mbit, 2gbit, 10gbit (bit, kbit, mbit, gbit; bps, mbps = bytes/s)")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def link_for(rate, burst_bytes=BURST_BYTES, latency_ms=LATENCY_MS):
+    """The link record of ``rate`` (what run.json's ``link`` holds, less ``qdisc``)."""
+    return {"kind": "tbf", "interface": "lo", "rate": str(rate).strip().lower(),
+            "bits_per_s": parse_rate(rate), "burst_bytes": burst_bytes, "latency_ms": latency_ms,
+            "shared": True, "medium": MEDIUM}
+
+
+def check_request(link, nnodes, device):
+    """Refuse what an emulated loopback link cannot serve (LaunchError, one line)."""
+    if nnodes > 1:
+        raise LaunchError(f"--link-rate with --nnodes {nnodes}: the private network namespace "
+                          "holds one node; emulate a link on a single node only")
+    if device == "cuda":
+        raise LaunchError("--link-rate with CUDA: NCCL does not talk over the loopback; use "
+                          "--device cpu")
+
+
+def inside():
+    """The link this process runs over, when it is the re-executed run (else None)."""
+    text = os.environ.get(ENV)
+    return json.loads(text) if text else None
+
+
+def _tools():
+    tools = {name: shutil.which(name) for name in ("unshare", "ip", "tc")}
+    if not tools["unshare"]:
+        raise LaunchError("--link-rate needs unshare(1) from util-linux, not found on PATH "
+                          "(apt-get install util-linux)")
+    missing = [name for name in ("ip", "tc") if not tools[name]]
+    if missing:
+        raise LaunchError(f"--link-rate needs {' and '.join(missing)} from iproute2, not found "
+                          "on PATH (apt-get install iproute2; they live in /usr/sbin)")
+    return tools
+
+
+def _command(link, tools, then=()):
+    """unshare + the setup script, then ``then`` (exec'd inside; nothing: only set up)."""
+    script = (f"{tools['ip']} link set lo up || exit {_IP_FAILED}; "
+              f"{tools['tc']} qdisc add dev lo root tbf rate {link['rate']} "
+              f"burst {link['burst_bytes']} latency {link['latency_ms']}ms || exit {_TC_FAILED}; "
+              + ('exec "$@"' if then else f"{tools['tc']} qdisc show dev lo"))
+    return [tools["unshare"], "--user", "--map-root-user", "--net", "--", "/bin/sh", "-c",
+            script, "sh", *then]
+
+
+def probe(link):
+    """Make the namespace and the qdisc once, before any rank starts; returns ``tc qdisc show``
+    of the paced loopback. Raises LaunchError saying what is missing and how to get it."""
+    tools = _tools()
+    try:
+        proc = subprocess.run(_command(link, tools), capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LaunchError(f"--link-rate: {tools['unshare']} did not run: {exc}") from None
+    said = " ".join(proc.stderr.split())[:200]
+    if proc.returncode == _TC_FAILED:
+        raise LaunchError(f"--link-rate: tc could not add a tbf qdisc to lo in the namespace "
+                          f"({said}); the kernel needs sch_tbf (CONFIG_NET_SCH_TBF, modprobe "
+                          "sch_tbf)")
+    if proc.returncode == _IP_FAILED:
+        raise LaunchError(f"--link-rate: ip could not bring lo up in the namespace ({said})")
+    if proc.returncode != 0:
+        raise LaunchError(f"--link-rate: no private user+network namespace ({said}); enable "
+                          "unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1"
+                          ", user.max_user_namespaces > 0; Ubuntu 24.04+: sysctl "
+                          "kernel.apparmor_restrict_unprivileged_userns=0) or run as root")
+    return proc.stdout.strip()
+
+
+def reexec(link, argv):
+    """Run ``python -m overlapprof ARGV`` in the namespace with ``link`` set up; returns the exit
+    code to leave with. Signals to this process go to the child's process group."""
+    tools = _tools()
+    env = {**os.environ, ENV: json.dumps(link)}
+    cmd = _command(link, tools, then=(sys.executable, "-m", "overlapprof", *argv))
+    proc = subprocess.Popen(cmd, env=env, process_group=0)
+
+    def forward(signum, _frame):
+        try:
+            os.killpg(proc.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    saved = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        code = proc.wait()
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    return 128 - code if code < 0 else code
+
+
+def qdisc_here():
+    """``tc qdisc show dev lo`` in this process's namespace: the re-executed run checks that its
+    loopback is paced and records the line in run.json. LaunchError when it is not paced."""
+    tc = shutil.which("tc") or "tc"
+    try:
+        shown = subprocess.run([tc, "qdisc", "show", "dev", "lo"], capture_output=True,
+                               text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        shown = ""
+    if "tbf" not in shown:
+        raise LaunchError(f"--link-rate: {ENV} is set but lo is not paced here ({shown!r}); "
+                          f"unset {ENV}")
+    return shown
+
+
+def header_line(link, world_size):
+    """The console line that names the link of a run."""
+    return (f"link: {describe(link)} (tbf on lo in a private network namespace, burst "
+            f"{link['burst_bytes'] // 1024} KiB, queue {link['latency_ms']} ms); one medium "
+            f"shared by all {world_size} ranks, not a port per rank; no added latency")
+
+
+def plain_loopback_note():
+    return ("note: ranks talk over plain loopback: communication is a memory copy by the same "
+            "cores that compute, so hiding it cannot shorten steps much; --link-rate RATE (e.g. "
+            "2gbit) emulates a network link")
+
+
+def describe(link, world_size=None):
+    """``2 Gbit/s shared`` for a link record (run.json's ``link``); None for None."""
+    if not link:
+        return None
+    bits = link.get("bits_per_s") or 0
+    unit, scale = next(((u, s) for u, s in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6),
+                                             ("kbit/s", 1e3)) if bits >= s), ("bit/s", 1))
+    by = f" by {world_size} ranks" if world_size else ""
+    return f"{bits / scale:g} {unit} shared{by}"
+
+
+def prepare(request, rate, argv):
+    """The ``--link-rate`` hook of ``overlapprof run``: returns (link, exit code). Outside the
+    namespace: checks everything (before any rank starts), re-executes ``overlapprof ARGV``
+    inside it and returns (link, its exit code): the caller exits with that. Inside (the
+    re-executed run): returns (link with its ``qdisc`` line, None), and the run goes on."""
+    from overlapprof.launch.launcher import resolve_device
+
+    link = inside() or link_for(rate)
+    device, _ = resolve_device(request.device, request.backend, request.nproc)
+    check_request(link, request.nnodes, device)
+    if inside() is None:
+        probe(link)
+        return link, reexec(link, argv)
+    return {**link, "qdisc": qdisc_here()}, None
