@@ -153,3 +153,17 @@ def test_options_after_dashes_straggler_gzip_and_repeat(tmp_path):
     with gzip.open(run_dir / run["traces"]["1"][0], "rt") as f:
         names = {e["name"] for e in json.load(f)["traceEvents"]}
     assert "straggle" in names
+
+
+def test_a_rank_that_dies_hard_is_blamed_and_its_peers_errors_are_consequences(tmp_path):
+    """Rank 1 calls os._exit(3) in its 4th step (no Python exception): rank 0's gloo error is a
+    consequence ("peer"), not the cause."""
+    proc = _overlapprof("run", TEST_WORKLOADS / "hard_exit.py", "--nproc", 2, "--run-id", "h",
+                        "--out", tmp_path, "--timeout", 30)
+    assert proc.returncode == 1
+    line = last_line(proc.stderr)
+    assert line.startswith("Error: hard_exit/sync failed: rank 1: exited with code 3"), line
+    assert "1 other rank failed as a consequence" in line
+    run = json.loads((tmp_path / "h-sync" / "run.json").read_text())
+    assert run["failure"]["rank"] == 1 and run["failure"]["error_kind"] == "exit"
+    assert run["ranks"]["0"]["error_kind"] == "peer"

@@ -116,3 +116,14 @@ def test_load_run_errors(tmp_path):
     (tmp_path / "run.json").write_text('{"schema_version": 99}')
     with pytest.raises(RunDirError, match="schema_version 99 is not 1"):
         rundir.load_run(tmp_path)
+
+
+def test_root_cause_prefers_a_rank_that_died_on_its_own_over_its_peers_errors():
+    from overlapprof.launch.rundir import root_cause
+    ranks = {"0": {"status": "failed", "error": "RuntimeError: Connection closed by peer",
+                   "error_kind": "peer", "ended": 10.0},
+             "1": {"status": "failed", "error": "exited with code 3", "error_kind": "exit",
+                   "ended": 12.0}}
+    assert root_cause(ranks)["rank"] == "1"
+    ranks["0"]["error_kind"] = "exception"
+    assert root_cause(ranks)["rank"] == "0"

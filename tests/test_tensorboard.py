@@ -170,3 +170,13 @@ def test_traces_are_chrome_trace_json(runs):
                     assert isinstance(e[key], (int, float)) and math.isfinite(e[key]), (trace.name, e)
         assert "X" in phases
         assert data["distributedInfo"]["world_size"] == 2
+
+
+def test_view_of_a_missing_path_fails_before_starting_anything(tmp_path):
+    from click.testing import CliRunner
+
+    from overlapprof.cli.view_cmd import view
+    result = CliRunner().invoke(view, [str(tmp_path / "nosuch")])
+    assert result.exit_code == 2
+    assert "starting TensorBoard" not in result.output
+    assert "no such run directory" in result.output

@@ -39,7 +39,9 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="Exit codes: 0 success; 1 a run or a command's work failed; 2 bad input "
+                    "(one 'Error: ...' line); 130 interrupted (Ctrl-C).")
 @click.version_option(__version__, prog_name="overlapprof")
 def main():
     """Compute/communication overlap profiler for PyTorch distributed."""

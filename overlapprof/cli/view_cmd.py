@@ -26,12 +26,18 @@ def view(path, port, no_scalars, quiet):
     from overlapprof import view as tb_view
     from overlapprof.errors import OverlapprofError
 
+    from pathlib import Path
+
+    if not Path(path).exists():
+        fail(f"{path}: no such run directory or folder")
     note("starting TensorBoard", quiet)
     try:
         server = tb_view.start(path, port, scalars=not no_scalars, log=lambda line: note(line, quiet))
     except OverlapprofError as exc:
         fail(exc)
     click.echo(f"TensorBoard: {server.url}/  (Ctrl-C to stop)")
+    note("torch-tb-profiler's Overview and Distributed views load Google Charts from the "
+         "internet and stay blank offline; `overlapprof report` draws them offline", quiet)
     try:
         code = server.wait()
     except KeyboardInterrupt:

@@ -98,7 +98,8 @@ class VariantResult:
         if failure:
             others = sum(1 for info in self.run["ranks"].values()
                          if info.get("status") == "failed") - 1
-            also = f"; {others} other rank{'s' * (others != 1)} failed too" if others else ""
+            also = (f"; {others} other rank{'s' * (others != 1)} failed as a consequence"
+                    if others else "")
             return f"rank {failure['rank']}: {failure['error']}{also}"
         failed_nodes = [f"node {k}: {v['error']}" for k, v in self.run["nodes"].items()
                         if v.get("error")]

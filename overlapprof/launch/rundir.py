@@ -250,8 +250,10 @@ def root_cause(ranks):
     failed = [(rank, info) for rank, info in ranks.items() if info.get("status") == "failed"]
     if not failed:
         return None
-    secondary = ("peer", "terminated", "exit")
-    rank, info = min(failed, key=lambda item: (item[1].get("error_kind") in secondary,
+    # a rank's own error first, then a death of its own (exit code, signal: its "ended" is
+    # when the launcher noticed, later than the peers' errors it caused), then consequences
+    order = {"exception": 0, "timeout": 0, "exit": 1}
+    rank, info = min(failed, key=lambda item: (order.get(item[1].get("error_kind"), 2),
                                                item[1].get("ended") or float("inf"), item[0]))
     return {"rank": rank, "error": info.get("error"), "error_kind": info.get("error_kind")}
 
