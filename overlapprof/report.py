@@ -78,7 +78,8 @@ class KindMetrics(Metrics, kw_only=True):
 
 
 class Timeline(msgspec.Struct, kw_only=True):
-    """The unions of one representative step (the complete step of median ``step_us``), for plots.
+    """The unions of one representative step (the middle complete step by number, the same
+    ProfilerStep on every rank), for plots.
 
     Intervals are ``[start, end]`` pairs in µs relative to ``start_us``. Each list holds at most
     ``overlapprof.analysis.metrics.TIMELINE_CAP`` intervals (the first ones in time);

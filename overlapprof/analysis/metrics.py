@@ -88,14 +88,16 @@ def _pairs(u: iv.Intervals, origin: float) -> tuple[list[tuple[float, float]], b
 
 
 def timeline(events: RankEvents, steps: list[StepMetrics]) -> Timeline | None:
-    """The unions of the representative step: the step of median ``step_us``.
+    """The unions of the representative step: the middle one (by number) of the candidates.
 
-    The last step is left out when there are three or more (the profiler may cut it short).
-    Without steps, the whole trace.
+    The candidates are every step but the last when there are three or more (the profiler may
+    cut the last short). Chosen by step number, not by this rank's step times, so that every
+    rank of one run draws the same ProfilerStep on the report's shared axis. Without steps, the
+    whole trace.
     """
     if steps:
         candidates = steps[:-1] if len(steps) >= 3 else steps
-        ranked = sorted(range(len(candidates)), key=lambda k: candidates[k].step_us)
+        ranked = sorted(range(len(candidates)), key=lambda k: candidates[k].step)
         k = ranked[(len(ranked) - 1) // 2]
         sets = [_by_step(events, s)[k] for s in (events.comm, events.compute)]
         origin, span, step = candidates[k].start_us, candidates[k].step_us, candidates[k].step
