@@ -92,6 +92,7 @@ def measure(ev: RankEvents, *, keep_comm_ops: bool = False) -> RankReport:
         timeline=M.timeline(ev, steps),
         comm_ops=ev.comm_ops.ops() if keep_comm_ops and ev.comm_ops is not None else None,
         uncounted_wrapper_us=M.iv.length(M.iv.difference(wrappers, comm)) if ev.mode == "cpu" else None,
+        partition=M.mean_partition(steps),
     )
 
 
