@@ -183,6 +183,20 @@ def _rank_table(page: Page, label: str, report: Report) -> str:
     return _section("Per rank (whole trace)", table(header, rows, "numbers ranks", attrs) + notes, level=3)
 
 
+def _partition(page: Page, label: str, report: Report) -> str | None:
+    if not any(r.partition for r in report.ranks):
+        return None
+    header = ["rank", "mean step ms", "compute ms", "exposed comm ms", "exposed memory ms", "idle ms"]
+    rows = [[str(r.rank), *(_ms(getattr(p, f)) for f in ("step_us", "compute_us", "exposed_comm_us",
+                                                           "exposed_memory_us", "idle_us"))]
+            for r in report.ranks if (p := r.partition) is not None]
+    note = ('<p class="note">Every millisecond of a step, once: compute, then communication not under '
+            'compute (exposed), then memory copies under neither, then idle (none of them: host work, '
+            'gaps). The four add up to the step time; means over each rank\'s steps.</p>')
+    return _section("Step time, accounted for", table(header, rows, "numbers partition",
+                                                      f' data-variant="{_e(label)}"') + note, level=3)
+
+
 def _timeline(page: Page, label: str, report: Report) -> str | None:
     if not any(r.timeline for r in report.ranks):
         return None
@@ -263,7 +277,7 @@ PageSection = Callable[[Page], "str | None"]
 RunSection = Callable[[Page, str, Report], "str | None"]
 
 PAGE_SECTIONS: list[PageSection] = [_header, _comparison, _runs, _definitions]
-RUN_SECTIONS: list[RunSection] = [_rank_table, _timeline, _exposure, _stragglers, _run_metadata]
+RUN_SECTIONS: list[RunSection] = [_rank_table, _partition, _timeline, _exposure, _stragglers, _run_metadata]
 
 _CSS = """
 :root{--ink:#1f2328;--muted:#656d76;--line:#d8dee4;--bg:#f6f8fa;--accent:#0072B2;--warn:#9a6700}
