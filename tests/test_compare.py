@@ -52,7 +52,11 @@ def test_numbers_follow_from_the_reports(reports):
     assert other.exposed_saved_frac == pytest.approx(other.exposed_saved_us / base.exposed_comm_us)
     assert other.compute_slowdown == pytest.approx(other.compute_us / base.compute_us)
     assert other.ideal_speedup == pytest.approx(other.step_us / other.bound_us)
-    assert [w for w in c.warnings if "c10d::" not in w] == []  # (gloo's waits inside c10d calls: warned)
+    # gloo's waits inside c10d calls are warned, and so is noise (a short run's factors may be)
+    from overlapprof.compare import noise_warnings
+
+    noise = noise_warnings(c.variants)
+    assert [w for w in c.warnings if "c10d::" not in w and w not in noise] == []
 
 
 def test_async_hides_communication_that_sync_exposes(reports):
