@@ -26,6 +26,13 @@ Per variant (µs unless named otherwise; OVERLAP.md's metrics):
   step call (profiled steps; and the unprofiled ones, free of profiler overhead), pooled over
   ranks. None otherwise.
 
+**Spread.** Every factor below (and ``ideal_speedup``) has a ``*_ci`` = ``[low, high]``: the
+central ``CI_LEVEL`` (95%) bootstrap interval of the factor, recomputed ``BOOTSTRAP`` (2000)
+times on (rank, step) samples (host step times for ``host_speedup``) drawn with replacement,
+each variant independently, with a fixed seed (``SEED``) so a comparison is repeatable. A
+warning says when a speedup's or slowdown's interval includes 1x (not distinguishable from no
+change), and when the profiled and unprofiled speedups' intervals do not overlap.
+
 Against the baseline (None for the baseline itself, or when an operand is missing):
 
 - ``speedup`` = baseline ``step_us`` / ``step_us`` (> 1: faster than the baseline).
@@ -44,10 +51,15 @@ from typing import Any
 
 import msgspec
 
+import numpy as np
+
 from overlapprof.errors import InputError, ReportError
 from overlapprof.report import Report
 
 SCHEMA = "overlapprof.comparison/1"
+CI_LEVEL = 0.95
+BOOTSTRAP = 2000
+SEED = 0
 PER_STEP = "per-step median"
 WHOLE_TRACE = "whole trace"
 
@@ -82,6 +94,11 @@ class VariantStats(msgspec.Struct, kw_only=True):
     exposed_saved_us: float | None = None
     exposed_saved_frac: float | None = None
     compute_slowdown: float | None = None
+    # Bootstrap intervals [low, high] of the factors above (see "Spread" in the module docstring).
+    ideal_speedup_ci: tuple[float, float] | None = None
+    speedup_ci: tuple[float, float] | None = None
+    host_speedup_ci: tuple[float, float] | None = None
+    compute_slowdown_ci: tuple[float, float] | None = None
 
 
 class Comparison(msgspec.Struct, kw_only=True):
@@ -189,6 +206,79 @@ def _unique_labels(reports: list[Report], labels) -> list[str]:
     return out if len(set(out)) == len(out) else [f"{lab} #{k + 1}" for k, lab in enumerate(labels)]
 
 
+def _samples(report: Report, per_step: bool) -> dict[str, np.ndarray]:
+    """The per-sample values the factors' medians come from (µs): step, bound, compute, host."""
+    if per_step:
+        rows = [s for r in report.ranks for s in r.steps]
+    else:
+        rows = [r.metrics for r in report.ranks]
+    out = {"compute": np.array([s.compute_us for s in rows], dtype=float),
+           "host": np.array(_host_step_times_us(report, "unprofiled"), dtype=float)}
+    if per_step:
+        out["step"] = np.array([s.step_us for s in rows], dtype=float)
+        out["bound"] = out["step"] - np.array([s.exposed_comm_us for s in rows], dtype=float)
+    return out
+
+
+def _resampled_medians(values: np.ndarray, rng, paired: np.ndarray | None = None):
+    """BOOTSTRAP medians of ``values`` resampled with replacement (and of ``paired``, resampled
+    with the same indices)."""
+    idx = rng.integers(0, values.size, size=(BOOTSTRAP, values.size))
+    meds = np.median(values[idx], axis=1)
+    return (meds, np.median(paired[idx], axis=1)) if paired is not None else meds
+
+
+def _interval(num: np.ndarray, den: np.ndarray) -> tuple[float, float] | None:
+    ok = den > 0
+    if not ok.any():
+        return None
+    ratios = num[ok] / den[ok]
+    tail = 100 * (1 - CI_LEVEL) / 2
+    return float(np.percentile(ratios, tail)), float(np.percentile(ratios, 100 - tail))
+
+
+def ratio_interval(num: np.ndarray, den: np.ndarray, seed: int = SEED) -> tuple[float, float] | None:
+    """The bootstrap interval of median(num) / median(den), two independent samples."""
+    if num.size == 0 or den.size == 0:
+        return None
+    rng = np.random.default_rng(seed)
+    return _interval(_resampled_medians(num, rng), _resampled_medians(den, rng))
+
+
+def _intervals(variants: list[VariantStats], samples: list[dict[str, np.ndarray]]) -> None:
+    for v, smp in zip(variants, samples):
+        if "step" in smp and smp["step"].size:
+            steps, bounds = _resampled_medians(smp["step"], np.random.default_rng(SEED), smp["bound"])
+            v.ideal_speedup_ci = _interval(steps, bounds)
+    base = samples[0]
+    for v, smp in zip(variants[1:], samples[1:]):
+        if "step" in smp:
+            v.speedup_ci = ratio_interval(base["step"], smp["step"])
+        v.host_speedup_ci = ratio_interval(base["host"], smp["host"])
+        v.compute_slowdown_ci = ratio_interval(smp["compute"], base["compute"])
+
+
+def _fmt_ci(ci) -> str:
+    return f"{ci[0]:.2f}-{ci[1]:.2f}x"
+
+
+def noise_warnings(variants: list[VariantStats]) -> list[str]:
+    """Factors whose interval includes 1x, and profiled vs unprofiled speedups that disagree."""
+    out = []
+    for v in variants[1:]:
+        for name, value, ci in (("step-time speedup", v.speedup, v.speedup_ci),
+                                ("unprofiled-step speedup", v.host_speedup, v.host_speedup_ci),
+                                ("compute slowdown", v.compute_slowdown, v.compute_slowdown_ci)):
+            if value is not None and ci is not None and ci[0] <= 1.0 <= ci[1]:
+                out.append(f"{v.label}: {name} {value:.2f}x is within noise "
+                           f"({100 * CI_LEVEL:.0f}% interval {_fmt_ci(ci)} includes 1x)")
+        a, b = v.speedup_ci, v.host_speedup_ci
+        if a is not None and b is not None and (a[1] < b[0] or b[1] < a[0]):
+            out.append(f"{v.label}: profiled steps say {v.speedup:.2f}x ({_fmt_ci(a)}) but unprofiled steps "
+                       f"say {v.host_speedup:.2f}x ({_fmt_ci(b)}): the profiler changes this comparison")
+    return out
+
+
 def _stats(report: Report, label: str, per_step: bool) -> VariantStats:
     if per_step:
         samples = [s for r in report.ranks for s in r.steps]
@@ -271,7 +361,9 @@ def compare(reports: list[Report], labels: list[str] | None = None) -> Compariso
     variants = [_stats(rep, name, per_step) for rep, name in zip(reports, names)]
     for v in variants[1:]:
         _against(v, variants[0])
+    _intervals(variants, [_samples(rep, per_step) for rep in reports])
     warnings += _mismatch_warnings(variants)
+    warnings += noise_warnings(variants)
     warnings += [f"{name}: {w}" for name, rep in zip(names, reports) for w in rep.warnings]
     return Comparison(
         version=__version__,

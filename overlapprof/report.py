@@ -11,7 +11,8 @@ Layout (``schema`` is first in the JSON, which is how a saved report is recognis
       ranks: [RankReport]            one per rank, sorted by rank
         rank, rank_source, files, mode, world_size, backend, events, *_events
         metrics: Metrics             OVERLAP.md section 2, whole trace
-        steps:   [StepMetrics]       per ProfilerStep#N (section 3)
+        steps:   [StepMetrics]       per ProfilerStep#N (section 3), each with its Partition
+        partition: Partition | None  step time = compute + exposed comm + exposed memory + idle
         kinds:   [KindMetrics]       per kind of communication (section 3)
         timeline: Timeline | None    unions of one representative step, for plots
         comm_ops: [CommOp] | None    one record per comm operation (only when asked)
@@ -51,6 +52,28 @@ class Metrics(msgspec.Struct, kw_only=True):
     memory_us: float = 0.0
 
 
+class Partition(msgspec.Struct, kw_only=True):
+    """Every microsecond of a step window W = [``start_us``, ``start_us + step_us``) in exactly
+    one of four parts (TraceLens style), from the unions of the step's own events (µs):
+
+    - ``compute_us`` = |U(compute) ∩ W|
+    - ``exposed_comm_us`` = |(U(comm) \\ U(compute)) ∩ W|
+    - ``exposed_memory_us`` = |(U(memory) \\ (U(compute) ∪ U(comm))) ∩ W|
+    - ``idle_us`` = |W \\ (U(compute) ∪ U(comm) ∪ U(memory))|: time with none of them (host
+      work the trace does not classify, launch gaps, waiting)
+
+    The parts are disjoint and cover W, so ``compute_us + exposed_comm_us + exposed_memory_us +
+    idle_us = step_us`` (to float rounding). A rank's partition is the mean over its steps
+    (means, unlike medians, keep the sum).
+    """
+
+    compute_us: float
+    exposed_comm_us: float
+    exposed_memory_us: float
+    idle_us: float
+    step_us: float
+
+
 class StepMetrics(Metrics, kw_only=True):
     """The metrics over the events of step ``ProfilerStep#<step>``, plus:
 
@@ -65,6 +88,7 @@ class StepMetrics(Metrics, kw_only=True):
     start_us: float
     step_us: float
     exposed_share: float | None
+    partition: Partition | None = None
 
 
 class KindMetrics(Metrics, kw_only=True):
@@ -78,7 +102,8 @@ class KindMetrics(Metrics, kw_only=True):
 
 
 class Timeline(msgspec.Struct, kw_only=True):
-    """The unions of one representative step (the complete step of median ``step_us``), for plots.
+    """The unions of one representative step (the middle complete step by number, the same
+    ProfilerStep on every rank), for plots.
 
     Intervals are ``[start, end]`` pairs in µs relative to ``start_us``. Each list holds at most
     ``overlapprof.analysis.metrics.TIMELINE_CAP`` intervals (the first ones in time);
@@ -116,6 +141,7 @@ class RankReport(msgspec.Struct, kw_only=True):
     backend: str | None = None
     timeline: Timeline | None = None
     comm_ops: list[CommOp] | None = None
+    partition: Partition | None = None  # the mean of the steps' partitions; None without steps
 
 
 class Summary(msgspec.Struct, kw_only=True):

@@ -45,7 +45,19 @@ TAGS = {
     "overlap/compute_us": ("compute_us", "union of compute, µs"),
     "overlap/step_us": ("step_us", "step wall span, µs"),
     "overlap/exposed_share": ("exposed_share", "exposed_comm_us / step_us (fraction)"),
+    # The step partition (report.Partition): the four parts sum to the step time.
+    "partition/compute_us": ("partition.compute_us", "|U(compute) ∩ step|, µs"),
+    "partition/exposed_comm_us": ("partition.exposed_comm_us", "|U(comm) \\ U(compute) ∩ step|, µs"),
+    "partition/exposed_memory_us": ("partition.exposed_memory_us", "memory under neither compute nor comm, µs"),
+    "partition/idle_us": ("partition.idle_us", "step time with none of them, µs"),
 }
+
+
+def _value(m, attr: str):
+    """``m.attr``, following dots (``partition.idle_us``); None where a link is missing."""
+    for name in attr.split("."):
+        m = getattr(m, name, None)
+    return m
 
 
 class TensorBoardMissing(OverlapprofError):
@@ -62,7 +74,7 @@ def scalar_points(report) -> dict[int, list[tuple[int, dict[str, float]]]]:
     for r in report.ranks:
         rows = [(s.step, s) for s in r.steps] or [(0, r.metrics)]
         points[r.rank] = [
-            (step, {tag: float(v) for tag, (attr, _) in TAGS.items() if (v := getattr(m, attr, None)) is not None})
+            (step, {tag: float(v) for tag, (attr, _) in TAGS.items() if (v := _value(m, attr)) is not None})
             for step, m in rows
         ]
     return points

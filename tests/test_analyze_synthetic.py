@@ -241,3 +241,36 @@ def test_generated_benchmark_traces_match_their_analytic_answer(tmp_path):
         assert all(s.overlap_ratio == pytest.approx(want["overlap_ratio"]) for s in r.steps)
     hta_like = overlapprof.analyze(tmp_path, workers=1, drop_last_step=True, require_launch=True)
     assert [r.metrics.overlap_ratio for r in hta_like.ranks] == pytest.approx([r.metrics.overlap_ratio for r in report.ranks])
+
+
+def _partition_sums(p, tol=1e-6):
+    assert min(p.compute_us, p.exposed_comm_us, p.exposed_memory_us, p.idle_us) >= 0
+    total = p.compute_us + p.exposed_comm_us + p.exposed_memory_us + p.idle_us
+    assert abs(total - p.step_us) <= tol * max(1.0, p.step_us)
+
+
+def test_step_partition_accounts_for_every_microsecond(tmp_path):
+    # step [0, 100): compute [10, 40), comm [30, 70) (exposed [40, 70)), memcpy [60, 80)
+    # (exposed memory [70, 80)); idle = [0,10) + [80,100) = 30
+    events = [S.step(1, 0, 100), *S.launched(GEMM, 1, 10, 30), *S.launched(NCCL, 2, 30, 40, stream=20),
+              {**S.kernel("Memcpy HtoD (Pageable -> Device)", 60, 20), "cat": "gpu_memcpy"}]
+    r = run(tmp_path, events)
+    p = r.steps[0].partition
+    assert (p.compute_us, p.exposed_comm_us, p.exposed_memory_us, p.idle_us, p.step_us) == (30, 30, 10, 30, 100)
+    _partition_sums(p)
+    assert r.partition == p  # one step: the mean is that step
+
+
+@pytest.mark.parametrize("trace", ["trace_filter", "amd_trace", "ns_resolution_trace"])
+def test_step_partition_sums_on_real_traces(trace):
+    from pathlib import Path
+
+    report = overlapprof.analyze([str(Path(__file__).parent / "data" / trace)], allow_partial=True)
+    steps = [s for r in report.ranks for s in r.steps]
+    for s in steps:
+        _partition_sums(s.partition)
+        assert s.partition.step_us == pytest.approx(s.step_us)
+        assert s.partition.exposed_comm_us <= s.exposed_comm_us + 1e-6
+    for r in report.ranks:
+        if r.steps:
+            _partition_sums(r.partition)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from overlapprof import analyze
 from overlapprof.cli import main
-from overlapprof.compare import PER_STEP, WHOLE_TRACE, Comparison, compare, load_reports
+from overlapprof.compare import PER_STEP, WHOLE_TRACE, Comparison, VariantStats, compare, load_reports
 from overlapprof.renderers import compare_table
 
 DATA = Path(__file__).parent / "data"
@@ -52,7 +52,11 @@ def test_numbers_follow_from_the_reports(reports):
     assert other.exposed_saved_frac == pytest.approx(other.exposed_saved_us / base.exposed_comm_us)
     assert other.compute_slowdown == pytest.approx(other.compute_us / base.compute_us)
     assert other.ideal_speedup == pytest.approx(other.step_us / other.bound_us)
-    assert [w for w in c.warnings if "c10d::" not in w] == []  # (gloo's waits inside c10d calls: warned)
+    # gloo's waits inside c10d calls are warned, and so is noise (a short run's factors may be)
+    from overlapprof.compare import noise_warnings
+
+    noise = noise_warnings(c.variants)
+    assert [w for w in c.warnings if "c10d::" not in w and w not in noise] == []
 
 
 def test_async_hides_communication_that_sync_exposes(reports):
@@ -162,3 +166,38 @@ def test_run_with_two_variants_ends_with_the_comparison(runs):
     c = compare([analyze([str(runs.ring["sync"])]), analyze([str(runs.ring["async"])])])
     speedup_line = next(line for line in table.splitlines() if line.strip().startswith("step-time speedup"))
     assert speedup_line.split()[-1] == f"{c.variants[1].speedup:.2f}x"
+
+
+def test_every_factor_has_a_seeded_interval_around_it(reports):
+    c = compare(reports)
+    again = compare(reports)
+    for v, w in zip(c.variants[1:], again.variants[1:]):
+        for name in ("speedup", "compute_slowdown", "host_speedup"):
+            value, ci = getattr(v, name), getattr(v, f"{name}_ci")
+            if value is None:
+                continue
+            assert ci is not None and ci[0] <= value <= ci[1], (name, value, ci)
+            assert getattr(w, f"{name}_ci") == ci  # seeded: the same interval twice
+    table = compare_table.render(c)
+    assert "bootstrap interval" in table and "x [" in table
+
+
+def test_noise_warnings_follow_the_intervals():
+    import numpy as np
+
+    from overlapprof.compare import noise_warnings, ratio_interval
+
+    same = np.array([10.0, 11, 9, 10.5, 9.5] * 4)
+    ci = ratio_interval(same, same * 1.01)
+    assert ci[0] < 1 < ci[1]
+    far = ratio_interval(same * 2, same)
+    assert far[0] > 1.5
+    noisy = VariantStats(label="b", inputs=[], ranks=1, samples=20, comm_us=0, overlapped_us=0,
+                         exposed_comm_us=0, compute_us=1, speedup=1.9, speedup_ci=(1.5, 2.3),
+                         host_speedup=0.95, host_speedup_ci=(0.9, 1.02))
+    base = VariantStats(label="a", inputs=[], ranks=1, samples=20, comm_us=0, overlapped_us=0,
+                        exposed_comm_us=0, compute_us=1)
+    warnings = noise_warnings([base, noisy])
+    assert any("unprofiled-step speedup 0.95x is within noise" in w for w in warnings)
+    assert any("profiled steps say 1.90x" in w and "unprofiled steps say 0.95x" in w for w in warnings)
+    assert not any("step-time speedup" in w for w in warnings)

@@ -91,6 +91,7 @@ def measure(ev: RankEvents, *, keep_comm_ops: bool = False) -> RankReport:
         memory_events=len(ev.memory),
         timeline=M.timeline(ev, steps),
         comm_ops=ev.comm_ops.ops() if keep_comm_ops and ev.comm_ops is not None else None,
+        partition=M.mean_partition(steps),
     )
 
 

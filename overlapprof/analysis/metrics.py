@@ -14,7 +14,7 @@ from overlapprof.analysis import intervals as iv
 from overlapprof.analysis.classify import KINDS
 from overlapprof.analysis.events import EventSet, RankEvents
 from overlapprof.analysis.stats import median, percentile
-from overlapprof.report import KindMetrics, Metrics, StepMetrics, Summary, Timeline
+from overlapprof.report import KindMetrics, Metrics, Partition, StepMetrics, Summary, Timeline
 
 # At most this many intervals per class in a rank's timeline (keeps a report small).
 TIMELINE_CAP = 2000
@@ -47,6 +47,34 @@ def _by_step(events: RankEvents, s: EventSet) -> list[EventSet]:
     return [s.select(order[bounds[k] : bounds[k + 1]]) for k in range(events.steps.start.size)]
 
 
+def partition_of(comm: iv.Intervals, compute: iv.Intervals, memory: iv.Intervals, start: float,
+                 end: float) -> Partition:
+    """The Partition (see :class:`overlapprof.report.Partition` for the formulas) of the window
+    [start, end) from the three class unions. Idle is measured as its own set, not as the
+    remainder, so that the sum of the parts is a check, not a definition."""
+    w = (np.array([start]), np.array([end]))
+    comp = iv.intersection(compute, w)
+    comm_w = iv.intersection(comm, w)
+    mem_w = iv.intersection(memory, w)
+    busy = iv.union(np.concatenate((comp[0], comm_w[0])), np.concatenate((comp[1], comm_w[1])))
+    everything = iv.union(np.concatenate((busy[0], mem_w[0])), np.concatenate((busy[1], mem_w[1])))
+    return Partition(
+        compute_us=iv.length(comp),
+        exposed_comm_us=iv.length(iv.difference(comm_w, comp)),
+        exposed_memory_us=iv.length(iv.difference(mem_w, busy)),
+        idle_us=iv.length(iv.difference(w, everything)),
+        step_us=end - start,
+    )
+
+
+def mean_partition(steps: list[StepMetrics]) -> Partition | None:
+    """The mean over steps of each part (None without steps)."""
+    parts = [s.partition for s in steps if s.partition is not None]
+    if not parts:
+        return None
+    return Partition(**{f: sum(getattr(p, f) for p in parts) / len(parts) for f in Partition.__struct_fields__})
+
+
 def step_metrics(events: RankEvents) -> list[StepMetrics]:
     """One StepMetrics per ProfilerStep, in time order (see StepMetrics for ``step_us``)."""
     steps = events.steps
@@ -56,15 +84,15 @@ def step_metrics(events: RankEvents) -> list[StepMetrics]:
         comm, compute, memory = (split[c][k] for c in range(3))
         last_end = max([steps.end[k]] + [float(s.end.max()) for s in (comm, compute, memory) if len(s)])
         step_us = float(last_end - steps.start[k])
+        unions = (_union(comm), _union(compute), _union(memory))
         m = metrics_of(
-            _union(comm),
-            _union(compute),
-            _union(memory),
+            *unions,
             cls=StepMetrics,
             step=int(steps.number[k]),
             start_us=float(steps.start[k]),
             step_us=step_us,
             exposed_share=None,
+            partition=partition_of(*unions, float(steps.start[k]), float(last_end)),
         )
         m.exposed_share = m.exposed_comm_us / step_us if step_us > 0 else None
         out.append(m)
@@ -88,14 +116,16 @@ def _pairs(u: iv.Intervals, origin: float) -> tuple[list[tuple[float, float]], b
 
 
 def timeline(events: RankEvents, steps: list[StepMetrics]) -> Timeline | None:
-    """The unions of the representative step: the step of median ``step_us``.
+    """The unions of the representative step: the middle one (by number) of the candidates.
 
-    The last step is left out when there are three or more (the profiler may cut it short).
-    Without steps, the whole trace.
+    The candidates are every step but the last when there are three or more (the profiler may
+    cut the last short). Chosen by step number, not by this rank's step times, so that every
+    rank of one run draws the same ProfilerStep on the report's shared axis. Without steps, the
+    whole trace.
     """
     if steps:
         candidates = steps[:-1] if len(steps) >= 3 else steps
-        ranked = sorted(range(len(candidates)), key=lambda k: candidates[k].step_us)
+        ranked = sorted(range(len(candidates)), key=lambda k: candidates[k].step)
         k = ranked[(len(ranked) - 1) // 2]
         sets = [_by_step(events, s)[k] for s in (events.comm, events.compute)]
         origin, span, step = candidates[k].start_us, candidates[k].step_us, candidates[k].step

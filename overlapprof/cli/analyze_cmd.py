@@ -7,6 +7,14 @@ from pathlib import Path
 
 import click
 
+from overlapprof.cli.common import run_reading_options
+
+
+def _reading(command):
+    for decorator in reversed(run_reading_options()):
+        command = decorator(command)
+    return command
+
 
 def _write(text: str, dest: str, what: str, quiet: bool) -> None:
     from overlapprof.trace.discover import is_trace_file
@@ -58,14 +66,7 @@ class _Progress:
                    "ucc, xccl, hccl). Repeatable.")
 @click.option("--comm-ops", is_flag=True,
               help="Keep one record per communication operation in the JSON report.")
-@click.option("--no-comms", is_flag=True,
-              help="Skip the cross-rank analysis (matching, wait vs transfer, bandwidth): faster on traces "
-                   "dense with communication.")
-@click.option("--align-clocks", is_flag=True,
-              help="Align the clocks of different hosts (of every rank, when traces name no host) so that "
-                   "matched collectives end together; the offsets are reported.")
-@click.option("--allow-partial", is_flag=True,
-              help="Report the good ranks when some traces are bad (each bad one becomes a warning).")
+@_reading
 @click.option("--drop-last-step", is_flag=True,
               help="Like HolisticTraceAnalysis: leave out events of each rank's last ProfilerStep.")
 @click.option("--require-launch", is_flag=True,

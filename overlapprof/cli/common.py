@@ -9,6 +9,27 @@ from pathlib import Path
 import click
 
 
+def run_reading_options():
+    """--allow-partial, --align-clocks, --no-comms: declared once, shared by analyze, compare,
+    report and plot."""
+    return [
+        click.option("--no-comms", is_flag=True,
+                     help="Skip the cross-rank analysis (matching, wait vs transfer, bandwidth): faster on traces "
+                          "dense with communication."),
+        click.option("--align-clocks", is_flag=True,
+                     help="Align the clocks of different hosts (of every rank, when traces name no host) so that "
+                          "matched collectives end together; the offsets are reported."),
+        click.option("--allow-partial", is_flag=True,
+                     help="Report the good ranks when some traces are bad (each bad one becomes a warning)."),
+    ]
+
+
+def reading_kwargs(kw: dict) -> dict:
+    """The analyze() keywords of the shared reading options popped from a command's ``kw``."""
+    return {"allow_partial": kw.pop("allow_partial"), "align_clocks": kw.pop("align_clocks"),
+            "comms": not kw.pop("no_comms")}
+
+
 def analysis_options(command):
     """The options that change how runs are read: --label, --comm-kernel, the HTA filters, -q."""
     for decorator in reversed([
@@ -21,6 +42,7 @@ def analysis_options(command):
                      help="Like HolisticTraceAnalysis: leave out events of each rank's last ProfilerStep."),
         click.option("--require-launch", is_flag=True,
                      help="Like HolisticTraceAnalysis: leave out GPU events whose launch is not in the trace."),
+        *run_reading_options(),
         click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr."),
     ]):
         command = decorator(command)
@@ -38,7 +60,7 @@ def note(message: str, quiet: bool = False) -> None:
         click.echo(f"overlapprof: {message}", err=True)
 
 
-def load_comparison(paths, labels, comm_kernels, drop_last_step, require_launch, quiet):
+def load_comparison(paths, labels, comm_kernels, drop_last_step, require_launch, quiet, **reading):
     """The Comparison of the inputs (run directories, trace sets, saved reports or one saved
     comparison), the first as baseline; bad input ends the command (exit 2)."""
     from overlapprof.compare import compare, load_reports
@@ -53,7 +75,8 @@ def load_comparison(paths, labels, comm_kernels, drop_last_step, require_launch,
 
     try:
         reports, saved_labels = load_reports(paths, progress=progress, comm_kernels=comm_kernels,
-                                             drop_last_step=drop_last_step, require_launch=require_launch)
+                                             drop_last_step=drop_last_step, require_launch=require_launch,
+                                             **reading)
         return compare(reports, list(labels) or saved_labels)
     except OverlapprofError as exc:
         fail(exc)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import analysis_options, fail, load_comparison
+from overlapprof.cli.common import analysis_options, reading_kwargs, fail, load_comparison
 
 
 @click.command(name="compare")
@@ -17,7 +17,7 @@ from overlapprof.cli.common import analysis_options, fail, load_comparison
 @click.option("--csv", "csv_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
               help="One row per variant as CSV, to FILE or (alone, or '-') to stdout instead of the table.")
 @analysis_options
-def compare(paths, json_out, csv_out, labels, comm_kernels, drop_last_step, require_launch, quiet):
+def compare(paths, json_out, csv_out, labels, comm_kernels, drop_last_step, require_launch, quiet, **kw):
     """Compare runs: step time, communication, exposed communication, overlap ratio and compute
     per variant, and against the first (the baseline): speedup, exposed communication saved,
     compute slowdown; plus each variant's bound (step - exposed).
@@ -34,7 +34,8 @@ def compare(paths, json_out, csv_out, labels, comm_kernels, drop_last_step, requ
         raise click.UsageError("give at least two runs to compare (the first is the baseline)")
     if json_out == "-" and csv_out == "-":
         raise click.UsageError("--json and --csv cannot both go to stdout; give one of them a FILE")
-    comparison = load_comparison(paths, labels, comm_kernels, drop_last_step, require_launch, quiet)
+    comparison = load_comparison(paths, labels, comm_kernels, drop_last_step, require_launch, quiet,
+                                 **reading_kwargs(kw))
     if not quiet and "-" in (json_out, csv_out):  # else the table (stdout) ends with them
         for warning in comparison.warnings:
             click.echo(f"warning: {warning}", err=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import analysis_options, check_output, fail, load_comparison, write_output
+from overlapprof.cli.common import analysis_options, reading_kwargs, check_output, fail, load_comparison, write_output
 
 CHARTS = ("timeline", "exposure", "comparison", "straggler")
 
@@ -23,7 +23,7 @@ CHARTS = ("timeline", "exposure", "comparison", "straggler")
 @click.option("--dpi", type=click.IntRange(min=30, max=600), default=144, show_default=True,
               help="Resolution of a PNG.")
 @analysis_options
-def plot(paths, output, chart, dpi, labels, comm_kernels, drop_last_step, require_launch, quiet):
+def plot(paths, output, chart, dpi, labels, comm_kernels, drop_last_step, require_launch, quiet, **kw):
     """Draw a chart of a run (a run directory, traces or a saved report) to an image file; the
     format comes from the file's suffix (.png, .svg, .pdf).
 
@@ -40,7 +40,8 @@ def plot(paths, output, chart, dpi, labels, comm_kernels, drop_last_step, requir
         fmt = plots.format_of(output)
     except OverlapprofError as exc:
         fail(exc)
-    comparison = load_comparison(paths, labels, comm_kernels, drop_last_step, require_launch, quiet)
+    comparison = load_comparison(paths, labels, comm_kernels, drop_last_step, require_launch, quiet,
+                                 **reading_kwargs(kw))
     first, label = comparison.reports[0], comparison.variants[0].label
     if chart == "timeline":
         fig = plots.timeline_figure(first, title=f"{label}: one step per rank")

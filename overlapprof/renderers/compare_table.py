@@ -7,12 +7,19 @@ missing value as ``-``. Plain aligned text, like the analyze table, so it pipes 
 
 from __future__ import annotations
 
-from overlapprof.compare import PER_STEP, Comparison, VariantStats
+from overlapprof.compare import BOOTSTRAP, CI_LEVEL, PER_STEP, Comparison, VariantStats
 from overlapprof.renderers.table import _NONE, _ms, _pct, format_table
 
 
 def _x(factor: float | None) -> str:
     return _NONE if factor is None else f"{factor:.2f}x"
+
+
+def _xci(factor: float | None, ci) -> str:
+    """``1.23x [1.10-1.35]``: the factor with its bootstrap interval (when it has one)."""
+    if factor is None or ci is None:
+        return _x(factor)
+    return f"{factor:.2f}x [{ci[0]:.2f}-{ci[1]:.2f}]"
 
 
 def _saved(v: VariantStats) -> str:
@@ -33,11 +40,11 @@ def _rows(c: Comparison) -> list[tuple[str, object]]:
         ("overlap ratio", lambda v: _pct(v.overlap_ratio)),
         (f"compute, {med}ms", lambda v: _ms(v.compute_us)),
         ("bound (step - exposed), median ms", lambda v: _ms(v.bound_us)),
-        ("ideal-overlap speedup (step / bound)", lambda v: _x(v.ideal_speedup)),
+        ("ideal-overlap speedup (step / bound)", lambda v: _xci(v.ideal_speedup, v.ideal_speedup_ci)),
         (f"vs baseline {c.baseline}:", None),
-        ("  step-time speedup", lambda v: _x(v.speedup)),
+        ("  step-time speedup", lambda v: _xci(v.speedup, v.speedup_ci)),
         ("  exposed communication saved, ms", _saved),
-        ("  compute slowdown (compute / baseline's)", lambda v: _x(v.compute_slowdown)),
+        ("  compute slowdown (compute / baseline's)", lambda v: _xci(v.compute_slowdown, v.compute_slowdown_ci)),
     ]
     if any(v.link for v in c.variants):
         rows.append(("link (one medium shared by all ranks)", lambda v: v.link or _NONE))
@@ -46,7 +53,7 @@ def _rows(c: Comparison) -> list[tuple[str, object]]:
             ("host-measured step time (run.json):", None),
             ("  profiled steps, median ms", lambda v: _ms(v.host_step_us)),
             ("  unprofiled steps, median ms", lambda v: _ms(v.host_unprofiled_step_us)),
-            ("  speedup (unprofiled steps)", lambda v: _x(v.host_speedup)),
+            ("  speedup (unprofiled steps)", lambda v: _xci(v.host_speedup, v.host_speedup_ci)),
         ]
     rows.append(("ranks" if c.basis != PER_STEP else "samples (rank x step)", lambda v: str(v.samples)))
     return rows
@@ -66,6 +73,7 @@ def notes(c: Comparison, report_warnings: bool = True) -> list[str]:
     return [
         basis,
         "bound = the step time if every exposed microsecond of communication were hidden",
+        f"[low-high] = {100 * CI_LEVEL:.0f}% bootstrap interval over the samples (seeded, {BOOTSTRAP} resamples)",
         "compute slowdown > 1x: the same compute took longer (contention for cores, SMs, memory bandwidth)",
         *(f"warning: {w}" for w in c.warnings if w not in repeated),
     ]

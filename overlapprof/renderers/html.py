@@ -38,6 +38,11 @@ def _x(factor: float | None) -> str:
     return "–" if factor is None else f"{factor:.2f}×"
 
 
+def _xci(factor: float | None, ci) -> str:
+    """The factor with its bootstrap interval: ``1.23× [1.10–1.35]``."""
+    return _x(factor) if factor is None or ci is None else f"{factor:.2f}× [{ci[0]:.2f}–{ci[1]:.2f}]"
+
+
 @dataclass
 class Page:
     """What the sections read: the comparison (its reports and labels) and shared plot scales."""
@@ -90,8 +95,18 @@ def _header(page: Page) -> str:
         ratio = v.overlap_ratio
         bar = ('<div class="bar none"></div>' if ratio is None
                else f'<div class="bar"><i style="width:{100 * ratio:.1f}%"></i></div>')
-        speed = "baseline" if v.label == c.baseline else f"{_x(v.speedup)} vs {_e(c.baseline)}"
-        speed_row = f'<div class="kv"><span>speedup</span><b>{speed}</b></div>' if len(c.variants) > 1 else ""
+        if len(c.variants) < 2:
+            speed_row = ""
+        elif v.label == c.baseline:
+            speed_row = '<div class="kv"><span>speedup</span><b>baseline</b></div>'
+        else:
+            speed_row = "".join(
+                f'<div class="kv" data-speedup="{kind}"><span>{name}</span><b>{_e(_xci(f, ci))}</b></div>'
+                for kind, name, f, ci in (("profiled", f"speedup vs {_e(c.baseline)}, profiled", v.speedup,
+                                           v.speedup_ci),
+                                          ("unprofiled", "unprofiled steps (host)", v.host_speedup,
+                                           v.host_speedup_ci))
+                if kind == "profiled" or f is not None)
         cards.append(
             f'<div class="card"><div class="name">{_e(v.label)}</div>'
             f'<div class="big">{_pct(ratio)}</div><div class="sub">of communication hidden</div>{bar}'
@@ -122,9 +137,10 @@ def _comparison(page: Page) -> str | None:
             saved += f" ({100 * v.exposed_saved_frac:+.0f}%)"
         row = [_e(v.label) + (' <span class="tag">baseline</span>' if v.label == c.baseline else ""),
                _ms(v.step_us), _ms(v.step_p90_us), _ms(v.comm_us), _ms(v.exposed_comm_us), _pct(v.overlap_ratio),
-               _ms(v.compute_us), _ms(v.bound_us), _x(v.speedup), saved, _x(v.compute_slowdown)]
+               _ms(v.compute_us), _ms(v.bound_us), _xci(v.speedup, v.speedup_ci), saved,
+               _xci(v.compute_slowdown, v.compute_slowdown_ci)]
         if len(header) > 11:
-            row += [_ms(v.host_unprofiled_step_us), _x(v.host_speedup)]
+            row += [_ms(v.host_unprofiled_step_us), _xci(v.host_speedup, v.host_speedup_ci)]
         rows.append(row)
     from overlapprof.renderers.compare_table import notes
 
@@ -183,6 +199,20 @@ def _rank_table(page: Page, label: str, report: Report) -> str:
     notes += "".join(f'<p class="warn">warning: {_e(w)}</p>' for w in report.warnings)
     attrs = f' data-variant="{_e(label)}" data-ranks="{len(report.ranks)}"'
     return _section("Per rank (whole trace)", table(header, rows, "numbers ranks", attrs) + notes, level=3)
+
+
+def _partition(page: Page, label: str, report: Report) -> str | None:
+    if not any(r.partition for r in report.ranks):
+        return None
+    header = ["rank", "mean step ms", "compute ms", "exposed comm ms", "exposed memory ms", "idle ms"]
+    rows = [[str(r.rank), *(_ms(getattr(p, f)) for f in ("step_us", "compute_us", "exposed_comm_us",
+                                                           "exposed_memory_us", "idle_us"))]
+            for r in report.ranks if (p := r.partition) is not None]
+    note = ('<p class="note">Every millisecond of a step, once: compute, then communication not under '
+            'compute (exposed), then memory copies under neither, then idle (none of them: host work, '
+            'gaps). The four add up to the step time; means over each rank\'s steps.</p>')
+    return _section("Step time, accounted for", table(header, rows, "numbers partition",
+                                                      f' data-variant="{_e(label)}"') + note, level=3)
 
 
 def _timeline(page: Page, label: str, report: Report) -> str | None:
@@ -273,7 +303,7 @@ PageSection = Callable[[Page], "str | None"]
 RunSection = Callable[[Page, str, Report], "str | None"]
 
 PAGE_SECTIONS: list[PageSection] = [_header, _comparison, _runs, _definitions]
-RUN_SECTIONS: list[RunSection] = [_rank_table, _timeline, _exposure, _stragglers, _run_metadata]
+RUN_SECTIONS: list[RunSection] = [_rank_table, _partition, _timeline, _exposure, _stragglers, _run_metadata]
 
 _CSS = """
 :root{--ink:#1f2328;--muted:#656d76;--line:#d8dee4;--bg:#f6f8fa;--accent:#0072B2;--warn:#9a6700}

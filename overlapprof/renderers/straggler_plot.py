@@ -2,8 +2,8 @@
 
 Reads only ``Report.comms`` (:mod:`overlapprof.analysis.comms`). Two panels sharing the rank
 axis: left, each rank's time in matched collectives split into transfer (blue) and wait
-(vermillion); right, the wait the rank's late arrivals caused the other ranks, the top straggler
-highlighted. Same style and palette as :mod:`overlapprof.renderers.plots`.
+(vermillion), labelled with the wait and the total; right, the wait the rank's late arrivals
+caused the other ranks, the top straggler in wine, with a legend. Same style and palette as :mod:`overlapprof.renderers.plots`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from overlapprof.renderers.plots import COMPUTE, EXPOSED, INK, _figure, _ms, _style
 
 CAUSED = "#CC79A7"
-TOP = "#D55E00"
+TOP = "#882255"  # wine: darker than CAUSED, and not EXPOSED's vermillion of the charts beside it
 
 
 def has_chart(report) -> bool:
@@ -34,14 +34,20 @@ def straggler_figure(report, *, title: str | None = None):
         left.barh(ys, wait, left=transfer, color=EXPOSED, height=0.62, label="wait (duration − transfer)")
         span = max([t + w for t, w in zip(transfer, wait)] + [1e-3])
         for y, t, w, r in zip(ys, transfer, wait, ranks):
-            share = f" · {100 * r.wait_share:.0f}% of exposed comm" if r.wait_share is not None else ""
-            left.text(t + w + span * 0.01, y, f"{w:.2f} ms wait{share}", va="center", fontsize=7.5, color="#444444")
+            left.text(t + w + span * 0.01, y, f"{w:.2f} ms wait of {t + w:.2f} ms", va="center", fontsize=7.5,
+                      color="#444444")
         left.set_xlim(0, span * 1.45)
         left.set_xlabel("time in matched collectives (ms)")
         left.set_title(title or "Waiting vs transferring per rank")
         caused = [_ms(r.caused_wait_us) for r in ranks]
         colors = [TOP if r.rank == top else CAUSED for r in ranks]
         right.barh(ys, caused, color=colors, height=0.62)
+        from matplotlib.patches import Patch
+
+        handles = [Patch(color=CAUSED, label="wait caused to others")]
+        if top is not None:
+            handles.append(Patch(color=TOP, label=f"top straggler (rank {top})"))
+        right.legend(handles=handles, loc="lower right", fontsize=7.5, frameon=False)
         most = max(caused + [1e-3])
         for y, c, r in zip(ys, caused, ranks):
             if r.last_arrivals:

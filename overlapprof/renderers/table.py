@@ -97,6 +97,11 @@ def summary_lines(report: Report) -> list[str]:
         lines.append(straggler_line(report))
     if s.median_step_us is not None:
         lines.append(f"step time: median {_ms(s.median_step_us)} ms, p90 {_ms(s.p90_step_us)} ms")
+    for r in report.ranks:
+        if (p := r.partition) is not None:
+            lines.append(f"rank {r.rank} mean step {_ms(p.step_us)} ms = compute {_ms(p.compute_us)} + exposed comm "
+                         f"{_ms(p.exposed_comm_us)} + exposed memory {_ms(p.exposed_memory_us)} + idle "
+                         f"{_ms(p.idle_us)} ms")
     modes = sorted({r.mode for r in report.ranks})
     sources = sorted({r.rank_source for r in report.ranks})
     lines.append(
