@@ -165,7 +165,8 @@ def test_run_with_two_variants_ends_with_the_comparison(runs):
     assert "sync (baseline)" in table and "exposed communication saved, ms" in table
     c = compare([analyze([str(runs.ring["sync"])]), analyze([str(runs.ring["async"])])])
     speedup_line = next(line for line in table.splitlines() if line.strip().startswith("step-time speedup"))
-    assert speedup_line.split()[-1] == f"{c.variants[1].speedup:.2f}x"
+    lo, hi = c.variants[1].speedup_ci
+    assert speedup_line.split()[-2:] == [f"{c.variants[1].speedup:.2f}x", f"[{lo:.2f}-{hi:.2f}]"]
 
 
 def test_every_factor_has_a_seeded_interval_around_it(reports):
