@@ -332,7 +332,7 @@ th,td{padding:5px 10px;border-bottom:1px solid var(--line);text-align:left;verti
 th{background:var(--bg);font-weight:600;vertical-align:bottom}
 .scroll{overflow-x:auto;max-width:100%}
 table.numbers td,table.numbers th{text-align:right;font-variant-numeric:tabular-nums}
-table.numbers td{white-space:nowrap}
+table.numbers td{white-space:normal}
 table.numbers td:first-child,table.numbers th:first-child{text-align:left}
 table.numbers tbody tr:hover{background:#fafbfc}
 table.meta td:first-child{color:var(--muted);white-space:nowrap}
