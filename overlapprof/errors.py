@@ -38,3 +38,7 @@ class RunDirError(OverlapprofError):
 
 class LaunchError(OverlapprofError):
     """The launch flags cannot work on this machine (e.g. --device cuda without a GPU)."""
+
+
+class OutputError(OverlapprofError):
+    """An output file may not be written there (over a run's data, a folder, a missing folder)."""

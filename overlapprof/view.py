@@ -121,21 +121,28 @@ def _launch(logdir: Path, port: int, log_path: Path, timeout_s: float) -> Tensor
     raise TensorBoardError(f"TensorBoard did not answer within {timeout_s:.0f} s (log: {log_path})")
 
 
+def check_logdir(path: str | Path) -> Path:
+    """``path`` as a Path when TensorBoard has something to show below it; InputError (one
+    line) when it is missing, not a directory, or holds no traces and no event files."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such run directory or folder")
+    if not path.is_dir():
+        raise InputError(f"{path}: not a directory (give a run directory or a folder of them)")
+    if not any(path.rglob("*.pt.trace.json*")) and not any(path.rglob("events.out.tfevents.*")):
+        raise InputError(f"{path}: nothing for TensorBoard below this folder (no *.pt.trace.json[.gz] traces, "
+                         "no event files)")
+    return path
+
+
 def start(path: str | Path, port: int | None = None, *, scalars: bool = True, log=None,
           timeout_s: float = 120.0) -> TensorBoardServer:
     """Start TensorBoard with ``path`` (a run directory or a folder of them) as its logdir.
 
     ``port``: the preferred port (default 6006); when busy, another free one. ``scalars``: first
     write the overlap scalars of run directories that lack them. ``log(line)`` gets notes.
-    Raises InputError for a path that is not a directory, TensorBoardError when it won't start."""
-    path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path}: no such directory")
-    if not path.is_dir():
-        raise InputError(f"{path}: not a directory (give a run directory or a folder of them)")
-    if not any(path.rglob("*.pt.trace.json*")) and not any(path.rglob("events.out.tfevents.*")):
-        raise InputError(f"{path}: nothing for TensorBoard below this folder (no *.pt.trace.json[.gz] traces, "
-                         "no event files)")
+    Raises InputError for a path with nothing to show (:func:`check_logdir`), TensorBoardError when it won't start."""
+    path = check_logdir(path)
     try:
         import tensorboard  # noqa: F401
     except ImportError:

@@ -9,6 +9,7 @@ import importlib
 import click
 
 from overlapprof import __version__
+from overlapprof.cli.common import OneLineErrors
 
 # command name -> (module, attribute, one-line help shown by `overlapprof --help`)
 _COMMANDS = {
@@ -21,8 +22,9 @@ _COMMANDS = {
 }
 
 
-class LazyGroup(click.Group):
-    """A click group that imports a subcommand's module only when that command is used."""
+class LazyGroup(OneLineErrors, click.Group):
+    """A click group that imports a subcommand's module only when that command is used; errors
+    end every command the same way (cli.common.OneLineErrors)."""
 
     def list_commands(self, ctx):
         return list(_COMMANDS)
@@ -41,7 +43,8 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
              epilog="Exit codes: 0 success; 1 a run or a command's work failed; 2 bad input "
-                    "(one 'Error: ...' line); 130 interrupted (Ctrl-C).")
+                    "(one 'Error: ...' line); 130 interrupted (Ctrl-C). Each command's help "
+                    "states its own.")
 @click.version_option(__version__, prog_name="overlapprof")
 def main():
     """Compute/communication overlap profiler for PyTorch distributed."""

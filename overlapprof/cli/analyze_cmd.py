@@ -7,27 +7,7 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import run_reading_options
-
-
-def _reading(command):
-    for decorator in reversed(run_reading_options()):
-        command = decorator(command)
-    return command
-
-
-def _write(text: str, dest: str, what: str, quiet: bool) -> None:
-    from overlapprof.trace.discover import is_trace_file
-
-    if dest == "-":
-        click.echo(text, nl=False)
-        return
-    path = Path(dest)
-    if is_trace_file(path):
-        raise click.UsageError(f"refusing to write the {what} over {dest}, a trace file (use '--{what} -' for stdout)")
-    path.write_text(text)
-    if not quiet:
-        click.echo(f"{what} written to {dest}", err=True)
+from overlapprof.cli.common import check_output, command, emit, fail, reading_kwargs, reading_options
 
 
 class _Progress:
@@ -50,7 +30,7 @@ class _Progress:
             self.bar.__exit__(None, None, None)
 
 
-@click.command(name="analyze")
+@command("analyze")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--by", type=click.Choice(["rank", "step", "kind", "collective"]), default="rank", show_default=True,
               help="Rows of the table and CSV: one per rank, per ProfilerStep or per kind of communication; "
@@ -59,34 +39,24 @@ class _Progress:
               help="The full report as JSON, to FILE or (alone, or '-') to stdout instead of the table.")
 @click.option("--csv", "csv_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
               help="The --by rows as CSV, to FILE or (alone, or '-') to stdout instead of the table.")
-@click.option("--comm-kernel", "comm_kernels", multiple=True, metavar="REGEX",
-              help="Also count kernels matching REGEX (any case) as communication. Repeatable.")
 @click.option("--comm-backend", "comm_backends", multiple=True, metavar="NAME",
               help="CPU mode: also count NAME:<op> annotations as communication (besides gloo, nccl, mpi, "
                    "ucc, xccl, hccl). Repeatable.")
 @click.option("--comm-ops", is_flag=True,
               help="Keep one record per communication operation in the JSON report.")
-@_reading
-@click.option("--drop-last-step", is_flag=True,
-              help="Like HolisticTraceAnalysis: leave out events of each rank's last ProfilerStep.")
-@click.option("--require-launch", is_flag=True,
-              help="Like HolisticTraceAnalysis: leave out GPU events whose launch is not in the trace.")
 @click.option("--like-hta", is_flag=True,
               help="Each rank's numbers exactly as HolisticTraceAnalysis 0.5.0's get_comm_comp_overlap computes "
                    "them (implies --drop-last-step --require-launch).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Processes that analyze ranks in parallel (default: one per CPU).")
-@click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr.")
-@click.pass_context
-def analyze(ctx, paths, by, json_out, csv_out, comm_kernels, comm_backends, comm_ops, no_comms, align_clocks, allow_partial,
-            drop_last_step, require_launch, like_hta, workers, quiet):
+@reading_options
+def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, workers, quiet, **kw):
     """Overlap ratio and exposed communication of PyTorch profiler traces.
 
     PATHS are trace files (.json or .json.gz, any name), folders of traces, or run directories
     of `overlapprof run`; a report saved with --json FILE is re-rendered. Numbers follow
     OVERLAP.md: the whole trace counts unless a filter option is given.
     """
-    from overlapprof.errors import OverlapprofError
     from overlapprof.renderers import csv as csv_renderer
     from overlapprof.renderers import json as json_renderer
     from overlapprof.renderers import table
@@ -94,41 +64,28 @@ def analyze(ctx, paths, by, json_out, csv_out, comm_kernels, comm_backends, comm
     from overlapprof.trace.discover import is_saved_report
 
     if json_out == "-" and csv_out == "-":
-        raise click.UsageError("--json and --csv cannot both go to stdout; give one of them a FILE")
-    progress = _Progress(enabled=not quiet and sys.stderr.isatty())
-    try:
-        if len(paths) == 1 and Path(paths[0]).is_file() and is_saved_report(Path(paths[0])):
-            report = Report.load(paths[0])
-        else:
-            from overlapprof.analysis import analyze as run_analysis
+        fail("--json and --csv cannot both go to stdout; give one of them a FILE")
+    check_output(json_out, "json")  # before the analysis: a refused path costs nothing
+    check_output(csv_out, "csv")
+    if len(paths) == 1 and Path(paths[0]).is_file() and is_saved_report(Path(paths[0])):
+        report = Report.load(paths[0])
+    else:
+        from overlapprof.analysis import analyze as run_analysis
 
-            try:
-                report = run_analysis(
-                    list(paths),
-                    comm_kernels=comm_kernels,
-                    comm_backends=comm_backends,
-                    allow_partial=allow_partial,
-                    drop_last_step=drop_last_step,
-                    require_launch=require_launch,
-                    like_hta=like_hta,
-                    comm_ops=comm_ops,
-                    comms=not no_comms,
-                    align_clocks=align_clocks,
-                    workers=workers,
-                    progress=progress,
-                )
-            finally:
-                progress.close()
-    except OverlapprofError as exc:
-        click.echo(f"Error: {exc}", err=True)
-        ctx.exit(2)
+        progress = _Progress(enabled=not quiet and sys.stderr.isatty())
+        try:
+            report = run_analysis(list(paths), comm_backends=comm_backends, like_hta=like_hta,
+                                  comm_ops=comm_ops, workers=workers, progress=progress,
+                                  **reading_kwargs(kw))
+        finally:
+            progress.close()
     to_stdout = "-" in (json_out, csv_out)
     if to_stdout and not quiet:
         for warning in report.warnings:
             click.echo(f"warning: {warning}", err=True)
     if json_out:
-        _write(json_renderer.render(report), json_out, "json", quiet)
+        emit(json_renderer.render(report), json_out, "json", quiet)
     if csv_out:
-        _write(csv_renderer.render(report, by=by), csv_out, "csv", quiet)
+        emit(csv_renderer.render(report, by=by), csv_out, "csv", quiet)
     if not to_stdout:
         click.echo(table.render(report, by=by), nl=False)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import analysis_options, reading_kwargs, fail, load_comparison
+from overlapprof.cli.common import analysis_options, check_output, command, emit, fail, load_comparison, reading_kwargs
 
 
-@click.command(name="compare")
+@command("compare")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
               help="The full comparison (numbers and the reports) as JSON, to FILE or (alone, or '-') "
@@ -17,7 +17,7 @@ from overlapprof.cli.common import analysis_options, reading_kwargs, fail, load_
 @click.option("--csv", "csv_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
               help="One row per variant as CSV, to FILE or (alone, or '-') to stdout instead of the table.")
 @analysis_options
-def compare(paths, json_out, csv_out, labels, comm_kernels, drop_last_step, require_launch, quiet, **kw):
+def compare(paths, json_out, csv_out, labels, quiet, **kw):
     """Compare runs: step time, communication, exposed communication, overlap ratio and compute
     per variant, and against the first (the baseline): speedup, exposed communication saved,
     compute slowdown; plus each variant's bound (step - exposed).
@@ -26,25 +26,22 @@ def compare(paths, json_out, csv_out, labels, comm_kernels, drop_last_step, requ
     each), saved reports (`analyze --json FILE`), or one saved comparison (`compare --json FILE`).
     Values are per-step medians when the traces have ProfilerSteps, else whole-trace values.
     """
-    from overlapprof.cli.analyze_cmd import _write
     from overlapprof.compare import is_saved_comparison
     from overlapprof.renderers import compare_csv, compare_json, compare_table
 
     if len(paths) < 2 and not (Path(paths[0]).is_file() and is_saved_comparison(Path(paths[0]))):
-        raise click.UsageError("give at least two runs to compare (the first is the baseline)")
+        fail("give at least two runs to compare (the first is the baseline)")
     if json_out == "-" and csv_out == "-":
-        raise click.UsageError("--json and --csv cannot both go to stdout; give one of them a FILE")
-    comparison = load_comparison(paths, labels, comm_kernels, drop_last_step, require_launch, quiet,
-                                 **reading_kwargs(kw))
+        fail("--json and --csv cannot both go to stdout; give one of them a FILE")
+    check_output(json_out, "json")  # before the analysis: a refused path costs nothing
+    check_output(csv_out, "csv")
+    comparison = load_comparison(paths, labels, quiet, **reading_kwargs(kw))
     if not quiet and "-" in (json_out, csv_out):  # else the table (stdout) ends with them
         for warning in comparison.warnings:
             click.echo(f"warning: {warning}", err=True)
-    try:
-        if json_out:
-            _write(compare_json.render(comparison), json_out, "json", quiet)
-        if csv_out:
-            _write(compare_csv.render(comparison), csv_out, "csv", quiet)
-    except OSError as exc:
-        fail(f"cannot write the output: {exc.strerror or exc}")
+    if json_out:
+        emit(compare_json.render(comparison), json_out, "json", quiet)
+    if csv_out:
+        emit(compare_csv.render(comparison), csv_out, "csv", quiet)
     if "-" not in (json_out, csv_out):
         click.echo(compare_table.render(comparison), nl=False)

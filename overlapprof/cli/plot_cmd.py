@@ -6,15 +6,15 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import analysis_options, reading_kwargs, check_output, fail, load_comparison, write_output
+from overlapprof.cli.common import analysis_options, check_output, command, emit, fail, load_comparison, reading_kwargs
 
 CHARTS = ("timeline", "exposure", "comparison", "straggler")
 
 
-@click.command(name="plot")
+@command("plot")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, metavar="FILE",
-              help="The image to write: .png, .svg or .pdf.")
+              help="The image to write: .png, .svg or .pdf (never inside a run directory).")
 @click.option("--chart", type=click.Choice(CHARTS), default="timeline", show_default=True,
               help="timeline: one step per rank, compute and communication lanes; exposure: exposed "
                    "vs hidden communication per rank; comparison: the variants (two or more inputs); "
@@ -23,25 +23,20 @@ CHARTS = ("timeline", "exposure", "comparison", "straggler")
 @click.option("--dpi", type=click.IntRange(min=30, max=600), default=144, show_default=True,
               help="Resolution of a PNG.")
 @analysis_options
-def plot(paths, output, chart, dpi, labels, comm_kernels, drop_last_step, require_launch, quiet, **kw):
+def plot(paths, output, chart, dpi, labels, quiet, **kw):
     """Draw a chart of a run (a run directory, traces or a saved report) to an image file; the
     format comes from the file's suffix (.png, .svg, .pdf).
 
     With several inputs, the timeline and exposure charts show the first one; the comparison
     chart needs two or more (the first is the baseline).
     """
-    from overlapprof.errors import OverlapprofError
     from overlapprof.renderers import plots, straggler_plot
 
     if chart == "comparison" and len(paths) < 2:
-        raise click.UsageError("--chart comparison needs at least two inputs")
+        fail("--chart comparison needs at least two inputs")
     check_output(output, "plot")
-    try:
-        fmt = plots.format_of(output)
-    except OverlapprofError as exc:
-        fail(exc)
-    comparison = load_comparison(paths, labels, comm_kernels, drop_last_step, require_launch, quiet,
-                                 **reading_kwargs(kw))
+    fmt = plots.format_of(output)
+    comparison = load_comparison(paths, labels, quiet, **reading_kwargs(kw))
     first, label = comparison.reports[0], comparison.variants[0].label
     if chart == "timeline":
         fig = plots.timeline_figure(first, title=f"{label}: one step per rank")
@@ -54,4 +49,4 @@ def plot(paths, output, chart, dpi, labels, comm_kernels, drop_last_step, requir
         fig = straggler_plot.straggler_figure(first, title=f"{label}: waiting vs transferring")
     else:
         fig = plots.comparison_figure(comparison)
-    write_output(output, plots.to_bytes(fig, fmt, dpi=dpi), "plot", quiet)
+    emit(plots.to_bytes(fig, fmt, dpi=dpi), output, "plot", quiet)

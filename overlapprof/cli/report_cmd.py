@@ -6,18 +6,18 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import analysis_options, reading_kwargs, check_output, load_comparison, note, write_output
+from overlapprof.cli.common import analysis_options, check_output, command, emit, load_comparison, note, reading_kwargs
 
 DEFAULT_OUT = "report.html"
 
 
-@click.command(name="report")
+@command("report")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None, metavar="FILE",
               help=f"The HTML file to write (default: ./{DEFAULT_OUT}, never over an existing file; "
-                   "a file named here is replaced).")
+                   "a file named here is replaced; never inside a run directory).")
 @analysis_options
-def report(paths, output, labels, comm_kernels, drop_last_step, require_launch, quiet, **kw):
+def report(paths, output, labels, quiet, **kw):
     """Write ONE self-contained HTML page (no network needed to open it) about one or more runs:
     the summary tables, a per-rank timeline of one step, exposed vs hidden communication per
     rank, the variant comparison (with several runs, the first as baseline) and each run's
@@ -31,9 +31,8 @@ def report(paths, output, labels, comm_kernels, drop_last_step, require_launch, 
     named = output is not None
     dest = output if named else Path(DEFAULT_OUT)
     check_output(dest, "report", named)
-    comparison = load_comparison(paths, labels, comm_kernels, drop_last_step, require_launch, quiet,
-                                 **reading_kwargs(kw))
+    comparison = load_comparison(paths, labels, quiet, **reading_kwargs(kw))
     for warning in comparison.warnings:
         note(f"warning: {warning}", quiet)
     note("drawing the plots", quiet)
-    write_output(dest, html.render(comparison), "report", quiet, named)
+    emit(html.render(comparison), dest, "report", quiet, named)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from overlapprof.cli.common import command, fail, note
+
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -20,7 +22,9 @@ def _nccl_debug(ctx, param, value):
     return level.upper(), subsys.upper()
 
 
-@click.command(name="run", context_settings={"show_default": True})
+@command("run", context_settings={"show_default": True},
+         epilog="Exit codes: 0 every run succeeded; 1 a run failed (its logs and traces are kept); 2 bad "
+                "input (one 'Error: ...' line on stderr); 130 interrupted (Ctrl-C).")
 @click.argument("workload", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("workload_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--nproc", "--nproc-per-node", "nproc", type=click.IntRange(min=1), default=2,
@@ -84,49 +88,52 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
     `overlapprof run workloads/ring.py --nproc 4 -- --size 512`) or as --opt key=value.
     """
     if nnodes > 1 and not (run_id and rdzv_endpoint):
-        raise click.UsageError("--nnodes > 1 needs --run-id (the shared run directory name) and "
+        fail("--nnodes > 1 needs --run-id (the shared run directory name) and "
                                "--rdzv-endpoint (node 0's HOST:PORT)")
     if node_rank >= nnodes:
-        raise click.UsageError(f"--node-rank {node_rank} is not below --nnodes {nnodes}")
+        fail(f"--node-rank {node_rank} is not below --nnodes {nnodes}")
     if run_id and not _RUN_ID.match(run_id):
-        raise click.UsageError(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-'")
+        fail(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-'")
     from overlapprof import workload as workload_api  # imports torch: after the cheap checks
-    from overlapprof.errors import OverlapprofError
     from overlapprof.launch import launcher
 
-    try:
-        loaded = workload_api.load(workload)
-        if list_variants:
-            click.echo(loaded.describe())
-            return
-        request = launcher.RunRequest(
-            workload=loaded, variants=loaded.check_variants(variants),
-            options=loaded.resolve_options(opts, workload_args), nproc=nproc, nnodes=nnodes,
-            node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, run_id=run_id, device=device,
-            backend=backend, nccl_debug=nccl_debug[0], nccl_debug_subsys=nccl_debug[1],
-            timeout_s=timeout_s, warmup_steps=warmup_steps, wait=wait, warmup=warmup,
-            active=active, repeat=repeat, with_stack=with_stack, gzip=gzip, out=out)
-        if link_rate:  # re-executes this command in a network namespace with a paced loopback
-            from overlapprof.launch import netns
+    loaded = workload_api.load(workload)
+    if list_variants:
+        click.echo(loaded.describe())
+        return
+    request = launcher.RunRequest(
+        workload=loaded, variants=loaded.check_variants(variants),
+        options=loaded.resolve_options(opts, workload_args), nproc=nproc, nnodes=nnodes,
+        node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, run_id=run_id, device=device,
+        backend=backend, nccl_debug=nccl_debug[0], nccl_debug_subsys=nccl_debug[1],
+        timeout_s=timeout_s, warmup_steps=warmup_steps, wait=wait, warmup=warmup,
+        active=active, repeat=repeat, with_stack=with_stack, gzip=gzip, out=out)
+    if link_rate:  # re-executes this command in a network namespace with a paced loopback
+        from overlapprof.launch import netns
 
-            request.link, code = netns.prepare(request, link_rate, sys.argv[1:])
-            if code is not None:
-                sys.exit(code)
-        results = launcher.run(request)
-    except OverlapprofError as exc:
-        click.echo(f"Error: {exc}", err=True)
-        sys.exit(2)
+        request.link, code = netns.prepare(request, link_rate, sys.argv[1:])
+        if code is not None:
+            sys.exit(code)
+    results = launcher.run(request)
     if not no_analyze:  # tables, TensorBoard scalars, and the comparison of several variants
-        from overlapprof.cli.common import after_run
-
-        after_run([(r.variant, r.run_dir) for r in results if r.ok])
+        _after_run([(r.variant, r.run_dir) for r in results if r.ok])
     failed = next((r for r in results if not r.ok), None)
     if failed is not None and failed.interrupted:
-        click.echo(f"Error: {loaded.name}/{failed.variant} interrupted; logs and traces kept in "
-                   f"{failed.run_dir}", err=True)
-        sys.exit(130)
+        fail(f"{loaded.name}/{failed.variant} interrupted; logs and traces kept in {failed.run_dir}", exit_code=130)
     if failed is not None:
-        click.echo(f"Error: {loaded.name}/{failed.variant} failed: {failed.failure_line()}; "
-                   f"logs and traces kept in {failed.run_dir}", err=True)
-        sys.exit(1)
+        fail(f"{loaded.name}/{failed.variant} failed: {failed.failure_line()}; "
+             f"logs and traces kept in {failed.run_dir}", exit_code=1)
 
+
+def _after_run(runs) -> None:
+    """Print each run's table as it is analyzed, then the comparison (overlapprof.after_run)."""
+    from overlapprof.after_run import analyze_runs
+    from overlapprof.renderers import compare_table, table
+
+    def show(variant, run_dir, report):
+        click.echo(f"\n{variant}: {run_dir}\n{table.render(report)}", nl=False)
+
+    done = analyze_runs(runs, on_report=show, log=note)
+    if done.comparison is not None:  # its own warnings end its table
+        click.echo(f"\ncomparison ({len(done.runs)} variants, baseline {done.comparison.baseline}):\n"
+                   f"{compare_table.render(done.comparison, report_warnings=False)}", nl=False)

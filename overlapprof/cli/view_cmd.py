@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import click
 
-from overlapprof.cli.common import fail, note
+from overlapprof.cli.common import command, fail, note
 
 
-@click.command(name="view")
+@command("view", epilog="Exit codes: 0 stopped with Ctrl-C; 1 TensorBoard stopped on its own; 2 bad input "
+                        "(one 'Error: ...' line on stderr).")
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--port", type=click.IntRange(min=1, max=65535), default=6006, show_default=True,
               help="Port to serve on (127.0.0.1 only); when busy, a free one is picked.")
@@ -24,17 +25,10 @@ def view(path, port, no_scalars, quiet):
     where missing.
     """
     from overlapprof import view as tb_view
-    from overlapprof.errors import OverlapprofError
 
-    from pathlib import Path
-
-    if not Path(path).exists():
-        fail(f"{path}: no such run directory or folder")
+    tb_view.check_logdir(path)  # a bad path fails before anything starts
     note("starting TensorBoard", quiet)
-    try:
-        server = tb_view.start(path, port, scalars=not no_scalars, log=lambda line: note(line, quiet))
-    except OverlapprofError as exc:
-        fail(exc)
+    server = tb_view.start(path, port, scalars=not no_scalars, log=lambda line: note(line, quiet))
     click.echo(f"TensorBoard: {server.url}/  (Ctrl-C to stop)")
     note("torch-tb-profiler's Overview and Distributed views load Google Charts from the "
          "internet and stay blank offline; `overlapprof report` draws them offline", quiet)
@@ -44,4 +38,4 @@ def view(path, port, no_scalars, quiet):
         server.stop()
         return
     if code:
-        fail(f"TensorBoard stopped with code {code}: {server.log_tail(1)}")
+        fail(f"TensorBoard stopped with code {code}: {server.log_tail(1)}", exit_code=1)
