@@ -216,15 +216,19 @@ class Workload:
         return pairs
 
     def describe(self):
-        """The text of ``--list-variants``: variants (default marked) and options."""
+        """The text of ``--list-variants``: variants (default marked) and options, in columns as
+        wide as their longest entry, so a long name never pushes its row out of line."""
         lines = [f"workload {self.name} ({self.path})", "variants:"]
+        name_width = max(map(len, [*self.variants, *self.options]), default=0)
         for name, text in self.variants.items():
             mark = " (default)" if name == self.default_variant else ""
-            lines.append(f"  {name:<14} {text}{mark}")
+            lines.append(f"  {name:<{name_width}}  {text}{mark}")
         lines.append("options (--opt key=value, or after --):")
+        defaults = {option.name: repr(option.default) for option in self.options.values()}
+        default_width = max(map(len, defaults.values()), default=0)
         for option in self.options.values():
-            default = f"{option.default!r}"
-            lines.append(f"  {option.name:<14} {default:<8} {option.help}".rstrip())
+            lines.append(f"  {option.name:<{name_width}}  {defaults[option.name]:<{default_width}}  "
+                         f"{option.help}".rstrip())
         return "\n".join(lines)
 
     def _error(self, problem):

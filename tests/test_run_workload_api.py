@@ -61,7 +61,8 @@ def test_a_users_file_loads_with_variants_options_and_steps(user_workload):
     assert list(w.options) == ["size", "lr", "verbose", "mode", "slow_rank", "slow_ms"]
     assert w.options["size"].help == "matrix side"
     text = w.describe()
-    assert "async          overlapped (default)" in text and "size           64" in text
+    rows = {line.split()[0]: line.split(None, 1)[1] for line in text.splitlines()[2:] if line.startswith("  ")}
+    assert rows["async"] == "overlapped (default)" and rows["size"].split()[:2] == ["64", "matrix"]
 
 
 def test_options_are_converted_from_both_forms(user_workload):
