@@ -9,6 +9,7 @@ ranges) over the repeats of:
                per-step samples of the traces, (rank, step) pairs)
     host     = the same for the unprofiled-step speedup (host_speedup_ci; host step times)
     speedup  = the step-time speedup itself (baseline step_us / step_us)
+    rel      = width / speedup of each run (the interval's width relative to the value)
     run s    = wall seconds of one ``overlapprof run`` of both variants
 
 The default ``--active`` of ``overlapprof run`` is picked from this table: the smallest value
@@ -61,6 +62,11 @@ def median(values):
     return statistics.median(values) if values else float("nan")
 
 
+def relative(row) -> float | None:
+    width, _, speedup = row
+    return None if width is None or not speedup else width / speedup
+
+
 def spread(values) -> str:
     values = [v for v in values if v is not None]
     return f"{min(values):.2f}-{max(values):.2f}" if values else "-"
@@ -74,7 +80,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"ring, {args.nproc} ranks, sync vs async, {args.repeat} runs per --active "
           "(medians over the runs)")
-    print(f"{'--active':>8} {'samples':>8} {'width':>7} {'(range)':>11} {'host':>7} {'speedup':>8} "
+    print(f"{'--active':>8} {'samples':>8} {'width':>7} {'(range)':>11} {'rel':>5} {'host':>7} {'speedup':>8} "
           f"{'(range)':>11} {'run s':>6}")
     with tempfile.TemporaryDirectory(prefix="active_bench-") as tmp:
         for active in args.active:
@@ -84,7 +90,8 @@ def main() -> None:
                 seconds.append(launch(active, args.nproc, Path(tmp), run_id))
                 rows.append(widths(Path(tmp), run_id))
             print(f"{active:>8} {active * args.nproc:>8} {median(r[0] for r in rows):>7.2f} "
-                  f"{spread(r[0] for r in rows):>11} {median(r[1] for r in rows):>7.2f} "
+                  f"{spread(r[0] for r in rows):>11} {median(relative(r) for r in rows):>5.2f} "
+                  f"{median(r[1] for r in rows):>7.2f} "
                   f"{median(r[2] for r in rows):>7.2f}x {spread(r[2] for r in rows):>11} "
                   f"{median(seconds):>6.1f}", flush=True)
 
