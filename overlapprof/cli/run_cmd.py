@@ -62,7 +62,9 @@ def _nccl_debug(ctx, param, value):
               help="Profiler schedule: steps skipped at the start of each cycle.")
 @click.option("--warmup", type=click.IntRange(min=0), default=1,
               help="Profiler schedule: steps traced but discarded before the active ones.")
-@click.option("--active", type=click.IntRange(min=1), default=3,
+# 16: the comparison's bootstrap intervals narrow up to about there within a run of seconds
+# (benchmarks/active_bench.py; README, "Running a workload").
+@click.option("--active", type=click.IntRange(min=1), default=16,
               help="Profiler schedule: steps recorded per cycle. Each cycle starts with as "
                    "many steps with the profiler off, the baseline of its overhead.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1,
