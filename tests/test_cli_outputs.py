@@ -108,6 +108,10 @@ def test_outputs_outside_are_written_whole_and_replaced_when_named(run_copy, tmp
         assert result.exit_code == 0 and result.stderr == "", result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp.csv", "page.html", "report.json", "t.svg"]
     assert (tmp_path / "cmp.csv").read_text().count("\n") == 3  # header, sync, async
+    beside = a.parent / "beside.svg"  # the folder holding run directories is not one
+    result = cli.invoke(main, ["plot", str(a), "-o", str(beside), "-q"])
+    assert result.exit_code == 0 and beside.read_bytes().lstrip().startswith(b"<?xml"), result.output
+    beside.unlink()
 
 
 def test_the_writer_replaces_through_a_temporary_and_keeps_the_mode(tmp_path):

@@ -152,8 +152,8 @@ NPROC = 3
 def _run(out, run_id, slow_ms):
     proc = subprocess.run(
         [sys.executable, "-m", "overlapprof", "run", REPO / "workloads/allreduce.py", "--nproc", str(NPROC),
-         "--variant", "sync", "--run-id", run_id, "--out", out, "--no-analyze",
-         "--opt", "slow_rank=1", "--opt", f"slow_ms={slow_ms}"],
+         "--variant", "sync", "--run-id", run_id, "--out", out, "--no-analyze", "--active", "3",
+         "--opt", "slow_rank=1", "--opt", f"slow_ms={slow_ms}"],  # 3 steps: every one is checked below
         capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return overlapprof.analyze(Path(out) / f"{run_id}-sync", workers=1)
