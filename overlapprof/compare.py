@@ -95,12 +95,14 @@ def _unique_labels(reports: list[Report], labels) -> list[str]:
     return out if len(set(out)) == len(out) else [f"{lab} #{k + 1}" for k, lab in enumerate(labels)]
 
 
+def _sample_rows(report: Report, per_step: bool) -> list:
+    """What a variant's medians are taken over: every (rank, step)'s StepMetrics, or each rank's Metrics."""
+    return [s for r in report.ranks for s in r.steps] if per_step else [r.metrics for r in report.ranks]
+
+
 def _samples(report: Report, per_step: bool) -> dict[str, np.ndarray]:
     """The per-sample values the factors' medians come from (µs): step, bound, compute, host."""
-    if per_step:
-        rows = [s for r in report.ranks for s in r.steps]
-    else:
-        rows = [r.metrics for r in report.ranks]
+    rows = _sample_rows(report, per_step)
     out = {"compute": np.array([s.compute_us for s in rows], dtype=float),
            "host": np.array(_host_step_times_us(report, "unprofiled"), dtype=float)}
     if per_step:
@@ -169,10 +171,7 @@ def noise_warnings(variants: list[VariantStats]) -> list[str]:
 
 
 def _stats(report: Report, label: str, per_step: bool) -> VariantStats:
-    if per_step:
-        samples = [s for r in report.ranks for s in r.steps]
-    else:
-        samples = [r.metrics for r in report.ranks]
+    samples = _sample_rows(report, per_step)
     comm = sum(s.comm_us for s in samples)
     host = _host_step_times_us(report, "profiled")
     world = _run_field(report, "world_size")

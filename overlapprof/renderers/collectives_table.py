@@ -9,7 +9,7 @@ unmatched operations and how matching and clocks were done. Definitions are thos
 from __future__ import annotations
 
 from overlapprof.renderers.format import (
-    PLACEHOLDER, count, factor, gbps, human_bytes, ms, percent, rank_list, signed_ms, text_table, times,
+    PLACEHOLDER, count, factor, gbps, human_bytes, ms, percent, rank_list, text_table, times,
 )
 from overlapprof.report import Report
 
@@ -83,7 +83,7 @@ def detail_lines(report: Report) -> list[str]:
     methods = ", ".join(f"{m.kind} {m.method} ({m.instances} matched, {m.unmatched_ops} unmatched)" for m in c.matching)
     lines.append(f"matching: {methods}")
     if c.clocks == "aligned":
-        offsets = ", ".join(f"{d.name} {signed_ms(d.offset_us)} ms ({d.instances} collectives)" for d in c.domains)
+        offsets = ", ".join(f"{d.name} {ms(d.offset_us, signed=True)} ms ({d.instances} collectives)" for d in c.domains)
         lines.append(f"clocks: aligned on matched collectives' ends: {offsets}")
     else:
         lines.append(f"clocks: {c.clocks}: " + "; ".join(f"{d.name}: ranks {rank_list(d.ranks)}" for d in c.domains))

@@ -5,7 +5,7 @@ value reads the same in the text tables, the CSV-free views and the HTML page:
 
 - a missing value (None: no communication, no steps, unknown): ``PLACEHOLDER`` (``-``)
 - time: µs in, milliseconds out with 3 decimals (``ms(1234.5)`` = ``1.234``; the unit is in the
-  column or row name); ``signed_ms`` with its sign (``+1.234``)
+  column or row name); a difference with its sign (``+1.234``)
 - ratio: a fraction in, a percentage with 2 decimals out (``percent(0.1495)`` = ``14.95%``)
 - factor: ``1.23x``; with its bootstrap interval ``1.23x [1.10-1.35]``
 - bytes: decimal units (1 kB = 1000 B, as nccl-tests and GB/s use): ``1.05 MB``
@@ -22,24 +22,14 @@ def to_ms(us: float) -> float:
     return us / 1000.0
 
 
-def ms(us: float | None) -> str:
-    """Microseconds as milliseconds, 3 decimals."""
-    return PLACEHOLDER if us is None else f"{us / 1000:.3f}"
+def ms(us: float | None, signed: bool = False) -> str:
+    """Microseconds as milliseconds, 3 decimals (``signed``: with its sign, for a difference)."""
+    return PLACEHOLDER if us is None else f"{us / 1000:+.3f}" if signed else f"{us / 1000:.3f}"
 
 
-def signed_ms(us: float | None) -> str:
-    """Microseconds as milliseconds with a sign (a difference: ``+1.234``)."""
-    return PLACEHOLDER if us is None else f"{us / 1000:+.3f}"
-
-
-def percent(ratio: float | None) -> str:
-    """A fraction as a percentage, 2 decimals."""
-    return PLACEHOLDER if ratio is None else f"{100 * ratio:.2f}%"
-
-
-def signed_percent(ratio: float | None) -> str:
-    """A fraction as a signed percentage (a change: ``+12.34%``)."""
-    return PLACEHOLDER if ratio is None else f"{100 * ratio:+.2f}%"
+def percent(ratio: float | None, signed: bool = False) -> str:
+    """A fraction as a percentage, 2 decimals (``signed``: with its sign, for a change)."""
+    return PLACEHOLDER if ratio is None else f"{100 * ratio:+.2f}%" if signed else f"{100 * ratio:.2f}%"
 
 
 def factor(value: float | None, interval: tuple[float, float] | None = None) -> str:
@@ -53,7 +43,7 @@ def saved_ms(us: float | None, fraction: float | None) -> str:
     """A saving in ms with its share of the baseline: ``+1.234 (+12.34%)``."""
     if us is None:
         return PLACEHOLDER
-    return signed_ms(us) + (f" ({signed_percent(fraction)})" if fraction is not None else "")
+    return ms(us, signed=True) + (f" ({percent(fraction, signed=True)})" if fraction is not None else "")
 
 
 def human_bytes(n: int | None) -> str:

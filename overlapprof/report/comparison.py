@@ -42,12 +42,11 @@ module docstring of :mod:`overlapprof.compare`).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from overlapprof.report.document import Report, decode, read, save, to_json
+from overlapprof.report.document import Report, decode, load, save, to_json
 
 SCHEMA = "overlapprof.comparison/1"
 CI_LEVEL = 0.95
@@ -116,13 +115,9 @@ class Comparison(msgspec.Struct, kw_only=True):
     # Saved and loaded the way a Report is (JSON through a temporary file); only the schema differs.
     to_json = to_json
     save = save
+    load = classmethod(load)
 
     @classmethod
     def from_json(cls, text: str | bytes, source: str = "comparison") -> Comparison:
         """A Comparison from JSON text; ReportError (one line) when it is not one."""
         return decode(cls, text, source, SCHEMA, "comparison")
-
-    @classmethod
-    def load(cls, path: str | Path) -> Comparison:
-        """Read a comparison saved with :meth:`save`."""
-        return cls.from_json(read(path), source=str(path))

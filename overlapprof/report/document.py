@@ -53,12 +53,14 @@ def decode(cls, text: str | bytes, source: str, schema: str, what: str):
         raise ReportError(f"{source}: damaged overlapprof {what} ({exc})") from None
 
 
-def read(path: str | Path) -> bytes:
-    """The bytes of a saved document; ReportError (one line) when it cannot be read."""
+def load(cls, path: str | Path):
+    """Read a document saved with ``save`` (its ``from_json``); ReportError (one line) when the
+    file cannot be read or is not one."""
     try:
-        return Path(path).read_bytes()
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise ReportError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return cls.from_json(data, source=str(path))
 
 
 class Options(msgspec.Struct, kw_only=True):
@@ -102,16 +104,12 @@ class Report(msgspec.Struct, kw_only=True):
 
     to_json = to_json
     save = save
+    load = classmethod(load)  # Report.load(path): a report saved with save (or --json FILE)
 
     @classmethod
     def from_json(cls, text: str | bytes, source: str = "report") -> Report:
         """A Report from JSON text; ReportError (one line) when it is not an overlapprof report."""
         return decode(cls, text, source, SCHEMA, "report")
-
-    @classmethod
-    def load(cls, path: str | Path) -> Report:
-        """Read a report saved with :meth:`save` (or ``--json FILE``)."""
-        return cls.from_json(read(path), source=str(path))
 
 
 class _Head(msgspec.Struct):
