@@ -143,7 +143,8 @@ def exposure_figure(report, *, title: str | None = None, xmax_ms: float | None =
         top = max([h + e for h, e in zip(hidden, exposed)] + [1e-3])
         for y, h, e, r in zip(ys, hidden, exposed, ranks):
             ratio = r.metrics.overlap_ratio
-            text = f"{ms(r.metrics.exposed_comm_us)} ms exposed · " + (f"{percent(ratio)} hidden" if ratio is not None else "no comm")
+            hidden = f"{percent(ratio)} hidden" if ratio is not None else "no comm"
+            text = f"{ms(r.metrics.exposed_comm_us)} ms exposed · {hidden}"
             ax.text(h + e + top * 0.01, y, text, va="center", fontsize=8, color="#444444")
         ax.set_yticks(ys, [f"rank {r.rank}" for r in ranks])
         ax.tick_params(axis="y", length=0)

@@ -35,7 +35,8 @@ def straggler_figure(report, *, title: str | None = None):
         left.barh(ys, wait, left=transfer, color=EXPOSED, height=0.62, label="wait (duration − transfer)")
         span = max([t + w for t, w in zip(transfer, wait)] + [1e-3])
         for y, t, w, r in zip(ys, transfer, wait, ranks):
-            left.text(t + w + span * 0.01, y, f"{ms(r.wait_us)} ms wait of {ms(r.wait_us + r.transfer_us)} ms", va="center", fontsize=7.5,
+            label = f"{ms(r.wait_us)} ms wait of {ms(r.wait_us + r.transfer_us)} ms"
+            left.text(t + w + span * 0.01, y, label, va="center", fontsize=7.5,
                       color="#444444")
         left.set_xlim(0, span * 1.45)
         left.set_xlabel("time in matched collectives (ms)")
@@ -52,7 +53,8 @@ def straggler_figure(report, *, title: str | None = None):
         most = max(caused + [1e-3])
         for y, c, r in zip(ys, caused, ranks):
             if r.last_arrivals:
-                right.text(c + most * 0.02, y, f"{ms(r.caused_wait_us)} ms · last {times(r.last_arrivals)}", va="center", fontsize=7.5,
+                label = f"{ms(r.caused_wait_us)} ms · last {times(r.last_arrivals)}"
+                right.text(c + most * 0.02, y, label, va="center", fontsize=7.5,
                            color=INK)
         right.set_xlim(0, most * 1.6)
         right.set_xlabel("others' wait it caused (ms)")

@@ -51,7 +51,9 @@ from overlapprof.report.metrics import KindMetrics, Metrics, Partition, RankRepo
 from overlapprof.report.records import CommRecord
 
 __all__ = [
-    "BOOTSTRAP", "CI_LEVEL", "PER_STEP", "SEED", "WHOLE_TRACE", "BandwidthRow", "ClockDomain", "CollectiveInstance", "CommRecord", "Comparison", "CrossRank", "KindMatch",
-    "KindMetrics", "Metrics", "Options", "Partition", "ProcessGroup", "RankReport", "RankWaits", "Report", "SCHEMA",
-    "StepMetrics", "Straggler", "Summary", "Timeline", "Unmatched", "VariantStats", "WarmupOp",
+    "BOOTSTRAP", "CI_LEVEL", "PER_STEP", "SEED", "WHOLE_TRACE", "BandwidthRow", "ClockDomain",
+    "CollectiveInstance", "CommRecord", "Comparison", "CrossRank", "KindMatch", "KindMetrics",
+    "Metrics", "Options", "Partition", "ProcessGroup", "RankReport", "RankWaits", "Report",
+    "SCHEMA", "StepMetrics", "Straggler", "Summary", "Timeline", "Unmatched", "VariantStats",
+    "WarmupOp",
 ]

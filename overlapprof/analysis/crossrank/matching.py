@@ -1,9 +1,9 @@
 """Matching communication operations across ranks: which operations were one collective call.
 
 Input: every rank's logical operations
-(:class:`~overlapprof.analysis.records.operations.CommOperations`, columns, all ranks together). Output: *instances*, groups of operations (at most one per
-rank) that were the same collective call or the two ends of one send/recv, and the operations
-nothing matched, with the reason.
+(:class:`~overlapprof.analysis.records.operations.CommOperations`, columns, all ranks together).
+Output: *instances*, groups of operations (at most one per rank) that were the same collective call
+or the two ends of one send/recv, and the operations nothing matched, with the reason.
 
 **Collectives**, per process group (``Process Group Name``; without one, the default group) and
 kind, by the first method that applies:

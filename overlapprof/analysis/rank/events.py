@@ -395,8 +395,8 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
     The rank is in GPU mode when any of its files holds kernels. Launches are matched within a
     file (correlation ids are per process and per recording). ``records``: also build the
     rank's :class:`~overlapprof.analysis.records.table.CommTable` (``RankEvents.comm_records``;
-    None otherwise), with the events' own args when ``record_own_args`` (for CommRecord structs). The files'
-    top levels (``distributedInfo`` ...) are in ``RankEvents.headers``.
+    None otherwise), with the events' own args when ``record_own_args`` (for CommRecord
+    structs). The files' top levels (``distributedInfo`` ...) are in ``RankEvents.headers``.
     """
     comm_ann = comm_ann if comm_ann is not None else C.compile_comm_annotations()
     values = Values() if records else None
