@@ -1,4 +1,4 @@
-"""What the cross-rank analysis (``Report.comms``) costs, against the same analysis without it.
+"""What the cross-rank analysis (``Report.crossrank``) costs, against the same analysis without it.
 
 For each trace set, in one run: the wall time of ``overlapprof.analyze(paths, comms=False)`` and
 of ``analyze(paths)`` (comms on, the default), best of ``--repeat``, their ratio, and the time of
@@ -25,11 +25,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _timed_cross_rank():
-    """Wrap the analyzer's compute_comms to record its time (the benchmark's only patch)."""
+    """Wrap the analyzer's build_crossrank to record its time (the benchmark's only patch)."""
     from overlapprof.analysis import analyzer
 
     spent = []
-    inner = analyzer.compute_comms
+    inner = analyzer.build_crossrank
 
     def wrapper(*args, **kwargs):
         t = time.perf_counter()
@@ -38,7 +38,7 @@ def _timed_cross_rank():
         finally:
             spent.append(time.perf_counter() - t)
 
-    analyzer.compute_comms = wrapper
+    analyzer.build_crossrank = wrapper
     return spent
 
 
@@ -58,10 +58,10 @@ def measure(name, paths, repeat, spent):
     spent.clear()
     on = best(lambda: overlapprof.analyze(paths), repeat)
     report = overlapprof.analyze(paths)
-    comms = report.comms
-    ops = sum(r.ops for r in comms.ranks) if comms else 0
+    crossrank = report.crossrank
+    ops = sum(r.ops for r in crossrank.ranks) if crossrank else 0
     print(f"{name:<28} comms off {off:7.3f} s   on {on:7.3f} s   ratio {on / off:5.2f}   "
-          f"cross-rank step {min(spent):6.3f} s   ops {ops:>7}   instances {len(comms.instances) if comms else 0:>6}",
+          f"cross-rank step {min(spent):6.3f} s   ops {ops:>7}   instances {len(crossrank.instances) if crossrank else 0:>6}",
           flush=True)
     return min(spent)
 

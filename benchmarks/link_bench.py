@@ -90,7 +90,7 @@ def main():
     parser.add_argument("--out", type=Path, help="keep the run directories here")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
-    from overlapprof.renderers.table import format_table
+    from overlapprof.renderers.format import text_table
 
     rates = ([] if args.no_loopback else [""]) + [r for r in args.rates.split(",") if r]
     header = ["workload", "link", "sync ms", "async ms", "speedup", "spread",
@@ -105,7 +105,7 @@ def main():
                 print(f"link_bench: {' '.join(rows[-1])}", file=sys.stderr, flush=True)
     print(f"{args.nproc} ranks; step times: unprofiled host steps, median over ranks x "
           f"{args.active * args.repeat} steps; link shared by all ranks; target {TARGET}x at 2gbit")
-    print(format_table(header, rows))
+    print(text_table(header, rows))
 
 
 if __name__ == "__main__":

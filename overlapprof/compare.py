@@ -1,7 +1,8 @@
 """Comparing variants: what overlap buys (or costs) against a baseline run.
 
 ``compare(reports) -> Comparison`` takes Reports (one per variant; the first is the baseline) and
-computes, per variant, the numbers below. ``load_reports(paths)`` turns command-line inputs (run
+computes, per variant, the numbers that :mod:`overlapprof.report.comparison` defines (each with its
+formula). ``load_reports(paths)`` turns command-line inputs (run
 directories, trace sets, saved reports or a saved comparison) into those Reports. A Comparison
 saves to and loads from JSON, like a Report, and carries its Reports so that it is re-rendered
 (table, CSV, HTML) without re-reading traces. No torch here.
@@ -11,37 +12,12 @@ the median over the pooled (rank, step) pairs of that variant (``basis = "per-st
 Otherwise every variant falls back to *whole-trace* values: the median over ranks of each
 rank's totals (``basis = "whole trace"``), and step times, bound and speedup are None.
 
-Per variant (µs unless named otherwise; OVERLAP.md's metrics):
-
-- ``step_us``, ``step_p90_us``: median and 90th percentile of ``step_us`` (linear interpolation,
-  as in ``Report.summary``).
-- ``comm_us``, ``overlapped_us``, ``exposed_comm_us``, ``compute_us``: medians of the metric.
-- ``overlap_ratio`` = Σ ``overlapped_us`` / Σ ``comm_us`` over the same steps (or ranks);
-  None without communication.
-- ``bound_us``: median of ``step_us − exposed_comm_us``: the step time if every exposed
-  microsecond of communication were hidden under compute (ideal overlap).
-- ``ideal_speedup`` = ``step_us / bound_us``: how much faster ideal overlap would make the step.
-- ``host_step_us``, ``host_step_p90_us``, ``host_unprofiled_step_us``: from ``run.json`` when
-  the input is an ``overlapprof run`` directory: step times measured on the host around each
-  step call (profiled steps; and the unprofiled ones, free of profiler overhead), pooled over
-  ranks. None otherwise.
-
 **Spread.** Every factor below (and ``ideal_speedup``) has a ``*_ci`` = ``[low, high]``: the
 central ``CI_LEVEL`` (95%) bootstrap interval of the factor, recomputed ``BOOTSTRAP`` (2000)
 times on (rank, step) samples (host step times for ``host_speedup``) drawn with replacement,
 each variant independently, with a fixed seed (``SEED``) so a comparison is repeatable. A
 warning says when a speedup's or slowdown's interval includes 1x (not distinguishable from no
 change), and when the profiled and unprofiled speedups' intervals do not overlap.
-
-Against the baseline (None for the baseline itself, or when an operand is missing):
-
-- ``speedup`` = baseline ``step_us`` / ``step_us`` (> 1: faster than the baseline).
-- ``host_speedup`` = baseline ``host_unprofiled_step_us`` / ``host_unprofiled_step_us``.
-- ``exposed_saved_us`` = baseline ``exposed_comm_us`` − ``exposed_comm_us`` (> 0: less exposed);
-  ``exposed_saved_frac`` = that / baseline ``exposed_comm_us``.
-- ``compute_slowdown`` = ``compute_us`` / baseline ``compute_us``: > 1 means the same compute
-  took longer, e.g. because overlapped communication competes for cores, SMs or memory
-  bandwidth. A higher overlap ratio can hide such a slowdown; this number shows it.
 """
 
 from __future__ import annotations
@@ -49,106 +25,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 import numpy as np
 
-from overlapprof.errors import InputError, ReportError
+from overlapprof.analysis.stats import median, percentile
+from overlapprof.errors import InputError
 from overlapprof.report import Report
-
-SCHEMA = "overlapprof.comparison/1"
-CI_LEVEL = 0.95
-BOOTSTRAP = 2000
-SEED = 0
-PER_STEP = "per-step median"
-WHOLE_TRACE = "whole trace"
-
-
-class VariantStats(msgspec.Struct, kw_only=True):
-    """One variant's numbers; see the module docstring for each field's formula."""
-
-    label: str
-    inputs: list[str]
-    workload: str | None = None
-    world_size: int | None = None
-    ranks: int
-    device: str | None = None
-    backend: str | None = None
-    link: str | None = None  # "2 Gbit/s shared by 4 ranks" (--link-rate), "loopback (not paced)"
-    options: dict[str, Any] | None = None
-    samples: int  # (rank, step) pairs, or ranks on the whole-trace basis
-    step_us: float | None = None
-    step_p90_us: float | None = None
-    comm_us: float
-    overlapped_us: float
-    exposed_comm_us: float
-    compute_us: float
-    overlap_ratio: float | None = None
-    bound_us: float | None = None
-    ideal_speedup: float | None = None
-    host_step_us: float | None = None
-    host_step_p90_us: float | None = None
-    host_unprofiled_step_us: float | None = None
-    speedup: float | None = None
-    host_speedup: float | None = None
-    exposed_saved_us: float | None = None
-    exposed_saved_frac: float | None = None
-    compute_slowdown: float | None = None
-    # Bootstrap intervals [low, high] of the factors above (see "Spread" in the module docstring).
-    ideal_speedup_ci: tuple[float, float] | None = None
-    speedup_ci: tuple[float, float] | None = None
-    host_speedup_ci: tuple[float, float] | None = None
-    compute_slowdown_ci: tuple[float, float] | None = None
-
-
-class Comparison(msgspec.Struct, kw_only=True):
-    """Variants side by side; ``variants[0]`` is the baseline. ``reports`` are the Reports the
-    numbers come from, in the same order (so the comparison re-renders without traces)."""
-
-    schema: str = SCHEMA
-    version: str
-    baseline: str
-    basis: str
-    variants: list[VariantStats]
-    warnings: list[str] = []
-    reports: list[Report] = []
-
-    def variant(self, label: str) -> VariantStats:
-        """The VariantStats of ``label`` (KeyError if absent)."""
-        for v in self.variants:
-            if v.label == label:
-                return v
-        raise KeyError(label)
-
-    # Saved and loaded the way a Report is (JSON through a temporary file); only the schema differs.
-    to_json = Report.to_json
-    save = Report.save
-    load = classmethod(Report.load.__func__)
-
-    @classmethod
-    def from_json(cls, text: str | bytes, source: str = "comparison") -> Comparison:
-        """A Comparison from JSON text; ReportError (one line) when it is not one."""
-        try:
-            schema = msgspec.json.decode(text, type=_Head).schema
-            if schema != SCHEMA:
-                raise ReportError(f"{source}: not an overlapprof comparison (schema {schema!r})")
-            return msgspec.json.decode(text, type=cls)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise ReportError(f"{source}: not a readable overlapprof comparison ({exc})") from None
-
-
-class _Head(msgspec.Struct):
-    schema: str | None = None
-
+from overlapprof.report.comparison import BOOTSTRAP, CI_LEVEL, PER_STEP, SEED, WHOLE_TRACE, Comparison, VariantStats
 
 def _percentile(values, q: float) -> float | None:
-    import numpy as np
-
-    return float(np.percentile(values, q)) if len(values) else None
+    return percentile(values, q) if len(values) else None
 
 
 def _median(values) -> float | None:
-    return _percentile(values, 50)
+    return median(values) if len(values) else None
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -206,12 +95,14 @@ def _unique_labels(reports: list[Report], labels) -> list[str]:
     return out if len(set(out)) == len(out) else [f"{lab} #{k + 1}" for k, lab in enumerate(labels)]
 
 
+def _sample_rows(report: Report, per_step: bool) -> list:
+    """What a variant's medians are taken over: every (rank, step)'s StepMetrics, or each rank's Metrics."""
+    return [s for r in report.ranks for s in r.steps] if per_step else [r.metrics for r in report.ranks]
+
+
 def _samples(report: Report, per_step: bool) -> dict[str, np.ndarray]:
     """The per-sample values the factors' medians come from (µs): step, bound, compute, host."""
-    if per_step:
-        rows = [s for r in report.ranks for s in r.steps]
-    else:
-        rows = [r.metrics for r in report.ranks]
+    rows = _sample_rows(report, per_step)
     out = {"compute": np.array([s.compute_us for s in rows], dtype=float),
            "host": np.array(_host_step_times_us(report, "unprofiled"), dtype=float)}
     if per_step:
@@ -280,10 +171,7 @@ def noise_warnings(variants: list[VariantStats]) -> list[str]:
 
 
 def _stats(report: Report, label: str, per_step: bool) -> VariantStats:
-    if per_step:
-        samples = [s for r in report.ranks for s in r.steps]
-    else:
-        samples = [r.metrics for r in report.ranks]
+    samples = _sample_rows(report, per_step)
     comm = sum(s.comm_us for s in samples)
     host = _host_step_times_us(report, "profiled")
     world = _run_field(report, "world_size")

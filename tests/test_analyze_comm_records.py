@@ -8,7 +8,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from overlapprof.analysis.comm_records import distinct_rows, innermost
+from overlapprof.analysis.columns import distinct_rows
+from overlapprof.analysis.records.table import innermost
 
 
 def innermost_reference(c_thread, c_start, c_end, q_thread, q_time):

@@ -250,20 +250,30 @@ def test_subprocess_exit_code_and_stderr(tmp_path):
     assert proc.stderr == f"Error: {bad}: event 0: 'ts' is not a number (got str)\n"
 
 
-def test_analyzer_imports_without_torch():
-    """The analyzer, report and renderers run where torch is not installed."""
+def test_analysis_report_renderers_and_compare_run_without_torch():
+    """The analyzer, report, compare and every renderer (each one found in the package, so a new
+    one is covered) run where torch is not installed, on a real trace."""
     code = (
-        "import sys; sys.modules['torch'] = None\n"
-        "import overlapprof, overlapprof.analysis.analyzer, overlapprof.report\n"
-        "import overlapprof.renderers.table, overlapprof.renderers.json, overlapprof.renderers.csv\n"
+        "import sys, pkgutil, importlib; sys.modules['torch'] = None\n"
+        "import overlapprof, overlapprof.analysis.analyzer, overlapprof.report, overlapprof.compare\n"
+        "import overlapprof.renderers as R\n"
+        "names = sorted(m.name for m in pkgutil.iter_modules(R.__path__))\n"
+        "mods = {n: importlib.import_module(f'overlapprof.renderers.{n}') for n in names}\n"
         "import overlapprof.cli.analyze_cmd\n"
         f"r = overlapprof.analyze({str(DATA / 'cpu_only')!r}, workers=1)\n"
-        "print(overlapprof.renderers.table.render(r))\n"
+        "c = overlapprof.compare.compare([r, r], labels=['a', 'b'])\n"
+        "out = [mods['table'].render(r, by) for by in mods['table'].BY] + [mods['csv'].render(r, by) for by in mods['csv'].BY]\n"
+        "out += [mods['json'].render(r), mods['collectives_table'].render(r)]\n"
+        "out += [mods[n].render(c) for n in ('compare_table', 'compare_csv', 'compare_json', 'html')]\n"
+        "out += [mods['plots'].to_bytes(mods['plots'].exposure_figure(r), 'svg')[:4].decode()]\n"
+        "print(names); print('\\n'.join(out[:1]))\n"
+        "assert all(out), [k for k, o in enumerate(out) if not o]\n"
         "assert not [m for m in sys.modules if m.startswith('torch') and sys.modules[m] is not None]\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "0.00%" in proc.stdout
+    assert "'html'" in proc.stdout and "'straggler_plot'" in proc.stdout and "'format'" in proc.stdout
 
 
 _PARENT = os.getpid()

@@ -17,6 +17,10 @@ import synthetic as S
 
 DATA = Path(__file__).parent / "data"
 KINETO = sorted(p for p in DATA.glob("*/*.json.gz") if "mtia" not in str(p))
+# Kineto's line layout (one event per line), which the streaming reader takes; trace_filter's
+# files are one line each (re-serialised), which it must refuse so the whole-file reader reads them.
+LINE_LAYOUT = [p for p in KINETO if p.parent.name != "trace_filter"]
+ONE_LINE = [p for p in KINETO if p.parent.name == "trace_filter"]
 
 
 def _events(chunks):
@@ -35,19 +39,24 @@ def small_chunks(monkeypatch):
     monkeypatch.setattr(R, "_CHUNK_BYTES", 5000)
 
 
-@pytest.mark.parametrize("path", KINETO, ids=[p.parent.name for p in KINETO])
+@pytest.mark.parametrize("path", LINE_LAYOUT, ids=[p.parent.name for p in LINE_LAYOUT])
 def test_stream_equals_whole(path, small_chunks):
     whole = R.TraceReader(path)
     expected = _events(whole.chunks(generic=True))
     stream = R.TraceReader(path)
-    try:
-        got = _events(stream.chunks())
-    except R.LayoutError:
-        assert path.parent.name == "trace_filter"  # one line per file: not the line layout
-        return
+    got = _events(stream.chunks())
     assert [g[0] for g in got] == list(range(len(got)))
     assert got == expected
     assert stream.header == whole.header
+
+
+@pytest.mark.parametrize("path", ONE_LINE, ids=[p.name for p in ONE_LINE])
+def test_one_line_trace_is_refused_by_the_stream_and_read_whole(path, small_chunks):
+    with pytest.raises(R.LayoutError):
+        _events(R.TraceReader(path).chunks())
+    whole = _events(R.TraceReader(path).chunks(generic=True))
+    rank = overlapprof.analyze(path, workers=1, comms=False).ranks[0]
+    assert len(whole) >= rank.events > 0 and rank.metrics.comm_us > 0
 
 
 def test_line_layout_lookalike_falls_back(tmp_path, small_chunks):

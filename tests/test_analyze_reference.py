@@ -100,11 +100,11 @@ def test_hta_filters_reproduce_hta(name, hta_pct):
     assert len(report.filters) == 2
 
 
-def test_comm_ops_carry_collective_parameters():
+def test_comm_records_carry_collective_parameters():
     r = overlapprof.analyze(DATA / "nccl_parser_config", comm_ops=True, workers=1).ranks[0]
-    ops = r.comm_ops
-    assert len(ops) == r.comm_events == 21
-    ar = [o for o in ops if o.kind == "all_reduce"]
+    records = r.comm_records
+    assert len(records) == r.comm_events == 21
+    ar = [o for o in records if o.kind == "all_reduce"]
     assert all(o.source == "kernel" and o.launch_ts is not None and o.correlation is not None for o in ar)
     # record_param_comms around the launch: NCCL's process group and message.
     first = ar[0]
@@ -112,9 +112,9 @@ def test_comm_ops_carry_collective_parameters():
     assert first.group_size == 2 and first.dtype == "Float"
     assert all(o.in_nelems and o.in_nelems == o.out_nelems for o in ar)
     assert 2049000 in {o.in_nelems for o in ar}
-    assert all(o.step in (4, 5, 6) for o in ops)
+    assert all(o.step in (4, 5, 6) for o in records)
     # Not in the JSON unless asked.
-    assert overlapprof.analyze(DATA / "nccl_parser_config", workers=1).ranks[0].comm_ops is None
+    assert overlapprof.analyze(DATA / "nccl_parser_config", workers=1).ranks[0].comm_records is None
 
 
 def test_report_round_trip(tmp_path):

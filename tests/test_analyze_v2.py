@@ -99,8 +99,8 @@ def test_copy_engine_collective_is_comm_plain_memcpy_stays_memory(tmp_path):
     assert r.metrics.memory_us == 30 and r.memory_events == 1
     assert [(k.kind, k.count) for k in r.kinds] == [("all_gather", 1)]
     path = S.write(tmp_path / "rank0.json", S.trace(events))
-    ops = overlapprof.analyze(path, workers=1, comm_ops=True).ranks[0].comm_ops
-    assert [(o.kind, o.name, o.dur) for o in ops] == [("all_gather", "Memcpy HtoD (Pageable -> Device)", 50)]
+    records = overlapprof.analyze(path, workers=1, comm_ops=True).ranks[0].comm_records
+    assert [(o.kind, o.name, o.dur) for o in records] == [("all_gather", "Memcpy HtoD (Pageable -> Device)", 50)]
 
 
 def test_coalesced_p2p_launched_in_one_call(tmp_path):

@@ -62,12 +62,12 @@ def _expected_pairs(ops0, ops1):
 
 def test_trace_filter_matches_the_overlapping_pairs(trace_filter):
     report, (ops0, ops1) = trace_filter
-    comms = report.comms
+    section = report.crossrank
     expected = {(a["kind"], a["ts"], b["ts"]) for a, b in _expected_pairs(ops0, ops1)}
     got = set()
-    for inst in comms.instances:
+    for inst in section.instances:
         assert inst.ranks == [0, 1]
-        starts = [comms.time_origin_us + s for s in inst.starts_us]
+        starts = [section.time_origin_us + s for s in inst.starts_us]
         got.add((inst.kind, round(starts[0]), round(starts[1])))
     assert got == expected and len(got) == 5
     # Order of occurrence alone would pair all_reduces of different sizes: this trace is sampled.
@@ -75,8 +75,8 @@ def test_trace_filter_matches_the_overlapping_pairs(trace_filter):
                                                        [o for o in ops1 if o["kind"] == "all_reduce"])]
     assert any(x != y for x, y in by_order)
     # The matched all_to_all ends on the same microsecond on both ranks.
-    a2a = next(i for i in comms.instances if i.kind == "all_to_all")
-    ends = [comms.time_origin_us + s + d for s, d in zip(a2a.starts_us, a2a.durations_us)]
+    a2a = next(i for i in section.instances if i.kind == "all_to_all")
+    ends = [section.time_origin_us + s + d for s, d in zip(a2a.starts_us, a2a.durations_us)]
     assert ends[0] == ends[1]
 
 
@@ -87,21 +87,21 @@ def test_trace_filter_wait_and_transfer_per_rank(trace_filter):
             sum(b["dur"] - min(a["dur"], b["dur"]) for a, b in pairs)]
     transfer = sum(min(a["dur"], b["dur"]) for a, b in pairs)
     for rank in (0, 1):
-        r = report.comms.rank(rank)
+        r = report.crossrank.rank(rank)
         assert r.wait_us == pytest.approx(wait[rank], abs=1e-6)
         assert r.transfer_us == pytest.approx(transfer, abs=1e-6)
         assert r.matched_ops == len(pairs) and r.unmatched_ops == len((ops0, ops1)[rank]) - len(pairs)
         assert r.wait_share is not None and 0 <= r.wait_share <= 1
     # The rank that waited less is the one the other waited for.
-    assert report.comms.stragglers[0].rank == (1 if wait[0] > wait[1] else 0)
-    assert report.comms.stragglers[0].caused_wait_us == pytest.approx(max(wait), abs=1e-6)
+    assert report.crossrank.stragglers[0].rank == (1 if wait[0] > wait[1] else 0)
+    assert report.crossrank.stragglers[0].caused_wait_us == pytest.approx(max(wait), abs=1e-6)
 
 
 def test_trace_filter_group_is_incomplete(trace_filter):
     report, _ = trace_filter
-    (group,) = report.comms.groups
+    (group,) = report.crossrank.groups
     assert (group.name, group.size, group.ranks_present, group.complete) == ("default", 128, [0, 1], False)
-    assert {m.kind: m.method for m in report.comms.matching} == {
+    assert {m.kind: m.method for m in report.crossrank.matching} == {
         "all_gather": "order", "all_reduce": "overlap", "all_to_all": "overlap"}
 
 
@@ -110,7 +110,7 @@ def test_trace_filter_bandwidth_of_the_matched_all_gathers(trace_filter):
     gathers = [(a, b) for a, b in _expected_pairs(ops0, ops1) if a["kind"] == "all_gather"]
     nbytes = gathers[0][0]["size"] * 128  # an all_gather moves n x one rank's input (nccl-tests' S)
     transfer = statistics.median(min(a["dur"], b["dur"]) for a, b in gathers)
-    row = next(b for b in report.comms.bandwidth if b.kind == "all_gather" and b.transfer == "matched")
+    row = next(b for b in report.crossrank.bandwidth if b.kind == "all_gather" and b.transfer == "matched")
     assert (row.bytes, row.count) == (nbytes, 2)
     assert row.algbw_gbps == pytest.approx(nbytes / transfer / 1e3, rel=1e-12)
     assert row.busbw_gbps == pytest.approx(nbytes / transfer / 1e3 * 127 / 128, rel=1e-12)
@@ -127,7 +127,7 @@ def test_nccl_data_bytes_and_busbw():
         nbytes = a["In msg nelems"] * {"Float": 4, "Long": 8}[a["dtype"]]
         cells.setdefault((kind, nbytes, a["Group size"]), []).append(k["dur"])
     report = overlapprof.analyze(NCCL_DATA, workers=1)
-    rows = {(b.kind, b.bytes, b.group_size): b for b in report.comms.bandwidth}
+    rows = {(b.kind, b.bytes, b.group_size): b for b in report.crossrank.bandwidth}
     assert set(rows) == set(cells) and len(cells) == 7
     assert ("broadcast", 53 * 8, 2) in rows  # a Long broadcast: 8 bytes an element
     for (kind, nbytes, n), durs in cells.items():
@@ -138,9 +138,9 @@ def test_nccl_data_bytes_and_busbw():
         assert row.algbw_gbps == pytest.approx(algbw, rel=1e-9)
         assert row.busbw_gbps == pytest.approx(algbw * factor, rel=1e-9)
         assert row.transfer == "own duration (upper bound)"  # no partner trace
-    (group,) = report.comms.groups
+    (group,) = report.crossrank.groups
     assert (group.size, group.ranks_present, group.complete) == (2, [0], False)
-    assert report.comms.rank(0).wait_share is None
+    assert report.crossrank.rank(0).wait_share is None
 
 
 # -- a CPU run with one rank made slow on purpose ------------------------------------------------
@@ -168,7 +168,7 @@ def straggler_runs(tmp_path_factory):
 
 def _wait_per_step(report, rank):
     steps = {}
-    for inst in report.comms.instances:
+    for inst in report.crossrank.instances:
         if rank in inst.ranks:
             steps[inst.step] = steps.get(inst.step, 0.0) + inst.waits_us()[inst.ranks.index(rank)]
     return steps
@@ -176,11 +176,11 @@ def _wait_per_step(report, rank):
 
 def test_slow_rank_is_named_the_straggler(straggler_runs):
     slow, _ = straggler_runs
-    assert slow.comms.stragglers[0].rank == 1
-    assert slow.comms.stragglers[0].share > 0.5
+    assert slow.crossrank.stragglers[0].rank == 1
+    assert slow.crossrank.stragglers[0].share > 0.5
     # Each profiled step's first all_reduce: the fast ranks waited for rank 1's sleep, rank 1 did not.
     firsts = {}
-    for inst in sorted(slow.comms.instances, key=lambda i: min(i.starts_us)):
+    for inst in sorted(slow.crossrank.instances, key=lambda i: min(i.starts_us)):
         firsts.setdefault(inst.step, inst)
     assert len(firsts) >= 3
     for inst in firsts.values():

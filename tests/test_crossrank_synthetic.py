@@ -54,7 +54,7 @@ def instances_of(arrivals, transfer, period=10_000):
 def waits(report):
     """{(instance index, rank): wait µs} in time order of the instances."""
     out = {}
-    for k, inst in enumerate(sorted(report.comms.instances, key=lambda i: min(i.starts_us))):
+    for k, inst in enumerate(sorted(report.crossrank.instances, key=lambda i: min(i.starts_us))):
         out.update({(k, r): w for r, w in zip(inst.ranks, inst.waits_us())})
     return out
 
@@ -62,7 +62,7 @@ def waits(report):
 def test_ops_on_some_ranks_only_are_skipped_not_shifted(tmp_path):
     arrivals = [[0, 300, 100], [50, 0, None], [0, 0, 700], [200, 0, 0]]  # rank 2 lacks instance 1
     report = overlapprof.analyze(write_ranks(tmp_path, instances_of(arrivals, 100)), workers=1)
-    c = report.comms
+    c = report.crossrank
     assert [m.method for m in c.matching] == ["overlap"]
     assert [i.ranks for i in sorted(c.instances, key=lambda i: min(i.starts_us))] == [[0, 1, 2], [0, 1], [0, 1, 2], [0, 1, 2]]
     expected = {(k, r): max(a for a in row if a is not None) - a
@@ -81,7 +81,7 @@ def test_ops_on_some_ranks_only_are_skipped_not_shifted(tmp_path):
 def test_unaligned_hosts_fall_back_to_order_and_report_the_rest(tmp_path):
     arrivals = [[0, 300, 100], [50, 0, None], [0, 0, 700]]
     paths = write_ranks(tmp_path, instances_of(arrivals, 100), hosts=["a", "b", "c"])
-    c = overlapprof.analyze(paths, workers=1).comms
+    c = overlapprof.analyze(paths, workers=1).crossrank
     assert c.clocks == "unaligned" and [m.method for m in c.matching] == ["order"]
     assert len(c.instances) == 2 and all(i.skew_us is None for i in c.instances)
     assert sorted((u.rank, u.count) for u in c.unmatched) == [(0, 1), (1, 1)]
@@ -103,7 +103,7 @@ def test_sequence_numbers_match_across_hosts_and_align_clocks(tmp_path):
         if k != 2:  # rank 1 never recorded seq 2
             per_rank[1] += collective(t + skew + offset, end - t - skew, params=_seq_params(k))
     paths = write_ranks(tmp_path, per_rank, hosts=["a", "b"])
-    c = overlapprof.analyze(paths, workers=1).comms
+    c = overlapprof.analyze(paths, workers=1).crossrank
     assert c.clocks == "unaligned" and [m.method for m in c.matching] == ["seq"]
     assert sorted(i.key for i in c.instances) == [0, 1, 3, 4]
     assert [(u.rank, u.count) for u in c.unmatched] == [(0, 1)]
@@ -112,7 +112,7 @@ def test_sequence_numbers_match_across_hosts_and_align_clocks(tmp_path):
     (group,) = c.groups
     assert (group.name, group.size, group.complete, group.size_source) == ("7", 2, True, "Process Group Ranks")
 
-    aligned = overlapprof.analyze(paths, workers=1, align_clocks=True).comms
+    aligned = overlapprof.analyze(paths, workers=1, align_clocks=True).crossrank
     assert aligned.clocks == "aligned"
     offsets = {d.name: d.offset_us for d in aligned.domains}
     assert offsets == {"a": 0.0, "b": pytest.approx(-offset)}
@@ -131,7 +131,7 @@ def test_send_recv_pairs_by_peer(tmp_path):
     rank0 = _p2p("send", 0, 50, 1) + _p2p("send", 1000, 40, 1) + _p2p("recv", 2000, 700, 1)
     rank1 = _p2p("recv", 10, 500, 0) + _p2p("recv", 1010, 30, 0) + _p2p("send", 2600, 60, 0)
     rank1 += [S.annotation("gloo:send", 5000, 20)]  # no c10d op around it: no peer
-    c = overlapprof.analyze(write_ranks(tmp_path, [rank0, rank1]), workers=1).comms
+    c = overlapprof.analyze(write_ranks(tmp_path, [rank0, rank1]), workers=1).crossrank
     assert [(m.kind, m.method, m.instances) for m in c.matching] == [("send_recv", "pair-order", 3)]
     got = sorted((i.ranks, i.durations_us, i.transfer_us, i.last_rank) for i in c.instances)
     assert got == [([0, 1], [40.0, 30.0], 30.0, 1), ([0, 1], [50.0, 500.0], 50.0, 0), ([1, 0], [60.0, 700.0], 60.0, 1)]
@@ -154,7 +154,7 @@ def test_gpu_kernels_take_the_collective_of_their_annotation(tmp_path):
         per_rank.append(events)
     report = overlapprof.analyze(write_ranks(tmp_path, per_rank), workers=1)
     assert [k.kind for k in report.ranks[0].kinds] == ["send_recv"]  # OVERLAP.md's per-kind metrics: by name
-    c = report.comms
+    c = report.crossrank
     assert [(m.kind, m.method, m.instances) for m in c.matching] == [("all_reduce", "order", 2)]
     assert all(i.bytes == 4096 and i.transfer_us == 300 and i.last_rank == 1 for i in c.instances)
     assert c.rank(0).wait_us == 2 * 600
@@ -168,7 +168,7 @@ def test_without_shapes_bandwidth_is_unknown(tmp_path):
         per_rank[0] += collective(k * 1000, 200, shapes=False)
         per_rank[1] += collective(k * 1000 + 50, 150, shapes=False)
     report = overlapprof.analyze(write_ranks(tmp_path, per_rank), workers=1)
-    (row,) = report.comms.bandwidth
+    (row,) = report.crossrank.bandwidth
     assert (row.bytes, row.algbw_gbps, row.busbw_gbps, row.count) == (None, None, None, 3)
     assert row.median_transfer_us == 150 and row.median_wait_us == 25
     from overlapprof.renderers import collectives_table, csv
@@ -183,7 +183,7 @@ def test_first_op_slow_on_every_rank_is_warmup_not_wait(tmp_path):
     per_rank = instances_of(arrivals, 100)
     # Instance 0 transfers for 50 ms on both ranks: communicator set-up.
     per_rank = [[dict(e, dur=e["dur"] + 50_000) if e["ts"] < 1000 else e for e in events] for events in per_rank]
-    c = overlapprof.analyze(write_ranks(tmp_path, per_rank), workers=1).comms
+    c = overlapprof.analyze(write_ranks(tmp_path, per_rank), workers=1).crossrank
     assert sorted((w.rank, w.kind) for w in c.warmups) == [(0, "all_reduce"), (1, "all_reduce")]
     assert all(w.factor >= 10 for w in c.warmups)
     assert [i.warmup for i in sorted(c.instances, key=lambda i: min(i.starts_us))] == [True] + [False] * 5
@@ -194,7 +194,7 @@ def test_first_op_slow_on_every_rank_is_warmup_not_wait(tmp_path):
 
 def test_first_op_long_on_one_rank_only_is_a_wait(tmp_path):
     arrivals = [[0, 30_000]] + [[0, 20 * k] for k in range(1, 6)]  # rank 1 arrives 30 ms late once
-    c = overlapprof.analyze(write_ranks(tmp_path, instances_of(arrivals, 100, period=100_000)), workers=1).comms
+    c = overlapprof.analyze(write_ranks(tmp_path, instances_of(arrivals, 100, period=100_000)), workers=1).crossrank
     assert c.warmups == []
     assert c.rank(0).wait_us == pytest.approx(30_000 + sum(20 * k for k in range(1, 6)))
 
@@ -204,7 +204,7 @@ def test_stragglers_and_the_exposed_share_of_waiting(tmp_path):
     per_rank = instances_of(arrivals, 200)
     for k in range(3):  # rank 0 computes through the first 400 µs of each wait
         per_rank[0].append(S.cpu_op("aten::mm", k * 10_000, 400))
-    c = overlapprof.analyze(write_ranks(tmp_path, per_rank), workers=1).comms
+    c = overlapprof.analyze(write_ranks(tmp_path, per_rank), workers=1).crossrank
     assert [(s.rank, s.caused_wait_us, s.share, s.last_arrivals) for s in c.stragglers] == [(2, 9000.0, 1.0, 3)]
     r0 = c.rank(0)
     assert (r0.wait_us, r0.transfer_us, r0.exposed_wait_us, r0.exposed_comm_us) == (3000, 600, 1800, 2400)
@@ -244,12 +244,12 @@ def test_html_report_has_the_straggler_chart(tmp_path):
     section = page[page.index("Stragglers: waiting vs transferring"):]
     section = section[: section.index("</section>")]
     assert 'src="data:image/svg+xml;base64,' in section
-    assert "<td>2</td><td>9.000</td><td>100.0%</td><td>3</td>" in section.replace("\n", "")
+    assert "<td>2</td><td>9.000</td><td>100.00%</td><td>3</td>" in section.replace("\n", "")
     assert "group default: 4 of 4 ranks have traces (complete" in section
     # One rank: nothing matched, no chart.
     (tmp_path / "one").mkdir()
     single = overlapprof.analyze(write_ranks(tmp_path / "one", instances_of(arrivals, 200)[:1]), workers=1)
-    assert single.comms is not None and "Stragglers: waiting vs transferring" not in html.render(compare([single]))
+    assert single.crossrank is not None and "Stragglers: waiting vs transferring" not in html.render(compare([single]))
 
 
 def test_odd_values_in_the_trace_are_ignored_not_fatal(tmp_path):
@@ -262,7 +262,7 @@ def test_odd_values_in_the_trace_are_ignored_not_fatal(tmp_path):
         obj["distributedInfo"].update(odd)
         obj["host_name"] = 12
         p.write_text(json.dumps(obj))
-    c = overlapprof.analyze(paths, workers=1).comms
+    c = overlapprof.analyze(paths, workers=1).crossrank
     assert [(m.kind, m.instances) for m in c.matching] == [("all_reduce", 1), ("send_recv", 0)]
     assert c.instances[0].bytes == 4000  # from the annotation's shape; the bad counts are ignored
     assert c.clocks == "shared" and all(r.host is None for r in c.ranks)

@@ -6,13 +6,14 @@ import time
 import types
 
 import pytest
-import torch
-import torch.distributed as dist
 
-from conftest import REPO, SHORT_SCHEDULE, _overlapprof
-from overlapprof import workload as api
-from overlapprof.errors import WorkloadError
-from overlapprof.launch.watchdog import Watchdog, describe_traceback
+torch = pytest.importorskip("torch", reason="the workload API runs torch (./scripts/setup.sh installs it)")
+import torch.distributed as dist  # noqa: E402
+
+from conftest import REPO, SHORT_SCHEDULE, _overlapprof  # noqa: E402
+from overlapprof import workload as api  # noqa: E402
+from overlapprof.errors import WorkloadError  # noqa: E402
+from overlapprof.launch.watchdog import Watchdog, describe_traceback  # noqa: E402
 
 USER_WORKLOAD = '''
 """A user's workload, outside workloads/."""

@@ -1,6 +1,13 @@
-"""The metrics of OVERLAP.md: classification, interval arithmetic, per-rank/step/kind metrics.
+"""The analysis, by stage: trace files in, a :class:`~overlapprof.report.Report` out. Never imports torch.
 
-``analyze(paths, ...) -> Report`` is the entry point. Never imports torch.
+``analyze(paths, ...) -> Report`` (:mod:`.analyzer`, which only orchestrates) is the entry point.
+
+- :mod:`.rank`: per rank, events -> classified intervals -> OVERLAP.md's metrics
+- :mod:`.records`: communication records and logical operations (what matching needs)
+- :mod:`.crossrank`: across ranks, matching, clocks, waits and bandwidth
+- :mod:`.intervals`, :mod:`.columns`, :mod:`.stats`: generic helpers (interval unions, numpy
+  columns of codes, median and percentile)
+- :mod:`.like_hta`: the metrics as HolisticTraceAnalysis computes them (``--like-hta``)
 """
 
 

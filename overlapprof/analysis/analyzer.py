@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from overlapprof import __version__
+from overlapprof.analysis import intervals as iv
 from overlapprof.analysis import like_hta as LH
-from overlapprof.analysis import metrics as M
-from overlapprof.analysis.classify import compile_comm_annotations, compile_comm_kernels
-from overlapprof.analysis.crossrank import RankInput, compute_comms, rank_input
-from overlapprof.analysis.events import RankEvents, rank_events
+from overlapprof.analysis.crossrank.inputs import CrossRankInput, crossrank_input
+from overlapprof.analysis.crossrank.section import build_crossrank
+from overlapprof.analysis.rank.classify import compile_comm_annotations, compile_comm_kernels
+from overlapprof.analysis.rank.events import RankEvents, rank_events
+from overlapprof.analysis.rank.metrics import rank_report, summarize
 from overlapprof.errors import InputError, OverlapprofError
 from overlapprof.report import Options, RankReport, Report
 from overlapprof.trace.discover import TraceGroup, discover, rank_from_name
@@ -50,7 +52,7 @@ class RankResult:
     window: tuple[float, float] | None = None  # absolute recorded window, µs (None: unknown clock)
     warnings: list[str] = field(default_factory=list)
     error: OverlapprofError | None = None
-    comms: RankInput | None = None  # the rank's share of the cross-rank analysis (rank not settled)
+    crossrank_input: CrossRankInput | None = None  # the rank's share of the cross-rank analysis (rank not settled)
     hta_steps: frozenset[str] | None = None  # --like-hta: the rank's ProfilerStep names
 
 
@@ -72,29 +74,6 @@ def _apply_filters(ev: RankEvents, options: Options, label: str, warnings: list[
         ev.steps = type(ev.steps)(ev.steps.number[:-1], ev.steps.start[:-1], ev.steps.end[:-1])
 
 
-def measure(ev: RankEvents, *, keep_comm_ops: bool = False) -> RankReport:
-    """A rank's report (rank number not yet settled: -1) from its classified events."""
-    compute = M.iv.union(ev.compute.start, ev.compute.end)
-    comm = M.iv.union(ev.comm.start, ev.comm.end)
-    steps = M.step_metrics(ev)
-    return RankReport(
-        rank=-1,
-        rank_source="",
-        files=ev.files,
-        mode=ev.mode,
-        metrics=M.metrics_of(comm, compute, M.iv.union(ev.memory.start, ev.memory.end)),
-        steps=steps,
-        kinds=M.kind_metrics(ev, compute),
-        events=ev.events,
-        comm_events=len(ev.comm),
-        compute_events=len(ev.compute),
-        memory_events=len(ev.memory),
-        timeline=M.timeline(ev, steps),
-        comm_ops=ev.comm_ops.ops() if keep_comm_ops and ev.comm_ops is not None else None,
-        partition=M.mean_partition(steps),
-    )
-
-
 def _window(ev: RankEvents, base_ns: int | None) -> tuple[float, float] | None:
     """The rank's recorded window on an absolute clock (µs), when the trace allows it."""
     starts = [s.start for s in (ev.comm, ev.compute, ev.memory) if len(s)]
@@ -113,8 +92,8 @@ def analyze_group(files: list[str], options: Options) -> RankResult:
     """Decode, classify and measure one rank's files. Errors come back in ``error``."""
     result = RankResult(files=[str(f) for f in files])
     try:
-        ev = rank_events(files, compile_comm_kernels(options.comm_kernels), comm_ops=options.comm_ops or options.comms,
-                         own_args=options.comm_ops, comm_ann=compile_comm_annotations(options.comm_backends))
+        ev = rank_events(files, compile_comm_kernels(options.comm_kernels), records=options.comm_records or options.crossrank,
+                         record_own_args=options.comm_records, comm_ann=compile_comm_annotations(options.comm_backends))
         infos = [t.distributedInfo for t in ev.headers if t.distributedInfo is not None]
         ranks = {i.rank for i in infos if i.rank is not None}
         if len(ranks) > 1:
@@ -123,8 +102,8 @@ def analyze_group(files: list[str], options: Options) -> RankResult:
         result.world_size = next((i.world_size for i in infos if i.world_size is not None), None)
         result.backend = next((i.backend for i in infos if i.backend), None)
         base = next((t.baseTimeNanoseconds for t in ev.headers if t.baseTimeNanoseconds), None)
-        if options.comms:
-            result.comms = rank_input(ev.headers, base)
+        if options.crossrank:
+            result.crossrank_input = crossrank_input(ev.headers, base)
         result.window = _window(ev, base)
         label = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} files)"
         if ev.unclassified:
@@ -134,14 +113,14 @@ def analyze_group(files: list[str], options: Options) -> RankResult:
         if ev.negative_durations:
             result.warnings.append(f"{label}: {ev.negative_durations} events with a negative 'dur' count as zero-length")
         _apply_filters(ev, options, label, result.warnings)
-        report = measure(ev, keep_comm_ops=options.comm_ops)
+        report = rank_report(ev, keep_records=options.comm_records)
         report.world_size, report.backend = result.world_size, result.backend
         if options.like_hta:  # the rank's numbers as HolisticTraceAnalysis 0.5.0 computes them
             report.metrics, result.hta_steps = LH.rank_metrics(files)
-        if result.comms is not None:
-            comm, compute = M.iv.union(ev.comm.start, ev.comm.end), M.iv.union(ev.compute.start, ev.compute.end)
-            result.comms.world_size = result.world_size
-            result.comms.attach(ev.comm_ops, M.iv.difference(comm, compute), report.metrics.exposed_comm_us)
+        if result.crossrank_input is not None:
+            comm, compute = iv.union(ev.comm.start, ev.comm.end), iv.union(ev.compute.start, ev.compute.end)
+            result.crossrank_input.world_size = result.world_size
+            result.crossrank_input.attach(ev.comm_records, iv.difference(comm, compute), report.metrics.exposed_comm_us)
         result.report = report
     except OverlapprofError as exc:
         result.error = exc
@@ -264,8 +243,8 @@ def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_o
         require_launch=require_launch or like_hta,
         like_hta=like_hta,
         allow_partial=allow_partial,
-        comm_ops=comm_ops,
-        comms=comms,
+        comm_records=comm_ops,
+        crossrank=comms,
         align_clocks=align_clocks,
     )
 
@@ -295,9 +274,10 @@ def analyze(
     (off by default; listed in ``Report.filters`` when on). ``like_hta``: both filters, and each
     rank's ``metrics`` computed as HolisticTraceAnalysis 0.5.0's ``get_comm_comp_overlap`` does
     (:mod:`overlapprof.analysis.like_hta`; steps and kinds keep the two filters). ``comm_ops``: keep one
-    :class:`~overlapprof.analysis.comm_ops.CommOp` per communication operation in each
-    RankReport. ``comms``: match communication across ranks and fill ``Report.comms`` (wait vs
-    transfer, stragglers, bandwidth, warm-up; :mod:`overlapprof.analysis.crossrank`);
+    :class:`~overlapprof.report.CommRecord` per communication kernel or annotation in each
+    RankReport (``comm_records``). ``comms``: match communication across ranks and fill
+    ``Report.crossrank`` (wait vs transfer, stragglers, bandwidth, warm-up;
+    :mod:`overlapprof.analysis.crossrank`);
     ``align_clocks``: align the clocks of different hosts (or, without host names, of every
     rank) on their matched collectives first.
     ``workers``: processes for ranks (default: one per CPU; 1: in this process).
@@ -337,21 +317,21 @@ def analyze(
         options=options,
         filters=[text for name, text in FILTER_TEXT.items() if getattr(options, name)],
         ranks=ranks,
-        summary=M.summarize(ranks),
+        summary=summarize(ranks),
         warnings=warnings,
         run=inputs.run,
-        comms=_cross_rank(results, options),
+        crossrank=_cross_rank(results, options),
     )
 
 
 def _cross_rank(results: list[RankResult], options: Options):
-    """The comms section from the workers' shares, now that ranks are settled."""
-    if not options.comms:
+    """The cross-rank section from the workers' shares, now that ranks are settled."""
+    if not options.crossrank:
         return None
     shares = []
     for r in results:
-        if r.comms is not None:
-            r.comms.rank = r.report.rank
-            shares.append(r.comms)
-    return compute_comms(shares, align_clocks=options.align_clocks) if shares else None
+        if r.crossrank_input is not None:
+            r.crossrank_input.rank = r.report.rank
+            shares.append(r.crossrank_input)
+    return build_crossrank(shares, align_clocks=options.align_clocks) if shares else None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import io
 
-from overlapprof.compare import Comparison, VariantStats
+from overlapprof.report import Comparison, VariantStats
 
 COLUMNS = [name for name in VariantStats.__struct_fields__ if name not in ("inputs", "options")]
 

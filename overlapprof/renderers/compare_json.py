@@ -3,7 +3,7 @@ the variants' numbers first, then the Reports they come from."""
 
 from __future__ import annotations
 
-from overlapprof.compare import Comparison
+from overlapprof.report import Comparison
 
 
 def render(c: Comparison, indent: int = 2) -> str:

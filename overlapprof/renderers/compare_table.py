@@ -1,59 +1,42 @@
 """A Comparison as a plain-text table: one column per variant (the baseline first), one row per
 number, then what the numbers mean and any warning.
 
-Times in milliseconds (unit in the row name), ratios as percentages, factors as ``1.23x``; a
-missing value as ``-``. Plain aligned text, like the analyze table, so it pipes and pastes.
+Numbers as :mod:`overlapprof.renderers.format` writes them (times in ms with the unit in the row
+name, ratios as percentages, factors as ``1.23x [1.10-1.35]``, a missing value as ``-``); plain
+aligned text, like the analyze table.
 """
 
 from __future__ import annotations
 
-from overlapprof.compare import BOOTSTRAP, CI_LEVEL, PER_STEP, Comparison, VariantStats
-from overlapprof.renderers.table import _NONE, _ms, _pct, format_table
-
-
-def _x(factor: float | None) -> str:
-    return _NONE if factor is None else f"{factor:.2f}x"
-
-
-def _xci(factor: float | None, ci) -> str:
-    """``1.23x [1.10-1.35]``: the factor with its bootstrap interval (when it has one)."""
-    if factor is None or ci is None:
-        return _x(factor)
-    return f"{factor:.2f}x [{ci[0]:.2f}-{ci[1]:.2f}]"
-
-
-def _saved(v: VariantStats) -> str:
-    if v.exposed_saved_us is None:
-        return _NONE
-    share = f" ({100 * v.exposed_saved_frac:+.1f}%)" if v.exposed_saved_frac is not None else ""
-    return f"{v.exposed_saved_us / 1000:+.3f}{share}"
+from overlapprof.report import BOOTSTRAP, CI_LEVEL, PER_STEP, Comparison
+from overlapprof.renderers.format import PLACEHOLDER, factor, ms, percent, saved_ms, text_table
 
 
 # (row name, cell of a variant); None rows are section headings. Per-step rows say "median".
 def _rows(c: Comparison) -> list[tuple[str, object]]:
     med = "median " if c.basis == PER_STEP else ""
     rows = [
-        ("step time, median ms", lambda v: _ms(v.step_us)),
-        ("step time, p90 ms", lambda v: _ms(v.step_p90_us)),
-        (f"communication, {med}ms", lambda v: _ms(v.comm_us)),
-        (f"exposed communication, {med}ms", lambda v: _ms(v.exposed_comm_us)),
-        ("overlap ratio", lambda v: _pct(v.overlap_ratio)),
-        (f"compute, {med}ms", lambda v: _ms(v.compute_us)),
-        ("bound (step - exposed), median ms", lambda v: _ms(v.bound_us)),
-        ("ideal-overlap speedup (step / bound)", lambda v: _xci(v.ideal_speedup, v.ideal_speedup_ci)),
+        ("step time, median ms", lambda v: ms(v.step_us)),
+        ("step time, p90 ms", lambda v: ms(v.step_p90_us)),
+        (f"communication, {med}ms", lambda v: ms(v.comm_us)),
+        (f"exposed communication, {med}ms", lambda v: ms(v.exposed_comm_us)),
+        ("overlap ratio", lambda v: percent(v.overlap_ratio)),
+        (f"compute, {med}ms", lambda v: ms(v.compute_us)),
+        ("bound (step - exposed), median ms", lambda v: ms(v.bound_us)),
+        ("ideal-overlap speedup (step / bound)", lambda v: factor(v.ideal_speedup, v.ideal_speedup_ci)),
         (f"vs baseline {c.baseline}:", None),
-        ("  step-time speedup", lambda v: _xci(v.speedup, v.speedup_ci)),
-        ("  exposed communication saved, ms", _saved),
-        ("  compute slowdown (compute / baseline's)", lambda v: _xci(v.compute_slowdown, v.compute_slowdown_ci)),
+        ("  step-time speedup", lambda v: factor(v.speedup, v.speedup_ci)),
+        ("  exposed communication saved, ms", lambda v: saved_ms(v.exposed_saved_us, v.exposed_saved_frac)),
+        ("  compute slowdown (compute / baseline's)", lambda v: factor(v.compute_slowdown, v.compute_slowdown_ci)),
     ]
     if any(v.link for v in c.variants):
-        rows.append(("link (one medium shared by all ranks)", lambda v: v.link or _NONE))
+        rows.append(("link (one medium shared by all ranks)", lambda v: v.link or PLACEHOLDER))
     if any(v.host_step_us is not None for v in c.variants):
         rows += [
             ("host-measured step time (run.json):", None),
-            ("  profiled steps, median ms", lambda v: _ms(v.host_step_us)),
-            ("  unprofiled steps, median ms", lambda v: _ms(v.host_unprofiled_step_us)),
-            ("  speedup (unprofiled steps)", lambda v: _xci(v.host_speedup, v.host_speedup_ci)),
+            ("  profiled steps, median ms", lambda v: ms(v.host_step_us)),
+            ("  unprofiled steps, median ms", lambda v: ms(v.host_unprofiled_step_us)),
+            ("  speedup (unprofiled steps)", lambda v: factor(v.host_speedup, v.host_speedup_ci)),
         ]
     rows.append(("ranks" if c.basis != PER_STEP else "samples (rank x step)", lambda v: str(v.samples)))
     return rows
@@ -84,4 +67,4 @@ def render(c: Comparison, report_warnings: bool = True) -> str:
     out the warnings of its reports (for output that already showed each report's table)."""
     header = ["", *(v.label + (" (baseline)" if k == 0 else "") for k, v in enumerate(c.variants))]
     body = [[name, *(("" if cell is None else cell(v)) for v in c.variants)] for name, cell in _rows(c)]
-    return "\n".join([format_table(header, body), "", *notes(c, report_warnings)]) + "\n"
+    return "\n".join([text_table(header, body), "", *notes(c, report_warnings)]) + "\n"

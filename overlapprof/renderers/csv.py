@@ -30,7 +30,7 @@ def rows(report: Report, by: str = "rank") -> tuple[list[str], list[list]]:
     elif by == "kind":
         head = ["rank", "kind", "count", *METRICS]
         body = [[r.rank, k.kind, k.count, *_values(k, METRICS)] for r in report.ranks for k in r.kinds]
-    elif by == "collective":  # the comms section's bandwidth rows
+    elif by == "collective":  # the cross-rank section's bandwidth rows
         from overlapprof.renderers.collectives_table import csv_rows
 
         head, body = csv_rows(report)

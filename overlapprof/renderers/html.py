@@ -18,29 +18,14 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from overlapprof.compare import PER_STEP, Comparison
-from overlapprof.report import Report
+from overlapprof.renderers import collectives_table as ct
+from overlapprof.renderers import compare_table
+from overlapprof.renderers.format import PLACEHOLDER, factor, ms, percent, saved_ms
+from overlapprof.report import PER_STEP, Comparison, Report
 
 
 def _e(value) -> str:
     return html.escape(str(value), quote=True)
-
-
-def _ms(us: float | None) -> str:
-    return "–" if us is None else f"{us / 1000:.3f}"
-
-
-def _pct(ratio: float | None) -> str:
-    return "–" if ratio is None else f"{100 * ratio:.1f}%"
-
-
-def _x(factor: float | None) -> str:
-    return "–" if factor is None else f"{factor:.2f}×"
-
-
-def _xci(factor: float | None, ci) -> str:
-    """The factor with its bootstrap interval: ``1.23× [1.10–1.35]``."""
-    return _x(factor) if factor is None or ci is None else f"{factor:.2f}× [{ci[0]:.2f}–{ci[1]:.2f}]"
 
 
 @dataclass
@@ -86,7 +71,7 @@ def _header(page: Page) -> str:
     facts = [
         ("workload", first.workload or "traces"),
         ("ranks", first.ranks),
-        ("device", " · ".join(x for x in (first.device, first.backend) if x) or "–"),
+        ("device", " · ".join(x for x in (first.device, first.backend) if x) or PLACEHOLDER),
         ("basis", c.basis),
     ]
     chips = "".join(f'<span class="chip"><b>{_e(k)}</b> {_e(v)}</span>' for k, v in facts)
@@ -101,7 +86,7 @@ def _header(page: Page) -> str:
             speed_row = '<div class="kv"><span>speedup</span><b>baseline</b></div>'
         else:
             speed_row = "".join(
-                f'<div class="kv" data-speedup="{kind}"><span>{name}</span><b>{_e(_xci(f, ci))}</b></div>'
+                f'<div class="kv" data-speedup="{kind}"><span>{name}</span><b>{_e(factor(f, ci))}</b></div>'
                 for kind, name, f, ci in (("profiled", f"speedup vs {_e(c.baseline)}, profiled", v.speedup,
                                            v.speedup_ci),
                                           ("unprofiled", "unprofiled steps (host)", v.host_speedup,
@@ -109,9 +94,9 @@ def _header(page: Page) -> str:
                 if kind == "profiled" or f is not None)
         cards.append(
             f'<div class="card"><div class="name">{_e(v.label)}</div>'
-            f'<div class="big">{_pct(ratio)}</div><div class="sub">of communication hidden</div>{bar}'
-            f'<div class="kv"><span>exposed comm{per}</span><b>{_ms(v.exposed_comm_us)} ms</b></div>'
-            f'<div class="kv"><span>step (median)</span><b>{_ms(v.step_us)} ms</b></div>{speed_row}'
+            f'<div class="big">{percent(ratio)}</div><div class="sub">of communication hidden</div>{bar}'
+            f'<div class="kv"><span>exposed comm{per}</span><b>{ms(v.exposed_comm_us)} ms</b></div>'
+            f'<div class="kv"><span>step (median)</span><b>{ms(v.step_us)} ms</b></div>{speed_row}'
             + (f'<div class="kv" title="one medium shared by all ranks, not a port per rank">'
                f'<span>link</span><b>{_e(v.link)}</b></div>' if v.link else "") + "</div>"
         )
@@ -132,20 +117,16 @@ def _comparison(page: Page) -> str | None:
         header += ["host step ms (unprofiled)", "host speedup"]
     rows = []
     for v in c.variants:
-        saved = "–" if v.exposed_saved_us is None else f"{v.exposed_saved_us / 1000:+.3f}"
-        if v.exposed_saved_frac is not None:
-            saved += f" ({100 * v.exposed_saved_frac:+.0f}%)"
+        saved = saved_ms(v.exposed_saved_us, v.exposed_saved_frac)
         row = [_e(v.label) + (' <span class="tag">baseline</span>' if v.label == c.baseline else ""),
-               _ms(v.step_us), _ms(v.step_p90_us), _ms(v.comm_us), _ms(v.exposed_comm_us), _pct(v.overlap_ratio),
-               _ms(v.compute_us), _ms(v.bound_us), _xci(v.speedup, v.speedup_ci), saved,
-               _xci(v.compute_slowdown, v.compute_slowdown_ci)]
+               ms(v.step_us), ms(v.step_p90_us), ms(v.comm_us), ms(v.exposed_comm_us), percent(v.overlap_ratio),
+               ms(v.compute_us), ms(v.bound_us), factor(v.speedup, v.speedup_ci), saved,
+               factor(v.compute_slowdown, v.compute_slowdown_ci)]
         if len(header) > 11:
-            row += [_ms(v.host_unprofiled_step_us), _xci(v.host_speedup, v.host_speedup_ci)]
+            row += [ms(v.host_unprofiled_step_us), factor(v.host_speedup, v.host_speedup_ci)]
         rows.append(row)
-    from overlapprof.renderers.compare_table import notes
-
     body = (table(header, rows, "numbers comparison")
-            + "".join(f'<p class="note">{_e(n)}</p>' for n in notes(c))
+            + "".join(f'<p class="note">{_e(n)}</p>' for n in compare_table.notes(c))
             + figure(plots.comparison_figure(c), "variant comparison chart",
                      "Bars: step time with its bound (the step if all exposed communication were hidden), "
                      "communication hidden vs exposed, and compute (a slowdown shows contention)."))
@@ -167,9 +148,9 @@ def _definitions(page: Page) -> str:
         ["compute", "|U(compute)|: union of the other kernels (CPU: cpu_op spans)"],
         ["hidden (overlapped)", "|U(comm) ∩ U(compute)|"],
         ["exposed", "comm − hidden: communication nothing else was running under"],
-        ["overlap", "hidden / comm (– when there is no communication)"],
+        ["overlap", f"hidden / comm ({PLACEHOLDER} when there is no communication)"],
         ["bound", "step − exposed: the step time with ideal overlap"],
-        ["compute slowdown", "compute / baseline compute: &gt; 1× when overlap slows compute down"],
+        ["compute slowdown", "compute / baseline compute: &gt; 1x when overlap slows compute down"],
     ]
     version = _e(page.comparison.version)
     stamp = time.strftime("%Y-%m-%d %H:%M")
@@ -185,15 +166,14 @@ def _rank_table(page: Page, label: str, report: Report) -> str:
               "median step ms"]
     rows = []
     for r in report.ranks:
-        m, steps = r.metrics, sorted(s.step_us for s in r.steps)
-        rows.append([str(r.rank), _e(r.mode), _ms(m.comm_us), _ms(m.overlapped_us), _ms(m.exposed_comm_us),
-                     _pct(m.overlap_ratio), _ms(m.compute_us), str(len(steps)),
-                     _ms(steps[(len(steps) - 1) // 2] if steps else None)])
+        m = r.metrics
+        rows.append([str(r.rank), _e(r.mode), ms(m.comm_us), ms(m.overlapped_us), ms(m.exposed_comm_us),
+                     percent(m.overlap_ratio), ms(m.compute_us), str(len(r.steps)), ms(r.median_step_us)])
     s = report.summary
-    lines = [f"Pooled overlap {_pct(s.pooled_ratio)}; most exposed: rank {s.most_exposed_rank}"
-             f" ({_ms(s.most_exposed_us)} ms)" if s.ranks_with_comm else "No communication found."]
+    lines = [f"Pooled overlap {percent(s.pooled_ratio)}; most exposed: rank {s.most_exposed_rank}"
+             f" ({ms(s.most_exposed_us)} ms)" if s.ranks_with_comm else "No communication found."]
     if s.median_step_us is not None:
-        lines.append(f"Step time: median {_ms(s.median_step_us)} ms, p90 {_ms(s.p90_step_us)} ms.")
+        lines.append(f"Step time: median {ms(s.median_step_us)} ms, p90 {ms(s.p90_step_us)} ms.")
     lines += [f"Filter: {f}" for f in report.filters] or ["Window: whole trace (every event counts)."]
     notes = "".join(f'<p class="note">{_e(x)}</p>' for x in lines)
     notes += "".join(f'<p class="warn">warning: {_e(w)}</p>' for w in report.warnings)
@@ -205,7 +185,7 @@ def _partition(page: Page, label: str, report: Report) -> str | None:
     if not any(r.partition for r in report.ranks):
         return None
     header = ["rank", "mean step ms", "compute ms", "exposed comm ms", "exposed memory ms", "idle ms"]
-    rows = [[str(r.rank), *(_ms(getattr(p, f)) for f in ("step_us", "compute_us", "exposed_comm_us",
+    rows = [[str(r.rank), *(ms(getattr(p, f)) for f in ("step_us", "compute_us", "exposed_comm_us",
                                                            "exposed_memory_us", "idle_us"))]
             for r in report.ranks if (p := r.partition) is not None]
     note = ('<p class="note">Every millisecond of a step, once: compute, then communication not under '
@@ -238,8 +218,7 @@ def _exposure(page: Page, label: str, report: Report) -> str:
 
 
 def _stragglers(page: Page, label: str, report: Report) -> str | None:
-    """Waiting vs transferring per rank and who the others waited for (Report.comms)."""
-    from overlapprof.renderers import collectives_table as ct
+    """Waiting vs transferring per rank and who the others waited for (Report.crossrank)."""
     from overlapprof.renderers.straggler_plot import has_chart, straggler_figure
 
     if not has_chart(report):
@@ -247,8 +226,8 @@ def _stragglers(page: Page, label: str, report: Report) -> str | None:
     fig = straggler_figure(report, title=f"{label}: waiting vs transferring per rank")
     caption = ("Collectives matched across ranks: transfer = the shortest duration among their ranks, "
                "wait = a rank's duration − transfer; right, the wait a rank's late arrivals caused the others.")
-    rows = [[str(s.rank), _ms(s.caused_wait_us), _pct(s.share), str(s.last_arrivals)]
-            for s in report.comms.stragglers[:8]]
+    rows = [[str(s.rank), ms(s.caused_wait_us), percent(s.share), str(s.last_arrivals)]
+            for s in report.crossrank.stragglers[:8]]
     body = figure(fig, f"{label} stragglers", _e(caption))
     if rows:
         body += table(["rank", "others' wait caused ms", "share of all wait", "arrived last"], rows, "numbers")
@@ -259,7 +238,7 @@ def _stragglers(page: Page, label: str, report: Report) -> str | None:
 
 def _kv(mapping) -> str:
     if not isinstance(mapping, dict) or not mapping:
-        return "–"
+        return PLACEHOLDER
     return " ".join(f'<code>{_e(k)}={_e(v)}</code>' for k, v in mapping.items())
 
 

@@ -19,6 +19,7 @@ import io
 from pathlib import Path
 
 from overlapprof.errors import InputError
+from overlapprof.renderers.format import factor, ms, percent, to_ms
 
 COMPUTE = "#0072B2"
 HIDDEN = "#009E73"
@@ -46,31 +47,29 @@ _STYLE = {
 }
 
 
-def _figure(width: float, height: float):
+def new_figure(width: float, height: float):
+    """A matplotlib Figure (no pyplot) with constrained layout, width × height inches."""
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def _style():
+def style():
+    """The plots' rc settings, as a context manager around drawing a figure."""
     import matplotlib
 
     return matplotlib.rc_context(_STYLE)
 
 
-def _ms(us: float) -> float:
-    return us / 1000.0
-
-
 def timeline_span_ms(report) -> float:
     """The longest representative step (or trace window) of the report's ranks, in ms."""
     spans = [r.timeline.span_us for r in report.ranks if r.timeline is not None]
-    return _ms(max(spans)) if spans else 0.0
+    return to_ms(max(spans)) if spans else 0.0
 
 
 def _bars(ax, y: float, pairs, height: float, color: str, **kw) -> None:
     if pairs:
-        ax.broken_barh([(_ms(a), _ms(b - a)) for a, b in pairs], (y - height / 2, height), color=color,
+        ax.broken_barh([(to_ms(a), to_ms(b - a)) for a, b in pairs], (y - height / 2, height), color=color,
                        linewidth=0, **kw)
 
 
@@ -98,20 +97,20 @@ def timeline_figure(report, *, title: str | None = None, xmax_ms: float | None =
     from matplotlib.patches import Patch
 
     ranks = [r for r in report.ranks if r.timeline is not None]
-    with _style():
-        fig = _figure(10, 0.9 + 0.62 * max(1, len(ranks)))
+    with style():
+        fig = new_figure(10, 0.9 + 0.62 * max(1, len(ranks)))
         ax = fig.add_subplot()
         labels, ticks = [], []
         for k, r in enumerate(ranks):
             t, y = r.timeline, -2.0 * k
-            span = _ms(t.span_us)
+            span = to_ms(t.span_us)
             ax.axhspan(y - 1.45, y + 0.45, xmin=0, xmax=1, color="#F7F7F7" if k % 2 else "white", zorder=0)
             ax.broken_barh([(0, span)], (y - 1.45, 1.9), color="#EDEDED", linewidth=0, zorder=0.5)
             _bars(ax, y, t.compute, 0.7, COMPUTE)
             _bars(ax, y - 1, _minus(t.comm, t.overlapped), 0.7, EXPOSED)
             _bars(ax, y - 1, t.overlapped, 0.7, HIDDEN)
             mark = f"step #{t.step}" if t.step is not None else "whole trace"
-            ax.text(span, y + 0.42, f" {mark} · {span:.2f} ms", fontsize=7, color="#777777", va="top")
+            ax.text(span, y + 0.42, f" {mark} · {ms(t.span_us)} ms", fontsize=7, color="#777777", va="top")
             labels += [f"rank {r.rank}  compute", "comm"]
             ticks += [y, y - 1]
         ax.set_yticks(ticks, labels)
@@ -133,18 +132,19 @@ def timeline_figure(report, *, title: str | None = None, xmax_ms: float | None =
 def exposure_figure(report, *, title: str | None = None, xmax_ms: float | None = None):
     """Per rank (whole trace): hidden and exposed communication, stacked, in ms."""
     ranks = report.ranks
-    with _style():
-        fig = _figure(10, 0.9 + 0.34 * max(2, len(ranks)))
+    with style():
+        fig = new_figure(10, 0.9 + 0.34 * max(2, len(ranks)))
         ax = fig.add_subplot()
         ys = [-k for k in range(len(ranks))]
-        hidden = [_ms(r.metrics.overlapped_us) for r in ranks]
-        exposed = [_ms(r.metrics.exposed_comm_us) for r in ranks]
+        hidden = [to_ms(r.metrics.overlapped_us) for r in ranks]
+        exposed = [to_ms(r.metrics.exposed_comm_us) for r in ranks]
         ax.barh(ys, hidden, color=HIDDEN, height=0.62, label="hidden (overlapped)")
         ax.barh(ys, exposed, left=hidden, color=EXPOSED, height=0.62, label="exposed")
         top = max([h + e for h, e in zip(hidden, exposed)] + [1e-3])
         for y, h, e, r in zip(ys, hidden, exposed, ranks):
             ratio = r.metrics.overlap_ratio
-            text = f"{e:.2f} ms exposed · " + (f"{100 * ratio:.0f}% hidden" if ratio is not None else "no comm")
+            hidden = f"{percent(ratio)} hidden" if ratio is not None else "no comm"
+            text = f"{ms(r.metrics.exposed_comm_us)} ms exposed · {hidden}"
             ax.text(h + e + top * 0.01, y, text, va="center", fontsize=8, color="#444444")
         ax.set_yticks(ys, [f"rank {r.rank}" for r in ranks])
         ax.tick_params(axis="y", length=0)
@@ -159,7 +159,7 @@ def exposure_figure(report, *, title: str | None = None, xmax_ms: float | None =
 
 def exposure_span_ms(report) -> float:
     """The largest communication total of the report's ranks, in ms (to share an x axis)."""
-    return max([_ms(r.metrics.comm_us) for r in report.ranks] + [0.0])
+    return max([to_ms(r.metrics.comm_us) for r in report.ranks] + [0.0])
 
 
 def _annotate(ax, ys, ends, texts, top):
@@ -174,34 +174,34 @@ def comparison_figure(comparison):
     written next to the bars."""
     vs = comparison.variants
     ys = [-k for k in range(len(vs))]
-    with _style():
-        fig = _figure(10, 1.3 + 0.42 * max(2, len(vs)))
+    with style():
+        fig = new_figure(10, 1.3 + 0.42 * max(2, len(vs)))
         step_ax, comm_ax, comp_ax = fig.subplots(1, 3, sharey=True)
         med = "median per step" if comparison.basis.startswith("per-step") else "median rank, whole trace"
         if vs[0].step_us is not None:
-            steps = [_ms(v.step_us or 0) for v in vs]
+            steps = [to_ms(v.step_us or 0) for v in vs]
             step_ax.barh(ys, steps, color=STEP, height=0.66, label="step")
-            step_ax.barh(ys, [_ms(v.bound_us or 0) for v in vs], color=BOUND, height=0.36,
+            step_ax.barh(ys, [to_ms(v.bound_us or 0) for v in vs], color=BOUND, height=0.36,
                          label="bound: step − exposed")
-            texts = ["baseline" if k == 0 else (f"{v.speedup:.2f}x" if v.speedup else "") for k, v in enumerate(vs)]
+            texts = ["baseline" if k == 0 else (factor(v.speedup) if v.speedup else "") for k, v in enumerate(vs)]
             _annotate(step_ax, ys, steps, texts, max(steps + [1e-3]))
             step_ax.set_xlim(0, max(steps + [1e-3]) * 1.35)
         else:
             step_ax.text(0.5, 0.5, "no ProfilerSteps:\nno step time", transform=step_ax.transAxes, ha="center",
                          va="center", color="#777777")
         step_ax.set_title("Step time (median)")
-        hidden = [_ms(v.comm_us - v.exposed_comm_us) for v in vs]
-        exposed = [_ms(v.exposed_comm_us) for v in vs]
+        hidden = [to_ms(v.comm_us - v.exposed_comm_us) for v in vs]
+        exposed = [to_ms(v.exposed_comm_us) for v in vs]
         comm_ax.barh(ys, hidden, color=HIDDEN, height=0.66, label="hidden")
         comm_ax.barh(ys, exposed, left=hidden, color=EXPOSED, height=0.66, label="exposed")
         ends = [h + e for h, e in zip(hidden, exposed)]
-        hidden_text = [f"{100 * v.overlap_ratio:.0f}% hidden" if v.overlap_ratio is not None else "no comm" for v in vs]
+        hidden_text = [f"{percent(v.overlap_ratio)} hidden" if v.overlap_ratio is not None else "no comm" for v in vs]
         _annotate(comm_ax, ys, ends, hidden_text, max(ends + [1e-3]))
         comm_ax.set_xlim(0, max(ends + [1e-3]) * 1.45)
         comm_ax.set_title("Communication")
-        compute = [_ms(v.compute_us) for v in vs]
+        compute = [to_ms(v.compute_us) for v in vs]
         comp_ax.barh(ys, compute, color=COMPUTE, height=0.66, label="compute")
-        texts = ["baseline" if k == 0 else (f"{v.compute_slowdown:.2f}x time" if v.compute_slowdown else "")
+        texts = ["baseline" if k == 0 else (f"{factor(v.compute_slowdown)} time" if v.compute_slowdown else "")
                  for k, v in enumerate(vs)]
         _annotate(comp_ax, ys, compute, texts, max(compute + [1e-3]))
         comp_ax.set_xlim(0, max(compute + [1e-3]) * 1.45)
@@ -223,7 +223,7 @@ def to_bytes(fig, fmt: str = "svg", dpi: int = 144) -> bytes:
         raise InputError(f"unknown image format {fmt!r} (use one of {', '.join(FORMATS)})")
     out = io.BytesIO()
     metadata = {"Date": None} if fmt == "svg" else {}
-    with _style():
+    with style():
         fig.savefig(out, format=fmt, dpi=dpi, metadata=metadata or None, facecolor="white")
     return out.getvalue()
 

@@ -1,6 +1,6 @@
 """The straggler chart: per rank, waiting vs transferring, and the waiting it caused others.
 
-Reads only ``Report.comms`` (:mod:`overlapprof.analysis.comms`). Two panels sharing the rank
+Reads only ``Report.crossrank`` (:mod:`overlapprof.report.crossrank`). Two panels sharing the rank
 axis: left, each rank's time in matched collectives split into transfer (blue) and wait
 (vermillion), labelled with the wait and the total; right, the wait the rank's late arrivals
 caused the other ranks, the top straggler in wine, with a legend. Same style and palette as :mod:`overlapprof.renderers.plots`.
@@ -8,7 +8,8 @@ caused the other ranks, the top straggler in wine, with a legend. Same style and
 
 from __future__ import annotations
 
-from overlapprof.renderers.plots import COMPUTE, EXPOSED, INK, _figure, _ms, _style
+from overlapprof.renderers.format import ms, times, to_ms
+from overlapprof.renderers.plots import COMPUTE, EXPOSED, INK, new_figure, style
 
 CAUSED = "#CC79A7"
 TOP = "#882255"  # wine: darker than CAUSED, and not EXPOSED's vermillion of the charts beside it
@@ -16,30 +17,31 @@ TOP = "#882255"  # wine: darker than CAUSED, and not EXPOSED's vermillion of the
 
 def has_chart(report) -> bool:
     """Whether the report has matched instances to chart."""
-    return report.comms is not None and any(r.matched_ops for r in report.comms.ranks)
+    return report.crossrank is not None and any(r.matched_ops for r in report.crossrank.ranks)
 
 
 def straggler_figure(report, *, title: str | None = None):
     """Per rank: transfer + wait (ms, over matched collectives) and wait caused to others (ms)."""
-    comms = report.comms
-    ranks = comms.ranks
+    crossrank = report.crossrank
+    ranks = crossrank.ranks
     ys = [-k for k in range(len(ranks))]
-    top = comms.stragglers[0].rank if comms.stragglers else None
-    with _style():
-        fig = _figure(10, 1.2 + 0.3 * max(2, len(ranks)))
+    top = crossrank.stragglers[0].rank if crossrank.stragglers else None
+    with style():
+        fig = new_figure(10, 1.2 + 0.3 * max(2, len(ranks)))
         left, right = fig.subplots(1, 2, sharey=True, width_ratios=(3, 2))
-        transfer = [_ms(r.transfer_us) for r in ranks]
-        wait = [_ms(r.wait_us) for r in ranks]
+        transfer = [to_ms(r.transfer_us) for r in ranks]
+        wait = [to_ms(r.wait_us) for r in ranks]
         left.barh(ys, transfer, color=COMPUTE, height=0.62, label="transfer (shortest duration across ranks)")
         left.barh(ys, wait, left=transfer, color=EXPOSED, height=0.62, label="wait (duration − transfer)")
         span = max([t + w for t, w in zip(transfer, wait)] + [1e-3])
         for y, t, w, r in zip(ys, transfer, wait, ranks):
-            left.text(t + w + span * 0.01, y, f"{w:.2f} ms wait of {t + w:.2f} ms", va="center", fontsize=7.5,
+            label = f"{ms(r.wait_us)} ms wait of {ms(r.wait_us + r.transfer_us)} ms"
+            left.text(t + w + span * 0.01, y, label, va="center", fontsize=7.5,
                       color="#444444")
         left.set_xlim(0, span * 1.45)
         left.set_xlabel("time in matched collectives (ms)")
         left.set_title(title or "Waiting vs transferring per rank")
-        caused = [_ms(r.caused_wait_us) for r in ranks]
+        caused = [to_ms(r.caused_wait_us) for r in ranks]
         colors = [TOP if r.rank == top else CAUSED for r in ranks]
         right.barh(ys, caused, color=colors, height=0.62)
         from matplotlib.patches import Patch
@@ -51,7 +53,8 @@ def straggler_figure(report, *, title: str | None = None):
         most = max(caused + [1e-3])
         for y, c, r in zip(ys, caused, ranks):
             if r.last_arrivals:
-                right.text(c + most * 0.02, y, f"{c:.2f} ms · last {r.last_arrivals}×", va="center", fontsize=7.5,
+                label = f"{ms(r.caused_wait_us)} ms · last {times(r.last_arrivals)}"
+                right.text(c + most * 0.02, y, label, va="center", fontsize=7.5,
                            color=INK)
         right.set_xlim(0, most * 1.6)
         right.set_xlabel("others' wait it caused (ms)")

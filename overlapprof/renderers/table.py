@@ -1,28 +1,21 @@
 """Plain-text tables of a Report: one row per rank (or step, or kind) and the cross-rank summary.
 
-Plain aligned text (no colour, no box drawing) so it pipes, diffs and pastes cleanly. Times are
-shown in milliseconds with the unit in the header; ratios as percentages; a missing ratio (no
-communication) as ``-``.
+Plain aligned text (:func:`overlapprof.renderers.format.text_table`); numbers as
+:mod:`overlapprof.renderers.format` writes them (times in ms with the unit in the header, ratios
+as percentages, a missing value as ``-``).
 """
 
 from __future__ import annotations
 
+from overlapprof.renderers import collectives_table as ct
+from overlapprof.renderers.format import PLACEHOLDER, ms, percent, text_table
 from overlapprof.report import Report
 
 BY = ("rank", "step", "kind", "collective")
-_NONE = "-"
-
-
-def _ms(us: float | None) -> str:
-    return _NONE if us is None else f"{us / 1000:.3f}"
-
-
-def _pct(ratio: float | None) -> str:
-    return _NONE if ratio is None else f"{100 * ratio:.2f}%"
 
 
 def _metric_cells(m) -> list[str]:
-    return [_ms(m.comm_us), _ms(m.overlapped_us), _ms(m.exposed_comm_us), _pct(m.overlap_ratio), _ms(m.compute_us)]
+    return [ms(m.comm_us), ms(m.overlapped_us), ms(m.exposed_comm_us), percent(m.overlap_ratio), ms(m.compute_us)]
 
 
 _MODES = {
@@ -32,28 +25,13 @@ _MODES = {
 _METRIC_HEAD = ["comm ms", "overlapped ms", "exposed ms", "overlap", "compute ms"]
 
 
-def format_table(header: list[str], rows: list[list[str]]) -> str:
-    """Columns aligned: the first left-aligned, the others right-aligned."""
-    widths = [max(len(str(r[c])) for r in [header, *rows]) for c in range(len(header))]
-
-    def line(cells):
-        return "  ".join(
-            str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
-        ).rstrip()
-
-    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
-
-
 def _rank_rows(report: Report):
     header = ["rank", "mode", *_METRIC_HEAD, "memory ms", "steps", "median step ms"]
     rows = []
     for r in report.ranks:
-        steps = sorted(s.step_us for s in r.steps)
-        median = steps[(len(steps) - 1) // 2] if steps else None
-        rows.append([str(r.rank), r.mode, *_metric_cells(r.metrics), _ms(r.metrics.memory_us), str(len(r.steps)), _ms(median)])
-    if report.comms is not None and any(r.matched_ops for r in report.comms.ranks):  # wait vs transfer
-        from overlapprof.renderers import collectives_table as ct
-
+        rows.append([str(r.rank), r.mode, *_metric_cells(r.metrics), ms(r.metrics.memory_us), str(len(r.steps)),
+                     ms(r.median_step_us)])
+    if report.crossrank is not None and any(r.matched_ops for r in report.crossrank.ranks):  # wait vs transfer
         header += ct.RANK_CELLS_HEAD
         rows = [row + ct.rank_cells(report, r.rank) for row, r in zip(rows, report.ranks)]
     return header, rows
@@ -62,7 +40,7 @@ def _rank_rows(report: Report):
 def _step_rows(report: Report):
     header = ["rank", "step", "step ms", *_METRIC_HEAD, "exposed share"]
     rows = [
-        [str(r.rank), f"#{s.step}", _ms(s.step_us), *_metric_cells(s), _pct(s.exposed_share)]
+        [str(r.rank), f"#{s.step}", ms(s.step_us), *_metric_cells(s), percent(s.exposed_share)]
         for r in report.ranks
         for s in r.steps
     ]
@@ -81,27 +59,25 @@ def summary_lines(report: Report) -> list[str]:
     lines = []
     if s.ranks_with_comm:
         lines.append(
-            f"overlap ratio: pooled {_pct(s.pooled_ratio)} (Σ overlapped / Σ comm over {s.ranks_with_comm} "
-            f"rank{'s' if s.ranks_with_comm != 1 else ''}); min {_pct(s.min_ratio)} (rank {s.min_ratio_rank}), "
-            f"median {_pct(s.median_ratio)}, max {_pct(s.max_ratio)} (rank {s.max_ratio_rank})"
+            f"overlap ratio: pooled {percent(s.pooled_ratio)} (Σ overlapped / Σ comm over {s.ranks_with_comm} "
+            f"rank{'s' if s.ranks_with_comm != 1 else ''}); min {percent(s.min_ratio)} (rank {s.min_ratio_rank}), "
+            f"median {percent(s.median_ratio)}, max {percent(s.max_ratio)} (rank {s.max_ratio_rank})"
         )
         lines.append(
-            f"exposed communication: {_ms(s.exposed_comm_us)} ms in all; most on rank {s.most_exposed_rank} "
-            f"({_ms(s.most_exposed_us)} ms)"
+            f"exposed communication: {ms(s.exposed_comm_us)} ms in all; most on rank {s.most_exposed_rank} "
+            f"({ms(s.most_exposed_us)} ms)"
         )
     else:
-        lines.append("no communication found: overlap ratio is undefined (-)")
-    if report.comms is not None and report.comms.stragglers:
-        from overlapprof.renderers.collectives_table import straggler_line
-
-        lines.append(straggler_line(report))
+        lines.append(f"no communication found: overlap ratio is undefined ({PLACEHOLDER})")
+    if report.crossrank is not None and report.crossrank.stragglers:
+        lines.append(ct.straggler_line(report))
     if s.median_step_us is not None:
-        lines.append(f"step time: median {_ms(s.median_step_us)} ms, p90 {_ms(s.p90_step_us)} ms")
+        lines.append(f"step time: median {ms(s.median_step_us)} ms, p90 {ms(s.p90_step_us)} ms")
     for r in report.ranks:
         if (p := r.partition) is not None:
-            lines.append(f"rank {r.rank} mean step {_ms(p.step_us)} ms = compute {_ms(p.compute_us)} + exposed comm "
-                         f"{_ms(p.exposed_comm_us)} + exposed memory {_ms(p.exposed_memory_us)} + idle "
-                         f"{_ms(p.idle_us)} ms")
+            lines.append(f"rank {r.rank} mean step {ms(p.step_us)} ms = compute {ms(p.compute_us)} + exposed comm "
+                         f"{ms(p.exposed_comm_us)} + exposed memory {ms(p.exposed_memory_us)} + idle "
+                         f"{ms(p.idle_us)} ms")
     modes = sorted({r.mode for r in report.ranks})
     sources = sorted({r.rank_source for r in report.ranks})
     lines.append(
@@ -120,13 +96,11 @@ def summary_lines(report: Report) -> list[str]:
 
 def render(report: Report, by: str = "rank") -> str:
     """The report as a plain-text table: ``by`` is ``rank`` (default), ``step``, ``kind`` or
-    ``collective`` (the comms section: :mod:`overlapprof.renderers.collectives_table`)."""
+    ``collective`` (the cross-rank section: :mod:`overlapprof.renderers.collectives_table`)."""
     if by not in BY:
         raise ValueError(f"by must be one of {BY}, not {by!r}")
     if by == "collective":
-        from overlapprof.renderers import collectives_table
-
-        return collectives_table.render(report)
+        return ct.render(report)
     header, rows = {"rank": _rank_rows, "step": _step_rows, "kind": _kind_rows}[by](report)
-    table = format_table(header, rows) if rows else f"(no {by}s to show)"
+    table = text_table(header, rows) if rows else f"(no {by}s to show)"
     return "\n".join([table, "", *summary_lines(report)]) + "\n"

@@ -1,4 +1,5 @@
-"""The ``comms`` section of a Report: which rank waited for which, and how fast the links were.
+"""The cross-rank section of a Report (``Report.crossrank``; ``"comms"`` in the JSON): which rank
+waited for which, and how fast the links were.
 
 Plain typed data (msgspec Structs, no numpy), computed by :mod:`overlapprof.analysis.crossrank`
 and read by the renderers. Times are microseconds; bandwidths GB/s with GB = 1e9 bytes.
@@ -19,7 +20,7 @@ ranks that recorded it; ``d_r`` is rank r's duration of its operation in the ins
   exposed_comm_us`` (OVERLAP.md's exposed communication), None when that is 0.
 - ``caused_wait_us`` of rank r = Σ over instances where r is ``last_rank`` of the other ranks'
   waits. Stragglers are the ranks ordered by it.
-- Bandwidth (nccl-tests' definitions, see :mod:`overlapprof.analysis.bandwidth`):
+- Bandwidth (nccl-tests' definitions, see :mod:`overlapprof.analysis.crossrank.bandwidth`):
   ``algbw_gbps`` = bytes / transfer, ``busbw_gbps`` = algbw × ``bus_factor`` of the kind.
 - Warm-up: a rank's first communication operation whose transfer time is at least
   ``warmup_factor`` × the median transfer of its kind on that rank (NCCL builds communicators
@@ -31,20 +32,13 @@ from __future__ import annotations
 
 import msgspec
 
-METHODS = {
-    "seq": "process group + sequence number recorded by the trace",
-    "order": "i-th operation of the kind in the process group on each rank",
-    "overlap": "order of occurrence, re-synchronised on a shared clock: the operations that overlap in time "
-    "(ranks missing an operation are skipped, not shifted)",
-    "pair-order": "send/recv: i-th send from rank s to rank d with the i-th recv on d from s",
-}
-
+from overlapprof.report.metrics import by_rank
 
 class CollectiveInstance(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One matched collective (or send/recv pair). Lists are parallel to ``ranks``.
 
     ``starts_us`` are on the common clock (after ``--align-clocks`` offsets), relative to
-    ``Comms.time_origin_us``. ``key``: the sequence number (method seq) or the order index.
+    ``CrossRank.time_origin_us``. ``key``: the sequence number (method seq) or the order index.
     ``bytes``: the message size nccl-tests would report (None: unknown); ``group_size``: n of
     the group (from the trace), which the bus bandwidth factor uses.
     """
@@ -69,7 +63,7 @@ class CollectiveInstance(msgspec.Struct, kw_only=True, omit_defaults=True):
         return [d - self.transfer_us for d in self.durations_us]
 
 
-class RankComms(msgspec.Struct, kw_only=True):
+class RankWaits(msgspec.Struct, kw_only=True):
     """Per rank (see the module docstring for the formulas). ``ops`` counts logical operations
     (kernels of one host call merged); ``unmatched_us`` is their summed duration."""
 
@@ -100,7 +94,7 @@ class Straggler(msgspec.Struct, kw_only=True):
     last_arrivals: int
 
 
-class GroupComms(msgspec.Struct, kw_only=True):
+class ProcessGroup(msgspec.Struct, kw_only=True):
     """A process group: ``size`` ranks (from the trace), ``ranks_present`` with a trace here.
     ``complete`` is False when some of its ranks have no trace: their waits are unknown, and a
     rank present may have waited for an absent one."""
@@ -113,8 +107,17 @@ class GroupComms(msgspec.Struct, kw_only=True):
 
 
 class KindMatch(msgspec.Struct, kw_only=True):
-    """How one kind of operation of one group was matched: ``method`` (see ``METHODS``),
-    ``instances`` with at least two ranks, ``unmatched_ops`` left alone (reasons in ``Comms.unmatched``)."""
+    """How one kind of operation of one group was matched: ``method`` is one of
+
+    - ``seq``: process group + sequence number recorded by the trace;
+    - ``order``: the i-th operation of the kind in the process group on each rank;
+    - ``overlap``: order of occurrence, re-synchronised on a shared clock: the operations that
+      overlap in time (ranks missing an operation are skipped, not shifted);
+    - ``pair-order``: send/recv, the i-th send from rank s to rank d with the i-th recv on d from s;
+    - ``none``: one rank only, nothing to match.
+
+    ``instances`` with at least two ranks, ``unmatched_ops`` left alone (reasons in
+    ``CrossRank.unmatched``)."""
 
     group: str
     kind: str
@@ -177,7 +180,7 @@ class ClockDomain(msgspec.Struct, kw_only=True):
     instances: int = 0
 
 
-class Comms(msgspec.Struct, kw_only=True):
+class CrossRank(msgspec.Struct, kw_only=True):
     """Across ranks: matching, waiting vs transferring, stragglers, bandwidth, warm-up.
 
     ``clocks``: ``"shared"`` (one clock domain), ``"aligned"`` (``--align-clocks``) or
@@ -187,9 +190,9 @@ class Comms(msgspec.Struct, kw_only=True):
     clocks: str
     time_origin_us: float
     domains: list[ClockDomain]
-    groups: list[GroupComms]
+    groups: list[ProcessGroup]
     matching: list[KindMatch]
-    ranks: list[RankComms]
+    ranks: list[RankWaits]
     stragglers: list[Straggler]
     bandwidth: list[BandwidthRow]
     instances: list[CollectiveInstance]
@@ -198,9 +201,6 @@ class Comms(msgspec.Struct, kw_only=True):
     warmup_factor: float = 10.0
     notes: list[str] = []
 
-    def rank(self, rank: int) -> RankComms:
-        """The RankComms of ``rank`` (KeyError if absent)."""
-        for r in self.ranks:
-            if r.rank == rank:
-                return r
-        raise KeyError(rank)
+    def rank(self, rank: int) -> RankWaits:
+        """The RankWaits of ``rank`` (KeyError if absent)."""
+        return by_rank(self.ranks, rank)

@@ -1,37 +1,23 @@
-"""The Report: everything ``overlapprof analyze`` measured, as plain typed data.
+"""The per-rank numbers of a Report: OVERLAP.md's metrics per rank, step and kind, and their summary.
 
-A Report is what :func:`overlapprof.analyze` returns and what every renderer reads. It saves to
-and loads from JSON (``Report.save``/``Report.load``), so a report is re-rendered without
-re-reading traces. Metric names and formulas are those of OVERLAP.md; times are microseconds.
-
-Layout (``schema`` is first in the JSON, which is how a saved report is recognised)::
-
-    Report
-      schema, version, inputs, options, filters, warnings, run
-      ranks: [RankReport]            one per rank, sorted by rank
-        rank, rank_source, files, mode, world_size, backend, events, *_events
-        metrics: Metrics             OVERLAP.md section 2, whole trace
-        steps:   [StepMetrics]       per ProfilerStep#N (section 3), each with its Partition
-        partition: Partition | None  step time = compute + exposed comm + exposed memory + idle
-        kinds:   [KindMetrics]       per kind of communication (section 3)
-        timeline: Timeline | None    unions of one representative step, for plots
-        comm_ops: [CommOp] | None    one record per comm operation (only when asked)
-      summary: Summary               across ranks (section 3)
-      comms: Comms | None            matched collectives: wait vs transfer, stragglers, bandwidth
+Plain typed data (msgspec Structs, no numpy), computed by :mod:`overlapprof.analysis.rank` and
+:mod:`overlapprof.analysis.analyzer`, read by the renderers. Metric names and formulas are those
+of OVERLAP.md; times are microseconds.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import msgspec
 
-from overlapprof.analysis.comm_ops import CommOp
-from overlapprof.analysis.comms import Comms
-from overlapprof.errors import ReportError
+from overlapprof.report.records import CommRecord
 
-SCHEMA = "overlapprof.report/1"
+
+def by_rank(items: list, rank: int):
+    """The item of ``items`` (RankReports, RankWaits) whose ``rank`` is ``rank`` (KeyError if absent)."""
+    for item in items:
+        if item.rank == rank:
+            return item
+    raise KeyError(rank)
 
 
 class Metrics(msgspec.Struct, kw_only=True):
@@ -106,7 +92,7 @@ class Timeline(msgspec.Struct, kw_only=True):
     ProfilerStep on every rank), for plots.
 
     Intervals are ``[start, end]`` pairs in µs relative to ``start_us``. Each list holds at most
-    ``overlapprof.analysis.metrics.TIMELINE_CAP`` intervals (the first ones in time);
+    ``overlapprof.analysis.rank.metrics.TIMELINE_CAP`` intervals (the first ones in time);
     ``truncated`` says when one was cut. Without ProfilerSteps, ``step`` is None and the window is
     the whole trace.
     """
@@ -140,8 +126,10 @@ class RankReport(msgspec.Struct, kw_only=True):
     world_size: int | None = None
     backend: str | None = None
     timeline: Timeline | None = None
-    comm_ops: list[CommOp] | None = None
+    # one record per communication kernel or annotation (only when asked: --comm-ops)
+    comm_records: list[CommRecord] | None = msgspec.field(default=None, name="comm_ops")
     partition: Partition | None = None  # the mean of the steps' partitions; None without steps
+    median_step_us: float | None = None  # median of the steps' step_us (interpolated, as Summary's); None without steps
 
 
 class Summary(msgspec.Struct, kw_only=True):
@@ -170,84 +158,3 @@ class Summary(msgspec.Struct, kw_only=True):
     exposed_comm_us: float = 0.0
     median_step_us: float | None = None
     p90_step_us: float | None = None
-
-
-class Options(msgspec.Struct, kw_only=True):
-    """The analysis options. Every option off = OVERLAP.md's whole-trace window."""
-
-    comm_kernels: list[str] = []
-    comm_backends: list[str] = []  # CPU mode: backends added to OVERLAP.md's `<backend>:<op>` list
-    drop_last_step: bool = False
-    require_launch: bool = False
-    like_hta: bool = False
-    allow_partial: bool = False
-    comm_ops: bool = False
-    comms: bool = True
-    align_clocks: bool = False
-
-
-class Report(msgspec.Struct, kw_only=True):
-    """The result of an analysis; see the module docstring for the layout.
-
-    ``filters`` describes, in words, each option that changes which events count (empty by
-    default). ``warnings`` lists what the reader should know (skipped ranks, odd events).
-    ``run`` is the ``run.json`` of an ``overlapprof run`` directory, when one was analyzed.
-    """
-
-    schema: str = SCHEMA
-    version: str
-    inputs: list[str]
-    options: Options
-    filters: list[str]
-    ranks: list[RankReport]
-    summary: Summary
-    warnings: list[str] = []
-    run: dict[str, Any] | None = None
-    comms: Comms | None = None
-
-    def rank(self, rank: int) -> RankReport:
-        """The RankReport of ``rank`` (KeyError if absent)."""
-        for r in self.ranks:
-            if r.rank == rank:
-                return r
-        raise KeyError(rank)
-
-    def to_json(self, indent: int = 2) -> str:
-        """The report as JSON text (``indent=0`` for one line)."""
-        data = msgspec.json.encode(self)
-        return (msgspec.json.format(data, indent=indent) if indent else data).decode()
-
-    @classmethod
-    def from_json(cls, text: str | bytes, source: str = "report") -> Report:
-        """A Report from JSON text; ReportError (one line) when it is not an overlapprof report."""
-        try:
-            head = msgspec.json.decode(text, type=_Head)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise ReportError(f"{source}: not an overlapprof report ({exc})") from None
-        if head.schema != SCHEMA:
-            raise ReportError(f"{source}: not an overlapprof report (schema {head.schema!r}, expected {SCHEMA!r})")
-        try:
-            return msgspec.json.decode(text, type=cls)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise ReportError(f"{source}: damaged overlapprof report ({exc})") from None
-
-    def save(self, path: str | Path) -> None:
-        """Write the report as JSON to ``path`` (through a temporary file, then renamed)."""
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(self.to_json() + "\n")
-        tmp.replace(path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> Report:
-        """Read a report saved with :meth:`save` (or ``--json FILE``)."""
-        try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            raise ReportError(f"{path}: cannot read ({exc.strerror or exc})") from None
-        return cls.from_json(data, source=str(path))
-
-
-class _Head(msgspec.Struct):
-    schema: str | None = None
-

@@ -1,16 +1,9 @@
 """Matching communication operations across ranks: which operations were one collective call.
 
-Input: every rank's :class:`~overlapprof.analysis.comm_ops.CommTable`, made into logical
-operations (:class:`Ops`, columns). Output: *instances*, groups of operations (at most one per
-rank) that were the same collective call or the two ends of one send/recv, and the operations
-nothing matched, with the reason.
-
-**Logical operations.** Kernels launched by one host-side call (same record_param_comms /
-annotation / c10d op start, or same process group and sequence number) are one operation
-spanning from the first kernel's start to the last one's end (coalesced collectives launch
-several). The *kind* is the collective the trace names (record_param_comms ``Collective name``,
-else the enclosing ``nccl:<op>`` annotation, else the event's name; the first of them that names
-a known kind), so the SendRecv kernels NCCL runs for all_to_all count as all_to_all here.
+Input: every rank's logical operations
+(:class:`~overlapprof.analysis.records.operations.CommOperations`, columns, all ranks together).
+Output: *instances*, groups of operations (at most one per rank) that were the same collective call
+or the two ends of one send/recv, and the operations nothing matched, with the reason.
 
 **Collectives**, per process group (``Process Group Name``; without one, the default group) and
 kind, by the first method that applies:
@@ -40,55 +33,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from overlapprof.analysis.bandwidth import bytes_of
-from overlapprof.analysis.classify import KINDS, comm_kind
-from overlapprof.analysis.clocks import SYNCHRONISING
-from overlapprof.analysis.comm_ops import CommTable, Index
-from overlapprof.analysis.comm_records import distinct_rows, per_distinct
+from overlapprof.analysis.columns import distinct_rows
+from overlapprof.analysis.crossrank.clocks import SYNCHRONISING
+from overlapprof.analysis.records.operations import CommOperations
 
 # Kinds whose ranks all move the same message (sizes must agree to match); all_to_all may be uneven.
 SAME_SIZE = frozenset({"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "send_recv"})
 # Slack for "started before the first end" between clocks of one host (GPU timestamps converted
 # to the CPU clock by CUPTI are within a few µs).
 TOLERANCE_US = 2.0
-DEFAULT_GROUP = "default"
-
-
-@dataclass
-class Ops:
-    """Logical operations as columns (one row per operation): one rank's, or all ranks' after
-    :func:`concat`. ``scaled``: ``nbytes`` is one rank's share (all_gather sized from its input's
-    recorded shape) and becomes × the group size in :func:`concat`."""
-
-    rank: np.ndarray  # int64 (-1 until the rank is settled)
-    kind: np.ndarray  # int8, index into classify.KINDS
-    group: np.ndarray  # int64, index into ``groups``
-    groups: list[str]  # process group names (DEFAULT_GROUP: none recorded)
-    seq: np.ndarray  # int64, -1 unknown
-    direction: np.ndarray  # int8: 0 none, 1 send, 2 recv
-    peer: np.ndarray  # int64, -1 unknown
-    ts: np.ndarray  # own clock, µs
-    end: np.ndarray
-    dur: np.ndarray  # the trace's duration (the span of the kernels, for merged ones)
-    nbytes: np.ndarray  # float64, NaN unknown
-    scaled: np.ndarray  # bool
-    step: np.ndarray  # int64, -1 none
-    group_size: np.ndarray  # int64, 0 unknown
-
-    def __len__(self) -> int:
-        return self.rank.size
-
-    def kind_of(self, row: int) -> str:
-        return KINDS[self.kind[row]]
-
-    def group_of(self, row: int) -> str:
-        return self.groups[self.group[row]]
-
-
-_COLUMNS = {
-    "rank": np.int64, "kind": np.int8, "seq": np.int64, "direction": np.int8, "peer": np.int64, "ts": np.float64, "end": np.float64,
-    "dur": np.float64, "nbytes": np.float64, "scaled": bool, "step": np.int64, "group_size": np.int64,
-}
 
 
 @dataclass
@@ -113,120 +66,12 @@ class Matched:
         return np.split(self.rows, np.cumsum(self.sizes)[:-1]) if self.sizes.size else []
 
 
-def _direction(texts) -> int:
-    """1 send, 2 recv, 0 unknown: the first of the texts that says one of them."""
-    for text in texts:
-        if text:
-            low = text.lower()
-            send, recv = "send" in low, "recv" in low
-            if send != recv:
-                return 1 if send else 2
-    return 0
-
-
-def _kind(texts) -> str:
-    """The first kind that is not "other" of the collective's name, the annotation, the event."""
-    for text in texts:
-        if text and (kind := comm_kind(text)) != "other":
-            return kind
-    return "other"
-
-
-def _first_of_runs(mask: np.ndarray, *keys: np.ndarray) -> np.ndarray:
-    """For each row where ``mask``: the first row (lowest index) with equal ``keys``; else itself."""
-    owner = np.arange(mask.size)
-    idx = np.flatnonzero(mask)
-    if idx.size:
-        order = idx[np.lexsort((idx, *(k[idx] for k in reversed(keys))))]
-        new = np.ones(order.size, dtype=bool)
-        new[1:] = np.logical_or.reduce([k[order[1:]] != k[order[:-1]] for k in keys])
-        owner[order] = order[new][np.cumsum(new) - 1]
-    return owner
-
-
-def rank_ops(table: CommTable) -> Ops:
-    """One rank's logical operations, in time order (module docstring); ``rank`` is left -1."""
-    order = np.argsort(table.ts, kind="stable")
-    v, n = table.values, order.size
-    names, strings = v.names, v.strings
-    text = lambda f, code: strings[f].values[code] if code >= 0 else None  # noqa: E731
-    label = lambda code: names[code] if code >= 0 else None  # noqa: E731
-    collective, annotation, name = table.strings["collective"][order], table.annotation[order], table.name[order]
-    found, inverse = per_distinct(lambda c, a, e: KINDS.index(_kind((text("collective", c), label(a), label(e)))),
-                                  collective, annotation, name)
-    kind_code = np.array(found + [0], dtype=np.int8)[inverse]
-    p2p = kind_code == KINDS.index("send_recv")
-    pg = table.strings["pg_name"][order]
-    group_ids = Index()
-    found, inverse = per_distinct(lambda c: group_ids[text("pg_name", c) or DEFAULT_GROUP], pg)
-    group_code = np.array(found + [0], dtype=np.int64)[inverse]
-    seq = table.numbers["seq"][order]
-    by_seq = ~np.isnan(seq) & ~p2p
-    found, inverse = per_distinct(lambda c, a, k, e: _direction((text("collective", c), label(a), label(k), label(e))),
-                                  collective, annotation, table.call[order], name)
-    direction = np.array(found + [0], dtype=np.int8)[inverse]
-    peer = table.peer[order]
-    dur = np.maximum(table.dur[order], 0.0)
-    ts = table.ts[order].astype(np.float64)
-    nelems = {k: np.where(np.isnan(table.numbers[k][order]), -1, table.numbers[k][order]).astype(np.int64)
-              for k in ("in_nelems", "out_nelems")}
-    found, inverse = per_distinct(
-        lambda d, i, o, dims, types, k: bytes_of(text("dtype", d), i if i >= 0 else None, o if o >= 0 else None,
-                                                 text("input_dims", dims), text("input_type", types), KINDS[k]),
-        table.strings["dtype"][order], nelems["in_nelems"], nelems["out_nelems"], table.strings["input_dims"][order],
-        table.strings["input_type"][order], kind_code,
-    )
-    nbytes = np.array([np.nan if b is None else b for b, _ in found] + [np.nan], dtype=np.float64)[inverse]
-    scaled = np.array([s for _, s in found] + [False], dtype=bool)[inverse]
-    ranks = table.strings["pg_ranks"][order]
-    ranks_len = np.array([len(r) for r in strings["pg_ranks"].values] + [0], dtype=np.int64)[ranks]  # -1: the 0
-    group_size = np.nan_to_num(table.numbers["group_size"][order], nan=0.0).astype(np.int64)
-    cols = {
-        "rank": np.full(n, -1, dtype=np.int64), "kind": kind_code, "group": group_code,
-        "seq": np.where(by_seq, np.nan_to_num(seq, nan=-1), -1).astype(np.int64),
-        "direction": np.where(p2p, direction, 0).astype(np.int8),
-        "peer": np.nan_to_num(peer, nan=-1).astype(np.int64),
-        "ts": ts, "end": ts + dur, "dur": dur,
-        "nbytes": nbytes, "scaled": scaled,
-        "step": table.step[order].astype(np.int64),
-        "group_size": np.where(group_size != 0, group_size, ranks_len),
-    }
-    # Kernels of one host call (or one group + sequence number) become one operation.
-    call_ts = table.call_ts[order]
-    owner = _first_of_runs(by_seq, group_code, seq)
-    by_call = ~by_seq & ~np.isnan(call_ts)
-    owner = np.where(by_call, _first_of_runs(by_call, call_ts), owner)
-    if (owner != np.arange(n)).any():
-        keep = owner == np.arange(n)
-        np.maximum.at(cols["end"], owner, cols["end"])
-        np.fmax.at(cols["nbytes"], owner, cols["nbytes"])
-        cols["dur"] = cols["end"] - cols["ts"]
-        cols = {k: c[keep] for k, c in cols.items()}
-    return Ops(**cols, groups=group_ids.order)
-
-
-def concat(parts: dict[int, Ops], group_sizes: dict[str, int]) -> Ops:
-    """All ranks' operations (``parts`` by rank): rank column set, unknown group sizes taken from
-    ``group_sizes``, scaled byte counts multiplied by the group size (unknown size: unknown bytes)."""
-    ranks = sorted(parts)
-    cat = {n: np.concatenate([getattr(parts[r], n) for r in ranks]).astype(t) for n, t in _COLUMNS.items()}
-    cat["rank"] = np.repeat(np.array(ranks, dtype=np.int64), [len(parts[r]) for r in ranks])
-    names = Index()
-    cat["group"] = np.concatenate(
-        [np.array([names[g] for g in parts[r].groups] + [0], dtype=np.int64)[parts[r].group] for r in ranks])
-    known = np.array([group_sizes.get(g, 0) for g in names.order] + [0], dtype=np.int64)[cat["group"]]
-    cat["group_size"] = np.where(cat["group_size"] > 0, cat["group_size"], known)
-    scale = np.where(cat["scaled"], np.where(cat["group_size"] > 0, cat["group_size"], np.nan), 1.0)
-    cat["nbytes"] = cat["nbytes"] * scale
-    return Ops(**cat, groups=names.order)
-
-
 def _sizes_agree(nbytes: np.ndarray) -> bool:
     known = nbytes[~np.isnan(nbytes)]
     return known.size < 2 or bool((known == known[0]).all())
 
 
-def _sweep(ops: Ops, seqs: list[np.ndarray], shift: np.ndarray, same_size: bool) -> list[list[int]]:
+def _sweep(ops: CommOperations, seqs: list[np.ndarray], shift: np.ndarray, same_size: bool) -> list[list[int]]:
     """The overlap sweep of the module docstring over per-rank row sequences (time-ordered)."""
     heads = [0] * len(seqs)
     out = []
@@ -248,7 +93,7 @@ def _sweep(ops: Ops, seqs: list[np.ndarray], shift: np.ndarray, same_size: bool)
     return out
 
 
-def _match_collective(ops: Ops, rows: np.ndarray, kind: str, shared: bool, shift: np.ndarray):
+def _match_collective(ops: CommOperations, rows: np.ndarray, kind: str, shared: bool, shift: np.ndarray):
     """Instances of one (group, kind) sequence: (flat rows, sizes, method, unmatched {row: reason}, note)."""
     seq = ops.seq[rows]
     if (seq >= 0).all():  # one instance per sequence number, in order of first appearance
@@ -291,7 +136,7 @@ def _flat(instances: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
             np.array([len(inst) for inst in instances], dtype=np.int64))
 
 
-def _match_pairs(ops: Ops, rows: np.ndarray, present: set[int]):
+def _match_pairs(ops: CommOperations, rows: np.ndarray, present: set[int]):
     """Send/recv rows of one group: (instances [send, recv], unmatched {row: reason}, note)."""
     sends, recvs, unmatched = defaultdict(list), defaultdict(list), {}
     for row in rows.tolist():
@@ -319,7 +164,7 @@ def _match_pairs(ops: Ops, rows: np.ndarray, present: set[int]):
     return instances, unmatched, note
 
 
-def match(ops: Ops, present: set[int], shared: bool, shift: np.ndarray) -> Matched:
+def match(ops: CommOperations, present: set[int], shared: bool, shift: np.ndarray) -> Matched:
     """Match every group's operations (module docstring). ``shift``: per-row µs added to ``ts``
     for a common clock; ``shared``: whether that clock is common to all ranks."""
     result = Matched(np.empty(0, np.int64), np.empty(0, np.int64), [], [], {}, [])

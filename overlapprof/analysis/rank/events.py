@@ -7,8 +7,8 @@ and the chunk is dropped. Names are classified once per distinct name, and every
 is numpy. The result, :class:`RankEvents`, holds per class (comm, compute, memory) the interval
 starts and ends, the *anchor* time that places each event in a step (the start of its launching
 runtime call when the trace has it, else its own start: OVERLAP.md section 3), and whether its
-launch was found. When asked, a :class:`~overlapprof.analysis.comm_records.CommRecorder` reads
-the records of communication operations from the same chunks (``RankEvents.comm_ops``).
+launch was found. When asked, a :class:`~overlapprof.analysis.records.recorder.CommRecorder` reads
+the communication records from the same chunks (``RankEvents.comm_records``).
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from overlapprof.analysis import classify as C
-from overlapprof.analysis.comm_ops import CommTable, Index, Values
-from overlapprof.analysis.comm_records import CommRecorder, Records, _hashable, comm_table, innermost
+from overlapprof.analysis.columns import Index
 from overlapprof.analysis.intervals import union
+from overlapprof.analysis.rank import classify as C
+from overlapprof.analysis.records.fields import Values
+from overlapprof.analysis.records.recorder import CommRecorder, Records, hashable
+from overlapprof.analysis.records.table import CommTable, comm_table, innermost
 from overlapprof.errors import TraceError
 from overlapprof.trace.decode import LAUNCH_ARGS, THREAD_ROW_DECODER, TraceFile, decode_checked
 from overlapprof.trace.reader import LayoutError, TraceReader
@@ -77,7 +79,7 @@ class RankEvents:
     compute: EventSet
     memory: EventSet
     steps: Steps
-    comm_ops: CommTable | None  # the communication operations, when asked for
+    comm_records: CommTable | None  # the communication records, when asked for
     events: int  # complete ("X") events read
     negative_durations: int = 0
     files: list[str] = field(default_factory=list)
@@ -170,7 +172,7 @@ class _Threads(dict):
         try:
             return [self[(events[i].pid, events[i].tid)] for i in rows]
         except TypeError:  # an unhashable pid or tid (odd JSON): by its text
-            return [self[(_hashable(events[i].pid), _hashable(events[i].tid))] for i in rows]
+            return [self[(hashable(events[i].pid), hashable(events[i].tid))] for i in rows]
 
 
 def _correlations(path, events: list, rows: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -385,21 +387,21 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
     return sets, steps, table
 
 
-def rank_events(files: list[str | Path], comm_re, comm_ops: bool = False, own_args: bool = False,
+def rank_events(files: list[str | Path], comm_re, records: bool = False, record_own_args: bool = False,
                 comm_ann=None) -> RankEvents:
     """Read and classify the complete events of one rank's trace files (one or several
     profiler cycles).
 
     The rank is in GPU mode when any of its files holds kernels. Launches are matched within a
-    file (correlation ids are per process and per recording). ``comm_ops``: also build the
-    rank's :class:`~overlapprof.analysis.comm_ops.CommTable` (``RankEvents.comm_ops``; None
-    otherwise), with the events' own args when ``own_args`` (for CommOp records). The files'
-    top levels (``distributedInfo`` ...) are in ``RankEvents.headers``.
+    file (correlation ids are per process and per recording). ``records``: also build the
+    rank's :class:`~overlapprof.analysis.records.table.CommTable` (``RankEvents.comm_records``;
+    None otherwise), with the events' own args when ``record_own_args`` (for CommRecord
+    structs). The files' top levels (``distributedInfo`` ...) are in ``RankEvents.headers``.
     """
     comm_ann = comm_ann if comm_ann is not None else C.compile_comm_annotations()
-    values = Values() if comm_ops else None
+    values = Values() if records else None
     names = values.index if values is not None else Index()
-    scans = [_scan(path, names, CommRecorder(comm_re, values, own_args) if comm_ops else None) for path in files]
+    scans = [_scan(path, names, CommRecorder(comm_re, values, record_own_args) if records else None) for path in files]
     gpu = any(bool((s.codes == C.KERNEL).any()) for s in scans)
     parts = [_extract(scan, gpu, comm_re, comm_ann, names.order, values) for scan in scans]
     comm, compute, memory = (EventSet.concat([p[0][k] for p in parts]) for k in range(3))
@@ -410,7 +412,7 @@ def rank_events(files: list[str | Path], comm_re, comm_ops: bool = False, own_ar
     numbers, starts, ends = (np.concatenate([p[1][k] for p in parts]) for k in range(3))
     order = np.argsort(starts, kind="stable")
     steps = Steps(numbers[order], starts[order], ends[order])
-    table = CommTable.concat([p[2] for p in parts]) if comm_ops else None
+    table = CommTable.concat([p[2] for p in parts]) if records else None
     if table is not None and steps.start.size:
         idx = steps.index_of(comm.anchor)
         table.step = np.where(idx >= 0, steps.number[np.maximum(idx, 0)], -1)
@@ -420,7 +422,7 @@ def rank_events(files: list[str | Path], comm_re, comm_ops: bool = False, own_ar
         compute=compute,
         memory=memory,
         steps=steps,
-        comm_ops=table,
+        comm_records=table,
         events=sum(s.ts.size for s in scans),
         negative_durations=sum(s.negative for s in scans),
         files=[str(path) for path in files],

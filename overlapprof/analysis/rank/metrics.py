@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from overlapprof.analysis import intervals as iv
-from overlapprof.analysis.classify import KINDS
-from overlapprof.analysis.events import EventSet, RankEvents
+from overlapprof.analysis.rank.classify import KINDS
+from overlapprof.analysis.rank.events import EventSet, RankEvents
 from overlapprof.analysis.stats import median, percentile
-from overlapprof.report import KindMetrics, Metrics, Partition, StepMetrics, Summary, Timeline
+from overlapprof.report import KindMetrics, Metrics, Partition, RankReport, StepMetrics, Summary, Timeline
 
 # At most this many intervals per class in a rank's timeline (keeps a report small).
 TIMELINE_CAP = 2000
@@ -151,6 +151,31 @@ def timeline(events: RankEvents, steps: list[StepMetrics]) -> Timeline | None:
 
 def _percentile(values: list[float], q: float) -> float | None:
     return percentile(values, q) if values else None
+
+
+def rank_report(ev: RankEvents, *, keep_records: bool = False) -> RankReport:
+    """A rank's report (rank number not yet settled: -1) from its classified events.
+    ``median_step_us`` interpolates like the Summary's (numpy's median)."""
+    compute = iv.union(ev.compute.start, ev.compute.end)
+    comm = iv.union(ev.comm.start, ev.comm.end)
+    steps = step_metrics(ev)
+    return RankReport(
+        rank=-1,
+        rank_source="",
+        files=ev.files,
+        mode=ev.mode,
+        metrics=metrics_of(comm, compute, iv.union(ev.memory.start, ev.memory.end)),
+        steps=steps,
+        kinds=kind_metrics(ev, compute),
+        events=ev.events,
+        comm_events=len(ev.comm),
+        compute_events=len(ev.compute),
+        memory_events=len(ev.memory),
+        timeline=timeline(ev, steps),
+        comm_records=ev.comm_records.records() if keep_records and ev.comm_records is not None else None,
+        partition=mean_partition(steps),
+        median_step_us=_percentile([s.step_us for s in steps], 50),
+    )
 
 
 def summarize(ranks) -> Summary:

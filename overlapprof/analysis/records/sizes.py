@@ -1,17 +1,10 @@
-"""Message sizes and bandwidths of communication operations, as nccl-tests defines them.
+"""Message sizes of communication operations, as nccl-tests defines them.
 
-NVIDIA/nccl-tests ``doc/PERFORMANCE.md`` (and ``src/*.cu``'s ``GetBw`` functions):
-
-- ``algbw = S / t``: S the operation's size in bytes, t its time.
-- ``busbw = algbw × factor``, the factor making busbw comparable to the hardware's peak
-  whatever the number of ranks n: all_reduce 2(n−1)/n; reduce_scatter, all_gather and
-  all_to_all (n−1)/n; broadcast, reduce and send/recv 1.
-- S for all_gather is the *total* gathered size (``sendcount × sizeof(type) × n``), for
-  reduce_scatter the total input (``recvcount × sizeof(type) × n``), for all_to_all the total a
-  rank sends (``count × n × sizeof(type)``), otherwise the buffer size.
-
-Here t is an instance's transfer time (the shortest duration across its ranks: waiting for late
-ranks is not link time), µs; GB/s with GB = 1e9 bytes, so ``GB/s = bytes / µs / 1e3``.
+NVIDIA/nccl-tests ``doc/PERFORMANCE.md``: S is the operation's size in bytes; for all_gather the
+*total* gathered size (``sendcount × sizeof(type) × n``), for reduce_scatter the total input
+(``recvcount × sizeof(type) × n``), for all_to_all the total a rank sends (``count × n ×
+sizeof(type)``), otherwise the buffer size. The bandwidths computed from S are in
+:mod:`overlapprof.analysis.crossrank.bandwidth`.
 
 Where the bytes come from, in order: the collective's ``In msg nelems``/``Out msg nelems`` and
 ``dtype`` (record_param_comms or the kernel's args; S = max(in, out) × element size, which is the
@@ -24,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from overlapprof.analysis.comm_ops import CommOp
+import numpy as np
 
 # Element sizes, by torch ScalarType name (record_param_comms "dtype") and by the C++ type name
 # the profiler writes in "Input type"; keys are lower case, without "c10::".
@@ -37,17 +30,6 @@ _ELEMENT_BYTES = {
     "complexdouble": 16, "complex<float>": 8, "complex<double>": 16, "complex<c10::half>": 4,
     "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
 }
-
-BUS_FACTORS = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "send_recv": lambda n: 1.0,
-}
-
 
 _SEEN: dict[str, int | None] = {}
 
@@ -96,25 +78,7 @@ def bytes_of(dtype, in_nelems, out_nelems, input_dims, input_type, kind: str) ->
     return shaped, shaped is not None and kind == "all_gather"
 
 
-def message_bytes(op: CommOp, kind: str, group_size: int | None) -> int | None:
-    """S of nccl-tests for one operation (see the module docstring); None when unknown.
-    The analyzer computes the same through :func:`bytes_of` on its columns of operations."""
-    nbytes, scaled = bytes_of(op.dtype, op.in_nelems, op.out_nelems, op.input_dims, op.input_type, kind)
-    if scaled:
-        return nbytes * group_size if group_size else None
-    return nbytes
-
-
-def bus_factor(kind: str, group_size: int | None) -> float | None:
-    """nccl-tests' busbw/algbw for the kind with n = ``group_size`` ranks (None: no factor)."""
-    factor = BUS_FACTORS.get(kind)
-    if factor is None or not group_size or group_size < 1:
-        return None
-    return factor(group_size)
-
-
-def gbps(nbytes: int | None, us: float | None) -> float | None:
-    """bytes per µs as GB/s (GB = 1e9 bytes); None when either is unknown or the time is 0."""
-    if nbytes is None or us is None or us <= 0:
-        return None
-    return nbytes / us / 1e3
+def total_bytes(nbytes: np.ndarray, scaled: np.ndarray, group_size: np.ndarray) -> np.ndarray:
+    """S per operation from :func:`bytes_of`'s columns: ``nbytes``, × ``group_size`` where
+    ``scaled`` (one rank's share); NaN where unknown, or scaled with an unknown (0) group size."""
+    return nbytes * np.where(scaled, np.where(group_size > 0, group_size, np.nan), 1.0)

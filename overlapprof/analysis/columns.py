@@ -1,0 +1,59 @@
+"""Generic helpers over numpy columns: distinct rows of int columns, and an insertion-ordered index.
+
+Used by every stage that keeps values as small int codes (communication records, logical
+operations, matching): a rule that reads names and values runs once per distinct combination of
+codes (:func:`per_distinct`), not once per row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Index(dict):
+    """Key -> small int id, in order of first appearance; ``order[id]`` is the key."""
+
+    def __init__(self):
+        super().__init__()
+        self.order: list = []
+
+    def __missing__(self, key):
+        value = self[key] = len(self.order)
+        self.order.append(key)
+        return value
+
+
+def distinct_rows(*columns) -> tuple[np.ndarray, np.ndarray]:
+    """(first, inverse): the first row of each distinct row of the int columns (in order of
+    first appearance) and each row's index into ``first``. One int64 key per row (mixed radix
+    of each column's dense codes), so a single 1-d unique."""
+    n = len(columns[0])
+    key, span = np.zeros(n, dtype=np.int64), 1
+    for column in columns:
+        column = np.asarray(column, dtype=np.int64)
+        if n == 0 or (low := column.min()) == (high := column.max()):
+            continue
+        if high - low < n:
+            dense, size = column - low, int(high - low) + 1
+        else:
+            distinct, dense = np.unique(column, return_inverse=True)
+            size = distinct.size
+        if span * size >= 1 << 62:
+            key = np.unique(key, return_inverse=True)[1].astype(np.int64)
+            span = int(key.max()) + 1
+        key, span = key * size + dense, span * size
+    if span == 1:  # every row alike
+        return np.zeros(min(n, 1), dtype=np.int64), np.zeros(n, dtype=np.int64)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    rank = np.empty(first.size, dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    return np.sort(first), rank[inverse.reshape(-1)]
+
+
+def per_distinct(func, *columns) -> tuple[list, np.ndarray]:
+    """``func(*values)`` once per distinct row of the int columns: (the results, each row's
+    index into them)."""
+    if len(columns[0]) == 0:
+        return [], np.empty(0, dtype=np.int64)
+    first, inverse = distinct_rows(*columns)
+    return [func(*row) for row in zip(*(np.asarray(c)[first].tolist() for c in columns))], inverse

@@ -1,0 +1,223 @@
+"""The table of a rank's communication records (:class:`CommTable`), and how a file's is built.
+
+The metrics need only intervals; matching operations across ranks (which rank waited for which)
+needs to know *which* collective each interval was. :func:`comm_table` builds a file's table
+from the record rows a :class:`~overlapprof.analysis.records.recorder.CommRecorder` kept: each
+communication event's enclosing ``record_param_comms``, ``c10d::*`` op and (GPU mode) comm
+annotation on the thread that launched it, found by one sorted search per thread
+(:func:`innermost`), and its collective fields merged from them (the event's own first, then the
+annotation's, then record_param_comms'). Everything per record is numpy; the rules that read
+names and values (peers) run once per distinct combination of them.
+:meth:`CommTable.records` makes the report's :class:`~overlapprof.report.CommRecord` structs,
+only when a report asks for them (``--comm-ops``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from overlapprof.analysis.columns import per_distinct
+from overlapprof.analysis.rank import classify as C
+from overlapprof.analysis.records.fields import ARROW, MERGED_NUMBERS, MERGED_STRINGS, OWN_FIELDS, P2P_CALLS, Values
+from overlapprof.analysis.records.recorder import ANNOTATION, CALL, PARAMS, Records
+from overlapprof.report import CommRecord
+
+
+@dataclass
+class CommTable:
+    """A rank's communication records as columns, one row per kernel or annotation, in file
+    order (files in order). Codes index ``values``; -1 (codes) and NaN (numbers) are absent.
+
+    ``kind``: index into classify.KINDS of the event's name. ``name``, ``annotation``, ``call``:
+    event-name ids. ``thread``: the event's (pid, tid) code. ``launch_ts``, ``call_ts``: NaN
+    when absent. ``strings``/``numbers``: the collective fields, merged (see MERGED_*).
+    ``peer``: NaN unknown. ``own``: the event's stream, device, correlation, external_id
+    (lists; only when CommRecord structs were asked for).
+    """
+
+    source: str
+    values: Values
+    kind: np.ndarray
+    name: np.ndarray
+    thread: np.ndarray
+    ts: np.ndarray
+    dur: np.ndarray
+    step: np.ndarray
+    launch_ts: np.ndarray
+    annotation: np.ndarray
+    call: np.ndarray
+    call_ts: np.ndarray
+    peer: np.ndarray
+    strings: dict[str, np.ndarray]
+    numbers: dict[str, np.ndarray]
+    own: dict[str, list] | None = None
+
+    def __len__(self) -> int:
+        return self.ts.size
+
+    @classmethod
+    def concat(cls, parts: list[CommTable]) -> CommTable:
+        first = parts[0]
+        if len(parts) == 1:
+            return first
+        arrays = {n: np.concatenate([getattr(p, n) for p in parts])
+                  for n in ("kind", "name", "thread", "ts", "dur", "step", "launch_ts", "annotation", "call",
+                            "call_ts", "peer")}
+        own = None if first.own is None else {k: [v for p in parts for v in p.own[k]] for k in first.own}
+        return cls(source=first.source, values=first.values, **arrays,
+                   strings={k: np.concatenate([p.strings[k] for p in parts]) for k in first.strings},
+                   numbers={k: np.concatenate([p.numbers[k] for p in parts]) for k in first.numbers}, own=own)
+
+    def string(self, name: str) -> list:
+        """The values of a string field, by row (None: absent)."""
+        f = self.values.strings[name]
+        return [f.values[c] if c >= 0 else None for c in self.strings[name].tolist()]
+
+    def records(self) -> list[CommRecord]:
+        """One CommRecord per row (what ``--comm-ops`` keeps in the report)."""
+        names, threads = self.values.names, self.values.threads.order
+        strings = {k: self.string(k) for k in MERGED_STRINGS}
+        numbers = {k: [None if v != v else int(v) for v in self.numbers[k].tolist()] for k in MERGED_NUMBERS}
+        own = self.own or {k: [None] * len(self) for k in OWN_FIELDS}
+        ids = lambda col: [names[i] if i >= 0 else None for i in col.tolist()]  # noqa: E731
+        floats = lambda col: [None if v != v else v for v in col.tolist()]  # noqa: E731
+        cols = {
+            "name": ids(self.name), "annotation": ids(self.annotation), "call": ids(self.call),
+            "ts": self.ts.tolist(), "dur": self.dur.tolist(), "launch_ts": floats(self.launch_ts),
+            "call_ts": floats(self.call_ts), "step": [None if s < 0 else s for s in self.step.tolist()],
+            "peer": [None if v != v else int(v) for v in self.peer.tolist()], **strings, **numbers, **own,
+        }
+        out = []
+        for i, (kind, thread) in enumerate(zip(self.kind.tolist(), self.thread.tolist())):
+            pid, tid = (_id_value(v) for v in threads[thread])
+            out.append(CommRecord(kind=C.KINDS[kind], source=self.source, pid=pid, tid=tid,
+                                  **{k: v[i] for k, v in cols.items()}))
+        return out
+
+
+def _id_value(value):
+    """A pid/tid as CommRecord types it: int or str (anything else: None)."""
+    return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+
+
+def innermost(c_thread, c_start, c_end, q_thread, q_time) -> np.ndarray:
+    """For each query (thread, time): the candidate on that thread that encloses the time
+    (``start <= t <= end``) most tightly, or -1. A thread's candidates nest (host-side ops)."""
+    out = np.full(q_time.size, -1, dtype=np.int64)
+    if c_start.size == 0 or q_time.size == 0:
+        return out
+    order = np.lexsort((c_start, c_thread))  # stable: equal starts keep their order
+    threads, starts, ends = c_thread[order], c_start[order], c_end[order]
+    lo, hi = np.searchsorted(threads, q_thread, "left"), np.searchsorted(threads, q_thread, "right")
+    for thread in np.flatnonzero(np.bincount(q_thread[hi > lo])).tolist():  # (np.unique imports numpy.ma)
+        queries = np.flatnonzero(q_thread == thread)
+        a, b = int(lo[queries[0]]), int(hi[queries[0]])
+        t = q_time[queries]
+        j = a + np.searchsorted(starts[a:b], t, "right") - 1
+        found = (j >= a) & (ends[np.maximum(j, a)] >= t)
+        out[queries[found]] = order[j[found]]
+        late = np.flatnonzero((j >= a) & ~found)  # the last op started before t ended before it
+        if late.size:
+            parent = _parents(starts[a:b], ends[a:b])
+            for q, k in zip(queries[late].tolist(), (j[late] - a).tolist()):
+                tq = q_time[q]
+                while k >= 0 and ends[a + k] < tq:
+                    k = parent[k]
+                out[q] = order[a + k] if k >= 0 else -1
+    return out
+
+
+def _parents(starts: np.ndarray, ends: np.ndarray) -> list[int]:
+    """Each op's enclosing op among the earlier ones (ops sorted by start), or -1."""
+    parent, open_ = [], []
+    ends_ = ends.tolist()
+    for j, s in enumerate(starts.tolist()):
+        while open_ and ends_[open_[-1]] < s:
+            open_.pop()
+        parent.append(open_[-1] if open_ else -1)
+        open_.append(j)
+    return parent
+
+
+def _take(column: np.ndarray, idx: np.ndarray, absent):
+    """``column[idx]``, ``absent`` where idx is -1."""
+    if column.size == 0:
+        return np.full(idx.size, absent, dtype=column.dtype)
+    return np.where(idx >= 0, column[np.maximum(idx, 0)], absent)
+
+
+def _merge(column: np.ndarray, sources: list[np.ndarray], absent) -> np.ndarray:
+    """The value of the first source (record index, -1 none) that has one (codes: >= 0, numbers: not NaN)."""
+    out = np.full(sources[0].size, absent, dtype=column.dtype)
+    for idx in reversed(sources):
+        if not idx.size or idx.max() < 0:
+            continue
+        value = _take(column, idx, absent)
+        has = ~np.isnan(value) if column.dtype.kind == "f" else value >= 0
+        out = np.where(has, value, out)
+    return out
+
+
+def comm_table(rec: Records, values: Values, *, gpu: bool, rows: np.ndarray, kinds: np.ndarray, ts: np.ndarray,
+               end: np.ndarray, dur: np.ndarray, codes: np.ndarray, name_ids: np.ndarray, launch_row: np.ndarray,
+               anchor: np.ndarray) -> CommTable:
+    """The CommTable of one file's communication events ``rows`` (kinds: their classify.KINDS
+    codes); ``step`` is left -1 (the caller knows the steps)."""
+    n = rows.size
+    own_rec = np.searchsorted(rec.rows, rows)
+    lr = launch_row[rows] if gpu else np.full(n, -1, dtype=np.int64)
+    thread, t = rec.thread_of(np.where(lr >= 0, lr, rows)), anchor[rows]  # where it was launched
+    rec_code, rec_role = codes[rec.rows], values.roles[name_ids[rec.rows]]
+
+    def enclosing(category, role):
+        cand = np.flatnonzero((rec_code == category) & ((rec_role & role) != 0))
+        r = rec.rows[cand]
+        return _take(cand, innermost(rec.thread_of(r), ts[r], end[r], thread, t), -1)
+
+    params, call = enclosing(C.CPU_OP, PARAMS), enclosing(C.CPU_OP, CALL)
+    annotation = enclosing(C.ANNOTATION, ANNOTATION) if gpu else np.full(n, -1, dtype=np.int64)
+    sources = [own_rec, annotation, params]
+    seq = np.where(np.isnan(rec.numbers["seq"]), rec.numbers["seq_lower"], rec.numbers["seq"])
+    strings = {k: _merge(rec.strings[k], sources, -1) for k in MERGED_STRINGS}
+    numbers = {k: _merge(seq if k == "seq" else rec.numbers[k], sources, np.nan) for k in MERGED_NUMBERS}
+    names = _take(name_ids[rec.rows], sources[1], -1), _take(name_ids[rec.rows], call, -1)
+    host = np.where(params >= 0, params, np.where(annotation >= 0, annotation, call))
+    call_ts = _take(ts[rec.rows], host, np.nan) if gpu else np.full(n, np.nan)
+    peer = _peers(rec, values, params, annotation if gpu else own_rec, call, strings["pg_ranks"], name_ids)
+    return CommTable(
+        source="kernel" if gpu else "annotation", values=values, kind=kinds.astype(np.int8),
+        name=name_ids[rows].astype(np.int32), thread=rec.thread_of(rows), ts=ts[rows], dur=dur[rows],
+        step=np.full(n, -1, dtype=np.int64), launch_ts=_take(ts, lr, np.nan), annotation=names[0].astype(np.int32),
+        call=names[1].astype(np.int32), call_ts=call_ts, peer=peer, strings=strings, numbers=numbers,
+        own=None if rec.own is None else {k: [v[i] for i in own_rec.tolist()] for k, v in rec.own.items()},
+    )
+
+
+def _peers(rec: Records, values: Values, params, near, call, ranks, name_ids) -> np.ndarray:
+    """CommRecord.peer of each record (NaN: unknown): record_param_comms' global Dst Rank, else
+    its Src Rank, else the group rank of ``near`` (annotation ``0->1``) or of the c10d
+    send/recv's arguments, mapped to a global rank through the merged Process Group Ranks."""
+    f = values.strings
+    rec_names = name_ids[rec.rows]
+
+    def peer(dst, src, near_name, call_name, inputs, ranks_code):
+        for code, field in ((dst, "dst_rank"), (src, "src_rank")):
+            if code >= 0:
+                return f[field].values[code]
+        local = None
+        if near_name >= 0 and (m := ARROW.search(values.names[near_name])):
+            local = int(m.group(3))
+        elif call_name >= 0 and values.names[call_name] in P2P_CALLS and inputs >= 0:
+            local = f["concrete_inputs"].values[inputs]
+        group = f["pg_ranks"].values[ranks_code] if ranks_code >= 0 else None
+        if local is not None and group:
+            return group[local] if local < len(group) else None
+        return local
+
+    found, inverse = per_distinct(
+        peer, _take(rec.strings["dst_rank"], params, -1), _take(rec.strings["src_rank"], params, -1),
+        _take(rec_names, near, -1), _take(rec_names, call, -1), _take(rec.strings["concrete_inputs"], call, -1), ranks,
+    )
+    return np.array([np.nan if p is None else p for p in found] + [np.nan], dtype=np.float64)[inverse]

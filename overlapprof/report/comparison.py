@@ -1,0 +1,123 @@
+"""A Comparison of variants: each one's numbers and the factors against the baseline.
+
+Plain typed data (msgspec Structs, no numpy), computed by :mod:`overlapprof.compare` and read by
+the renderers; it saves and loads like a Report and carries its Reports, so that it re-renders
+(table, CSV, HTML) without the traces.
+
+The values are *per-step* (``basis`` = ``PER_STEP``) when every variant's traces have
+ProfilerSteps: each the median over the pooled (rank, step) pairs of the variant. Otherwise
+(``WHOLE_TRACE``) the median over ranks of each rank's totals, and step times, bound and
+speedup are None. Medians and percentiles interpolate linearly (numpy's default), as in
+``Report.summary``.
+
+Per variant (µs unless named otherwise; OVERLAP.md's metrics):
+
+- ``step_us``, ``step_p90_us``: median and 90th percentile of ``step_us`` (linear interpolation,
+  as in ``Report.summary``).
+- ``comm_us``, ``overlapped_us``, ``exposed_comm_us``, ``compute_us``: medians of the metric.
+- ``overlap_ratio`` = Σ ``overlapped_us`` / Σ ``comm_us`` over the same steps (or ranks);
+  None without communication.
+- ``bound_us``: median of ``step_us − exposed_comm_us``: the step time if every exposed
+  microsecond of communication were hidden under compute (ideal overlap).
+- ``ideal_speedup`` = ``step_us / bound_us``: how much faster ideal overlap would make the step.
+- ``host_step_us``, ``host_step_p90_us``, ``host_unprofiled_step_us``: from ``run.json`` when
+  the input is an ``overlapprof run`` directory: step times measured on the host around each
+  step call (profiled steps; and the unprofiled ones, free of profiler overhead), pooled over
+  ranks. None otherwise.
+
+Against the baseline (None for the baseline itself, or when an operand is missing):
+
+- ``speedup`` = baseline ``step_us`` / ``step_us`` (> 1: faster than the baseline).
+- ``host_speedup`` = baseline ``host_unprofiled_step_us`` / ``host_unprofiled_step_us``.
+- ``exposed_saved_us`` = baseline ``exposed_comm_us`` − ``exposed_comm_us`` (> 0: less exposed);
+  ``exposed_saved_frac`` = that / baseline ``exposed_comm_us``.
+- ``compute_slowdown`` = ``compute_us`` / baseline ``compute_us``: > 1 means the same compute
+  took longer, e.g. because overlapped communication competes for cores, SMs or memory
+  bandwidth. A higher overlap ratio can hide such a slowdown; this number shows it.
+
+Every factor (and ``ideal_speedup``) has a ``*_ci`` = ``[low, high]``: the central ``CI_LEVEL``
+bootstrap interval of the factor over ``BOOTSTRAP`` resamples with seed ``SEED`` (how: the
+module docstring of :mod:`overlapprof.compare`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from overlapprof.report.document import Report, decode, load, save, to_json
+
+SCHEMA = "overlapprof.comparison/1"
+CI_LEVEL = 0.95
+BOOTSTRAP = 2000
+SEED = 0
+PER_STEP = "per-step median"
+WHOLE_TRACE = "whole trace"
+
+
+class VariantStats(msgspec.Struct, kw_only=True):
+    """One variant's numbers; see the module docstring for each field's formula."""
+
+    label: str
+    inputs: list[str]
+    workload: str | None = None
+    world_size: int | None = None
+    ranks: int
+    device: str | None = None
+    backend: str | None = None
+    link: str | None = None  # "2 Gbit/s shared by 4 ranks" (--link-rate), "loopback (not paced)"
+    options: dict[str, Any] | None = None
+    samples: int  # (rank, step) pairs, or ranks on the whole-trace basis
+    step_us: float | None = None
+    step_p90_us: float | None = None
+    comm_us: float
+    overlapped_us: float
+    exposed_comm_us: float
+    compute_us: float
+    overlap_ratio: float | None = None
+    bound_us: float | None = None
+    ideal_speedup: float | None = None
+    host_step_us: float | None = None
+    host_step_p90_us: float | None = None
+    host_unprofiled_step_us: float | None = None
+    speedup: float | None = None
+    host_speedup: float | None = None
+    exposed_saved_us: float | None = None
+    exposed_saved_frac: float | None = None
+    compute_slowdown: float | None = None
+    # Bootstrap intervals [low, high] of the factors above (see "Spread" in the module docstring).
+    ideal_speedup_ci: tuple[float, float] | None = None
+    speedup_ci: tuple[float, float] | None = None
+    host_speedup_ci: tuple[float, float] | None = None
+    compute_slowdown_ci: tuple[float, float] | None = None
+
+
+class Comparison(msgspec.Struct, kw_only=True):
+    """Variants side by side; ``variants[0]`` is the baseline. ``reports`` are the Reports the
+    numbers come from, in the same order (so the comparison re-renders without traces)."""
+
+    schema: str = SCHEMA
+    version: str
+    baseline: str
+    basis: str
+    variants: list[VariantStats]
+    warnings: list[str] = []
+    reports: list[Report] = []
+
+    def variant(self, label: str) -> VariantStats:
+        """The VariantStats of ``label`` (KeyError if absent)."""
+        for v in self.variants:
+            if v.label == label:
+                return v
+        raise KeyError(label)
+
+    # Saved and loaded the way a Report is (JSON through a temporary file); only the schema differs.
+    to_json = to_json
+    save = save
+    load = classmethod(load)
+
+    @classmethod
+    def from_json(cls, text: str | bytes, source: str = "comparison") -> Comparison:
+        """A Comparison from JSON text; ReportError (one line) when it is not one."""
+        return decode(cls, text, source, SCHEMA, "comparison")

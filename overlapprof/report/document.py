@@ -1,0 +1,117 @@
+"""The saved documents: the :class:`Report` of an analysis and its :class:`Options`; JSON in and out.
+
+A Report is what :func:`overlapprof.analyze` returns and what every renderer reads. It saves to
+and loads from JSON (``Report.save``/``Report.load``), so a report is re-rendered without
+re-reading traces; a :class:`~overlapprof.report.comparison.Comparison` saves the same way.
+
+JSON keys are the attribute names, except three kept from before the names were made to mean one
+thing each (so reports saved earlier still load): ``Report.crossrank`` is ``"comms"``,
+``RankReport.comm_records`` and ``Options.comm_records`` are ``"comm_ops"``, ``Options.crossrank``
+is ``"comms"``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from overlapprof.errors import ReportError
+from overlapprof.report.crossrank import CrossRank
+from overlapprof.report.metrics import RankReport, Summary, by_rank
+
+SCHEMA = "overlapprof.report/1"
+
+
+def to_json(self, indent: int = 2) -> str:
+    """The document as JSON text (``indent=0`` for one line)."""
+    data = msgspec.json.encode(self)
+    return (msgspec.json.format(data, indent=indent) if indent else data).decode()
+
+
+def save(self, path: str | Path) -> None:
+    """Write the document as JSON to ``path`` (through a temporary file, then renamed)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(self.to_json() + "\n")
+    tmp.replace(path)
+
+
+def decode(cls, text: str | bytes, source: str, schema: str, what: str):
+    """A ``cls`` document (``schema``) from JSON text; ReportError (one line) when it is not
+    an overlapprof ``what`` or is damaged."""
+    try:
+        head = msgspec.json.decode(text, type=_Head)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ReportError(f"{source}: not an overlapprof {what} ({exc})") from None
+    if head.schema != schema:
+        raise ReportError(f"{source}: not an overlapprof {what} (schema {head.schema!r}, expected {schema!r})")
+    try:
+        return msgspec.json.decode(text, type=cls)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ReportError(f"{source}: damaged overlapprof {what} ({exc})") from None
+
+
+def load(cls, path: str | Path):
+    """Read a document saved with ``save`` (its ``from_json``); ReportError (one line) when the
+    file cannot be read or is not one."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return cls.from_json(data, source=str(path))
+
+
+class Options(msgspec.Struct, kw_only=True):
+    """The analysis options. Every option off = OVERLAP.md's whole-trace window."""
+
+    comm_kernels: list[str] = []
+    comm_backends: list[str] = []  # CPU mode: backends added to OVERLAP.md's `<backend>:<op>` list
+    drop_last_step: bool = False
+    require_launch: bool = False
+    like_hta: bool = False
+    allow_partial: bool = False
+    # keep one CommRecord per communication kernel or annotation in each RankReport (--comm-ops)
+    comm_records: bool = msgspec.field(default=False, name="comm_ops")
+    # match communication across ranks into Report.crossrank (off: --no-comms)
+    crossrank: bool = msgspec.field(default=True, name="comms")
+    align_clocks: bool = False
+
+
+class Report(msgspec.Struct, kw_only=True):
+    """The result of an analysis; see the module docstring for the layout.
+
+    ``filters`` describes, in words, each option that changes which events count (empty by
+    default). ``warnings`` lists what the reader should know (skipped ranks, odd events).
+    ``run`` is the ``run.json`` of an ``overlapprof run`` directory, when one was analyzed.
+    """
+
+    schema: str = SCHEMA
+    version: str
+    inputs: list[str]
+    options: Options
+    filters: list[str]
+    ranks: list[RankReport]
+    summary: Summary
+    warnings: list[str] = []
+    run: dict[str, Any] | None = None
+    crossrank: CrossRank | None = msgspec.field(default=None, name="comms")
+
+    def rank(self, rank: int) -> RankReport:
+        """The RankReport of ``rank`` (KeyError if absent)."""
+        return by_rank(self.ranks, rank)
+
+    to_json = to_json
+    save = save
+    load = classmethod(load)  # Report.load(path): a report saved with save (or --json FILE)
+
+    @classmethod
+    def from_json(cls, text: str | bytes, source: str = "report") -> Report:
+        """A Report from JSON text; ReportError (one line) when it is not an overlapprof report."""
+        return decode(cls, text, source, SCHEMA, "report")
+
+
+class _Head(msgspec.Struct):
+    schema: str | None = None
+

@@ -1,0 +1,90 @@
+"""The report schema package (issue 11): light to import, imported by all, importing none of ours."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import overlapprof
+from overlapprof.report import Report
+
+PACKAGE = Path(overlapprof.__file__).parent
+DATA = Path(__file__).parent / "data"
+
+# The flow of data, stage by stage; a module may import its own stage or an earlier one, never a
+# later one. The schema (report) and the errors are shared by all and sit outside the order.
+STAGES = ["workload", "launch", "trace", "analysis", "compare", "renderers", "tensorboard", "view", "cli"]
+SHARED = {"report", "errors", "__init__", "__main__"}
+
+
+def test_import_report_loads_no_numpy_and_nothing_of_ours_but_errors():
+    code = ("import sys, overlapprof.report\n"
+            "print('numpy' in sys.modules, sorted(m for m in sys.modules if m.startswith('overlapprof')))")
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, check=True)
+    numpy, ours = out.stdout.split(" ", 1)
+    assert numpy == "False", out.stdout
+    assert {m for m in eval(ours) if not m.startswith("overlapprof.report")} == {"overlapprof", "overlapprof.errors"}
+    assert "numpy" not in out.stderr  # -X importtime lists every module imported
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append(node.module)
+            found += [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+    return [m for m in found if m.startswith("overlapprof.")]
+
+
+def _stage(module: str) -> str:
+    return module.split(".")[1]
+
+
+def test_no_import_runs_back_up_the_flow():
+    backwards = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        here = _stage("overlapprof." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts))
+        for module in _imports(path):
+            there = _stage(module)
+            if there in SHARED or there not in STAGES:
+                continue
+            if here == "report" or (here in STAGES and STAGES.index(there) > STAGES.index(here)):
+                backwards.append(f"{path.relative_to(PACKAGE)} imports {module}")
+    assert not backwards, backwards
+
+
+def test_report_imports_only_itself_and_errors():
+    for path in sorted((PACKAGE / "report").glob("*.py")):
+        assert {m.split(".")[1] for m in _imports(path)} <= {"report", "errors"}, path
+
+
+def test_saved_report_keeps_its_json_names_and_loads_them(tmp_path):
+    """``crossrank`` and ``comm_records`` are the attributes; the JSON keeps ``comms`` and
+    ``comm_ops`` (reports saved before the rename load)."""
+    report = overlapprof.analyze(DATA / "nccl_parser_config", comm_ops=True, workers=1)
+    text = report.to_json()
+    assert '"comms":' in text and '"comm_ops":' in text and '"crossrank"' not in text and '"comm_records"' not in text
+    again = Report.from_json(text)
+    assert again == report and again.options.comm_records and again.options.crossrank
+    assert again.ranks[0].comm_records and again.ranks[0].comm_records[0].kind
+
+
+def test_rank_median_step_is_the_summarys_median():
+    """A one-rank report: the row's median step and the summary's are one number (the analyzer
+    computes it; the renderers only format it)."""
+    from overlapprof.renderers import html, table
+    from overlapprof.compare import compare
+
+    report = overlapprof.analyze(DATA / "negative_queue_length", workers=1, comms=False, drop_last_step=True)
+    (rank,) = report.ranks
+    steps = sorted(s.step_us for s in rank.steps)
+    assert len(steps) == 4 and steps[1] != steps[2]  # even: the lower median (a renderer's own) would differ
+    assert rank.median_step_us == report.summary.median_step_us
+    cell = f"{rank.median_step_us / 1000:.3f}"
+    assert table.render(report).splitlines()[2].split()[-1] == cell
+    assert f"<td>{cell}</td>" in html.render(compare([report]))
