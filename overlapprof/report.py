@@ -15,6 +15,7 @@ Layout (``schema`` is first in the JSON, which is how a saved report is recognis
         partition: Partition | None  step time = compute + exposed comm + exposed memory + idle
         kinds:   [KindMetrics]       per kind of communication (section 3)
         timeline: Timeline | None    unions of one representative step, for plots
+        lanes: Lanes | None          every step's unions on the common clock (export; only when asked)
         comm_ops: [CommOp] | None    one record per comm operation (only when asked)
       summary: Summary               across ranks (section 3)
       comms: Comms | None            matched collectives: wait vs transfer, stragglers, bandwidth
@@ -29,6 +30,7 @@ import msgspec
 
 from overlapprof.analysis.comm_ops import CommOp
 from overlapprof.analysis.comms import Comms
+from overlapprof.analysis.lanes import Lanes
 from overlapprof.errors import ReportError
 
 SCHEMA = "overlapprof.report/1"
@@ -142,6 +144,7 @@ class RankReport(msgspec.Struct, kw_only=True):
     timeline: Timeline | None = None
     comm_ops: list[CommOp] | None = None
     partition: Partition | None = None  # the mean of the steps' partitions; None without steps
+    lanes: Lanes | None = None  # every step's unions on the run's common clock (only when asked)
 
 
 class Summary(msgspec.Struct, kw_only=True):
@@ -184,6 +187,7 @@ class Options(msgspec.Struct, kw_only=True):
     comm_ops: bool = False
     comms: bool = True
     align_clocks: bool = False
+    lanes: bool = False
 
 
 class Report(msgspec.Struct, kw_only=True):
