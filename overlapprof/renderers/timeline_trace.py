@@ -67,8 +67,9 @@ def trace_events(report: Report) -> tuple[list[dict], list[dict]]:
             label = f"ProfilerStep#{s.step}" if s.step is not None else "whole trace"
             slices.append(_slice(label, CATEGORY, s.start_us, s.end_us - s.start_us, pid, STEP_TID,
                                  _step_args(r, s.step)))
+            of_step = {"step": s.step} if s.step is not None else None
             for tid, pairs in ((COMPUTE_TID, s.compute), (COMM_TID, s.comm), (EXPOSED_TID, s.exposed)):
-                slices += [_slice(LANE_NAMES[tid], CATEGORY, a, b - a, pid, tid) for a, b in pairs]
+                slices += [_slice(LANE_NAMES[tid], CATEGORY, a, b - a, pid, tid, of_step) for a, b in pairs]
         chosen = r.lanes.events
         if chosen is None:
             continue
