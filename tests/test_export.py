@@ -244,3 +244,13 @@ def test_chrome_tracing_imports_the_export(exported):
         assert threads["steps"] == steps
         wrote = sum(1 for e in data["traceEvents"] if e["ph"] == "X" and e["pid"] == r.rank + 1)
         assert sum(threads.values()) == wrote
+
+
+def test_html_report_names_the_export(exported, runs):
+    from overlapprof.compare import compare
+    from overlapprof.renderers import html
+
+    _, _, report = exported
+    page = html.render(compare([report], ["sync"]))
+    assert f"overlapprof export {runs.ring['sync']} -o timeline.json" in page
+    assert "ui.perfetto.dev" in page and "chrome://tracing" in page
