@@ -195,7 +195,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_is_lost(runs, tmp_path, args, 
     trace = sorted(run.glob("rank0*.pt.trace.json*"))[0]
     before = _listing(run)
     args = [a.format(run=run, trace=trace, tmp=tmp_path) for a in args]
-    result = _export(run, *args)
+    result = _export(run, *args, "-q")
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("Error: ") and message in result.stderr and result.stderr.count("\n") == 1
     assert _listing(run) == before
@@ -228,7 +228,7 @@ def test_chrome_tracing_imports_the_export(exported):
         try:
             page.open("chrome://tracing")
             ready = page.evaluate("typeof tr !== 'undefined' && typeof tr.Model === 'function'")
-        except RuntimeError as exc:
+        except Exception as exc:  # noqa: BLE001 - a chrome:// page refused or never loading: not ours to test
             pytest.skip(f"chrome://tracing cannot be opened in headless Chromium here: {exc}")
         if not ready:
             pytest.skip("chrome://tracing has no trace viewer in this Chromium (removed or headless-only build)")
