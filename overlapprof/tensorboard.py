@@ -11,8 +11,14 @@ is the folder above), so one chart of a tag overlays the ranks, and the variants
 directories are viewed together.
 
 Tags (one point per ProfilerStep, at step = N of ``ProfilerStep#N``; a trace without steps gets
-one point at step 0 with the whole-trace values). Values are float64 tensors, so they equal the
-Report's numbers exactly:
+one point at step 0 with the whole-trace values). Values are rank-0 ``DT_FLOAT`` tensors, the one
+tensor type both of TensorBoard's loaders read as a scalar: the Python loader (``--load_fast
+false``) reads any numeric dtype, but the default fast loader (rustboard, the
+``tensorboard-data-server`` binary) turns only ``DT_FLOAT`` rank-0 tensors (and TF1
+``simple_value``) into scalars and drops every other point as data loss, so float64 points left
+plain ``tensorboard --logdir`` with no tags at all. A value is therefore the Report's number
+rounded to float32 (24-bit mantissa: 7 significant digits, e.g. 0.06 µs at 1 s); the report's JSON
+keeps the exact numbers:
 
     overlap/ratio            overlapped_us / comm_us (no point when the step has no communication)
     overlap/exposed_comm_us  |U(comm) \\ U(compute)|, µs
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import time
 from pathlib import Path
 
@@ -68,13 +75,19 @@ def has_scalars(run_dir: str | Path) -> bool:
     return (Path(run_dir) / SCALAR_DIR).is_dir()
 
 
+def as_float32(value: float) -> float:
+    """``value`` rounded to the nearest float32, as TensorBoard stores and serves it."""
+    return struct.unpack("<f", struct.pack("<f", value))[0]
+
+
 def scalar_points(report) -> dict[int, list[tuple[int, dict[str, float]]]]:
-    """{rank: [(step, {tag: value})]}: what :func:`write_scalars` writes."""
+    """{rank: [(step, {tag: value})]}: what :func:`write_scalars` writes, each value the report's
+    rounded to float32 (what TensorBoard serves back)."""
     points = {}
     for r in report.ranks:
         rows = [(s.step, s) for s in r.steps] or [(0, r.metrics)]
         points[r.rank] = [
-            (step, {tag: float(v) for tag, (attr, _) in TAGS.items() if (v := _value(m, attr)) is not None})
+            (step, {tag: as_float32(float(v)) for tag, (attr, _) in TAGS.items() if (v := _value(m, attr)) is not None})
             for step, m in rows
         ]
     return points
@@ -111,8 +124,8 @@ def write_scalars(report, run_dir: str | Path) -> Path | None:
                 summary = summary_pb2.Summary(value=[
                     summary_pb2.Summary.Value(
                         tag=tag, metadata=metas[tag],
-                        tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_DOUBLE, tensor_shape=scalar_shape,
-                                                      double_val=[value]))
+                        tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, tensor_shape=scalar_shape,
+                                                      float_val=[value]))
                     for tag, value in values.items()
                 ])
                 writer.add_event(event_pb2.Event(wall_time=wall, step=step, summary=summary))

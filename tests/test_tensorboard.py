@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -182,3 +183,70 @@ def test_view_of_a_missing_path_fails_before_starting_anything(tmp_path):
     assert result.exit_code == 2
     assert "starting TensorBoard" not in result.output
     assert "no such run directory" in result.output
+
+
+def _children_commands(pid: int) -> list[str]:
+    """The command names (``comm``) of the live child processes of ``pid`` (Linux /proc)."""
+    names = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        comm, rest = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        if int(rest[1]) == pid:
+            names.append(comm)
+    return names
+
+
+def test_plain_tensorboard_shows_the_scalars(runs):
+    """`tensorboard --logdir DIR --port P`, as a user starts it (default loader: the fast Rust data
+    server where it is installed): every rank's overlap scalars are listed and equal the report's
+    numbers (rounded to float32, the one scalar type that loader reads)."""
+    from overlapprof.tensorboard import as_float32
+
+    tensorboard = Path(sys.executable).with_name("tensorboard")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen([str(tensorboard), "--logdir", str(runs.root), "--port", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://localhost:{port}"
+    wanted = {f"{d.name}/{SCALAR_DIR}/rank{r}" for d in (runs.ring["sync"], runs.allreduce) for r in (0, 1)}
+    try:
+        deadline, tags = time.monotonic() + 120, {}
+        while time.monotonic() < deadline:
+            try:
+                tags = _get(f"{url}/data/plugin/scalars/tags")
+            except OSError:
+                tags = {}
+            if wanted <= set(tags) and all(set(tags[run]) == set(TAGS) for run in wanted):
+                break
+            assert process.poll() is None, process.stderr.read()[-2000:]
+            time.sleep(1)
+        try:
+            import tensorboard_data_server  # noqa: F401  the fast loader's binary, shipped by TensorBoard's deps
+
+            fast = True
+        except ImportError:
+            fast = False
+        if fast:  # the default loader was the Rust data server, a child process named "server"
+            assert "server" in _children_commands(process.pid), _children_commands(process.pid)
+        assert wanted <= set(tags), sorted(tags)
+        for run_dir in (runs.ring["sync"], runs.allreduce):
+            report = analyze([str(run_dir)])
+            for rank in (0, 1):
+                run = f"{run_dir.name}/{SCALAR_DIR}/rank{rank}"
+                assert set(tags[run]) == set(TAGS), run
+                steps = report.rank(rank).steps
+                for tag, attr in (("overlap/exposed_comm_us", "exposed_comm_us"), ("overlap/ratio", "overlap_ratio"),
+                                  ("overlap/step_us", "step_us")):
+                    got = _get(f"{url}/data/plugin/scalars/scalars?{_q(run=run, tag=tag)}")
+                    want = [(s.step, as_float32(getattr(s, attr))) for s in steps if getattr(s, attr) is not None]
+                    assert [(step, value) for _, step, value in got] == want and want, (run, tag)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()

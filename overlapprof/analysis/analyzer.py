@@ -17,6 +17,7 @@ from pathlib import Path
 
 from overlapprof import __version__
 from overlapprof.analysis import intervals as iv
+from overlapprof.analysis import lanes as L
 from overlapprof.analysis import like_hta as LH
 from overlapprof.analysis.crossrank.inputs import CrossRankInput, crossrank_input
 from overlapprof.analysis.crossrank.section import build_crossrank
@@ -115,6 +116,8 @@ def analyze_group(files: list[str], options: Options) -> RankResult:
         _apply_filters(ev, options, label, result.warnings)
         report = rank_report(ev, keep_records=options.comm_records)
         report.world_size, report.backend = result.world_size, result.backend
+        if options.lanes:
+            report.lanes = L.rank_lanes(ev, report.steps, base)
         if options.like_hta:  # the rank's numbers as HolisticTraceAnalysis 0.5.0 computes them
             report.metrics, result.hta_steps = LH.rank_metrics(files)
         if result.crossrank_input is not None:
@@ -225,7 +228,7 @@ def _check_one_run(results: list[RankResult]) -> None:
 
 
 def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms=True, align_clocks=False,
-             like_hta=False, comm_backends=()) -> Options:
+             like_hta=False, comm_backends=(), lanes=False) -> Options:
     patterns = [comm_kernels] if isinstance(comm_kernels, str) else list(comm_kernels or ())
     for p in patterns:
         try:
@@ -246,6 +249,7 @@ def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_o
         comm_records=comm_ops,
         crossrank=comms,
         align_clocks=align_clocks,
+        lanes=lanes,
     )
 
 
@@ -261,6 +265,7 @@ def analyze(
     comm_ops: bool = False,
     comms: bool = True,
     align_clocks: bool = False,
+    lanes: bool = False,
     workers: int | None = None,
     progress=None,
 ) -> Report:
@@ -279,7 +284,9 @@ def analyze(
     ``Report.crossrank`` (wait vs transfer, stragglers, bandwidth, warm-up;
     :mod:`overlapprof.analysis.crossrank`);
     ``align_clocks``: align the clocks of different hosts (or, without host names, of every
-    rank) on their matched collectives first.
+    rank) on their matched collectives first. ``lanes``: give each rank its
+    :class:`~overlapprof.report.Lanes` (every step's unions on the common clock, for
+    ``overlapprof export``).
     ``workers``: processes for ranks (default: one per CPU; 1: in this process).
     ``progress``: called as ``progress(done, total, path)`` as ranks finish.
 
@@ -287,7 +294,7 @@ def analyze(
     the problem) on bad input.
     """
     options = _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms, align_clocks,
-                       like_hta, comm_backends)
+                       like_hta, comm_backends, lanes)
     inputs = discover(paths)
     warnings: list[str] = list(inputs.notes)
     results = _run_groups(inputs.groups, options, workers, progress, warnings)
@@ -311,6 +318,9 @@ def analyze(
     if len(modes) > 1:
         cpu = [r.rank for r in ranks if r.mode == "cpu"]
         warnings.append(f"ranks {cpu} have no GPU kernels and are read in CPU mode, the others in GPU mode")
+    crossrank = _cross_rank(results, options)
+    if options.lanes:
+        L.place(ranks, crossrank)
     return Report(
         version=__version__,
         inputs=[str(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)],
@@ -320,7 +330,7 @@ def analyze(
         summary=summarize(ranks),
         warnings=warnings,
         run=inputs.run,
-        crossrank=_cross_rank(results, options),
+        crossrank=crossrank,
     )
 
 

@@ -18,6 +18,7 @@ _COMMANDS = {
     "compare": ("overlapprof.cli.compare_cmd", "compare", "Variants side by side: speedup, exposed comm saved, compute slowdown."),
     "report": ("overlapprof.cli.report_cmd", "report", "One self-contained HTML page with tables and plots."),
     "plot": ("overlapprof.cli.plot_cmd", "plot", "A chart (timeline of one step, ...) as PNG, SVG or PDF."),
+    "export": ("overlapprof.cli.export_cmd", "export", "All ranks on one timeline: a Chrome trace JSON for Perfetto."),
     "view": ("overlapprof.cli.view_cmd", "view", "TensorBoard on run directories: traces and overlap scalars."),
 }
 

@@ -206,7 +206,17 @@ def _timeline(page: Page, label: str, report: Report) -> str | None:
     if truncated:
         caption += " Some lanes hold only the first intervals of the step (capped)."
     fig = plots.timeline_figure(report, title=f"{label}: one step per rank", xmax_ms=page.timeline_xmax_ms)
-    return _section("Timeline of one step", figure(fig, f"{label} timeline", _e(caption)), level=3)
+    return _section("Timeline of one step", figure(fig, f"{label} timeline", _e(caption)) + _export_hint(report),
+                    level=3)
+
+
+def _export_hint(report: Report) -> str:
+    """How to see every step of every rank, zoomable, with the trace's own events."""
+    run = report.inputs[0] if len(report.inputs) == 1 else "RUN"
+    command = f"overlapprof export {run} -o timeline.json"
+    return (f'<p class="note export">All ranks and every step on one zoomable timeline, with the trace\'s own '
+            f'events of one step: <code>{_e(command)}</code>, then open <code>timeline.json</code> in '
+            f'Perfetto (ui.perfetto.dev, "Open trace file") or chrome://tracing ("Load").</p>')
 
 
 def _exposure(page: Page, label: str, report: Report) -> str:

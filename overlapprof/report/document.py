@@ -77,6 +77,7 @@ class Options(msgspec.Struct, kw_only=True):
     # match communication across ranks into Report.crossrank (off: --no-comms)
     crossrank: bool = msgspec.field(default=True, name="comms")
     align_clocks: bool = False
+    lanes: bool = False  # give each rank its Lanes (overlapprof export)
 
 
 class Report(msgspec.Struct, kw_only=True):

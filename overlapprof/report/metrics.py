@@ -10,6 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from overlapprof.report.records import CommRecord
+from overlapprof.report.lanes import Lanes
 
 
 def by_rank(items: list, rank: int):
@@ -130,6 +131,7 @@ class RankReport(msgspec.Struct, kw_only=True):
     comm_records: list[CommRecord] | None = msgspec.field(default=None, name="comm_ops")
     partition: Partition | None = None  # the mean of the steps' partitions; None without steps
     median_step_us: float | None = None  # median of the steps' step_us (interpolated, as Summary's); None without steps
+    lanes: Lanes | None = None  # every step's unions on the run's common clock (only when asked: export)
 
 
 class Summary(msgspec.Struct, kw_only=True):
