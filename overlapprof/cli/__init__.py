@@ -33,6 +33,14 @@ class LazyGroup(click.Group):
         module, attr, _ = _COMMANDS[name]
         return getattr(importlib.import_module(module), attr)
 
+    def invoke(self, ctx):
+        """Ctrl-C anywhere in a command: one line and exit 130 (click would say "Aborted!", 1)."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("Error: interrupted", err=True)
+            ctx.exit(130)
+
     def format_commands(self, ctx, formatter):
         rows = [(name, help_) for name, (_, _, help_) in _COMMANDS.items()]
         with formatter.section("Commands"):

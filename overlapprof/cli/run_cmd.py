@@ -76,9 +76,12 @@ def _nccl_debug(ctx, param, value):
 @click.option("--with-stack", is_flag=True,
               help="Record Python stacks in the traces (costly: off by default).")
 @click.option("--no-analyze", is_flag=True, help="Do not analyze the traces at the end.")
+@click.option("-q", "--quiet", is_flag=True,
+              help="No progress lines or heartbeat on stderr (errors and the ranks' own output "
+                   "still show).")
 def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id, device,
         backend, link_rate, nccl_debug, timeout_s, warmup_steps, wait, warmup, active, repeat, variants,
-        list_variants, opts, out, gzip, with_stack, no_analyze):
+        list_variants, opts, out, gzip, with_stack, no_analyze, quiet):
     """Run WORKLOAD (a workload .py file) on --nproc ranks per node and record a profiler trace
     per rank, then print its overlap report. Workload options go after -- (e.g.
     `overlapprof run workloads/ring.py --nproc 4 -- --size 512`) or as --opt key=value.
@@ -105,14 +108,15 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
             node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, run_id=run_id, device=device,
             backend=backend, nccl_debug=nccl_debug[0], nccl_debug_subsys=nccl_debug[1],
             timeout_s=timeout_s, warmup_steps=warmup_steps, wait=wait, warmup=warmup,
-            active=active, repeat=repeat, with_stack=with_stack, gzip=gzip, out=out)
+            active=active, repeat=repeat, with_stack=with_stack, gzip=gzip, out=out,
+            heartbeat=not quiet)
         if link_rate:  # re-executes this command in a network namespace with a paced loopback
             from overlapprof.launch import netns
 
             request.link, code = netns.prepare(request, link_rate, sys.argv[1:])
             if code is not None:
                 sys.exit(code)
-        results = launcher.run(request)
+        results = launcher.run(request, log=(lambda line: None) if quiet else None)
     except OverlapprofError as exc:
         click.echo(f"Error: {exc}", err=True)
         sys.exit(2)

@@ -20,7 +20,6 @@ Environment for the ranks: ``OMP_NUM_THREADS=1`` unless set, ``NCCL_DEBUG`` and
 """
 
 import contextlib
-import logging
 import os
 import platform
 import statistics
@@ -68,6 +67,7 @@ class RunRequest:
     out: Path = Path("traces")
     link: dict | None = None  # --link-rate: the emulated link (overlapprof.launch.netns)
     command: list = field(default_factory=lambda: list(sys.argv))
+    heartbeat: bool = True
 
 
 @dataclass
@@ -83,27 +83,40 @@ class VariantResult:
         """No rank failed and this node's ranks all finished (on a multi-node run whose
         directory is not on a shared filesystem, the other nodes' ranks are missing here)."""
         ranks = self.run["ranks"]
-        return (self.run["failure"] is None and self.run["status"] != "failed"
+        return (self.run["failure"] is None and self.run["status"] not in ("failed", "interrupted")
                 and all(ranks.get(str(r), {}).get("status") == "ok" for r in self.local_ranks))
 
     @property
     def interrupted(self):
-        """Stopped by a signal to the launcher (Ctrl-C), not by a failure of its own."""
-        return any(str(node.get("error")).startswith("interrupted")
-                   for node in self.run["nodes"].values())
+        """Stopped by Ctrl-C (a signal to the launcher), not by a failure of its own."""
+        return self.run["status"] == "interrupted"
 
     def failure_line(self):
-        """One line naming the rank that failed first and its error; "" when the run is ok."""
+        """One line naming the rank that failed first and its error, and the ranks that failed
+        as a consequence (for a rank that stalled: those waiting for it, and where); "" when
+        the run is ok."""
         failure = self.run.get("failure")
         if failure:
-            others = sum(1 for info in self.run["ranks"].values()
-                         if info.get("status") == "failed") - 1
-            also = (f"; {others} other rank{'s' * (others != 1)} failed as a consequence"
-                    if others else "")
-            return f"rank {failure['rank']}: {failure['error']}{also}"
+            return f"rank {failure['rank']}: {failure['error']}{self._consequences(failure)}"
         failed_nodes = [f"node {k}: {v['error']}" for k, v in self.run["nodes"].items()
                         if v.get("error")]
         return failed_nodes[0] if failed_nodes else ("" if self.ok else self.run["status"])
+
+    def _consequences(self, failure):
+        others = failure.get("consequences")
+        if others is None:  # a run.json of before "consequences"
+            others = [r for r, info in self.run["ranks"].items()
+                      if info.get("status") == "failed" and r != str(failure["rank"])]
+        if not others:
+            return ""
+        if failure.get("error_kind") == "stalled":
+            waiting = []
+            for rank in others:
+                info = self.run["ranks"].get(str(rank), {})
+                blocked = f" (blocked {info['location']})" if info.get("waiting_on_peers") else ""
+                waiting.append(f"rank {rank}{blocked}")
+            return "; waiting for it: " + ", ".join(waiting)
+        return (f"; {len(others)} other rank{'s' * (len(others) != 1)} failed as a consequence")
 
 
 def resolve_device(device, backend, nproc):
@@ -273,7 +286,8 @@ def _elastic_launch(request, variant, run_dir):
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    from overlapprof.launch.logs import ConsoleLines, RunLogsSpecs
+    from overlapprof.launch.heartbeat import Heartbeat
+    from overlapprof.launch.logs import ConsoleLines, RunLogsSpecs, elastic_logging_to
 
     timeout = max(1, int(request.timeout_s))
     if request.nnodes == 1:
@@ -291,28 +305,41 @@ def _elastic_launch(request, variant, run_dir):
                           **rdzv)
     entrypoint_args = ["-u", "-m", "overlapprof.launch.harness", "--run-dir", str(run_dir),
                        "--node-rank", str(request.node_rank)]
-    elastic_logger = logging.getLogger("torch.distributed.elastic")
-    level = elastic_logger.level
-    elastic_logger.setLevel(logging.CRITICAL)  # its failure reports repeat ours, at length
+    beat = (Heartbeat(run_dir, range(request.nnodes * request.nproc), sys.stderr).start()
+            if request.heartbeat else None)
+    clear = beat.clear if beat else None
     try:
-        with contextlib.redirect_stdout(ConsoleLines(sys.stdout)), \
-                contextlib.redirect_stderr(ConsoleLines(sys.stderr)):
+        with elastic_logging_to(rundir.launcher_log(run_dir, request.node_rank)), \
+                contextlib.redirect_stdout(ConsoleLines(sys.stdout, clear)), \
+                contextlib.redirect_stderr(ConsoleLines(sys.stderr, clear)):
             elastic_launch(config, sys.executable)(*entrypoint_args)
     except ChildFailedError as exc:
         return dict(exc.failures), None
     except SignalException as exc:
         return {}, f"interrupted ({exc.sigval.name})"
+    except KeyboardInterrupt:  # before torchelastic's own handlers are installed
+        return {}, "interrupted (SIGINT)"
     except Exception as exc:  # rendezvous timeout, store errors: the ranks never started
         return {}, f"{type(exc).__name__}: {first_line(exc)}"
     finally:
-        elastic_logger.setLevel(level)
+        if beat:
+            beat.stop()
     return {}, None
 
 
 def _finalize_rank(run_dir, rank, failure, node_error):
-    """Give a rank that did not report an end (killed, never started) the launcher's verdict."""
+    """Give a rank that did not report an end (killed, never started) the launcher's verdict;
+    after Ctrl-C, a rank that failed because of it (its peer stopped, or the launcher stopped
+    it) was interrupted."""
     path = rundir.rank_file(run_dir, rank)
     fragment = rundir.read_json(path)
+    interrupted = bool(node_error) and node_error.startswith("interrupted")
+    if interrupted and fragment.get("status") != "ok" and fragment.get("error_kind") not in (
+            "exception", "timeout"):
+        rundir.update_json(path, status="interrupted", error_kind="interrupted",
+                           error=fragment.get("error") or node_error,
+                           ended=fragment.get("ended") or time.time())
+        return
     if fragment.get("status") in rundir.FINAL_RANK_STATES:
         return
     if failure is not None and failure.exitcode != 0:

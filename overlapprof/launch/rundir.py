@@ -80,7 +80,7 @@ from overlapprof.errors import RunDirError
 
 SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
-FINAL_RANK_STATES = ("ok", "failed")
+FINAL_RANK_STATES = ("ok", "failed", "interrupted")
 _JOIN_WAIT_S = 10.0  # how long a joining node waits for the creator's run.json to appear
 
 
@@ -131,6 +131,18 @@ def node_file(run_dir, node_rank):
     return Path(run_dir) / "nodes" / f"node{node_rank}.json"
 
 
+def progress_file(run_dir, rank):
+    """``progress/rank{N}.json``, rewritten by rank N's watchdog every second while it runs:
+    {"rank", "updated" (unix s), "idle_s" (seconds since its last step or phase boundary),
+    "traces" (saved so far), "step", "step_kind", "phase"}; the launcher's heartbeat reads it."""
+    return Path(run_dir) / "progress" / f"rank{rank}.json"
+
+
+def launcher_log(run_dir, node_rank):
+    """``logs/node{K}.launcher.log``: torchelastic's own log lines of node K's launcher."""
+    return Path(run_dir) / "logs" / f"node{node_rank}.launcher.log"
+
+
 def write_json_atomic(path, data):
     """Write JSON to a temp file in the same directory, then rename it over ``path``."""
     path = Path(path)
@@ -169,13 +181,14 @@ def open_run_dir(path, header, node_rank, ranks):
             raise RunDirError(f"run directory {path} exists; runs are never overwritten") from None
         created = False
     if created:
-        for sub in ("logs", "ranks", "nodes"):
+        for sub in ("logs", "ranks", "nodes", "progress"):
             (path / sub).mkdir()
         write_json_atomic(path / RUN_FILE, {**header, "status": "running", "created": time.time(),
                                             "nodes": {}, "ranks": {}, "traces": {},
                                             "missing_ranks": [], "failure": None})
     else:
         _check_joinable(path, header)
+        (path / "progress").mkdir(exist_ok=True)
     _claim(node_file(path, node_rank), {"node_rank": node_rank, "status": "claimed"}, path)
     for local_rank, rank in enumerate(ranks):
         _claim(rank_file(path, rank), {"rank": rank, "node_rank": node_rank,
@@ -231,31 +244,79 @@ def merge(run_dir):
     run["traces"] = {str(k): v.get("traces", []) for k, v in ranks.items()}
     run["missing_ranks"] = [r for r in range(run["world_size"]) if r not in ranks]
     run["failure"] = root_cause(ranks)
-    states = {v.get("status") for v in ranks.values()} | {v.get("status") for v in nodes.values()}
-    if run["failure"] or "failed" in states:
-        run["status"] = "failed"
-    elif states & {"starting", "running", "claimed"}:
-        run["status"] = "running"
-    elif run["missing_ranks"]:
-        run["status"] = "incomplete"
-    else:
-        run["status"] = "ok"
+    run["status"] = run_status(ranks.values(), nodes.values(), run["failure"],
+                               run["missing_ranks"])
     write_json_atomic(run_dir / RUN_FILE, run)
     return run
 
 
+def run_status(ranks, nodes, failure, missing_ranks):
+    """The run's status from its rank and node records (see the module docstring)."""
+    states = {v.get("status") for v in ranks} | {v.get("status") for v in nodes}
+    interrupted = "interrupted" in states or any(
+        str(v.get("error") or "").startswith("interrupted") for v in nodes)
+    if interrupted and (failure is None or failure["error_kind"] not in _OWN_FAILURES):
+        return "interrupted"
+    if failure or "failed" in states:
+        return "failed"
+    if states & {"starting", "running", "claimed"}:
+        return "running"
+    return "incomplete" if missing_ranks else "ok"
+
+
+# A rank's own failure, not a consequence of another's or of the launcher stopping it.
+_OWN_FAILURES = ("exception", "timeout", "stalled", "exit")
+_STALL_MIN_S = 1.0  # a stopped rank this long without progress, outside communication, stalled
+
+
+def stalled_in_own_code(info):
+    """Did a failed rank stop making progress in its own code (not waiting on its peers in a
+    torch.distributed call) for at least a second before the watchdog or the launcher ended it?"""
+    return (info.get("error_kind") in ("timeout", "terminated")
+            and info.get("waiting_on_peers") is False
+            and (info.get("stalled_s") or 0) >= _STALL_MIN_S)
+
+
 def root_cause(ranks):
-    """The failure that started it: the earliest failed rank, preferring a rank's own error
-    (exception, timeout) over being terminated or dying because another rank did."""
+    """The failure that started it, with the ranks that failed as its consequence.
+
+    Preference, then the earliest: a rank's own error (exception), or a rank that stalled in its
+    own code (see :func:`stalled_in_own_code`: the ranks waiting for it time out in
+    communication, and whichever watchdog fires first ends the run); then a death of its own
+    (exit code, signal: its "ended" is when the launcher noticed, later than the peers' errors
+    it caused); then a timeout while waiting on peers (a deadlock: all wait); then the rest.
+    Returns {"rank", "error", "error_kind", "consequences": [ranks]} or None."""
     failed = [(rank, info) for rank, info in ranks.items() if info.get("status") == "failed"]
     if not failed:
         return None
-    # a rank's own error first, then a death of its own (exit code, signal: its "ended" is
-    # when the launcher noticed, later than the peers' errors it caused), then consequences
-    order = {"exception": 0, "timeout": 0, "exit": 1}
-    rank, info = min(failed, key=lambda item: (order.get(item[1].get("error_kind"), 2),
-                                               item[1].get("ended") or float("inf"), item[0]))
-    return {"rank": rank, "error": info.get("error"), "error_kind": info.get("error_kind")}
+
+    def preference(item):
+        rank, info = item
+        stalled = stalled_in_own_code(info)
+        order = 0 if stalled or info.get("error_kind") == "exception" else {
+            "exit": 1, "timeout": 2}.get(info.get("error_kind"), 3)
+        # a stall is dated by its start, when the rank stopped making progress
+        when = ((info.get("ended") or float("inf")) - (info.get("stalled_s") or 0)
+                if stalled else info.get("ended") or float("inf"))
+        return order, when, int(rank)
+
+    rank, info = min(failed, key=preference)
+    kind, error = info.get("error_kind"), info.get("error")
+    if stalled_in_own_code(info):
+        kind = "stalled"
+        error = (f"made no progress for {info['stalled_s']:.0f} s in its own code, "
+                 f"{info.get('location')}{where_text(info.get('where'))}")
+    consequences = sorted((int(r) for r, _ in failed if r != rank))
+    return {"rank": rank, "error": error, "error_kind": kind, "consequences": consequences}
+
+
+def where_text(where):
+    """", in phase 'compute' of ProfilerStep#0 (unprofiled)" from a record's "where"."""
+    if not where or where.get("step") is None:
+        return f", in phase '{where['phase']}'" if where and where.get("phase") else ""
+    step = (f"warmup step {where['step']}" if where.get("step_kind") == "warmup"
+            else f"ProfilerStep#{where['step']} ({where.get('step_kind')})")
+    return f", in phase '{where['phase']}' of {step}" if where.get("phase") else f", in {step}"
 
 
 def load_run(run_dir):
