@@ -1,6 +1,7 @@
 """``overlapprof run``: launch ranks, run a workload, record one trace per rank, analyze them."""
 
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -93,9 +94,21 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         raise click.UsageError(f"--node-rank {node_rank} is not below --nnodes {nnodes}")
     if run_id and not _RUN_ID.match(run_id):
         raise click.UsageError(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-'")
+    # Ctrl-C while torch is imported: some import swallows KeyboardInterrupt, so remember it
+    interrupted = []
+
+    def on_sigint(signum, frame):
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
     from overlapprof import workload as workload_api  # imports torch: after the cheap checks
     from overlapprof.errors import OverlapprofError
     from overlapprof.launch import launcher
+
+    signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        raise KeyboardInterrupt
 
     try:
         loaded = workload_api.load(workload)
