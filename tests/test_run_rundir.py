@@ -11,8 +11,7 @@ from overlapprof.launch import rundir
 
 
 def header(nnodes=1, run_id="r", world_size=2):
-    return {"schema_version": rundir.SCHEMA_VERSION, "name": "r-sync", "run_id": run_id,
-            "nnodes": nnodes, "world_size": world_size}
+    return rundir.RunConfig(name="r-sync", run_id=run_id, nnodes=nnodes, world_size=world_size)
 
 
 def test_rundir_does_not_import_torch():
@@ -43,11 +42,12 @@ def test_a_taken_time_name_gets_a_counter_and_a_taken_run_id_is_an_error(tmp_pat
 
 def test_single_node_run_dir_is_created_once(tmp_path):
     path = rundir.open_run_dir(tmp_path / "r-sync", header(), 0, [0, 1])
-    assert sorted(p.name for p in path.iterdir()) == ["logs", "nodes", "ranks", "run.json"]
-    run = rundir.read_json(path / "run.json")
-    assert run["status"] == "running" and run["ranks"] == {}
-    assert rundir.read_json(rundir.rank_file(path, 1)) == {
-        "rank": 1, "node_rank": 0, "local_rank": 1, "status": "starting"}
+    assert sorted(p.name for p in path.iterdir()) == ["logs", "nodes", "progress", "ranks",
+                                                       "run.json"]
+    run = rundir.load_run(path)
+    assert run.status == "running" and run.ranks == {} and run.name == "r-sync"
+    assert rundir.read_rank(rundir.rank_file(path, 1)) == rundir.RankRecord(
+        rank=1, node_rank=0, local_rank=1, status="starting")
     with pytest.raises(RunDirError, match="exists; runs are never overwritten"):
         rundir.open_run_dir(path, header(), 0, [0, 1])
 
@@ -81,23 +81,24 @@ def test_atomic_write_replaces_and_leaves_no_temp_file(tmp_path):
 
 
 def fragment(path, rank, **fields):
-    rundir.update_json(rundir.rank_file(path, rank), **fields)
+    rundir.update_rank(rundir.rank_file(path, rank), **fields)
 
 
 def test_merge_status_and_root_cause(tmp_path):
     path = rundir.open_run_dir(tmp_path / "r", header(world_size=3), 0, [0, 1, 2])
     rundir.write_json_atomic(rundir.node_file(path, 0), {"status": "running", "config": {}})
-    assert rundir.merge(path)["status"] == "running"
+    assert rundir.merge(path).status == "running"
     # rank 2's error came first but was caused by rank 0's crash (its peer died)
     fragment(path, 2, status="failed", error="closed by peer", error_kind="peer", ended=10.0)
     fragment(path, 0, status="failed", error="ValueError: boom", error_kind="exception",
              ended=11.0, traces=["rank0.1.pt.trace.json"])
     fragment(path, 1, status="failed", error="terminated", error_kind="terminated", ended=9.0)
     run = rundir.merge(path)
-    assert run["status"] == "failed"
-    assert run["failure"] == {"rank": 0, "error": "ValueError: boom", "error_kind": "exception"}
-    assert run["traces"] == {"0": ["rank0.1.pt.trace.json"], "1": [], "2": []}
-    assert "config" not in run["nodes"]["0"]
+    assert run.status == "failed"
+    assert run.failure == rundir.Failure(rank=0, error="ValueError: boom", error_kind="exception",
+                                         consequences=[1, 2])
+    assert run.traces == {"0": ["rank0.1.pt.trace.json"], "1": [], "2": []}
+    assert "config" not in rundir.read_json(path / "run.json")["nodes"]["0"]
     assert rundir.load_run(path) == run
 
 
@@ -107,7 +108,7 @@ def test_merge_marks_missing_ranks_incomplete(tmp_path):
     for rank in (2, 3):
         fragment(path, rank, status="ok")
     run = rundir.merge(path)
-    assert (run["status"], run["missing_ranks"]) == ("incomplete", [0, 1])
+    assert (run.status, run.missing_ranks) == ("incomplete", [0, 1])
 
 
 def test_load_run_errors(tmp_path):
@@ -119,11 +120,11 @@ def test_load_run_errors(tmp_path):
 
 
 def test_root_cause_prefers_a_rank_that_died_on_its_own_over_its_peers_errors():
-    from overlapprof.launch.rundir import root_cause
-    ranks = {"0": {"status": "failed", "error": "RuntimeError: Connection closed by peer",
-                   "error_kind": "peer", "ended": 10.0},
-             "1": {"status": "failed", "error": "exited with code 3", "error_kind": "exit",
-                   "ended": 12.0}}
-    assert root_cause(ranks)["rank"] == "1"
-    ranks["0"]["error_kind"] = "exception"
-    assert root_cause(ranks)["rank"] == "0"
+    from overlapprof.launch.blame import root_cause
+    R = rundir.RankRecord
+    ranks = {"0": R(status="failed", error="RuntimeError: Connection closed by peer",
+                    error_kind="peer", ended=10.0),
+             "1": R(status="failed", error="exited with code 3", error_kind="exit", ended=12.0)}
+    assert root_cause(ranks)[0] == 1
+    ranks["0"].error_kind = "exception"
+    assert root_cause(ranks)[0] == 0

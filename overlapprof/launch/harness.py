@@ -50,7 +50,7 @@ import torch.distributed as dist  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
 from overlapprof import workload as workload_api  # noqa: E402
-from overlapprof.launch import rundir  # noqa: E402
+from overlapprof.launch import blame, rundir  # noqa: E402
 from overlapprof.launch.watchdog import (Watchdog, describe_stack, describe_traceback,  # noqa: E402
                                          first_line, main_thread_location, waiting_on_peers)
 
@@ -105,7 +105,7 @@ def schedule_kinds(unprofiled, wait, warmup, active, repeat):
 class Harness:
     def __init__(self, run_dir, node_rank):
         self.run_dir = run_dir
-        self.config = rundir.read_json(rundir.node_file(run_dir, node_rank))["config"]
+        self.config = rundir.read_node(rundir.node_file(run_dir, node_rank)).config
         self.rank = int(os.environ["RANK"])
         self.local_rank = int(os.environ["LOCAL_RANK"])
         self.world_size = int(os.environ["WORLD_SIZE"])
@@ -124,7 +124,7 @@ class Harness:
 
     def run(self):
         config = self.config
-        cuda = config["device"] == "cuda"
+        cuda = config.device == "cuda"
         device = torch.device("cuda", self.local_rank) if cuda else torch.device("cpu")
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
@@ -137,16 +137,16 @@ class Harness:
                 torch.cuda.set_device(device)
             ctx = self.ctx = workload_api.Context(
                 rank=self.rank, world_size=self.world_size, local_rank=self.local_rank,
-                node_rank=self.node_rank, device=device, backend=config["backend"],
-                variant=config["variant"], options=config["options"])
-            watchdog = Watchdog(ctx, config["timeout_s"], self._hang, on_tick=self._report_progress,
+                node_rank=self.node_rank, device=device, backend=config.backend,
+                variant=config.variant, options=config.options)
+            watchdog = Watchdog(ctx, config.timeout_s, self._hang, on_tick=self._report_progress,
                                 on_signal_stuck=self._signal_stuck,
                                 signal_grace_s=_SIGNAL_GRACE_S)
             ctx._mark("init_process_group")
             watchdog.start()
             self._init_process_group(device)
             ctx._mark("load workload")
-            work = workload_api.load(config["workload"]["path"])
+            work = workload_api.load(config.workload.path)
             step = work.step_function(ctx.variant)
             ctx._mark("setup")
             state = work.setup(ctx)
@@ -165,27 +165,27 @@ class Harness:
         print(f"rank {self.rank}: ok, {len(self.traces)} trace(s); {self._summary()}", flush=True)
 
     def _init_process_group(self, device):
-        timeout = self.config["timeout_s"] + _PG_TIMEOUT_MARGIN_S
+        timeout = self.config.timeout_s + _PG_TIMEOUT_MARGIN_S
         kwargs = {"device_id": device} if device.type == "cuda" else {}
-        dist.init_process_group(self.config["backend"], timeout=datetime.timedelta(seconds=timeout),
+        dist.init_process_group(self.config.backend, timeout=datetime.timedelta(seconds=timeout),
                                 **kwargs)
 
     def _run_steps(self, step, state):
-        prof_cfg = self.config["profiler"]
-        for i in range(prof_cfg["warmup_steps"]):
+        prof_cfg = self.config.profiler
+        for i in range(prof_cfg.warmup_steps):
             self._timed_step("warmup", i, step, state)
-        kinds = schedule_kinds(prof_cfg["unprofiled_steps"], prof_cfg["wait"],
-                               prof_cfg["warmup"], prof_cfg["active"], prof_cfg["repeat"])
+        kinds = schedule_kinds(prof_cfg.unprofiled_steps, prof_cfg.wait, prof_cfg.warmup,
+                               prof_cfg.active, prof_cfg.repeat)
         activities = [torch.profiler.ProfilerActivity.CPU]
         if self.ctx.is_cuda:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
-        schedule = torch.profiler.schedule(wait=prof_cfg["unprofiled_steps"] + prof_cfg["wait"],
-                                           warmup=prof_cfg["warmup"], active=prof_cfg["active"],
-                                           repeat=prof_cfg["repeat"])
+        schedule = torch.profiler.schedule(wait=prof_cfg.unprofiled_steps + prof_cfg.wait,
+                                           warmup=prof_cfg.warmup, active=prof_cfg.active,
+                                           repeat=prof_cfg.repeat)
         with torch.profiler.profile(activities=activities, schedule=schedule,
                                     on_trace_ready=self._save_trace,
-                                    record_shapes=prof_cfg["record_shapes"],
-                                    with_stack=prof_cfg["with_stack"]) as prof:
+                                    record_shapes=prof_cfg.record_shapes,
+                                    with_stack=prof_cfg.with_stack) as prof:
             for i, kind in enumerate(kinds):
                 self._timed_step(kind, i, step, state)  # runs inside ProfilerStep#i
                 if kind == "profiled":
@@ -208,7 +208,7 @@ class Harness:
         self.times[kind].append(round((time.perf_counter() - start) * 1000, 4))
 
     def _save_trace(self, prof):
-        name = rundir.trace_file_name(self.rank, gzip=self.config["profiler"]["gzip"])
+        name = rundir.trace_file_name(self.rank, gzip=self.config.profiler.gzip)
         prof.export_chrome_trace(str(self.run_dir / name))
         self.traces.append(name)
 
@@ -227,7 +227,7 @@ class Harness:
 
     def _where_text(self):
         """", in phase 'comm' of ProfilerStep#3 (profiled)" for the error line."""
-        return rundir.where_text(self._where())
+        return blame.where_text(rundir.Where(**self._where()))
 
     def _on_signal(self, signum, frame):
         """SIGTERM (the launcher stops the ranks) or SIGINT (Ctrl-C): the first raises in the main
@@ -284,7 +284,7 @@ class Harness:
     def _hang(self, idle_s, location):
         """The watchdog's verdict: record the hung call and end the process now."""
         error = (f"timed out: no progress for {idle_s:.0f} s (--timeout "
-                 f"{self.config['timeout_s']:g}); blocked {location or 'somewhere'}"
+                 f"{self.config.timeout_s:g}); blocked {location or 'somewhere'}"
                  + self._where_text())
         self._write_failure("timeout", error, **stall_fields(idle_s, location))
         _write_elastic_error_file(error)
@@ -297,7 +297,7 @@ class Harness:
                     ended=time.time(), **fields, **self._results())
 
     def _write(self, **fields):
-        rundir.update_json(self.fragment_path, **fields)
+        rundir.update_rank(self.fragment_path, **fields)
 
     def _summary(self):
         parts = [f"{kind} median {statistics.median(v):.2f} ms" for kind, v in self.times.items()

@@ -74,7 +74,7 @@ class RunRequest:
 class VariantResult:
     variant: str
     run_dir: Path
-    run: dict  # the merged run.json
+    run: rundir.RunRecord  # the merged run.json
     seconds: float
     local_ranks: list  # the global ranks this node ran
 
@@ -82,38 +82,35 @@ class VariantResult:
     def ok(self):
         """No rank failed and this node's ranks all finished (on a multi-node run whose
         directory is not on a shared filesystem, the other nodes' ranks are missing here)."""
-        ranks = self.run["ranks"]
-        return (self.run["failure"] is None and self.run["status"] not in ("failed", "interrupted")
-                and all(ranks.get(str(r), {}).get("status") == "ok" for r in self.local_ranks))
+        ranks = self.run.ranks
+        return (self.run.failure is None and self.run.status not in ("failed", "interrupted")
+                and all(str(r) in ranks and ranks[str(r)].status == "ok"
+                        for r in self.local_ranks))
 
     @property
     def interrupted(self):
         """Stopped by Ctrl-C (a signal to the launcher), not by a failure of its own."""
-        return self.run["status"] == "interrupted"
+        return self.run.status == "interrupted"
 
     def failure_line(self):
         """One line naming the rank that failed first and its error, and the ranks that failed
         as a consequence (for a rank that stalled: those waiting for it, and where); "" when
         the run is ok."""
-        failure = self.run.get("failure")
+        failure = self.run.failure
         if failure:
-            return f"rank {failure['rank']}: {failure['error']}{self._consequences(failure)}"
-        failed_nodes = [f"node {k}: {v['error']}" for k, v in self.run["nodes"].items()
-                        if v.get("error")]
-        return failed_nodes[0] if failed_nodes else ("" if self.ok else self.run["status"])
+            return f"rank {failure.rank}: {failure.error}{self._consequences(failure)}"
+        failed_nodes = [f"node {k}: {v.error}" for k, v in self.run.nodes.items() if v.error]
+        return failed_nodes[0] if failed_nodes else ("" if self.ok else self.run.status)
 
     def _consequences(self, failure):
-        others = failure.get("consequences")
-        if others is None:  # a run.json of before "consequences"
-            others = [r for r, info in self.run["ranks"].items()
-                      if info.get("status") == "failed" and r != str(failure["rank"])]
+        others = failure.consequences
         if not others:
             return ""
-        if failure.get("error_kind") == "stalled":
+        if failure.error_kind == "stalled":
             waiting = []
             for rank in others:
-                info = self.run["ranks"].get(str(rank), {})
-                blocked = f" (blocked {info['location']})" if info.get("waiting_on_peers") else ""
+                info = self.run.ranks.get(str(rank))
+                blocked = f" (blocked {info.location})" if info and info.waiting_on_peers else ""
                 waiting.append(f"rank {rank}{blocked}")
             return "; waiting for it: " + ", ".join(waiting)
         return (f"; {len(others)} other rank{'s' * (len(others) != 1)} failed as a consequence")
@@ -148,7 +145,7 @@ def versions():
     import torch
     import torch.distributed as dist
 
-    found = {"python": platform.python_version(), "torch": torch.__version__,
+    found = {"python": platform.python_version(), "torch": str(torch.__version__),
              "overlapprof": __version__, "cuda": torch.version.cuda, "nccl": None, "gloo": None}
     if dist.is_nccl_available():
         with contextlib.suppress(Exception):  # a tuple (2, 21, 5); an int in old releases
@@ -209,7 +206,7 @@ def run(request, log=None):
         log(f"{where}: {request.nnodes * request.nproc} ranks ({device}, {backend}{link}) -> "
             f"{run_dir}")
         result = launch_variant(request, variant, run_dir, device, backend)
-        log(f"{where}: {result.run['status']} in {result.seconds:.1f} s; {step_summary(result.run)}")
+        log(f"{where}: {result.run.status} in {result.seconds:.1f} s; {step_summary(result.run)}")
         results.append(result)
         if not result.ok:
             break
@@ -237,14 +234,14 @@ def launch_variant(request, variant, run_dir, device, backend):
         header = _header(request, variant, run_dir, device, backend)
         rundir.open_run_dir(run_dir, header, request.node_rank, local_ranks)
         node_path = rundir.node_file(run_dir, request.node_rank)
-        rundir.write_json_atomic(node_path, {
-            "node_rank": request.node_rank, "host": rundir.host(), "pid": os.getpid(),
-            "command": request.command, "started": started, "ended": None,
-            "status": "running", "error": None, "config": header})
+        rundir.write_record(node_path, rundir.NodeRecord(
+            node_rank=request.node_rank, host=rundir.host(), pid=os.getpid(),
+            command=[str(a) for a in request.command], started=started, status="running",
+            config=header))
         failures, error = _elastic_launch(request, variant, run_dir)
     for rank in local_ranks:
         _finalize_rank(run_dir, rank, failures.get(rank), error)
-    rundir.update_json(node_path, ended=time.time(), error=error,
+    rundir.update_node(node_path, ended=time.time(), error=error,
                        status="failed" if error or failures else "ok")
     run = _merge_when_nodes_end(run_dir, wait_s=min(_NODES_END_WAIT_S, request.timeout_s))
     return VariantResult(variant, Path(run_dir), run, time.time() - started, local_ranks)
@@ -257,27 +254,25 @@ def _merge_when_nodes_end(run_dir, wait_s):
     deadline = time.monotonic() + wait_s
     while True:
         run = rundir.merge(run_dir)
-        if run["status"] != "running" or time.monotonic() > deadline:
+        if run.status != "running" or time.monotonic() > deadline:
             return run
         time.sleep(0.5)
 
 
 def _header(request, variant, run_dir, device, backend):
-    return {
-        "schema_version": rundir.SCHEMA_VERSION, "name": Path(run_dir).name,
-        "run_id": request.run_id or None,
-        "workload": {"name": request.workload.name, "path": str(request.workload.path)},
-        "variant": variant, "options": request.options,
-        "world_size": request.nnodes * request.nproc, "nnodes": request.nnodes,
-        "nproc_per_node": request.nproc, "backend": backend, "device": device,
-        "timeout_s": request.timeout_s, "link": request.link,
-        "profiler": {"warmup_steps": request.warmup_steps,
-                     "unprofiled_steps": request.active,  # per cycle, before its wait
-                     "wait": request.wait, "warmup": request.warmup, "active": request.active,
-                     "repeat": request.repeat, "record_shapes": True,
-                     "with_stack": request.with_stack, "gzip": request.gzip},
-        "versions": versions(), "env": relevant_env(),
-    }
+    """The run-level part of run.json (a RunConfig), also the config every rank reads."""
+    return rundir.RunConfig(
+        name=Path(run_dir).name, run_id=request.run_id or None,
+        workload=rundir.Workload(name=request.workload.name, path=str(request.workload.path)),
+        variant=variant, options=request.options,
+        world_size=request.nnodes * request.nproc, nnodes=request.nnodes,
+        nproc_per_node=request.nproc, backend=backend, device=device,
+        timeout_s=request.timeout_s, link=request.link,
+        profiler=rundir.ProfilerConfig(
+            warmup_steps=request.warmup_steps, unprofiled_steps=request.active,
+            wait=request.wait, warmup=request.warmup, active=request.active,
+            repeat=request.repeat, with_stack=request.with_stack, gzip=request.gzip),
+        versions=versions(), env=relevant_env())
 
 
 def _elastic_launch(request, variant, run_dir):
@@ -332,15 +327,15 @@ def _finalize_rank(run_dir, rank, failure, node_error):
     after Ctrl-C, a rank that failed because of it (its peer stopped, or the launcher stopped
     it) was interrupted."""
     path = rundir.rank_file(run_dir, rank)
-    fragment = rundir.read_json(path)
+    fragment = rundir.read_rank(path)
     interrupted = bool(node_error) and node_error.startswith("interrupted")
-    if interrupted and fragment.get("status") != "ok" and fragment.get("error_kind") not in (
+    if interrupted and fragment.status != "ok" and fragment.error_kind not in (
             "exception", "timeout"):
-        rundir.update_json(path, status="interrupted", error_kind="interrupted",
-                           error=fragment.get("error") or node_error,
-                           ended=fragment.get("ended") or time.time())
+        rundir.update_rank(path, status="interrupted", error_kind="interrupted",
+                           error=fragment.error or node_error,
+                           ended=fragment.ended or time.time())
         return
-    if fragment.get("status") in rundir.FINAL_RANK_STATES:
+    if fragment.status in rundir.FINAL_RANK_STATES:
         return
     if failure is not None and failure.exitcode != 0:
         how = (f"killed by signal {failure.signal_name()}" if failure.exitcode < 0
@@ -350,16 +345,16 @@ def _finalize_rank(run_dir, rank, failure, node_error):
         how, kind = f"never finished: {node_error}", "exit"
     else:
         how, kind = "terminated by the launcher (another rank failed)", "terminated"
-    rundir.update_json(path, status="failed", error=how, error_kind=kind,
-                       ended=fragment.get("ended") or time.time())
+    rundir.update_rank(path, status="failed", error=how, error_kind=kind,
+                       ended=fragment.ended or time.time())
 
 
 def step_summary(run):
     """One line of step times, medians over ranks: first warm-up step, unprofiled, profiled,
     and their ratio (the profiler's overhead)."""
     def median_of(kind, pick=statistics.median):
-        values = [pick(info["step_times_ms"][kind]) for info in run["ranks"].values()
-                  if info.get("step_times_ms", {}).get(kind)]
+        values = [pick(info.step_times_ms[kind]) for info in run.ranks.values()
+                  if info.step_times_ms.get(kind)]
         return statistics.median(values) if values else None
 
     first = median_of("warmup", pick=lambda v: v[0])
