@@ -279,6 +279,8 @@ class Harness:
             kind = "peer" if _PEER_GONE.search(message) else "exception"
             location = describe_traceback(exc.__traceback__)
             error = f"{type(exc).__name__}: {message}" + (f" {location}" if location else "")
+            if not stall and self.ctx is not None:  # a peer's death ends a wait: how long, where
+                stall = stall_fields(time.monotonic() - self.ctx.progress_at, location)
         self._write_failure(kind, error + self._where_text(), **stall)
 
     def _hang(self, idle_s, location):
