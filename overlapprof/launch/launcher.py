@@ -44,30 +44,54 @@ _ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "KINETO_")
 class RunRequest:
     """Everything ``overlapprof run`` was asked to do (the CLI fills it; defaults = its flags)."""
 
-    workload: object  # overlapprof.workload.Workload
+    workload: object
+    """The loaded workload file (overlapprof.workload.Workload)."""
     variants: list
+    """Variant names to run, one run directory each, in order (checked against the workload)."""
     options: dict
+    """Every workload option, defaults applied and types checked."""
     nproc: int = 2
+    """Ranks per node (``--nproc``); a GPU each on CUDA."""
     nnodes: int = 1
+    """Nodes (``--nnodes``); each runs the same command with its own ``node_rank``."""
     node_rank: int = 0
+    """This node's rank; its ranks are node_rank * nproc + local rank."""
     rdzv_endpoint: str = ""
+    """HOST:PORT of node 0's rendezvous store (multi-node); "" for a free port on localhost."""
     run_id: str = ""
+    """Names the run directories ``<out>/<run_id>-<variant>``; "" to name them by time."""
     device: str = "auto"
+    """"auto", "cpu" or "cuda" (auto: cuda when there is a GPU per rank)."""
     backend: str = "auto"
+    """"auto", "gloo" or "nccl" (auto: nccl on cuda, gloo on cpu)."""
     nccl_debug: str = ""
+    """NCCL_DEBUG for the ranks ("" leaves it unset)."""
     nccl_debug_subsys: str = ""
+    """NCCL_DEBUG_SUBSYS for the ranks."""
     timeout_s: float = 300.0
+    """Seconds a rank may make no progress: watchdog, process group and rendezvous timeout."""
     warmup_steps: int = 2
+    """Unprofiled steps before the profiler cycles (ProfilerConfig.warmup_steps)."""
     wait: int = 1
+    """Profiler schedule wait (ProfilerConfig.wait)."""
     warmup: int = 1
+    """Profiler schedule warmup (ProfilerConfig.warmup)."""
     active: int = 3
+    """Profiler schedule active; also the unprofiled steps that start each cycle."""
     repeat: int = 1
+    """Profiler cycles, one trace file per rank each."""
     with_stack: bool = False
+    """Record Python stacks in the traces."""
     gzip: bool = False
+    """Write traces as .pt.trace.json.gz."""
     out: Path = Path("traces")
-    link: dict | None = None  # --link-rate: the emulated link (overlapprof.launch.netns)
+    """The folder of the run directories."""
+    link: dict | None = None
+    """``--link-rate``: the emulated link (overlapprof.launch.netns), set by netns.prepare."""
     command: list = field(default_factory=lambda: list(sys.argv))
+    """The command line, recorded in the node's record."""
     heartbeat: bool = True
+    """Print which step each rank is in while they run (off with ``--quiet``)."""
 
 
 @dataclass

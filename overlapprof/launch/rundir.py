@@ -19,56 +19,11 @@ the profiler settings the launcher hands the harness). ``load_run`` is its one r
 ``merge`` (through ``write_record``) its one writer; fields added since a run directory was
 written take their defaults, so old run directories still load. It is written atomically (temp
 file + ``os.replace``) when the run starts and again, merged from the fragments, when a launcher
-ends. In JSON::
-
-    schema_version  1
-    status          "running" | "ok" | "failed" | "interrupted" (Ctrl-C, and no rank failed of
-                    its own before) | "incomplete" (ranks missing: another node's directory on
-                    a filesystem that is not shared)
-    name, run_id    directory name; the --run-id (null when named by time)
-    created         unix seconds (float) when the directory was created
-    workload        {"name": "ring", "path": "/abs/workloads/ring.py"}
-    variant         "async"
-    options         {"size": 256, ...}  every option, defaults applied
-    world_size, nnodes, nproc_per_node
-    backend, device "gloo" | "nccl";  "cpu" | "cuda"
-    timeout_s       --timeout
-    link            null (plain loopback, or another node's network) | the --link-rate link:
-                    {"kind": "tbf", "interface": "lo", "rate": "2gbit", "bits_per_s": 2e9,
-                     "burst_bytes", "latency_ms", "shared": true (one medium of that rate for
-                     all ranks, not a port per rank), "medium": what that means, "qdisc": the
-                     `tc qdisc show dev lo` line inside the namespace}  (overlapprof.launch.netns)
-    profiler        {"warmup_steps", "unprofiled_steps", "wait", "warmup", "active", "repeat",
-                     "record_shapes", "with_stack", "gzip"}
-    versions        {"python", "torch", "overlapprof", "cuda", "nccl", "gloo"}  (null: absent)
-    env             {"OMP_NUM_THREADS": "1", "NCCL_DEBUG": ..., ...} relevant variables the
-                    ranks were started with (CUDA_*, OMP_NUM_THREADS, NCCL_*, TORCH_NCCL_*, ...)
-    nodes           {"0": {"host", "pid", "command": [argv], "started", "ended", "status",
-                     "error"}}
-    ranks           {"0": {"rank", "node_rank", "local_rank", "host", "pid", "device",
-                     "status": "starting"|"running"|"ok"|"failed"|"interrupted",
-                     "error": str|null,
-                     "error_kind": "exception"|"timeout" (its own failure), "peer" (an error
-                     because a peer died), "terminated" (stopped by the launcher), "exit" (died
-                     without reporting: signal or exit code from torchelastic), "interrupted"
-                     (Ctrl-C), or null,
-                     "where": {"step", "step_kind", "phase"} (where a failure happened),
-                     "stalled_s", "location", "waiting_on_peers" (a rank that timed out or was
-                     stopped: seconds without progress, the call it was in, and whether that
-                     call waits on other ranks),
-                     "started", "ended" (unix seconds),
-                     "step_times_ms": {"warmup": [...], "unprofiled": [...],
-                                       "profiler_wait": [...], "profiler_warmup": [...],
-                                       "profiled": [...]},
-                     "profiled_steps": [N, ...] (the ProfilerStep#N in the traces),
-                     "metrics": {"name_unit": {"<step kind>": [values]}} (from ctx.metric),
-                     "traces": ["rank0.<time_ns>.pt.trace.json", ...]}}
-    traces          {"0": [...]}  the ranks' trace files, one per profiler cycle, in order
-    missing_ranks   ranks of world_size with no fragment here
-    failure         null | {"rank", "error", "error_kind", "consequences": [ranks]}: the root
-                    cause (overlapprof.launch.blame.root_cause) and the ranks that failed
-                    because of it; error_kind "stalled" for a rank that made no progress in its
-                    own code while the others waited for it
+ends. Its parts: the run's config (workload, variant, options, world size, nodes, backend,
+device, ``--timeout``, the ``--link-rate`` link, the profiler settings, versions, environment),
+then ``status``, ``created``, ``nodes`` and ``ranks`` (the fragments, by number), ``traces``
+(each rank's trace files), ``missing_ranks`` and ``failure`` (the root cause and its
+consequences, from ``overlapprof.launch.blame``).
 
 Step times are host wall times in milliseconds around one call of the workload's step (on CUDA
 after ``torch.cuda.synchronize()``). "warmup" steps run first, unprofiled (NCCL builds its
