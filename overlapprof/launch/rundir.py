@@ -173,8 +173,8 @@ class RankRecord(msgspec.Struct, kw_only=True):
     """Its trace files, one per profiler cycle, in order."""
 
 
-class NodeRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """What node K's launcher wrote (``nodes/node<K>.json``); run.json's copy has no config."""
+class NodeRecord(msgspec.Struct, kw_only=True):
+    """What node K's launcher wrote (``nodes/node<K>.json``); run.json's copy has config null."""
 
     node_rank: int | None = None
     host: str | None = None
