@@ -22,7 +22,7 @@ watchdog, which names the call it is blocked in and says whether that is a wait 
 ``torch.distributed`` call) or its own code; a rank the launcher stops records the same about
 where the signal found it, so that the launcher can name the rank the others waited for.
 
-Every second the watchdog writes ``progress/rankN.json`` (step, kind, phase, seconds without
+Every 2 s the watchdog writes ``progress/rankN.json`` (step, kind, phase, seconds without
 progress): the launcher's heartbeat reads it. Ctrl-C (SIGINT) during start-up ends the rank at
 once (there is nothing to save); later it is recorded as "interrupted", the traces of the cycle
 in progress are saved, and a rank whose main thread is stuck in a C call is ended by the
@@ -61,6 +61,7 @@ _TIMEOUT_EXIT_CODE = 124
 _TERMINATED_EXIT_CODE = 143  # 128 + SIGTERM
 _INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT
 _SIGNAL_GRACE_S = 2.0  # how long a signalled rank may take to save its traces and exit
+_PROGRESS_EVERY_S = 2.0  # progress/rankN.json: rarely enough to cost the steps nothing
 # Errors a rank gets because a peer died: a consequence, not the root cause of a failed run.
 _PEER_GONE = re.compile(r"closed by peer|reset by peer|remote worker|Broken pipe|"
                         r"communicator was aborted|remote process exited", re.IGNORECASE)
@@ -140,7 +141,7 @@ class Harness:
                 node_rank=self.node_rank, device=device, backend=config.backend,
                 variant=config.variant, options=config.options)
             watchdog = Watchdog(ctx, config.timeout_s, self._hang, on_tick=self._report_progress,
-                                on_signal_stuck=self._signal_stuck,
+                                tick_s=_PROGRESS_EVERY_S, on_signal_stuck=self._signal_stuck,
                                 signal_grace_s=_SIGNAL_GRACE_S)
             ctx._mark("init_process_group")
             watchdog.start()
@@ -242,13 +243,10 @@ class Harness:
     def _signal_stuck(self, signum, location):
         """The watchdog's verdict when a signal did not end the rank in time: the main thread is
         stuck in a C call. Record it and end the process now."""
-        interrupted = signum == signal.SIGINT or isinstance(self.stopped, Stopped) and \
-            self.stopped.signum == signal.SIGINT
+        interrupted = signal.SIGINT in (signum, getattr(self.stopped, "signum", None))
         stall = stall_fields(time.monotonic() - self.ctx.progress_at, location)
         if interrupted:
-            self._write(status="interrupted", error="interrupted" + self._where_text(),
-                        error_kind="interrupted", where=self._where(), ended=time.time(),
-                        **stall, **self._results())
+            self._write_interrupted(**stall)
         else:
             self._write_failure("terminated", "terminated by the launcher" + self._where_text(),
                                 **stall)
@@ -260,17 +258,14 @@ class Harness:
         stall, also where the main thread is stuck (for a stop that comes later)."""
         if idle_s >= 1.0:
             self.stall_sample = (self.ctx.progress_at, main_thread_location())
-        rundir.write_json_atomic(self.progress_path, {
+        rundir.write_progress(self.progress_path, {
             "rank": self.rank, "updated": time.time(), "idle_s": round(idle_s, 1),
             "traces": len(self.traces), **self._where()})
 
     def _fail(self, exc):
         stall = self.stopped.fields() if self.stopped is not None else {}
-        if isinstance(exc, KeyboardInterrupt) or (
-                self.stopped is not None and self.stopped.signum == signal.SIGINT):
-            self._write(status="interrupted", error="interrupted" + self._where_text(),
-                        error_kind="interrupted", where=self._where(), ended=time.time(),
-                        **stall, **self._results())
+        if isinstance(exc, KeyboardInterrupt) or self._interrupted():
+            self._write_interrupted(**stall)  # whatever the error, Ctrl-C came first
             return
         if isinstance(exc, Terminated):
             kind, error = "terminated", "terminated by the launcher"
@@ -293,6 +288,14 @@ class Harness:
         print(f"rank {self.rank}: {error}", file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(_TIMEOUT_EXIT_CODE)
+
+    def _interrupted(self):
+        return self.stopped is not None and self.stopped.signum == signal.SIGINT
+
+    def _write_interrupted(self, **fields):
+        self._write(status="interrupted", error="interrupted" + self._where_text(),
+                    error_kind="interrupted", where=self._where(), ended=time.time(),
+                    **fields, **self._results())
 
     def _write_failure(self, kind, error, **fields):
         self._write(status="failed", error=error, error_kind=kind, where=self._where(),
@@ -332,12 +335,12 @@ def main(argv=None):
     try:
         harness.run()
     except (Terminated, KeyboardInterrupt):  # recorded; a traceback would be noise
-        if harness.stopped is not None and harness.stopped.signum == signal.SIGINT:
+        if harness._interrupted() or harness.stopped is None:
             sys.exit(_INTERRUPTED_EXIT_CODE)  # the launcher says "interrupted", once
         print(f"rank {harness.rank}: terminated by the launcher", file=sys.stderr)
         sys.exit(_TERMINATED_EXIT_CODE)
     except Exception as exc:
-        if harness.stopped is not None and harness.stopped.signum == signal.SIGINT:
+        if harness._interrupted():
             sys.exit(_INTERRUPTED_EXIT_CODE)  # a peer's error after Ctrl-C: recorded, no noise
         if not _PEER_GONE.search(first_line(exc)):
             raise  # the root cause, probably: @record writes the error file, with traceback

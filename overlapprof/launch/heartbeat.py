@@ -1,6 +1,6 @@
 """The launcher's heartbeat: which step each rank is in, while the ranks run.
 
-Each rank's watchdog rewrites ``progress/rank{N}.json`` every second (see
+Each rank's watchdog rewrites ``progress/rank{N}.json`` every 2 s (see
 ``rundir.progress_file``); a thread of the launcher reads them and prints one line::
 
     overlapprof: 12 s: ranks 0,2-3 ProfilerStep#4 (profiled) 'comm'; rank 1 ProfilerStep#4 (profiled) 'compute', no progress for 9 s

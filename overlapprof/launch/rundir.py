@@ -327,7 +327,7 @@ def node_file(run_dir, node_rank):
 
 
 def progress_file(run_dir, rank):
-    """``progress/rank{N}.json``, rewritten by rank N's watchdog every second while it runs:
+    """``progress/rank{N}.json``, rewritten by rank N's watchdog every 2 s while it runs:
     {"rank", "updated" (unix s), "idle_s" (seconds since its last step or phase boundary),
     "traces" (saved so far), "step", "step_kind", "phase"}; the launcher's heartbeat reads it."""
     return Path(run_dir) / "progress" / f"rank{rank}.json"
@@ -345,6 +345,18 @@ def write_json_atomic(path, data):
     with open(tmp, "w") as f:
         json.dump(data, f, indent=1, default=str)
         f.write("\n")
+    os.replace(tmp, path)
+
+
+def write_progress(path, data):
+    """A rank's progress record, atomically and cheaply: it is written from the rank's watchdog
+    thread while the steps run, so it holds the GIL as briefly as it can (msgspec, one write)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, msgspec.json.encode(data))
+    finally:
+        os.close(fd)
     os.replace(tmp, path)
 
 
