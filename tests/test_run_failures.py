@@ -67,6 +67,14 @@ def test_crash_keeps_traces_and_logs_and_records_the_failure(crashed):
     assert len(bad["step_times_ms"]["profiled"]) == 1  # ProfilerStep#2 completed
 
 
+def test_analyze_says_the_run_failed(crashed):
+    _, run_dir = crashed
+    analyzed = _overlapprof("analyze", run_dir)
+    assert analyzed.returncode == 0, analyzed.stderr
+    assert (f"warning: run.json: run {run_dir.name} failed (rank 1: ValueError: boom on rank 1 "
+            "at ") in analyzed.stdout
+
+
 def test_deadlock_ends_at_timeout_naming_the_hung_call(tmp_path):
     proc = _overlapprof("run", TEST_WORKLOADS / "deadlock.py", "--nproc", 2, "--timeout", 3,
                         "--out", tmp_path, "--run-id", "d", timeout=120)
@@ -267,10 +275,16 @@ def test_ctrl_c_mid_run_is_interrupted_not_failed(interrupted_mid_run):
     # torchelastic's own lines stay in the launcher's log
     assert "death signal" in (run_dir / "logs" / "node0.launcher.log").read_text()
     assert all(run["traces"][rank] for rank in ("0", "1"))  # the cycle in progress was saved
+    note = f"run.json: run {run_dir.name} was interrupted (Ctrl-C): its traces end where it stopped"
     analyzed = _overlapprof("analyze", run_dir)
     assert analyzed.returncode == 0, analyzed.stderr
-    assert (f"warning: run.json: run {run_dir.name} was interrupted (Ctrl-C): its traces end "
-            "where it stopped") in analyzed.stdout
+    assert f"warning: {note}" in analyzed.stdout
+    compared = _overlapprof("compare", run_dir, run_dir, "--label", "a", "--label", "b")
+    assert compared.returncode == 0, compared.stderr
+    assert f"warning: a: {note}" in compared.stdout
+    reported = _overlapprof("report", run_dir, "-o", run_dir.parent / "r.html")
+    assert reported.returncode == 0, reported.stderr
+    assert f"warning: sync: {note}" in reported.stderr
 
 
 def test_heartbeat_says_which_step_each_rank_is_in(interrupted_mid_run):

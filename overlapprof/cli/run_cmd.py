@@ -1,5 +1,6 @@
 """``overlapprof run``: launch ranks, run a workload, record one trace per rank, analyze them."""
 
+import os
 import re
 import signal
 import sys
@@ -141,7 +142,12 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
     if failed is not None and failed.interrupted:
         click.echo(f"Error: {loaded.name}/{failed.variant} interrupted; logs and traces kept in "
                    f"{failed.run_dir}", err=True)
-        sys.exit(130)
+        # Everything is written (atomically). A Ctrl-C that landed in Python code run from C
+        # (PyRun_String, during start-up) leaves CPython marked "unhandled KeyboardInterrupt",
+        # which would turn this exit into a death by SIGINT (-2) at interpreter shutdown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
     if failed is not None:
         click.echo(f"Error: {loaded.name}/{failed.variant} failed: {failed.failure_line()}; "
                    f"logs and traces kept in {failed.run_dir}", err=True)

@@ -258,11 +258,14 @@ def launch_variant(request, variant, run_dir, device, backend):
         header = _header(request, variant, run_dir, device, backend)
         rundir.open_run_dir(run_dir, header, request.node_rank, local_ranks)
         node_path = rundir.node_file(run_dir, request.node_rank)
-        rundir.write_record(node_path, rundir.NodeRecord(
-            node_rank=request.node_rank, host=rundir.host(), pid=os.getpid(),
-            command=[str(a) for a in request.command], started=started, status="running",
-            config=header))
-        failures, error = _elastic_launch(request, variant, run_dir)
+        try:
+            rundir.write_record(node_path, rundir.NodeRecord(
+                node_rank=request.node_rank, host=rundir.host(), pid=os.getpid(),
+                command=[str(a) for a in request.command], started=started, status="running",
+                config=header))
+            failures, error = _elastic_launch(request, variant, run_dir)
+        except KeyboardInterrupt:  # before torchelastic's own handlers were installed
+            failures, error = {}, "interrupted (SIGINT)"
     for rank in local_ranks:
         _finalize_rank(run_dir, rank, failures.get(rank), error)
     rundir.update_node(node_path, ended=time.time(), error=error,
@@ -336,8 +339,6 @@ def _elastic_launch(request, variant, run_dir):
         return dict(exc.failures), None
     except SignalException as exc:
         return {}, f"interrupted ({exc.sigval.name})"
-    except KeyboardInterrupt:  # before torchelastic's own handlers are installed
-        return {}, "interrupted (SIGINT)"
     except Exception as exc:  # rendezvous timeout, store errors: the ranks never started
         return {}, f"{type(exc).__name__}: {first_line(exc)}"
     finally:
