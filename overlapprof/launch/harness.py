@@ -38,6 +38,7 @@ import sys
 signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import datetime  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
@@ -159,10 +160,12 @@ class Harness:
             if watchdog is not None:
                 watchdog.stop()
             self._fail(exc)
+            self._report_progress(0.0, ended="stopped")
             raise
         watchdog.stop()
         dist.destroy_process_group()
         self._write(status="ok", ended=time.time(), **self._results())
+        self._report_progress(0.0, ended="ok")
         print(f"rank {self.rank}: ok, {len(self.traces)} trace(s); {self._summary()}", flush=True)
 
     def _init_process_group(self, device):
@@ -253,14 +256,15 @@ class Harness:
         sys.stdout.flush()
         os._exit(_INTERRUPTED_EXIT_CODE if interrupted else _TERMINATED_EXIT_CODE)
 
-    def _report_progress(self, idle_s):
+    def _report_progress(self, idle_s, ended=None):
         """The heartbeat: a small file the launcher reads (see rundir.progress_file); during a
         stall, also where the main thread is stuck (for a stop that comes later)."""
         if idle_s >= 1.0:
             self.stall_sample = (self.ctx.progress_at, main_thread_location())
-        rundir.write_progress(self.progress_path, {
-            "rank": self.rank, "updated": time.time(), "idle_s": round(idle_s, 1),
-            "traces": len(self.traces), **self._where()})
+        with contextlib.suppress(OSError):  # the heartbeat is a nicety, never a failure
+            rundir.write_progress(self.progress_path, {
+                "rank": self.rank, "updated": time.time(), "idle_s": round(idle_s, 1),
+                "traces": len(self.traces), "ended": ended, **self._where()})
 
     def _fail(self, exc):
         stall = self.stopped.fields() if self.stopped is not None else {}

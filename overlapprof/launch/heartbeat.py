@@ -27,6 +27,8 @@ def describe_ranks(records, now=None):
 
 
 def _place(record, now):
+    if record.get("ended"):
+        return "done" if record["ended"] == "ok" else "stopped"
     step, kind, phase = record.get("step"), record.get("step_kind"), record.get("phase")
     if step is None:
         text = kind if kind and kind != "setup" else "starting"

@@ -329,7 +329,8 @@ def node_file(run_dir, node_rank):
 def progress_file(run_dir, rank):
     """``progress/rank{N}.json``, rewritten by rank N's watchdog every 2 s while it runs:
     {"rank", "updated" (unix s), "idle_s" (seconds since its last step or phase boundary),
-    "traces" (saved so far), "step", "step_kind", "phase"}; the launcher's heartbeat reads it."""
+    "traces" (saved so far), "ended" (null, "ok" or "stopped"), "step", "step_kind", "phase"};
+    the launcher's heartbeat reads it."""
     return Path(run_dir) / "progress" / f"rank{rank}.json"
 
 
