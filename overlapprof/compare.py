@@ -29,6 +29,7 @@ import numpy as np
 
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.errors import InputError
+from overlapprof.launch.rundir import RunRecord, run_from_builtins
 from overlapprof.report import Report
 from overlapprof.report.comparison import BOOTSTRAP, CI_LEVEL, PER_STEP, SEED, WHOLE_TRACE, Comparison, VariantStats
 
@@ -44,21 +45,16 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return None if num is None or not den else num / den
 
 
-def _run_field(report: Report, *keys):
-    value: Any = report.run or {}
-    for key in keys:
-        value = value.get(key) if isinstance(value, dict) else None
-    return value
+def _run(report: Report) -> RunRecord | None:
+    """The report's run.json, typed; None when it has none (traces from elsewhere)."""
+    return run_from_builtins(report.run)
 
 
 def _host_step_times_us(report: Report, kind: str) -> list[float]:
     """Host-measured step times of ``kind`` (``profiled``/``unprofiled``) of every rank, µs."""
-    ranks = _run_field(report, "ranks") or {}
-    times = []
-    for info in ranks.values() if isinstance(ranks, dict) else ():
-        values = ((info or {}).get("step_times_ms") or {}).get(kind) or []
-        times += [1000.0 * t for t in values if isinstance(t, (int, float))]
-    return times
+    run = _run(report)
+    return [1000.0 * t for info in (run.ranks.values() if run else ())
+            for t in info.step_times_ms.get(kind, ())]
 
 
 def link_of(report: Report) -> str | None:
@@ -66,19 +62,21 @@ def link_of(report: Report) -> str | None:
     all ranks), "loopback (not paced)" for a single-node CPU run without one, else None."""
     from overlapprof.launch.netns import describe  # no torch
 
-    link, world = _run_field(report, "link"), _run_field(report, "world_size")
-    if isinstance(link, dict):
-        return describe(link, world if isinstance(world, int) else None)
-    if _run_field(report, "device") == "cpu" and _run_field(report, "nnodes") == 1:
+    run = _run(report)
+    if run is None:
+        return None
+    if run.link is not None:
+        return describe(run.link, run.world_size)
+    if run.device == "cpu" and run.nnodes == 1:
         return "loopback (not paced)"
     return None
 
 
 def label_of(report: Report) -> str:
     """A variant's name: run.json's ``variant``, else the name of its (first) input."""
-    variant = _run_field(report, "variant")
-    if isinstance(variant, str) and variant:
-        return variant
+    run = _run(report)
+    if run is not None and run.variant:
+        return run.variant
     first = Path(report.inputs[0]) if report.inputs else None
     return first.name.split(".")[0] if first else "run"
 
@@ -90,7 +88,8 @@ def _unique_labels(reports: list[Report], labels) -> list[str]:
     if len(set(labels)) == len(labels):
         return labels
     # Same variant twice (e.g. two async runs): the run directory names tell them apart.
-    names = [_run_field(r, "name") or (Path(r.inputs[0]).name if r.inputs else None) for r in reports]
+    names = [(_run(r).name if _run(r) else None) or (Path(r.inputs[0]).name if r.inputs else None)
+             for r in reports]
     out = [f"{lab} ({name})" if name and labels.count(lab) > 1 else lab for lab, name in zip(labels, names)]
     return out if len(set(out)) == len(out) else [f"{lab} #{k + 1}" for k, lab in enumerate(labels)]
 
@@ -174,18 +173,18 @@ def _stats(report: Report, label: str, per_step: bool) -> VariantStats:
     samples = _sample_rows(report, per_step)
     comm = sum(s.comm_us for s in samples)
     host = _host_step_times_us(report, "profiled")
-    world = _run_field(report, "world_size")
+    run = _run(report)
     stats = VariantStats(
         label=label,
         inputs=list(report.inputs),
-        workload=_run_field(report, "workload", "name"),
-        world_size=world if isinstance(world, int) else next((r.world_size for r in report.ranks if r.world_size),
-                                                             None),
+        workload=run.workload.name or None if run else None,
+        world_size=(run.world_size if run else None)
+        or next((r.world_size for r in report.ranks if r.world_size), None),
         ranks=len(report.ranks),
-        device=_run_field(report, "device"),
-        backend=_run_field(report, "backend") or next((r.backend for r in report.ranks if r.backend), None),
+        device=run.device if run else None,
+        backend=(run.backend if run else None) or next((r.backend for r in report.ranks if r.backend), None),
         link=link_of(report),
-        options=_run_field(report, "options"),
+        options=run.options if run else None,
         samples=len(samples),
         comm_us=_median([s.comm_us for s in samples]) or 0.0,
         overlapped_us=_median([s.overlapped_us for s in samples]) or 0.0,

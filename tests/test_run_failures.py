@@ -1,4 +1,5 @@
-"""Runs that go wrong: a rank that raises, a deadlock, bad input, an existing run directory.
+"""Runs that go wrong: a rank that raises, a deadlock, a hang, Ctrl-C, bad input, an existing
+run directory.
 
 Each is a real ``overlapprof run``; the assertions are on the exit code, the last line of
 stderr, and what is left on disk.
@@ -6,6 +7,13 @@ stderr, and what is left on disk.
 
 import gzip
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -57,6 +65,14 @@ def test_crash_keeps_traces_and_logs_and_records_the_failure(crashed):
     error_file = json.loads((run_dir / "logs" / "rank1.error.json").read_text())
     assert "boom on rank 1" in error_file["message"]["message"]  # torchelastic's @record
     assert len(bad["step_times_ms"]["profiled"]) == 1  # ProfilerStep#2 completed
+
+
+def test_analyze_says_the_run_failed(crashed):
+    _, run_dir = crashed
+    analyzed = _overlapprof("analyze", run_dir)
+    assert analyzed.returncode == 0, analyzed.stderr
+    assert (f"warning: run.json: run {run_dir.name} failed (rank 1: ValueError: boom on rank 1 "
+            "at ") in analyzed.stdout
 
 
 def test_deadlock_ends_at_timeout_naming_the_hung_call(tmp_path):
@@ -167,3 +183,124 @@ def test_a_rank_that_dies_hard_is_blamed_and_its_peers_errors_are_consequences(t
     run = json.loads((tmp_path / "h-sync" / "run.json").read_text())
     assert run["failure"]["rank"] == 1 and run["failure"]["error_kind"] == "exit"
     assert run["ranks"]["0"]["error_kind"] == "peer"
+
+
+def test_a_hang_blames_the_rank_stalled_in_its_own_code_and_names_who_waited(tmp_path):
+    """Rank 1 sleeps forever in 'compute' of ProfilerStep#0; rank 0 waits for it in all_reduce.
+    Whichever watchdog fires first, rank 1 is the cause and rank 0 is named as waiting; --quiet
+    leaves no progress or heartbeat lines."""
+    proc = _overlapprof("run", TEST_WORKLOADS / "hang.py", "--nproc", 2, "--timeout", 6,
+                        "--out", tmp_path, "--run-id", "h", "--quiet", timeout=180)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    line = last_line(proc.stderr)
+    assert line.startswith("Error: hang/sync failed: rank 1: made no progress for "), line
+    assert "in its own code, at " in line and "hang.py:" in line and "`time.sleep(3600)`" in line
+    assert "in phase 'compute' of ProfilerStep#0 (unprofiled)" in line
+    assert "waiting for it: rank 0 (blocked in torch.distributed.all_reduce at " in line
+    run = json.loads((tmp_path / "h-sync" / "run.json").read_text())
+    assert run["failure"]["rank"] == 1 and run["failure"]["error_kind"] == "stalled"
+    assert run["failure"]["consequences"] == [0]
+    assert run["ranks"]["1"]["waiting_on_peers"] is False
+    assert run["ranks"]["0"]["waiting_on_peers"] is True
+    assert not any(line.startswith("overlapprof:") for line in proc.stderr.splitlines())
+
+
+def rank_processes(run_dir):
+    """Live processes (not zombies) whose command line names ``run_dir``: its ranks."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = next(line for line in (proc / "status").read_text().splitlines()
+                         if line.startswith("State:"))
+        except (OSError, StopIteration, ValueError):
+            continue
+        if str(run_dir) in cmdline and "overlapprof.launch.harness" in cmdline \
+                and "zombie" not in state:
+            found.append(int(proc.name))
+    return found
+
+
+def run_and_interrupt(out, ready, *args):
+    """Start `overlapprof run` in its own process group, wait until ``ready(run_dir)``, send
+    SIGINT to the group (Ctrl-C) and return (CompletedProcess-like, run_dir)."""
+    run_dir = out / "i-sync"
+    proc = subprocess.Popen([sys.executable, "-m", "overlapprof", "run", "--out", str(out),
+                             "--run-id", "i", "--no-analyze", *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            start_new_session=True)
+    deadline = time.monotonic() + 180
+    while not ready(run_dir) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), run_dir
+
+
+def progress_of(run_dir, rank):
+    try:
+        return json.loads((run_dir / "progress" / f"rank{rank}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+@pytest.fixture(scope="module")
+def interrupted_mid_run(tmp_path_factory):
+    """slow.py (1 s steps) interrupted once both ranks are in profiled steps."""
+    def profiling(run_dir):
+        return all(progress_of(run_dir, rank).get("step_kind") == "profiled" for rank in (0, 1))
+
+    return run_and_interrupt(tmp_path_factory.mktemp("int"), profiling,
+                             TEST_WORKLOADS / "slow.py", "--nproc", 2, "--", "--step-s", 1)
+
+
+def assert_cleanly_interrupted(proc, run_dir):
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert last_line(proc.stderr) == (f"Error: slow/sync interrupted; logs and traces kept in "
+                                      f"{run_dir}")
+    for noise in ("Traceback", "death signal", "KeyboardInterrupt", "failed"):
+        assert noise not in proc.stderr + proc.stdout, noise
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "interrupted" and run["failure"] is None
+    assert {info["status"] for info in run["ranks"].values()} == {"interrupted"}
+    assert rank_processes(run_dir) == []
+    return run
+
+
+def test_ctrl_c_mid_run_is_interrupted_not_failed(interrupted_mid_run):
+    proc, run_dir = interrupted_mid_run
+    run = assert_cleanly_interrupted(proc, run_dir)
+    assert "slow/sync: interrupted in " in proc.stderr
+    # torchelastic's own lines stay in the launcher's log
+    assert "death signal" in (run_dir / "logs" / "node0.launcher.log").read_text()
+    assert all(run["traces"][rank] for rank in ("0", "1"))  # the cycle in progress was saved
+    note = f"run.json: run {run_dir.name} was interrupted (Ctrl-C): its traces end where it stopped"
+    analyzed = _overlapprof("analyze", run_dir)
+    assert analyzed.returncode == 0, analyzed.stderr
+    assert f"warning: {note}" in analyzed.stdout
+    compared = _overlapprof("compare", run_dir, run_dir, "--label", "a", "--label", "b")
+    assert compared.returncode == 0, compared.stderr
+    assert f"warning: a: {note}" in compared.stdout
+    reported = _overlapprof("report", run_dir, "-o", run_dir.parent / "r.html")
+    assert reported.returncode == 0, reported.stderr
+    assert f"warning: sync: {note}" in reported.stderr
+
+
+def test_heartbeat_says_which_step_each_rank_is_in(interrupted_mid_run):
+    proc, _ = interrupted_mid_run
+    beats = [line for line in proc.stderr.splitlines()
+             if re.match(r"overlapprof: \d+ s: ranks? ", line)]
+    assert beats, proc.stderr[-3000:]
+    assert any(re.search(r"ranks 0-1 (warm-up step \d|ProfilerStep#\d+ \(\w+\))", line)
+               or re.search(r"rank 0 .*; rank 1 ", line) for line in beats), beats
+    assert all("\r" not in line for line in beats)  # not a terminal: plain lines
+
+
+def test_ctrl_c_during_start_up_is_interrupted_and_leaves_no_rank(tmp_path):
+    """SIGINT as soon as the run directory exists: the ranks are still starting (importing
+    torch)."""
+    proc, run_dir = run_and_interrupt(tmp_path, lambda d: (d / "run.json").is_file(),
+                                      TEST_WORKLOADS / "slow.py", "--nproc", 2)
+    run = assert_cleanly_interrupted(proc, run_dir)
+    assert all(not run["traces"][rank] for rank in ("0", "1"))

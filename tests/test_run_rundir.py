@@ -11,8 +11,7 @@ from overlapprof.launch import rundir
 
 
 def header(nnodes=1, run_id="r", world_size=2):
-    return {"schema_version": rundir.SCHEMA_VERSION, "name": "r-sync", "run_id": run_id,
-            "nnodes": nnodes, "world_size": world_size}
+    return rundir.RunConfig(name="r-sync", run_id=run_id, nnodes=nnodes, world_size=world_size)
 
 
 def test_rundir_does_not_import_torch():
@@ -43,11 +42,12 @@ def test_a_taken_time_name_gets_a_counter_and_a_taken_run_id_is_an_error(tmp_pat
 
 def test_single_node_run_dir_is_created_once(tmp_path):
     path = rundir.open_run_dir(tmp_path / "r-sync", header(), 0, [0, 1])
-    assert sorted(p.name for p in path.iterdir()) == ["logs", "nodes", "ranks", "run.json"]
-    run = rundir.read_json(path / "run.json")
-    assert run["status"] == "running" and run["ranks"] == {}
-    assert rundir.read_json(rundir.rank_file(path, 1)) == {
-        "rank": 1, "node_rank": 0, "local_rank": 1, "status": "starting"}
+    assert sorted(p.name for p in path.iterdir()) == ["logs", "nodes", "progress", "ranks",
+                                                       "run.json"]
+    run = rundir.load_run(path)
+    assert run.status == "running" and run.ranks == {} and run.name == "r-sync"
+    assert rundir.read_rank(rundir.rank_file(path, 1)) == rundir.RankRecord(
+        rank=1, node_rank=0, local_rank=1, status="starting")
     with pytest.raises(RunDirError, match="exists; runs are never overwritten"):
         rundir.open_run_dir(path, header(), 0, [0, 1])
 
@@ -81,23 +81,24 @@ def test_atomic_write_replaces_and_leaves_no_temp_file(tmp_path):
 
 
 def fragment(path, rank, **fields):
-    rundir.update_json(rundir.rank_file(path, rank), **fields)
+    rundir.update_rank(rundir.rank_file(path, rank), **fields)
 
 
 def test_merge_status_and_root_cause(tmp_path):
     path = rundir.open_run_dir(tmp_path / "r", header(world_size=3), 0, [0, 1, 2])
     rundir.write_json_atomic(rundir.node_file(path, 0), {"status": "running", "config": {}})
-    assert rundir.merge(path)["status"] == "running"
+    assert rundir.merge(path).status == "running"
     # rank 2's error came first but was caused by rank 0's crash (its peer died)
     fragment(path, 2, status="failed", error="closed by peer", error_kind="peer", ended=10.0)
     fragment(path, 0, status="failed", error="ValueError: boom", error_kind="exception",
              ended=11.0, traces=["rank0.1.pt.trace.json"])
     fragment(path, 1, status="failed", error="terminated", error_kind="terminated", ended=9.0)
     run = rundir.merge(path)
-    assert run["status"] == "failed"
-    assert run["failure"] == {"rank": 0, "error": "ValueError: boom", "error_kind": "exception"}
-    assert run["traces"] == {"0": ["rank0.1.pt.trace.json"], "1": [], "2": []}
-    assert "config" not in run["nodes"]["0"]
+    assert run.status == "failed"
+    assert run.failure == rundir.Failure(rank=0, error="ValueError: boom", error_kind="exception",
+                                         consequences=[1, 2])
+    assert run.traces == {"0": ["rank0.1.pt.trace.json"], "1": [], "2": []}
+    assert rundir.read_json(path / "run.json")["nodes"]["0"]["config"] is None  # not copied
     assert rundir.load_run(path) == run
 
 
@@ -107,7 +108,7 @@ def test_merge_marks_missing_ranks_incomplete(tmp_path):
     for rank in (2, 3):
         fragment(path, rank, status="ok")
     run = rundir.merge(path)
-    assert (run["status"], run["missing_ranks"]) == ("incomplete", [0, 1])
+    assert (run.status, run.missing_ranks) == ("incomplete", [0, 1])
 
 
 def test_load_run_errors(tmp_path):
@@ -119,11 +120,73 @@ def test_load_run_errors(tmp_path):
 
 
 def test_root_cause_prefers_a_rank_that_died_on_its_own_over_its_peers_errors():
-    from overlapprof.launch.rundir import root_cause
-    ranks = {"0": {"status": "failed", "error": "RuntimeError: Connection closed by peer",
-                   "error_kind": "peer", "ended": 10.0},
-             "1": {"status": "failed", "error": "exited with code 3", "error_kind": "exit",
-                   "ended": 12.0}}
-    assert root_cause(ranks)["rank"] == "1"
-    ranks["0"]["error_kind"] = "exception"
-    assert root_cause(ranks)["rank"] == "0"
+    from overlapprof.launch.blame import root_cause
+    R = rundir.RankRecord
+    ranks = {"0": R(status="failed", error="RuntimeError: Connection closed by peer",
+                    error_kind="peer", ended=10.0),
+             "1": R(status="failed", error="exited with code 3", error_kind="exit", ended=12.0)}
+    assert root_cause(ranks)[0] == 1
+    ranks["0"].error_kind = "exception"
+    assert root_cause(ranks)[0] == 0
+
+
+def stuck(kind, location, stalled_s, ended, waiting):
+    return rundir.RankRecord(status="failed", error=f"{kind} ...", error_kind=kind, ended=ended,
+                             stalled_s=stalled_s, location=location, waiting_on_peers=waiting,
+                             where=rundir.Where(step=0, step_kind="unprofiled", phase="compute"))
+
+
+def test_a_hang_is_blamed_on_the_rank_stalled_in_its_own_code_whichever_watchdog_fired():
+    from overlapprof.launch.blame import root_cause
+    comm = "in torch.distributed.all_reduce at w.py:9 `dist.all_reduce(x)`"
+    own = "at w.py:7 `time.sleep(3600)`"
+    # rank 0's watchdog fired first; rank 1, asleep, was then stopped by the launcher
+    ranks = {"0": stuck("timeout", comm, 10.0, 100.0, True),
+             "1": stuck("terminated", own, 10.1, 100.5, False)}
+    rank, error, kind, consequences = root_cause(ranks)
+    assert (rank, kind, consequences) == (1, "stalled", [0])
+    assert error == ("made no progress for 10 s in its own code, at w.py:7 `time.sleep(3600)`, "
+                     "in phase 'compute' of ProfilerStep#0 (unprofiled)")
+    # a deadlock: every rank waits on the others, the earliest timeout is the cause
+    ranks["1"] = stuck("timeout", comm, 10.0, 100.2, True)
+    assert root_cause(ranks)[:3] == (0, "timeout ...", "timeout")
+    # a rank stopped a moment after it left its last boundary did not stall
+    ranks["1"] = stuck("terminated", own, 0.2, 100.5, False)
+    assert root_cause(ranks)[0] == 0
+    # a rank that died (NCCL peers then time out waiting) comes before the timeouts
+    ranks["1"] = rundir.RankRecord(status="failed", error="killed by signal SIGKILL",
+                                   error_kind="exit", ended=130.0)
+    assert root_cause(ranks)[:3] == (1, "killed by signal SIGKILL", "exit")
+
+
+def test_status_interrupted_unless_a_rank_failed_of_its_own_first():
+    from overlapprof.launch.blame import run_status, status_note
+    node = rundir.NodeRecord(status="failed", error="interrupted (SIGINT)")
+    peer = rundir.RankRecord(status="interrupted", error_kind="interrupted")
+    assert run_status([peer], [node], None, []) == "interrupted"
+    own = rundir.Failure(rank=1, error="ValueError: boom", error_kind="exception")
+    assert run_status([peer], [node], own, []) == "failed"
+    run = rundir.RunRecord(name="x-sync", status="interrupted")
+    assert status_note(run) == ("run.json: run x-sync was interrupted (Ctrl-C): its traces end "
+                                "where it stopped")
+    assert status_note(rundir.RunRecord(status="ok")) == ""
+
+
+def test_an_old_run_json_still_loads(tmp_path):
+    """A run.json as written before the typed record (no progress, no consequences, no stall
+    fields; an unknown field) loads, with defaults for what it lacks."""
+    old = {"schema_version": 1, "name": "r-sync", "run_id": None, "status": "failed",
+           "workload": {"name": "ring", "path": "/w/ring.py"}, "variant": "sync",
+           "world_size": 2, "nnodes": 1, "profiler": {"warmup_steps": 1, "active": 2},
+           "some_future_field": 3,
+           "ranks": {"0": {"rank": 0, "status": "failed", "error": "boom",
+                           "error_kind": "exception", "where": {"step": 1, "phase": "comm"},
+                           "step_times_ms": {"warmup": [1.5]}}},
+           "traces": {"0": ["rank0.1.pt.trace.json"]}, "missing_ranks": [1],
+           "failure": {"rank": 0, "error": "boom", "error_kind": "exception"}}
+    (tmp_path / "run.json").write_text(json.dumps(old))
+    run = rundir.load_run(tmp_path)
+    assert (run.profiler.warmup_steps, run.profiler.active, run.profiler.wait) == (1, 2, 1)
+    assert run.ranks["0"].where.phase == "comm" and run.ranks["0"].stalled_s is None
+    assert run.failure.rank == 0 and run.failure.consequences == []
+    assert run.ranks["0"].step_times_ms == {"warmup": [1.5]}

@@ -25,6 +25,7 @@ from overlapprof.analysis.rank.classify import compile_comm_annotations, compile
 from overlapprof.analysis.rank.events import RankEvents, rank_events
 from overlapprof.analysis.rank.metrics import rank_report, summarize
 from overlapprof.errors import InputError, OverlapprofError
+from overlapprof.launch.rundir import missing_ranks, to_builtins
 from overlapprof.report import Options, RankReport, Report
 from overlapprof.trace.discover import TraceGroup, discover, rank_from_name
 
@@ -310,10 +311,8 @@ def analyze(
     if options.like_hta:
         LH.settle(results)
     ranks = sorted((r.report for r in results), key=lambda r: r.rank)
-    if inputs.run and isinstance(inputs.run.get("world_size"), int):
-        missing = sorted(set(range(inputs.run["world_size"])) - {r.rank for r in ranks})
-        if missing:
-            warnings.append(f"run.json: world_size {inputs.run['world_size']} but no trace for ranks {missing}")
+    if inputs.run and (missing := missing_ranks(inputs.run.world_size, {r.rank for r in ranks})):
+        warnings.append(f"run.json: world_size {inputs.run.world_size} but no trace for ranks {missing}")
     modes = {r.mode for r in ranks}
     if len(modes) > 1:
         cpu = [r.rank for r in ranks if r.mode == "cpu"]
@@ -329,7 +328,7 @@ def analyze(
         ranks=ranks,
         summary=summarize(ranks),
         warnings=warnings,
-        run=inputs.run,
+        run=to_builtins(inputs.run) if inputs.run else None,
         crossrank=crossrank,
     )
 

@@ -1,6 +1,8 @@
 """``overlapprof run``: launch ranks, run a workload, record one trace per rank, analyze them."""
 
+import os
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -82,9 +84,12 @@ def _nccl_debug(ctx, param, value):
 @click.option("--with-stack", is_flag=True,
               help="Record Python stacks in the traces (costly: off by default).")
 @click.option("--no-analyze", is_flag=True, help="Do not analyze the traces at the end.")
+@click.option("-q", "--quiet", is_flag=True,
+              help="No progress lines or heartbeat on stderr (errors and the ranks' own output "
+                   "still show).")
 def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id, device,
         backend, link_rate, nccl_debug, timeout_s, warmup_steps, wait, warmup, active, repeat, variants,
-        list_variants, opts, out, gzip, with_stack, no_analyze):
+        list_variants, opts, out, gzip, with_stack, no_analyze, quiet):
     """Run WORKLOAD (a workload .py file) on --nproc ranks per node and record a profiler trace
     per rank, then print its overlap report. Workload options go after -- (e.g.
     `overlapprof run workloads/ring.py --nproc 4 -- --size 512`) or as --opt key=value.
@@ -96,8 +101,20 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         fail(f"--node-rank {node_rank} is not below --nnodes {nnodes}")
     if run_id and not _RUN_ID.match(run_id):
         fail(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-'")
+    # Ctrl-C while torch is imported: some import swallows KeyboardInterrupt, so remember it
+    interrupted = []
+
+    def on_sigint(signum, frame):
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
     from overlapprof import workload as workload_api  # imports torch: after the cheap checks
     from overlapprof.launch import launcher
+
+    signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        raise KeyboardInterrupt
 
     loaded = workload_api.load(workload)
     if list_variants:
@@ -109,25 +126,33 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, run_id=run_id, device=device,
         backend=backend, nccl_debug=nccl_debug[0], nccl_debug_subsys=nccl_debug[1],
         timeout_s=timeout_s, warmup_steps=warmup_steps, wait=wait, warmup=warmup,
-        active=active, repeat=repeat, with_stack=with_stack, gzip=gzip, out=out)
+        active=active, repeat=repeat, with_stack=with_stack, gzip=gzip, out=out,
+        heartbeat=not quiet)
     if link_rate:  # re-executes this command in a network namespace with a paced loopback
         from overlapprof.launch import netns
 
         request.link, code = netns.prepare(request, link_rate, sys.argv[1:])
         if code is not None:
             sys.exit(code)
-    results = launcher.run(request)
+    results = launcher.run(request, log=(lambda line: None) if quiet else None)
     if not no_analyze:  # tables, TensorBoard scalars, and the comparison of several variants
-        _after_run([(r.variant, r.run_dir) for r in results if r.ok])
+        _after_run([(r.variant, r.run_dir) for r in results if r.ok], quiet)
     failed = next((r for r in results if not r.ok), None)
     if failed is not None and failed.interrupted:
-        fail(f"{loaded.name}/{failed.variant} interrupted; logs and traces kept in {failed.run_dir}", exit_code=130)
+        click.echo(f"Error: {loaded.name}/{failed.variant} interrupted; logs and traces kept in "
+                   f"{failed.run_dir}", err=True)
+        # Everything is written (atomically). A Ctrl-C that landed in Python code run from C
+        # (PyRun_String, during start-up) leaves CPython marked "unhandled KeyboardInterrupt",
+        # which would turn this exit into a death by SIGINT (-2) at interpreter shutdown.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
     if failed is not None:
         fail(f"{loaded.name}/{failed.variant} failed: {failed.failure_line()}; "
              f"logs and traces kept in {failed.run_dir}", exit_code=1)
 
 
-def _after_run(runs) -> None:
+def _after_run(runs, quiet: bool = False) -> None:
     """Print each run's table as it is analyzed, then the comparison (overlapprof.after_run)."""
     from overlapprof.after_run import analyze_runs
     from overlapprof.renderers import compare_table, table
@@ -135,7 +160,7 @@ def _after_run(runs) -> None:
     def show(variant, run_dir, report):
         click.echo(f"\n{variant}: {run_dir}\n{table.render(report)}", nl=False)
 
-    done = analyze_runs(runs, on_report=show, log=note)
+    done = analyze_runs(runs, on_report=show, log=lambda line: note(line, quiet))
     if done.comparison is not None:  # its own warnings end its table
         click.echo(f"\ncomparison ({len(done.runs)} variants, baseline {done.comparison.baseline}):\n"
                    f"{compare_table.render(done.comparison, report_warnings=False)}", nl=False)

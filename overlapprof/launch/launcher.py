@@ -20,7 +20,6 @@ Environment for the ranks: ``OMP_NUM_THREADS=1`` unless set, ``NCCL_DEBUG`` and
 """
 
 import contextlib
-import logging
 import os
 import platform
 import statistics
@@ -45,36 +44,61 @@ _ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "KINETO_")
 class RunRequest:
     """Everything ``overlapprof run`` was asked to do (the CLI fills it; defaults = its flags)."""
 
-    workload: object  # overlapprof.workload.Workload
+    workload: object
+    """The loaded workload file (overlapprof.workload.Workload)."""
     variants: list
+    """Variant names to run, one run directory each, in order (checked against the workload)."""
     options: dict
+    """Every workload option, defaults applied and types checked."""
     nproc: int = 2
+    """Ranks per node (``--nproc``); a GPU each on CUDA."""
     nnodes: int = 1
+    """Nodes (``--nnodes``); each runs the same command with its own ``node_rank``."""
     node_rank: int = 0
+    """This node's rank; its ranks are node_rank * nproc + local rank."""
     rdzv_endpoint: str = ""
+    """HOST:PORT of node 0's rendezvous store (multi-node); "" for a free port on localhost."""
     run_id: str = ""
+    """Names the run directories ``<out>/<run_id>-<variant>``; "" to name them by time."""
     device: str = "auto"
+    """"auto", "cpu" or "cuda" (auto: cuda when there is a GPU per rank)."""
     backend: str = "auto"
+    """"auto", "gloo" or "nccl" (auto: nccl on cuda, gloo on cpu)."""
     nccl_debug: str = ""
+    """NCCL_DEBUG for the ranks ("" leaves it unset)."""
     nccl_debug_subsys: str = ""
+    """NCCL_DEBUG_SUBSYS for the ranks."""
     timeout_s: float = 300.0
+    """Seconds a rank may make no progress: watchdog, process group and rendezvous timeout."""
     warmup_steps: int = 2
+    """Unprofiled steps before the profiler cycles (ProfilerConfig.warmup_steps)."""
     wait: int = 1
+    """Profiler schedule wait (ProfilerConfig.wait)."""
     warmup: int = 1
+    """Profiler schedule warmup (ProfilerConfig.warmup)."""
     active: int = 3
+    """Profiler schedule active; also the unprofiled steps that start each cycle."""
     repeat: int = 1
+    """Profiler cycles, one trace file per rank each."""
     with_stack: bool = False
+    """Record Python stacks in the traces."""
     gzip: bool = False
+    """Write traces as .pt.trace.json.gz."""
     out: Path = Path("traces")
-    link: dict | None = None  # --link-rate: the emulated link (overlapprof.launch.netns)
+    """The folder of the run directories."""
+    link: dict | None = None
+    """``--link-rate``: the emulated link (overlapprof.launch.netns), set by netns.prepare."""
     command: list = field(default_factory=lambda: list(sys.argv))
+    """The command line, recorded in the node's record."""
+    heartbeat: bool = True
+    """Print which step each rank is in while they run (off with ``--quiet``)."""
 
 
 @dataclass
 class VariantResult:
     variant: str
     run_dir: Path
-    run: dict  # the merged run.json
+    run: rundir.RunRecord  # the merged run.json
     seconds: float
     local_ranks: list  # the global ranks this node ran
 
@@ -82,28 +106,38 @@ class VariantResult:
     def ok(self):
         """No rank failed and this node's ranks all finished (on a multi-node run whose
         directory is not on a shared filesystem, the other nodes' ranks are missing here)."""
-        ranks = self.run["ranks"]
-        return (self.run["failure"] is None and self.run["status"] != "failed"
-                and all(ranks.get(str(r), {}).get("status") == "ok" for r in self.local_ranks))
+        ranks = self.run.ranks
+        return (self.run.failure is None and self.run.status not in ("failed", "interrupted")
+                and all(str(r) in ranks and ranks[str(r)].status == "ok"
+                        for r in self.local_ranks))
 
     @property
     def interrupted(self):
-        """Stopped by a signal to the launcher (Ctrl-C), not by a failure of its own."""
-        return any(str(node.get("error")).startswith("interrupted")
-                   for node in self.run["nodes"].values())
+        """Stopped by Ctrl-C (a signal to the launcher), not by a failure of its own."""
+        return self.run.status == "interrupted"
 
     def failure_line(self):
-        """One line naming the rank that failed first and its error; "" when the run is ok."""
-        failure = self.run.get("failure")
+        """One line naming the rank that failed first and its error, and the ranks that failed
+        as a consequence (for a rank that stalled: those waiting for it, and where); "" when
+        the run is ok."""
+        failure = self.run.failure
         if failure:
-            others = sum(1 for info in self.run["ranks"].values()
-                         if info.get("status") == "failed") - 1
-            also = (f"; {others} other rank{'s' * (others != 1)} failed as a consequence"
-                    if others else "")
-            return f"rank {failure['rank']}: {failure['error']}{also}"
-        failed_nodes = [f"node {k}: {v['error']}" for k, v in self.run["nodes"].items()
-                        if v.get("error")]
-        return failed_nodes[0] if failed_nodes else ("" if self.ok else self.run["status"])
+            return f"rank {failure.rank}: {failure.error}{self._consequences(failure)}"
+        failed_nodes = [f"node {k}: {v.error}" for k, v in self.run.nodes.items() if v.error]
+        return failed_nodes[0] if failed_nodes else ("" if self.ok else self.run.status)
+
+    def _consequences(self, failure):
+        others = failure.consequences
+        if not others:
+            return ""
+        if failure.error_kind == "stalled":
+            waiting = []
+            for rank in others:
+                info = self.run.ranks.get(str(rank))
+                blocked = f" (blocked {info.location})" if info and info.waiting_on_peers else ""
+                waiting.append(f"rank {rank}{blocked}")
+            return "; waiting for it: " + ", ".join(waiting)
+        return (f"; {len(others)} other rank{'s' * (len(others) != 1)} failed as a consequence")
 
 
 def resolve_device(device, backend, nproc):
@@ -135,7 +169,7 @@ def versions():
     import torch
     import torch.distributed as dist
 
-    found = {"python": platform.python_version(), "torch": torch.__version__,
+    found = {"python": platform.python_version(), "torch": str(torch.__version__),
              "overlapprof": __version__, "cuda": torch.version.cuda, "nccl": None, "gloo": None}
     if dist.is_nccl_available():
         with contextlib.suppress(Exception):  # a tuple (2, 21, 5); an int in old releases
@@ -196,7 +230,7 @@ def run(request, log=None):
         log(f"{where}: {request.nnodes * request.nproc} ranks ({device}, {backend}{link}) -> "
             f"{run_dir}")
         result = launch_variant(request, variant, run_dir, device, backend)
-        log(f"{where}: {result.run['status']} in {result.seconds:.1f} s; {step_summary(result.run)}")
+        log(f"{where}: {result.run.status} in {result.seconds:.1f} s; {step_summary(result.run)}")
         results.append(result)
         if not result.ok:
             break
@@ -224,14 +258,17 @@ def launch_variant(request, variant, run_dir, device, backend):
         header = _header(request, variant, run_dir, device, backend)
         rundir.open_run_dir(run_dir, header, request.node_rank, local_ranks)
         node_path = rundir.node_file(run_dir, request.node_rank)
-        rundir.write_json_atomic(node_path, {
-            "node_rank": request.node_rank, "host": rundir.host(), "pid": os.getpid(),
-            "command": request.command, "started": started, "ended": None,
-            "status": "running", "error": None, "config": header})
-        failures, error = _elastic_launch(request, variant, run_dir)
+        try:
+            rundir.write_record(node_path, rundir.NodeRecord(
+                node_rank=request.node_rank, host=rundir.host(), pid=os.getpid(),
+                command=[str(a) for a in request.command], started=started, status="running",
+                config=header))
+            failures, error = _elastic_launch(request, variant, run_dir)
+        except KeyboardInterrupt:  # before torchelastic's own handlers were installed
+            failures, error = {}, "interrupted (SIGINT)"
     for rank in local_ranks:
         _finalize_rank(run_dir, rank, failures.get(rank), error)
-    rundir.update_json(node_path, ended=time.time(), error=error,
+    rundir.update_node(node_path, ended=time.time(), error=error,
                        status="failed" if error or failures else "ok")
     run = _merge_when_nodes_end(run_dir, wait_s=min(_NODES_END_WAIT_S, request.timeout_s))
     return VariantResult(variant, Path(run_dir), run, time.time() - started, local_ranks)
@@ -244,27 +281,25 @@ def _merge_when_nodes_end(run_dir, wait_s):
     deadline = time.monotonic() + wait_s
     while True:
         run = rundir.merge(run_dir)
-        if run["status"] != "running" or time.monotonic() > deadline:
+        if run.status != "running" or time.monotonic() > deadline:
             return run
         time.sleep(0.5)
 
 
 def _header(request, variant, run_dir, device, backend):
-    return {
-        "schema_version": rundir.SCHEMA_VERSION, "name": Path(run_dir).name,
-        "run_id": request.run_id or None,
-        "workload": {"name": request.workload.name, "path": str(request.workload.path)},
-        "variant": variant, "options": request.options,
-        "world_size": request.nnodes * request.nproc, "nnodes": request.nnodes,
-        "nproc_per_node": request.nproc, "backend": backend, "device": device,
-        "timeout_s": request.timeout_s, "link": request.link,
-        "profiler": {"warmup_steps": request.warmup_steps,
-                     "unprofiled_steps": request.active,  # per cycle, before its wait
-                     "wait": request.wait, "warmup": request.warmup, "active": request.active,
-                     "repeat": request.repeat, "record_shapes": True,
-                     "with_stack": request.with_stack, "gzip": request.gzip},
-        "versions": versions(), "env": relevant_env(),
-    }
+    """The run-level part of run.json (a RunConfig), also the config every rank reads."""
+    return rundir.RunConfig(
+        name=Path(run_dir).name, run_id=request.run_id or None,
+        workload=rundir.Workload(name=request.workload.name, path=str(request.workload.path)),
+        variant=variant, options=request.options,
+        world_size=request.nnodes * request.nproc, nnodes=request.nnodes,
+        nproc_per_node=request.nproc, backend=backend, device=device,
+        timeout_s=request.timeout_s, link=request.link,
+        profiler=rundir.ProfilerConfig(
+            warmup_steps=request.warmup_steps, unprofiled_steps=request.active,
+            wait=request.wait, warmup=request.warmup, active=request.active,
+            repeat=request.repeat, with_stack=request.with_stack, gzip=request.gzip),
+        versions=versions(), env=relevant_env())
 
 
 def _elastic_launch(request, variant, run_dir):
@@ -273,7 +308,8 @@ def _elastic_launch(request, variant, run_dir):
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    from overlapprof.launch.logs import ConsoleLines, RunLogsSpecs
+    from overlapprof.launch.heartbeat import Heartbeat
+    from overlapprof.launch.logs import ConsoleLines, RunLogsSpecs, elastic_logging_to
 
     timeout = max(1, int(request.timeout_s))
     if request.nnodes == 1:
@@ -291,12 +327,13 @@ def _elastic_launch(request, variant, run_dir):
                           **rdzv)
     entrypoint_args = ["-u", "-m", "overlapprof.launch.harness", "--run-dir", str(run_dir),
                        "--node-rank", str(request.node_rank)]
-    elastic_logger = logging.getLogger("torch.distributed.elastic")
-    level = elastic_logger.level
-    elastic_logger.setLevel(logging.CRITICAL)  # its failure reports repeat ours, at length
+    beat = (Heartbeat(run_dir, range(request.nnodes * request.nproc), sys.stderr).start()
+            if request.heartbeat else None)
+    clear = beat.clear if beat else None
     try:
-        with contextlib.redirect_stdout(ConsoleLines(sys.stdout)), \
-                contextlib.redirect_stderr(ConsoleLines(sys.stderr)):
+        with elastic_logging_to(rundir.launcher_log(run_dir, request.node_rank)), \
+                contextlib.redirect_stdout(ConsoleLines(sys.stdout, clear)), \
+                contextlib.redirect_stderr(ConsoleLines(sys.stderr, clear)):
             elastic_launch(config, sys.executable)(*entrypoint_args)
     except ChildFailedError as exc:
         return dict(exc.failures), None
@@ -305,15 +342,25 @@ def _elastic_launch(request, variant, run_dir):
     except Exception as exc:  # rendezvous timeout, store errors: the ranks never started
         return {}, f"{type(exc).__name__}: {first_line(exc)}"
     finally:
-        elastic_logger.setLevel(level)
+        if beat:
+            beat.stop()
     return {}, None
 
 
 def _finalize_rank(run_dir, rank, failure, node_error):
-    """Give a rank that did not report an end (killed, never started) the launcher's verdict."""
+    """Give a rank that did not report an end (killed, never started) the launcher's verdict;
+    after Ctrl-C, a rank that failed because of it (its peer stopped, or the launcher stopped
+    it) was interrupted."""
     path = rundir.rank_file(run_dir, rank)
-    fragment = rundir.read_json(path)
-    if fragment.get("status") in rundir.FINAL_RANK_STATES:
+    fragment = rundir.read_rank(path)
+    interrupted = bool(node_error) and node_error.startswith("interrupted")
+    if interrupted and fragment.status != "ok" and fragment.error_kind not in (
+            "exception", "timeout"):
+        rundir.update_rank(path, status="interrupted", error_kind="interrupted",
+                           error=fragment.error or node_error,
+                           ended=fragment.ended or time.time())
+        return
+    if fragment.status in rundir.FINAL_RANK_STATES:
         return
     if failure is not None and failure.exitcode != 0:
         how = (f"killed by signal {failure.signal_name()}" if failure.exitcode < 0
@@ -323,16 +370,16 @@ def _finalize_rank(run_dir, rank, failure, node_error):
         how, kind = f"never finished: {node_error}", "exit"
     else:
         how, kind = "terminated by the launcher (another rank failed)", "terminated"
-    rundir.update_json(path, status="failed", error=how, error_kind=kind,
-                       ended=fragment.get("ended") or time.time())
+    rundir.update_rank(path, status="failed", error=how, error_kind=kind,
+                       ended=fragment.ended or time.time())
 
 
 def step_summary(run):
     """One line of step times, medians over ranks: first warm-up step, unprofiled, profiled,
     and their ratio (the profiler's overhead)."""
     def median_of(kind, pick=statistics.median):
-        values = [pick(info["step_times_ms"][kind]) for info in run["ranks"].values()
-                  if info.get("step_times_ms", {}).get(kind)]
+        values = [pick(info.step_times_ms[kind]) for info in run.ranks.values()
+                  if info.step_times_ms.get(kind)]
         return statistics.median(values) if values else None
 
     first = median_of("warmup", pick=lambda v: v[0])

@@ -6,6 +6,8 @@ nodes of a multi-node run sit side by side: ``logs/rank<N>.stdout.log``,
 ``logs/rank<N>.stderr.log`` and ``logs/rank<N>.error.json`` (torchelastic's error file).
 """
 
+import contextlib
+import logging
 import re
 
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs, Std
@@ -39,12 +41,15 @@ class ConsoleLines:
     in the log files) and the ``[rankN]:`` prefix torch puts on tracebacks, which the tee adds
     already. Wraps ``sys.stdout`` / ``sys.stderr`` while torchelastic tails the logs."""
 
-    def __init__(self, stream):
+    def __init__(self, stream, before_write=None):
         self._stream = stream
+        self._before_write = before_write  # e.g. erase the heartbeat line first
 
     def write(self, text):
         if _KINETO_NOISE.search(text):
             return len(text)
+        if self._before_write is not None and text:
+            self._before_write()
         return self._stream.write(_DOUBLE_PREFIX.sub(r"\1", text))
 
     def __getattr__(self, name):
@@ -53,3 +58,23 @@ class ConsoleLines:
 
 _KINETO_NOISE = re.compile(r"ActivityProfilerHandler\.cpp:\d+\] profiler_(start|stop)")
 _DOUBLE_PREFIX = re.compile(r"^(\[rank(\d+)\]: )\[rank\2\]: ?")
+
+
+@contextlib.contextmanager
+def elastic_logging_to(path):
+    """Send torchelastic's own log lines ("Received 2 death signal, shutting down workers", its
+    failure reports) to the file ``path`` instead of the console, for the ``with`` block. Its
+    loggers set their own levels (LOGLEVEL, default WARNING), so only their common parent's
+    handlers and propagation are changed."""
+    parent = logging.getLogger("torch.distributed.elastic")
+    handler = logging.FileHandler(path, delay=True)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    propagate = parent.propagate
+    parent.addHandler(handler)
+    parent.propagate = False
+    try:
+        yield
+    finally:
+        parent.removeHandler(handler)
+        parent.propagate = propagate
+        handler.close()

@@ -7,10 +7,22 @@ Python stack and names that call and the workload line that made it::
     in torch.distributed.recv at workloads/ring.py:41 `dist.recv(state.recv_buf, src=prev)`
 
 The same description is made from an exception's traceback, so a crash and a hang read alike.
+A rank blocked in such a call is *waiting on its peers* (:func:`waiting_on_peers`); a rank stuck
+anywhere else (a sleep, a loop, a compute call that never returns) made no progress in its own
+code, and is the cause of its peers' wait.
+
+The watchdog thread also reports the rank's progress every ``tick_s`` (for the launcher's
+heartbeat), and ends the rank when a SIGINT/SIGTERM has not ended it within ``signal_grace_s``:
+Python runs signal handlers in the main thread only, between bytecodes, so a main thread blocked
+in a C call (a gloo ``recv`` whose peer never sends) would otherwise ignore Ctrl-C until
+torchelastic kills it. The thread learns of the signal through ``signal.set_wakeup_fd``.
 """
 
 import linecache
 import os
+import re
+import select
+import signal
 import sys
 import sysconfig
 import threading
@@ -54,6 +66,22 @@ def _describe(frames):
     return f"in {_qualified_name(callee)} {where}" if callee else where
 
 
+_WAIT_CALL = re.compile(r"\.wait\([^`]*\)`$")
+
+
+def waiting_on_peers(description):
+    """Is a rank described as blocked ``description`` (from :func:`describe_stack`) waiting for
+    other ranks: inside a ``torch.distributed`` call, or in a ``work.wait()`` (a C method, so only
+    the workload line names it)?"""
+    return description.startswith("in torch.distributed.") or bool(_WAIT_CALL.search(description))
+
+
+def main_thread_location():
+    """Where the main thread is now, described (from another thread or a signal handler)."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    return describe_stack(frame) if frame else ""
+
+
 def _is_user(frame):
     """Code of the user or of overlapprof: not torch, not the standard or installed libraries."""
     path = str(Path(frame.f_code.co_filename).resolve())
@@ -93,30 +121,67 @@ def _torch_dir():
 
 
 class Watchdog:
-    """Calls ``on_hang(idle_s, description)`` from a daemon thread when ``progress.progress_at``
-    (a ``time.monotonic()`` value the rank advances at every phase and step boundary) is more
-    than ``timeout_s`` old. ``on_hang`` is expected to end the process."""
+    """A daemon thread watching the rank's ``progress.progress_at`` (a ``time.monotonic()`` value
+    the rank advances at every phase and step boundary). It calls, from that thread:
 
-    def __init__(self, progress, timeout_s, on_hang):
+    - ``on_hang(idle_s, description)`` when progress is more than ``timeout_s`` old;
+    - ``on_tick(idle_s)`` every ``tick_s`` seconds (the rank's heartbeat);
+    - ``on_signal_stuck(signum, description)`` when a SIGINT or SIGTERM (with a Python handler)
+      arrived ``signal_grace_s`` ago and the process is still alive.
+
+    ``on_hang`` and ``on_signal_stuck`` are expected to end the process. ``start`` and ``stop``
+    must be called from the main thread (they set and reset the signal wakeup fd)."""
+
+    def __init__(self, progress, timeout_s, on_hang, on_tick=None, tick_s=1.0,
+                 on_signal_stuck=None, signal_grace_s=2.0):
         self._progress = progress
         self._timeout_s = timeout_s
         self._on_hang = on_hang
-        self._main = threading.main_thread().ident
+        self._on_tick = on_tick
+        self._tick_s = tick_s
+        self._on_signal_stuck = on_signal_stuck
+        self._signal_grace_s = signal_grace_s
         self._stopped = threading.Event()
+        self._wakeup = None  # (read fd, write fd) of the signal wakeup pipe
         self._thread = threading.Thread(target=self._watch, name="overlapprof-watchdog",
                                         daemon=True)
 
     def start(self):
+        if self._on_signal_stuck is not None:
+            read_fd, write_fd = os.pipe()
+            os.set_blocking(write_fd, False)
+            signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+            self._wakeup = (read_fd, write_fd)
         self._thread.start()
 
     def stop(self):
         self._stopped.set()
+        if self._wakeup is not None:
+            signal.set_wakeup_fd(-1)
 
     def _watch(self):
         period = min(0.25, self._timeout_s / 4)
-        while not self._stopped.wait(period):
-            idle = time.monotonic() - self._progress.progress_at
-            if idle >= self._timeout_s:
-                frame = sys._current_frames().get(self._main)
-                self._on_hang(idle, describe_stack(frame) if frame else "")
+        ticked = time.monotonic()
+        signalled = None  # (signum, monotonic time) of the first SIGINT/SIGTERM
+        while not self._stopped.is_set():
+            if self._wakeup is not None:
+                ready, _, _ = select.select([self._wakeup[0]], [], [], period)
+                if ready:
+                    for signum in os.read(self._wakeup[0], 64):
+                        if signum in (signal.SIGINT, signal.SIGTERM) and signalled is None:
+                            signalled = (signal.Signals(signum), time.monotonic())
+            else:
+                self._stopped.wait(period)
+            if self._stopped.is_set():
                 return
+            now = time.monotonic()
+            if signalled and now - signalled[1] >= self._signal_grace_s:
+                self._on_signal_stuck(signalled[0], main_thread_location())
+                return
+            idle = now - self._progress.progress_at
+            if idle >= self._timeout_s and not signalled:
+                self._on_hang(idle, main_thread_location())
+                return
+            if self._on_tick is not None and now - ticked >= self._tick_s:
+                ticked = now
+                self._on_tick(idle)

@@ -39,8 +39,9 @@ from pathlib import Path
 import msgspec
 
 from overlapprof.errors import InputError
+from overlapprof.launch import blame, rundir
 
-RUN_FILE = "run.json"
+RUN_FILE = rundir.RUN_FILE
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)(?!\d)", re.IGNORECASE)
 _SUFFIXES = (".json", ".json.gz")
 # tb_plugin / tensorboard_trace_handler names: <worker>.<span: digits>.pt.trace.json[.gz]
@@ -65,7 +66,7 @@ class Inputs:
     """What the paths given to ``analyze`` amount to."""
 
     groups: list[TraceGroup] = field(default_factory=list)
-    run: dict | None = None  # the run.json of a run directory, when exactly one was given
+    run: rundir.RunRecord | None = None  # the run.json of the run directory (or its node parts)
     notes: list[str] = field(default_factory=list)  # what was skipped, and why
 
 
@@ -129,24 +130,19 @@ def _one_process_each(groups: list[TraceGroup], base: Path | None) -> None:
     )
 
 
-def _read_run(run_dir: Path) -> dict:
+def _read_run(run_dir: Path) -> rundir.RunRecord:
     path = run_dir / RUN_FILE
     try:
-        run = msgspec.json.decode(path.read_bytes())
-    except (OSError, msgspec.DecodeError) as exc:
+        return rundir.decode_run(path.read_bytes())
+    except (OSError, ValueError) as exc:
         raise InputError(f"{path}: unreadable run description ({exc})") from None
-    if not isinstance(run, dict):
-        raise InputError(f"{path}: not a run description (expected an object)")
-    return run
 
 
-def _run_groups(run_dir: Path, run: dict) -> list[TraceGroup] | None:
+def _run_groups(run_dir: Path, run: rundir.RunRecord) -> list[TraceGroup] | None:
     """The groups run.json lists, or None when it lists none (then the folder is searched)."""
-    traces = run.get("traces")
+    traces = run.traces
     if not traces:
         return None
-    if not isinstance(traces, dict):
-        raise InputError(f"{run_dir / RUN_FILE}: 'traces' is not an object of rank -> files")
     groups = []
     for rank, files in sorted(traces.items(), key=lambda kv: (len(str(kv[0])), str(kv[0]))):
         files = [files] if isinstance(files, str) else files
@@ -191,15 +187,14 @@ def search(folder: str | Path) -> tuple[list[Path], list[Path]]:
     return sorted(runs), sorted(files)
 
 
-def _job(run_dir: Path, run: dict):
+def _job(run_dir: Path, run: rundir.RunRecord):
     """What identifies the job of a run directory: the parts of a multi-node run share it."""
-    nnodes = run.get("nnodes")
-    if run.get("run_id") and isinstance(nnodes, int) and nnodes > 1:
-        return ("run_id", str(run["run_id"]), run_dir.name)
+    if run.run_id and run.nnodes > 1:
+        return ("run_id", run.run_id, run_dir.name)
     return ("dir", run_dir.resolve())
 
 
-def _one_job(runs: list[tuple[Path, dict]], base: Path | None = None) -> None:
+def _one_job(runs: list[tuple[Path, rundir.RunRecord]], base: Path | None = None) -> None:
     """InputError unless the run directories are (the node parts of) one run; ``base``: the
     folder they were found in (they are named relative to it)."""
     jobs = {}
@@ -217,15 +212,15 @@ def _one_job(runs: list[tuple[Path, dict]], base: Path | None = None) -> None:
     )
 
 
-def _merged_run(runs: list[tuple[Path, dict]]) -> dict:
+def _merged_run(runs: list[tuple[Path, rundir.RunRecord]]) -> rundir.RunRecord:
     """run.json of one run; for the node parts of a multi-node run, theirs with the per-node and
     per-rank records (nodes, ranks, traces) merged and the missing ranks recomputed."""
-    run = dict(runs[0][1])
+    run = runs[0][1]
     if len(runs) > 1:
-        for key in ("nodes", "ranks", "traces"):
-            run[key] = {k: v for _, part in runs if isinstance(part.get(key), dict) for k, v in part[key].items()}
-        if isinstance(run.get("world_size"), int):
-            run["missing_ranks"] = sorted(set(range(run["world_size"])) - {int(r) for r in run["ranks"] if str(r).isdigit()})
+        merged = {key: {k: v for _, part in runs for k, v in getattr(part, key).items()}
+                  for key in ("nodes", "ranks", "traces")}
+        run = msgspec.structs.replace(
+            run, **merged, missing_ranks=rundir.missing_ranks(run.world_size, merged["ranks"]))
     return run
 
 
@@ -282,6 +277,8 @@ def discover(paths) -> Inputs:
     _one_process_each(inputs.groups, None)
     if runs:
         inputs.run = _merged_run(runs)
+        if note := blame.status_note(inputs.run):
+            inputs.notes.append(note)
     seen: dict[Path, Path] = {}
     for group in inputs.groups:
         for f in group.files:
