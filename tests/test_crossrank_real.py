@@ -183,6 +183,9 @@ def test_slow_rank_is_named_the_straggler(straggler_runs):
     for inst in sorted(slow.crossrank.instances, key=lambda i: min(i.starts_us)):
         firsts.setdefault(inst.step, inst)
     assert len(firsts) >= 3
+    # Each instance is placed in the step it ran in: by time, steps never go back.
+    by_time = [i.step for i in sorted(slow.crossrank.instances, key=lambda i: min(i.starts_us))]
+    assert by_time == sorted(by_time)
     for inst in firsts.values():
         waits = dict(zip(inst.ranks, inst.waits_us()))
         assert sorted(waits) == list(range(NPROC))

@@ -414,7 +414,9 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
     steps = Steps(numbers[order], starts[order], ends[order])
     table = CommTable.concat([p[2] for p in parts]) if records else None
     if table is not None and steps.start.size:
-        idx = steps.index_of(comm.anchor)
+        # Each record's own anchor (its launch, else its start): the records are not the comm
+        # EventSet's rows (v2 also counts c10d calls and activity launched inside them).
+        idx = steps.index_of(np.where(np.isnan(table.launch_ts), table.ts, table.launch_ts))
         table.step = np.where(idx >= 0, steps.number[np.maximum(idx, 0)], -1)
     return RankEvents(
         mode="gpu" if gpu else "cpu",
