@@ -44,6 +44,12 @@ def _nccl_debug(ctx, param, value):
               help="CPU, one node: run in a private network namespace whose loopback is paced "
                    "to RATE (tc spelling: 500mbit, 2gbit, 10gbit), emulating a network link; "
                    "one medium shared by all ranks, not a port per rank.")
+@click.option("--link-burst", type=click.IntRange(min=1), default=None, metavar="BYTES",
+              show_default=False,
+              help="With --link-rate: tbf's burst, above the loopback MTU (65536). Default 1048576.")
+@click.option("--link-latency", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="MS", show_default=False,
+              help="With --link-rate: how long tbf queues a packet before dropping it. Default 100.")
 @click.option("--nccl-debug", callback=_nccl_debug, default="", metavar="LEVEL[:SUBSYS,...]",
               show_default=False,
               help="Set NCCL_DEBUG (and NCCL_DEBUG_SUBSYS) for the ranks, e.g. INFO or "
@@ -77,8 +83,8 @@ def _nccl_debug(ctx, param, value):
               help="Record Python stacks in the traces (costly: off by default).")
 @click.option("--no-analyze", is_flag=True, help="Do not analyze the traces at the end.")
 def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id, device,
-        backend, link_rate, nccl_debug, timeout_s, warmup_steps, wait, warmup, active, repeat, variants,
-        list_variants, opts, out, gzip, with_stack, no_analyze):
+        backend, link_rate, link_burst, link_latency, nccl_debug, timeout_s, warmup_steps, wait,
+        warmup, active, repeat, variants, list_variants, opts, out, gzip, with_stack, no_analyze):
     """Run WORKLOAD (a workload .py file) on --nproc ranks per node and record a profiler trace
     per rank, then print its overlap report. Workload options go after -- (e.g.
     `overlapprof run workloads/ring.py --nproc 4 -- --size 512`) or as --opt key=value.
@@ -90,6 +96,8 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         raise click.UsageError(f"--node-rank {node_rank} is not below --nnodes {nnodes}")
     if run_id and not _RUN_ID.match(run_id):
         raise click.UsageError(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-'")
+    if (link_burst or link_latency) and not link_rate:
+        raise click.UsageError("--link-burst and --link-latency need --link-rate")
     from overlapprof import workload as workload_api  # imports torch: after the cheap checks
     from overlapprof.errors import OverlapprofError
     from overlapprof.launch import launcher
@@ -109,7 +117,7 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         if link_rate:  # re-executes this command in a network namespace with a paced loopback
             from overlapprof.launch import netns
 
-            request.link, code = netns.prepare(request, link_rate, sys.argv[1:])
+            request.link, code = netns.prepare(request, link_rate, sys.argv[1:], link_burst, link_latency)
             if code is not None:
                 sys.exit(code)
         results = launcher.run(request)
