@@ -1,7 +1,7 @@
 """``overlapprof run --link-rate``: real runs in a private network namespace with a tbf-paced loopback.
 
-The ring and the allreduce run sync and async over a 1 Gbit/s emulated link (4 ranks, short
-schedule, small sizes) once per module; the tests read their run directories through the
+The ring and the allreduce run sync and async over a 2 Gbit/s emulated link (4 ranks, short
+schedule, link_bench's sizes: communication and compute of similar size) once per module; the tests read their run directories through the
 analyzer (trace-derived numbers, not wall-clock), run.json, the console and the HTML report.
 Each refusal is a real invocation that must end with one ``Error:`` line and exit 2, having
 started nothing.
@@ -19,9 +19,14 @@ from conftest import REPO, SHORT_SCHEDULE, _overlapprof
 
 pytestmark = pytest.mark.skipif(not (shutil.which("unshare") and shutil.which("tc")),
                                 reason="needs unshare (util-linux) and tc (iproute2)")
-RATE = "1gbit"
+RATE, BITS, SHOWN = "2gbit", 2e9, "2 Gbit/s"  # as given, as parsed, as the console shows it
 SIZES = {"ring": ("--chunk", "65536", "--size", "512"),
-         "allreduce": ("--width", "256", "--batch", "2048")}
+         "allreduce": ("--width", "256", "--batch", "8192")}
+SCHEDULE = (*SHORT_SCHEDULE[:-1], 4)  # 4 active steps: 16 (rank, step) samples per variant
+# async's median exposed communication is below this share of sync's. Measured (trace-derived
+# medians over ranks x steps, 2gbit, load average 9-12 from other sessions): ring 0.41, allreduce
+# 0.35 in link_bench; see the README's link table. 0.75 leaves room for a loaded machine.
+EXPOSED_SHARE = 0.75
 
 
 def last_line(text):
@@ -33,7 +38,7 @@ def linked(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"link-{request.param}")
     proc = _overlapprof("run", REPO / "workloads" / f"{request.param}.py", "--nproc", 4,
                         "--variant", "sync", "--variant", "async", "--link-rate", RATE,
-                        "--run-id", "l", "--out", out, *SHORT_SCHEDULE, "--",
+                        "--run-id", "l", "--out", out, *SCHEDULE, "--",
                         *SIZES[request.param], timeout=400)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return request.param, proc, {v: out / f"l-{v}" for v in ("sync", "async")}
@@ -41,18 +46,21 @@ def linked(request, tmp_path_factory):
 
 def test_async_exposes_less_communication_than_sync(linked):
     """Trace-derived (OVERLAP.md v2: the sync ring's blocking-recv wait inside c10d::recv_ is
-    communication): async hides communication that sync exposes."""
+    communication): async hides communication that sync exposes. ``exposed_comm_us`` of a
+    comparison is the median over (rank, step) pairs, so one slow step of a loaded machine does
+    not decide it."""
     from overlapprof.compare import compare, load_reports
 
     workload, _, dirs = linked
     reports, _ = load_reports([dirs["sync"], dirs["async"]])
     c = compare(reports)
     sync, async_ = c.variant("sync"), c.variant("async")
+    assert sync.samples == async_.samples == 4 * 4
     assert sync.overlap_ratio == pytest.approx(0.0, abs=0.05)
     assert async_.overlap_ratio > 0.2
-    if workload == "allreduce":
-        return  # known, open: its exposed comm is not reliably below sync's (load-dependent gloo spans)
-    assert async_.exposed_comm_us < sync.exposed_comm_us, (async_.exposed_comm_us, sync.exposed_comm_us)
+    share = async_.exposed_comm_us / sync.exposed_comm_us
+    print(f"{workload}: exposed async/sync {share:.2f} ({async_.exposed_comm_us:.0f} / {sync.exposed_comm_us:.0f} us)")
+    assert share < EXPOSED_SHARE, (workload, async_.exposed_comm_us, sync.exposed_comm_us)
     assert async_.exposed_saved_us > 0
 
 
@@ -61,15 +69,15 @@ def test_run_json_records_the_paced_link(linked):
     for run_dir in dirs.values():
         run = json.loads((run_dir / "run.json").read_text())
         link = run["link"]
-        assert link["rate"] == RATE and link["bits_per_s"] == 1e9 and link["shared"] is True
+        assert link["rate"] == RATE and link["bits_per_s"] == BITS and link["shared"] is True
         assert link["burst_bytes"] > 65536  # above the loopback MTU
-        assert "tbf" in link["qdisc"] and "1Gbit" in link["qdisc"]  # tc's own words, inside
+        assert "tbf" in link["qdisc"] and "2Gbit" in link["qdisc"]  # tc's own words, inside
         assert run["status"] == "ok" and run["nnodes"] == 1
 
 
 def test_console_names_the_shared_link(linked):
     _, proc, _ = linked
-    assert "link: 1 Gbit/s shared" in proc.stderr
+    assert f"link: {SHOWN} shared" in proc.stderr
     assert "not a port per rank" in proc.stderr
     assert "plain loopback" not in proc.stderr
     assert "link (one medium shared by all ranks)" in proc.stdout  # the comparison's row
@@ -81,12 +89,12 @@ def test_report_and_compare_show_the_link_per_variant(linked, tmp_path):
     proc = _overlapprof("report", dirs["sync"], dirs["async"], "-o", html)
     assert proc.returncode == 0, proc.stderr
     page = html.read_text()
-    assert page.count("1 Gbit/s shared by 4 ranks") >= 2  # one card per variant
-    assert "1gbit tbf on lo" in page
+    assert page.count(f"{SHOWN} shared by 4 ranks") >= 2  # one card per variant
+    assert f"{RATE} tbf on lo" in page
     proc = _overlapprof("compare", dirs["sync"], dirs["async"])
     assert proc.returncode == 0, proc.stderr
     row = next(line for line in proc.stdout.splitlines() if line.startswith("link"))
-    assert row.count("1 Gbit/s shared by 4 ranks") == 2
+    assert row.count(f"{SHOWN} shared by 4 ranks") == 2
 
 
 def test_plain_loopback_run_says_so(runs):
@@ -99,6 +107,9 @@ def test_plain_loopback_run_says_so(runs):
     (["--link-rate", "2gbit", "--nnodes", "2", "--run-id", "x", "--rdzv-endpoint", "h:1"],
      "--link-rate with --nnodes 2"),
     (["--link-rate", "2gbit", "--device", "cuda"], "--device cuda"),
+    (["--link-rate", "2gbit", "--link-burst", "65536"], "--link-burst 65536: must exceed the loopback MTU"),
+    (["--link-burst", "2097152"], "--link-burst and --link-latency need --link-rate"),
+    (["--link-rate", "2gbit", "--link-latency", "0"], "--link-latency"),
 ])
 def test_refusals_are_one_line_and_exit_2(tmp_path, args, message):
     proc = _overlapprof("run", "workloads/ring.py", "--out", tmp_path / "out", *args)
