@@ -22,11 +22,13 @@ pytestmark = pytest.mark.skipif(not (shutil.which("unshare") and shutil.which("t
 RATE, BITS, SHOWN = "2gbit", 2e9, "2 Gbit/s"  # as given, as parsed, as the console shows it
 SIZES = {"ring": ("--chunk", "65536", "--size", "512"),
          "allreduce": ("--width", "256", "--batch", "8192")}
-SCHEDULE = (*SHORT_SCHEDULE[:-1], 4)  # 4 active steps: 16 (rank, step) samples per variant
+ACTIVE = 6  # profiled steps: 24 (rank, step) samples per variant, over a longer stretch of the load
+SCHEDULE = (*SHORT_SCHEDULE[:-1], ACTIVE)
 # async's median exposed communication is below this share of sync's. Measured (trace-derived
-# medians over ranks x steps, 2gbit, load average 9-12 from other sessions): ring 0.41, allreduce
-# 0.35 in link_bench; see the README's link table. 0.75 leaves room for a loaded machine.
-EXPOSED_SHARE = 0.75
+# medians over ranks x steps, 2gbit, these sizes, load average 9-16 from other sessions): ring
+# 0.57, 0.63, 0.63, 0.68, 0.68, 0.83 (the swing is the load moving between the two variants'
+# runs); allreduce 0.21, 0.32, 0.48. See the README's link table.
+EXPOSED_SHARE = {"ring": 0.9, "allreduce": 0.7}
 
 
 def last_line(text):
@@ -55,12 +57,12 @@ def test_async_exposes_less_communication_than_sync(linked):
     reports, _ = load_reports([dirs["sync"], dirs["async"]])
     c = compare(reports)
     sync, async_ = c.variant("sync"), c.variant("async")
-    assert sync.samples == async_.samples == 4 * 4
+    assert sync.samples == async_.samples == 4 * ACTIVE
     assert sync.overlap_ratio == pytest.approx(0.0, abs=0.05)
     assert async_.overlap_ratio > 0.2
     share = async_.exposed_comm_us / sync.exposed_comm_us
     print(f"{workload}: exposed async/sync {share:.2f} ({async_.exposed_comm_us:.0f} / {sync.exposed_comm_us:.0f} us)")
-    assert share < EXPOSED_SHARE, (workload, async_.exposed_comm_us, sync.exposed_comm_us)
+    assert share < EXPOSED_SHARE[workload], (workload, async_.exposed_comm_us, sync.exposed_comm_us)
     assert async_.exposed_saved_us > 0
 
 
@@ -136,3 +138,14 @@ def test_missing_tools_are_named_with_how_to_get_them(tmp_path, tools, message):
     assert proc.returncode == 2, proc.stderr
     assert message in last_line(proc.stderr) and "apt-get install" in last_line(proc.stderr)
     assert not (tmp_path / "out").exists()
+
+
+def test_burst_and_queue_reach_tc():
+    """--link-burst/--link-latency go into the qdisc that the namespace really gets (tc's words)."""
+    from overlapprof.launch import netns
+
+    link = netns.link_for("2gbit", 262144, 50)
+    assert (link["burst_bytes"], link["latency_ms"]) == (262144, 50)
+    shown = netns.probe(link)
+    assert "tbf" in shown and "2Gbit" in shown and "burst 262" in shown and "lat 50ms" in shown, shown  # tc rounds
+    assert "queue 50 ms" in netns.header_line(link, 4) and "burst 256 KiB" in netns.header_line(link, 4)
