@@ -1,7 +1,7 @@
 """``overlapprof run --link-rate``: real runs in a private network namespace with a tbf-paced loopback.
 
-The ring and the allreduce run sync and async over a 2 Gbit/s emulated link (4 ranks, short
-schedule, link_bench's sizes: communication and compute of similar size) once per module; the tests read their run directories through the
+The ring (over 1 Gbit/s) and the allreduce (over 2 Gbit/s) run sync and async over an emulated
+link (4 ranks, short schedule, link_bench's sizes) once per module; the tests read their run directories through the
 analyzer (trace-derived numbers, not wall-clock), run.json, the console and the HTML report.
 Each refusal is a real invocation that must end with one ``Error:`` line and exit 2, having
 started nothing.
@@ -19,18 +19,21 @@ from conftest import REPO, SHORT_SCHEDULE, _overlapprof
 
 pytestmark = pytest.mark.skipif(not (shutil.which("unshare") and shutil.which("tc")),
                                 reason="needs unshare (util-linux) and tc (iproute2)")
-RATE, BITS, SHOWN = "2gbit", 2e9, "2 Gbit/s"  # as given, as parsed, as the console shows it
+# Per workload: the rate as given, as parsed, as the console shows it, as tc shows it. The ring
+# runs at 1gbit, where its link time dwarfs the waits of a loaded machine's scheduling (at 2gbit
+# its exposed share swung from 0.57 to 1.25 under load average 12-18); the allreduce at 2gbit.
+RATES = {"ring": ("1gbit", 1e9, "1 Gbit/s", "1Gbit"), "allreduce": ("2gbit", 2e9, "2 Gbit/s", "2Gbit")}
 SIZES = {"ring": ("--chunk", "65536", "--size", "512"),
          "allreduce": ("--width", "256", "--batch", "8192")}
 ACTIVE = 6  # profiled steps: 24 (rank, step) samples per variant, over a longer stretch of the load
 SCHEDULE = (*SHORT_SCHEDULE[:-1], ACTIVE)
 # async's median exposed communication is below this share of sync's. Measured (trace-derived
-# medians over ranks x steps, 2gbit, these sizes, load average 9-16 from other sessions; the
-# swing is the load moving between the two variants' runs, not the samples of one run):
-#   ring       0.57 0.63 0.63 0.67 0.68 0.68 0.83 0.90
-#   allreduce  0.21 0.32 0.34 0.48 0.79
-# See the README's link table. Both are above the worst seen; a share of 1 is no overlap at all.
-EXPOSED_SHARE = {"ring": 0.95, "allreduce": 0.9}
+# medians over ranks x steps, these sizes, load average 9-18 from other sessions; the swing is the
+# load moving between the two variants' runs, not the samples of one run):
+#   ring 2gbit  0.57 0.63 0.63 0.67 0.68 0.68 0.83 0.90 1.25;  ring 1gbit  0.49 (link_bench)
+#   allreduce 2gbit  0.21 0.32 0.34 0.48 0.54 0.79
+# See the README's link table.
+EXPOSED_SHARE = {"ring": 0.85, "allreduce": 0.9}
 
 
 def last_line(text):
@@ -41,7 +44,7 @@ def last_line(text):
 def linked(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"link-{request.param}")
     proc = _overlapprof("run", REPO / "workloads" / f"{request.param}.py", "--nproc", 4,
-                        "--variant", "sync", "--variant", "async", "--link-rate", RATE,
+                        "--variant", "sync", "--variant", "async", "--link-rate", RATES[request.param][0],
                         "--run-id", "l", "--out", out, *SCHEDULE, "--",
                         *SIZES[request.param], timeout=400)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -69,36 +72,38 @@ def test_async_exposes_less_communication_than_sync(linked):
 
 
 def test_run_json_records_the_paced_link(linked):
-    _, _, dirs = linked
+    workload, _, dirs = linked
+    rate, bits, _, tc_rate = RATES[workload]
     for run_dir in dirs.values():
         run = json.loads((run_dir / "run.json").read_text())
         link = run["link"]
-        assert link["rate"] == RATE and link["bits_per_s"] == BITS and link["shared"] is True
+        assert link["rate"] == rate and link["bits_per_s"] == bits and link["shared"] is True
         assert link["burst_bytes"] > 65536  # above the loopback MTU
-        assert "tbf" in link["qdisc"] and "2Gbit" in link["qdisc"]  # tc's own words, inside
+        assert "tbf" in link["qdisc"] and tc_rate in link["qdisc"]  # tc's own words, inside
         assert run["status"] == "ok" and run["nnodes"] == 1
 
 
 def test_console_names_the_shared_link(linked):
-    _, proc, _ = linked
-    assert f"link: {SHOWN} shared" in proc.stderr
+    workload, proc, _ = linked
+    assert f"link: {RATES[workload][2]} shared" in proc.stderr
     assert "not a port per rank" in proc.stderr
     assert "plain loopback" not in proc.stderr
     assert "link (one medium shared by all ranks)" in proc.stdout  # the comparison's row
 
 
 def test_report_and_compare_show_the_link_per_variant(linked, tmp_path):
-    _, _, dirs = linked
+    workload, _, dirs = linked
+    rate, _, shown, _ = RATES[workload]
     html = tmp_path / "r.html"
     proc = _overlapprof("report", dirs["sync"], dirs["async"], "-o", html)
     assert proc.returncode == 0, proc.stderr
     page = html.read_text()
-    assert page.count(f"{SHOWN} shared by 4 ranks") >= 2  # one card per variant
-    assert f"{RATE} tbf on lo" in page
+    assert page.count(f"{shown} shared by 4 ranks") >= 2  # one card per variant
+    assert f"{rate} tbf on lo" in page
     proc = _overlapprof("compare", dirs["sync"], dirs["async"])
     assert proc.returncode == 0, proc.stderr
     row = next(line for line in proc.stdout.splitlines() if line.startswith("link"))
-    assert row.count(f"{SHOWN} shared by 4 ranks") == 2
+    assert row.count(f"{shown} shared by 4 ranks") == 2
 
 
 def test_plain_loopback_run_says_so(runs):
