@@ -18,10 +18,18 @@ than sync at 2gbit with 4 ranks on a 2-core machine.
 
     python benchmarks/link_bench.py                         # ring + allreduce, 4 ranks
     python benchmarks/link_bench.py --workload ring --rates 2gbit --repeat 3
+    python benchmarks/link_bench.py --rates 2gbit --no-loopback --burst 131072,1048576 --latency 10,100
+    python benchmarks/link_bench.py --workload ring --rates 2gbit --options "ring=--chunk 32768"
+
+``--burst`` and ``--latency`` (comma-separated; tbf's burst in bytes and queue in ms, passed as
+``--link-burst``/``--link-latency``) make one row per combination for each paced rate: what
+settings give stable results is read off the spreads.
 """
 
 import argparse
+import itertools
 import json
+import shlex
 import statistics
 import subprocess
 import sys
@@ -30,19 +38,24 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = 1.3
-# Options that make communication and compute of similar size at 2gbit on 2 cores (measured):
-OPTIONS = {"ring": ["--chunk", "131072"], "allreduce": ["--width", "256", "--batch", "1024"]}
+# Options that make communication and compute of similar size at 2gbit with 4 ranks on 2 cores
+# (swept with --options at 2gbit, load average 9-11: ring chunk 32768/65536/131072 with size 512,
+# 768, 1024; allreduce width 128/256 with batch 1024-8192; README, "An emulated link"). The
+# ring's are its defaults.
+OPTIONS = {"ring": ["--chunk", "65536", "--size", "512"], "allreduce": ["--width", "256", "--batch", "8192"]}
 
 
-def launch(workload, rate, args, out):
+def launch(workload, rate, args, out, burst=None, latency=None):
     """One ``overlapprof run`` of sync and async; returns (run id, {variant: run.json})."""
-    run_id = f"{workload}-{rate or 'loopback'}"
+    run_id = f"{workload}-{rate or 'loopback'}" + (f"-b{burst}" if burst else "") + (f"-q{latency}" if latency else "")
     command = [sys.executable, "-m", "overlapprof", "run", str(REPO / "workloads" / f"{workload}.py"),
                "--nproc", str(args.nproc), "--variant", "sync", "--variant", "async",
                "--warmup-steps", "2", "--wait", "0", "--warmup", "1", "--active", str(args.active),
                "--repeat", str(args.repeat), "--run-id", run_id, "--out", str(out), "--no-analyze"]
     command += ["--link-rate", rate] if rate else []
-    command += ["--", *OPTIONS[workload]]
+    command += ["--link-burst", burst] if rate and burst else []
+    command += ["--link-latency", latency] if rate and latency else []
+    command += ["--", *args.options.get(workload, OPTIONS[workload])]
     proc = subprocess.run(command, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"link_bench: {workload} at {rate or 'loopback'} failed:\n{proc.stderr[-3000:]}")
@@ -67,12 +80,18 @@ def exposed_ms(run_dir):
     return [s.exposed_comm_us / 1000 for r in reports[0].ranks for s in r.steps]
 
 
+def tbf_of(run):
+    """``1024 KiB/100 ms``: the burst and queue of the run's tbf (run.json), "-" on plain loopback."""
+    link = run.get("link")
+    return f"{link['burst_bytes'] // 1024} KiB/{link['latency_ms']:g} ms" if link else "-"
+
+
 def row(workload, rate, out, runs, run_id):
     sync_q, async_q = quartiles(unprofiled(runs["sync"])), quartiles(unprofiled(runs["async"]))
     exp_s = quartiles(exposed_ms(out / f"{run_id}-sync"))
     exp_a = quartiles(exposed_ms(out / f"{run_id}-async"))
     saved = 1 - exp_a[1] / exp_s[1] if exp_s[1] else float("nan")
-    return [workload, rate or "loopback", f"{sync_q[1]:.1f}", f"{async_q[1]:.1f}",
+    return [workload, rate or "loopback", tbf_of(runs["sync"]), f"{sync_q[1]:.1f}", f"{async_q[1]:.1f}",
             f"{sync_q[1] / async_q[1]:.2f}x", f"{sync_q[0] / async_q[2]:.2f}-{sync_q[2] / async_q[0]:.2f}",
             f"{exp_s[1]:.1f} ({exp_s[0]:.1f}-{exp_s[2]:.1f})",
             f"{exp_a[1]:.1f} ({exp_a[0]:.1f}-{exp_a[2]:.1f})", f"{100 * saved:+.0f}%"]
@@ -88,22 +107,31 @@ def main():
     parser.add_argument("--repeat", type=int, default=2, help="profiler cycles")
     parser.add_argument("--no-loopback", action="store_true", help="skip the plain-loopback row")
     parser.add_argument("--out", type=Path, help="keep the run directories here")
+    parser.add_argument("--burst", default="", help="comma-separated tbf bursts, bytes (default: the run's)")
+    parser.add_argument("--latency", default="", help="comma-separated tbf queue lengths, ms (default: the run's)")
+    parser.add_argument("--options", action="append", default=[], metavar="WORKLOAD=ARGS",
+                        help="workload options instead of OPTIONS[WORKLOAD], e.g. 'ring=--chunk 32768'")
     args = parser.parse_args()
+    args.options = {k: shlex.split(v) for k, _, v in (o.partition("=") for o in args.options)}
     sys.path.insert(0, str(REPO))
     from overlapprof.renderers.format import text_table
 
     rates = ([] if args.no_loopback else [""]) + [r for r in args.rates.split(",") if r]
-    header = ["workload", "link", "sync ms", "async ms", "speedup", "spread",
+    header = ["workload", "link", "tbf burst/queue", "sync ms", "async ms", "speedup", "spread",
               "sync exposed ms (q25-q75)", "async exposed ms (q25-q75)", "exposed saved"]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or Path(tmp)
         for workload in args.workload or ["ring", "allreduce"]:
             for rate in rates:
-                run_id, runs = launch(workload, rate, args, out)
-                rows.append(row(workload, rate, out, runs, run_id))
-                print(f"link_bench: {' '.join(rows[-1])}", file=sys.stderr, flush=True)
-    print(f"{args.nproc} ranks; step times: unprofiled host steps, median over ranks x "
+                tbfs = itertools.product(args.burst.split(",") if rate and args.burst else [None],
+                                         args.latency.split(",") if rate and args.latency else [None])
+                for burst, latency in tbfs:
+                    run_id, runs = launch(workload, rate, args, out, burst, latency)
+                    rows.append(row(workload, rate, out, runs, run_id))
+                    print(f"link_bench: {' '.join(rows[-1])}", file=sys.stderr, flush=True)
+    options = "; ".join(f"{w} {' '.join(args.options.get(w, OPTIONS[w]))}" for w in args.workload or OPTIONS)
+    print(f"{args.nproc} ranks ({options}); step times: unprofiled host steps, median over ranks x "
           f"{args.active * args.repeat} steps; link shared by all ranks; target {TARGET}x at 2gbit")
     print(text_table(header, rows))
 

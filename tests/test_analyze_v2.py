@@ -32,7 +32,7 @@ def test_blocking_recv_wait_in_c10d_recv_is_comm(tmp_path):
     r = run(tmp_path, events).ranks[0]
     assert r.mode == "cpu"
     assert m(r) == (100, 50, 0, 100)  # v1 counted 20 us of comm
-    assert [(k.kind, k.count) for k in r.kinds] == [("send_recv", 2)]
+    assert [(k.kind, k.count) for k in r.kinds] == [("send_recv", 1)]  # the span is part of the call
 
 
 def test_ops_inside_a_call_on_its_thread_are_not_compute(tmp_path):
@@ -48,7 +48,30 @@ def test_ops_inside_a_call_on_its_thread_are_not_compute(tmp_path):
     r = run(tmp_path, events).ranks[0]
     assert m(r) == (98, 50, 40, 58)
     assert r.compute_events == 2
-    assert [(k.kind, k.count) for k in r.kinds] == [("all_reduce", 2)]
+    assert [(k.kind, k.count) for k in r.kinds] == [("all_reduce", 1)]  # the worker's span is the call's
+
+
+def test_kind_counts_operations_not_spans(tmp_path):
+    """A c10d::* call and the backend span recorded for it are one operation: on the calling
+    thread (send/recv) the span starts inside the call; on gloo's worker threads (collectives) it
+    is the earliest untaken call of its kind that started before it (first in, first out)."""
+    events = [
+        S.cpu_op("c10d::recv_", 0, 100), S.annotation("gloo:recv", 80, 20),  # blocking recv: 1
+        S.cpu_op("c10d::send", 200, 10), S.annotation("gloo:send", 205, 300),  # isend, span outlives call: 1
+        S.annotation("gloo:all_reduce", 300, 50, tid=WORKER),  # no call before it: its own operation
+        S.cpu_op("c10d::allreduce_", 400, 5), S.cpu_op("c10d::allreduce_", 410, 5),  # two async all_reduces
+        S.annotation("gloo:all_reduce", 420, 90, tid=WORKER), S.annotation("gloo:all_reduce", 415, 90, tid=WORKER + 1),
+        S.cpu_op("c10d::barrier", 600, 10),  # a call whose backend recorded no span: 1
+        S.annotation("gloo:broadcast", 700, 10, tid=WORKER),  # a span without a call: 1
+        S.annotation("gloo:all_reduce", 800, 10, tid=WORKER),  # both calls taken: its own operation
+        S.cpu_op("aten::mm", 0, 1000),
+    ]
+    r = run(tmp_path, events).ranks[0]
+    assert r.comm_events == len(events) - 1
+    assert {k.kind: k.count for k in r.kinds} == {"send_recv": 2, "all_reduce": 4, "barrier": 1, "broadcast": 1}
+    path = S.write(tmp_path / "ops.json", S.trace(events))
+    ops = overlapprof.analyze(path, workers=1, comm_ops=True).ranks[0].comm_records  # the backend spans
+    assert sorted(o.kind for o in ops) == ["all_reduce"] * 4 + ["broadcast"] + ["send_recv"] * 2
 
 
 def test_user_range_is_not_comm_but_named_backends_are(tmp_path):

@@ -53,8 +53,6 @@ def busy_port():
         yield s.getsockname()[1]
 
 
-@pytest.mark.xfail(strict=True, reason="known, open: OVERLAP.md v2 CPU mode counts a c10d::allreduce_ call and "
-                   "its gloo:all_reduce span as two operations in the per-kind count (2x torch-tb-profiler's)")
 def test_view_serves_traces_and_scalars(runs, busy_port):
     """`overlapprof view` on the folder of the session's runs, with its port taken: it picks
     another, writes missing scalars, and TensorBoard's plugins answer with the runs' data."""

@@ -50,6 +50,12 @@ def _nccl_debug(ctx, param, value):
               help="CPU, one node: run in a private network namespace whose loopback is paced "
                    "to RATE (tc spelling: 500mbit, 2gbit, 10gbit), emulating a network link; "
                    "one medium shared by all ranks, not a port per rank.")
+@click.option("--link-burst", type=click.IntRange(min=1), default=None, metavar="BYTES",
+              show_default=False,
+              help="With --link-rate: tbf's burst, above the loopback MTU (65536). Default 1048576.")
+@click.option("--link-latency", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="MS", show_default=False,
+              help="With --link-rate: how long tbf queues a packet before dropping it. Default 100.")
 @click.option("--nccl-debug", callback=_nccl_debug, default="", metavar="LEVEL[:SUBSYS,...]",
               show_default=False,
               help="Set NCCL_DEBUG (and NCCL_DEBUG_SUBSYS) for the ranks, e.g. INFO or "
@@ -88,8 +94,8 @@ def _nccl_debug(ctx, param, value):
               help="No progress lines or heartbeat on stderr (errors and the ranks' own output "
                    "still show).")
 def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id, device,
-        backend, link_rate, nccl_debug, timeout_s, warmup_steps, wait, warmup, active, repeat, variants,
-        list_variants, opts, out, gzip, with_stack, no_analyze, quiet):
+        backend, link_rate, link_burst, link_latency, nccl_debug, timeout_s, warmup_steps, wait,
+        warmup, active, repeat, variants, list_variants, opts, out, gzip, with_stack, no_analyze, quiet):
     """Run WORKLOAD (a workload .py file) on --nproc ranks per node and record a profiler trace
     per rank, then print its overlap report. Workload options go after -- (e.g.
     `overlapprof run workloads/ring.py --nproc 4 -- --size 512`) or as --opt key=value.
@@ -101,6 +107,8 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         fail(f"--node-rank {node_rank} is not below --nnodes {nnodes}")
     if run_id and not _RUN_ID.match(run_id):
         fail(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-'")
+    if (link_burst or link_latency) and not link_rate:
+        fail("--link-burst and --link-latency need --link-rate")
     # Ctrl-C while torch is imported: some import swallows KeyboardInterrupt, so remember it
     interrupted = []
 
@@ -131,7 +139,7 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
     if link_rate:  # re-executes this command in a network namespace with a paced loopback
         from overlapprof.launch import netns
 
-        request.link, code = netns.prepare(request, link_rate, sys.argv[1:])
+        request.link, code = netns.prepare(request, link_rate, sys.argv[1:], link_burst, link_latency)
         if code is not None:
             sys.exit(code)
     results = launcher.run(request, log=(lambda line: None) if quiet else None)

@@ -60,10 +60,21 @@ def parse_rate(text):
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-def link_for(rate, burst_bytes=BURST_BYTES, latency_ms=LATENCY_MS):
-    """The link record of ``rate`` (what run.json's ``link`` holds, less ``qdisc``)."""
+def link_for(rate, burst_bytes=None, latency_ms=None):
+    """The link record of ``rate`` (what run.json's ``link`` holds, less ``qdisc``): tbf with
+    ``burst_bytes`` (default BURST_BYTES; must exceed the loopback MTU) and a queue of
+    ``latency_ms`` (default LATENCY_MS). LaunchError (one line) for a rate that does not parse
+    or a burst or latency tbf cannot use."""
+    burst_bytes = BURST_BYTES if burst_bytes is None else int(burst_bytes)
+    latency_ms = LATENCY_MS if latency_ms is None else latency_ms
+    bits = parse_rate(rate)
+    if burst_bytes <= LOOPBACK_MTU:
+        raise LaunchError(f"--link-burst {burst_bytes}: must exceed the loopback MTU "
+                          f"({LOOPBACK_MTU} bytes), or a full-size segment can never be sent")
+    if not latency_ms > 0:
+        raise LaunchError(f"--link-latency {latency_ms:g}: must be above 0 ms")
     return {"kind": "tbf", "interface": "lo", "rate": str(rate).strip().lower(),
-            "bits_per_s": parse_rate(rate), "burst_bytes": burst_bytes, "latency_ms": latency_ms,
+            "bits_per_s": bits, "burst_bytes": burst_bytes, "latency_ms": latency_ms,
             "shared": True, "medium": MEDIUM}
 
 
@@ -99,7 +110,7 @@ def _command(link, tools, then=()):
     """unshare + the setup script, then ``then`` (exec'd inside; nothing: only set up)."""
     script = (f"{tools['ip']} link set lo up || exit {_IP_FAILED}; "
               f"{tools['tc']} qdisc add dev lo root tbf rate {link['rate']} "
-              f"burst {link['burst_bytes']} latency {link['latency_ms']}ms || exit {_TC_FAILED}; "
+              f"burst {link['burst_bytes']} latency {link['latency_ms']:g}ms || exit {_TC_FAILED}; "
               + ('exec "$@"' if then else f"{tools['tc']} qdisc show dev lo"))
     return [tools["unshare"], "--user", "--map-root-user", "--net", "--", "/bin/sh", "-c",
             script, "sh", *then]
@@ -169,7 +180,7 @@ def qdisc_here():
 def header_line(link, world_size):
     """The console line that names the link of a run."""
     return (f"link: {describe(link)} (tbf on lo in a private network namespace, burst "
-            f"{link['burst_bytes'] // 1024} KiB, queue {link['latency_ms']} ms); one medium "
+            f"{link['burst_bytes'] // 1024} KiB, queue {link['latency_ms']:g} ms); one medium "
             f"shared by all {world_size} ranks, not a port per rank; no added latency")
 
 
@@ -190,14 +201,15 @@ def describe(link, world_size=None):
     return f"{bits / scale:g} {unit} shared{by}"
 
 
-def prepare(request, rate, argv):
-    """The ``--link-rate`` hook of ``overlapprof run``: returns (link, exit code). Outside the
+def prepare(request, rate, argv, burst_bytes=None, latency_ms=None):
+    """The ``--link-rate`` hook of ``overlapprof run`` (``--link-burst``/``--link-latency``:
+    tbf's burst and queue, see link_for): returns (link, exit code). Outside the
     namespace: checks everything (before any rank starts), re-executes ``overlapprof ARGV``
     inside it and returns (link, its exit code): the caller exits with that. Inside (the
     re-executed run): returns (link with its ``qdisc`` line, None), and the run goes on."""
     from overlapprof.launch.launcher import resolve_device
 
-    link = inside() or link_for(rate)
+    link = inside() or link_for(rate, burst_bytes, latency_ms)
     device, _ = resolve_device(request.device, request.backend, request.nproc)
     check_request(link, request.nnodes, device)
     if inside() is None:

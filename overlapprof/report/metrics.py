@@ -81,7 +81,11 @@ class StepMetrics(Metrics, kw_only=True):
 class KindMetrics(Metrics, kw_only=True):
     """The metrics of one kind of communication (its own comm intervals vs all the rank's compute).
 
-    ``count`` is the number of comm events of the kind.
+    ``count`` is the number of operations of the kind: in GPU mode its comm events; in CPU mode
+    its ``c10d::*`` calls plus the ``<backend>:<op>`` spans that are not part of one (a span that
+    starts inside a call on its thread is part of it; a span on a worker thread is part of the
+    earliest untaken call of its kind that started before it), so a ``c10d::allreduce_`` and its
+    ``gloo:all_reduce`` count once, as ``--by collective`` and torch-tb-profiler count them.
     """
 
     kind: str

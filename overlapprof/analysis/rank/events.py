@@ -33,13 +33,15 @@ from overlapprof.trace.reader import LayoutError, TraceReader
 
 @dataclass
 class EventSet:
-    """Intervals of one class: ``[start, end)`` µs, step anchor, launch found, comm kind code."""
+    """Intervals of one class: ``[start, end)`` µs, step anchor, launch found, comm kind code,
+    and whether the event is an operation of its own (what per-kind counts count)."""
 
     start: np.ndarray
     end: np.ndarray
     anchor: np.ndarray
     launched: np.ndarray
     kind: np.ndarray  # index into classify.KINDS (comm only; zeros elsewhere)
+    operation: np.ndarray  # comm: not part of another comm event's operation (see _operations); True elsewhere
 
     @classmethod
     def concat(cls, sets: list[EventSet]) -> EventSet:
@@ -321,6 +323,43 @@ def _issuing_kind(scan: _Scan, names: list[str], calls: np.ndarray, q_thread, q_
     return np.where(kind >= 0, kind, out).astype(np.int8)
 
 
+def _operations(scan: _Scan, comm_rows: np.ndarray, kinds: np.ndarray, calls: np.ndarray) -> np.ndarray:
+    """CPU mode: whether each comm row is an operation of its own, so that a rank's count of a
+    kind is the number of operations issued, not of spans recorded for them.
+
+    Each ``c10d::*`` call ``calls`` is one operation. A ``<backend>:<op>`` span that starts
+    inside one on its thread is part of it (gloo's send/recv: ``c10d::recv_`` then
+    ``gloo:recv`` on the calling thread). A span on another thread (gloo runs a collective on a
+    worker thread) is part of the earliest call of its kind not yet taken that started no later
+    than it (gloo's work queue is first in, first out), or else an operation of its own.
+    """
+    is_span = scan.codes[comm_rows] == C.ANNOTATION
+    out = ~is_span
+    spans = np.flatnonzero(is_span)
+    if spans.size == 0 or calls.size == 0:
+        out[spans] = True
+        return out
+    ends = np.nextafter(scan.end[calls], -np.inf)  # innermost() takes closed ends
+    rows = comm_rows[spans]
+    holder = innermost(scan.thread[calls], scan.ts[calls], ends, scan.thread[rows], scan.ts[rows])
+    taken = np.zeros(calls.size, dtype=bool)
+    taken[holder[holder >= 0]] = True
+    order = np.argsort(comm_rows, kind="stable")  # calls are comm rows: their kinds by row
+    call_kind = kinds[order[np.searchsorted(comm_rows[order], calls)]]
+    loose = spans[holder < 0]
+    for kind in np.flatnonzero(np.bincount(kinds[loose])).tolist():
+        free = np.sort(scan.ts[calls[(call_kind == kind) & ~taken]]).tolist()
+        mine = loose[kinds[loose] == kind]
+        mine = mine[np.argsort(scan.ts[comm_rows[mine]], kind="stable")]
+        k = 0
+        for q, t in zip(mine.tolist(), scan.ts[comm_rows[mine]].tolist()):
+            if k < len(free) and free[k] <= t:
+                k += 1  # part of that call
+            else:
+                out[q] = True
+    return out
+
+
 def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: Values | None):
     """Classify one file's complete events. Returns (EventSets, steps arrays, CommTable or None)."""
     ts, end, codes = scan.ts, scan.end, scan.codes
@@ -354,6 +393,7 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
         has = clr >= 0
         kind_codes = own_kind.copy()
         kind_codes[has] = _issuing_kind(scan, names, calls, scan.thread[clr[has]], ts[clr[has]], own_kind[has])
+        operation = np.ones(comm_rows.size, dtype=bool)
     else:
         ann_kinds = prop(_kind_code(comm_ann.match), np.int8, ann_rows)
         comm_ann_rows = ann_rows[ann_kinds >= 0]
@@ -364,6 +404,7 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
         kind_codes = _issuing_kind(scan, names, calls, scan.thread[comm_rows], ts[comm_rows], own_kind)
         order = np.argsort(comm_rows, kind="stable")  # file order, as the records are
         comm_rows, kind_codes = comm_rows[order], kind_codes[order]
+        operation = _operations(scan, comm_rows, kind_codes, c10d_rows)
         candidates = cpu_rows[prop(C.is_cpu_compute, bool, cpu_rows)]
         compute_rows = candidates[~_inside(calls, scan, scan.thread[candidates], ts[candidates])]
         memory_rows = np.empty(0, dtype=np.int64)
@@ -371,11 +412,12 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
     launched = launch_row >= 0
     anchor = np.where(launched, ts[np.maximum(launch_row, 0)], ts)
 
-    def event_set(rows, kind=None):
+    def event_set(rows, kind=None, own=None):
         zeros = np.zeros(rows.size, dtype=np.int8)
-        return EventSet(ts[rows], end[rows], anchor[rows], launched[rows], zeros if kind is None else kind)
+        return EventSet(ts[rows], end[rows], anchor[rows], launched[rows], zeros if kind is None else kind,
+                        np.ones(rows.size, dtype=bool) if own is None else own)
 
-    sets = (event_set(comm_rows, kind_codes), event_set(compute_rows), event_set(memory_rows))
+    sets = (event_set(comm_rows, kind_codes, operation), event_set(compute_rows), event_set(memory_rows))
     steps = (step_numbers, ts[step_rows], end[step_rows])
     table = None
     if scan.records is not None:

@@ -100,11 +100,14 @@ def step_metrics(events: RankEvents) -> list[StepMetrics]:
 
 
 def kind_metrics(events: RankEvents, compute: iv.Intervals) -> list[KindMetrics]:
-    """One KindMetrics per kind present, in the order of classify.KINDS."""
+    """One KindMetrics per kind present, in the order of classify.KINDS; ``count`` is the number
+    of distinct operations of the kind (``EventSet.operation``: in CPU mode a ``c10d::*`` call
+    and the backend span recorded for it are one operation), not of comm events."""
     out = []
     for code in np.flatnonzero(np.bincount(events.comm.kind)):
         s = events.comm.select(events.comm.kind == code)
-        out.append(metrics_of(_union(s), compute, cls=KindMetrics, kind=KINDS[code], count=len(s)))
+        count = int(np.count_nonzero(s.operation))
+        out.append(metrics_of(_union(s), compute, cls=KindMetrics, kind=KINDS[code], count=count))
     return out
 
 
