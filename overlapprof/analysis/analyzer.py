@@ -109,12 +109,14 @@ def _window(ev: RankEvents, base_ns: int | None) -> tuple[float, float] | None:
     return lo + offset, hi + offset
 
 
-def analyze_group(files: list[str], options: Options) -> RankResult:
-    """Decode, classify and measure one rank's files. Errors come back in ``error``."""
+def analyze_group(files: list[str], options: Options, decode_workers: int = 1) -> RankResult:
+    """Decode, classify and measure one rank's files (a large file in ``decode_workers``
+    processes). Errors come back in ``error``."""
     result = RankResult(files=[str(f) for f in files])
     try:
         ev = rank_events(files, compile_comm_kernels(options.comm_kernels), comm_ops=options.comm_ops or options.comms,
-                         own_args=options.comm_ops, comm_ann=compile_comm_annotations(options.comm_backends))
+                         own_args=options.comm_ops, comm_ann=compile_comm_annotations(options.comm_backends),
+                         workers=decode_workers)
         infos = [t.distributedInfo for t in ev.headers if t.distributedInfo is not None]
         ranks = {i.rank for i in infos if i.rank is not None}
         if len(ranks) > 1:
@@ -151,11 +153,12 @@ def analyze_group(files: list[str], options: Options) -> RankResult:
 def _run_groups(
     groups: list[TraceGroup], options: Options, workers: int | None, progress, warnings: list[str]
 ) -> list[RankResult]:
-    """Analyze each group, in worker processes when there are several and it pays."""
+    """Analyze each group, in worker processes when there are several and it pays; a group
+    analyzed in this process decodes a large file in ``workers`` processes."""
     total = len(groups)
     sizes = [g.size for g in groups]
     if workers is None:
-        workers = min(total, os.cpu_count() or 1)
+        workers = os.cpu_count() or 1
     jobs = [[str(f) for f in g.files] for g in groups]
     results: list[RankResult | None] = [None] * total
     done = 0
@@ -184,7 +187,7 @@ def _run_groups(
             warnings.append(f"worker processes failed ({exc.__class__.__name__}); the remaining ranks ran in this process")
     for k, files in enumerate(jobs):
         if results[k] is None:
-            finish(k, analyze_group(files, options))
+            finish(k, analyze_group(files, options, decode_workers=workers))
     return results
 
 
@@ -300,7 +303,8 @@ def analyze(
     transfer, stragglers, bandwidth, warm-up; :mod:`overlapprof.analysis.crossrank`);
     ``align_clocks``: align the clocks of different hosts (or, without host names, of every
     rank) on their matched collectives first.
-    ``workers``: processes for ranks (default: one per CPU; 1: in this process).
+    ``workers``: processes for ranks, or for the pieces of a single large file (default: one
+    per CPU; 1: everything in this process). The report is the same with any number.
     ``progress``: called as ``progress(done, total, path)`` as ranks finish.
 
     Raises an :class:`~overlapprof.errors.OverlapprofError` (one-line message naming the file and

@@ -75,7 +75,8 @@ class _Progress:
               help="Each rank's numbers exactly as HolisticTraceAnalysis 0.5.0's get_comm_comp_overlap computes "
                    "them (implies --drop-last-step --require-launch).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Processes that analyze ranks in parallel (default: one per CPU).")
+              help="Processes that analyze ranks in parallel, or that decode the pieces of one large "
+                   "trace file (default: one per CPU).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr.")
 @click.pass_context
 def analyze(ctx, paths, by, json_out, csv_out, comm_kernels, comm_backends, comm_ops, no_comms, align_clocks, allow_partial,
