@@ -1,7 +1,7 @@
 """One large trace file read by several processes, with the result of reading it in one.
 
-The file's text is cut at event boundaries (:mod:`overlapprof.trace.ranges`) and each worker
-process reads its pieces as :mod:`overlapprof.analysis.events` reads a file: the same chunk
+The file's text is cut at event boundaries (:mod:`overlapprof.trace.ranges`) and this process
+and ``workers - 1`` worker processes each read some of the pieces as :mod:`overlapprof.analysis.events` reads a file: the same chunk
 loop, with names, threads and communication-record values numbered in a table of its own. A
 worker returns a :class:`Part`: the event arrays (a few dozen bytes per complete event), never
 the events. The parent takes the parts in file order and renumbers each part's codes through the
@@ -127,21 +127,30 @@ def _jobs_of_ranges(probe: TR.Probe, workers: int, base: _Job) -> list[_Job]:
 
 
 def _parts(path, probe: TR.Probe, pool, workers: int, base: _Job, mode: str):
-    """The parts of the file in file order, from the pool (a generator: parts are merged as they come)."""
+    """The parts of the file in file order (a generator: they are merged as they come)."""
     if not probe.gzip or mode == "skip":
-        futures = [pool.submit(_read_part, job) for job in _jobs_of_ranges(probe, workers, base)]
-        for future in futures:
-            yield future.result()
+        yield from _schedule(pool, workers, iter(_jobs_of_ranges(probe, workers, base)))
         return
-    source = TR.RangeText(path, probe.first)
-    pending: deque = deque()
-    for text in source.pieces():  # the parent inflates; workers decode
-        pending.append(pool.submit(_read_part, _Job(**{**base.__dict__, "text": text})))
-        while len(pending) >= 2 * workers:
-            yield pending.popleft().result()
-    while pending:
-        yield pending.popleft().result()
+    source = TR.RangeText(path, probe.first)  # this process inflates and cuts
+    yield from _schedule(pool, workers, (_Job(**{**base.__dict__, "text": text}) for text in source.pieces()))
     yield Part(tail=source.tail)
+
+
+def _schedule(pool, workers: int, jobs):
+    """Read ``jobs`` in the pool's ``workers - 1`` processes and here: a job goes to the pool
+    while it has a process free (or one job queued), else it is read here, so this process works
+    instead of waiting and takes fewer jobs the more its own share (inflating, merging) costs.
+    Yields the parts in job order, with at most ``2 x workers`` jobs pending."""
+    pending: deque = deque()  # futures, and parts read here
+    for job in jobs:
+        busy = sum(1 for p in pending if not isinstance(p, Part) and not p.done())
+        pending.append(pool.submit(_read_part, job) if busy < workers else _read_part(job))
+        while pending and (len(pending) >= 2 * workers or isinstance(pending[0], Part) or pending[0].done()):
+            head = pending.popleft()
+            yield head if isinstance(head, Part) else head.result()
+    while pending:
+        head = pending.popleft()
+        yield head if isinstance(head, Part) else head.result()
 
 
 def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: str | None = None):
@@ -162,7 +171,7 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
     context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
     tail = None
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        with ProcessPoolExecutor(max_workers=workers - 1, mp_context=context) as pool:
             for part in _parts(path, probe, pool, workers, base, mode):
                 if part.failed:
                     pool.shutdown(cancel_futures=True)
