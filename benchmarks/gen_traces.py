@@ -88,8 +88,15 @@ def write_rank(path: Path, rank: int, world: int, blocks: int, compress: bool) -
                        "baseTimeNanoseconds": BASE_NS})[:-1]
     opener = _gzip_open if compress else open
     with opener(path, "wt") as f:
-        f.write(head + ', "traceEvents": [\n  ')  # Kineto's layout: one event per "\n  {" line
-        f.write(",\n  ".join(rank_events(rank, world, blocks)))
+        f.write(head + ', "traceEvents": [')  # Kineto's layout: one event per "\n  {" line
+        sep, batch = "\n  ", []
+        for event in rank_events(rank, world, blocks):  # a batch at a time: GBs of text never in memory
+            batch.append(event)
+            if len(batch) == 10_000:
+                f.write(sep + ",\n  ".join(batch))
+                sep, batch = ",\n  ", []
+        if batch:
+            f.write(sep + ",\n  ".join(batch))
         f.write("\n]}\n")
 
 

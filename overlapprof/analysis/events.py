@@ -220,7 +220,7 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
             collective[params] = [_COLLECTIVE_CODE[a.collective if a is not None else None] for a in args]
         for i in np.flatnonzero(codes == C.DEVICE_OTHER).tolist():
             unclassified[xe[i].cat] = unclassified.get(xe[i].cat, 0) + 1
-        parts.append((
+        parts.append([
             index,
             np.array([e.ts for e in xe], dtype=np.float64),  # None -> NaN
             np.array([e.dur for e in xe], dtype=np.float64),
@@ -229,13 +229,18 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
             name_ids,
             thread,
             collective,
-        ))
+        ])
         if recorder is not None:
             recorder.add(xe, codes, name_ids, row0)
         row0 += len(xe)
     if not parts:
         return None, unclassified
-    return [np.concatenate([p[k] for p in parts]) for k in range(8)], unclassified
+    arrays = []
+    for k in range(8):  # a column at a time, dropping the chunks' copies: the peak is one column more, not double
+        arrays.append(np.concatenate([p[k] for p in parts]))
+        for p in parts:
+            p[k] = None
+    return arrays, unclassified
 
 
 def _scan(path, names: Index, recorder: CommRecorder | None = None, workers: int = 1) -> _Scan:

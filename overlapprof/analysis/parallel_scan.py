@@ -128,29 +128,39 @@ def _jobs_of_ranges(probe: TR.Probe, workers: int, base: _Job) -> list[_Job]:
 
 def _parts(path, probe: TR.Probe, pool, workers: int, base: _Job, mode: str):
     """The parts of the file in file order (a generator: they are merged as they come)."""
+    pending: deque = deque()  # [job, its future or, once read here, its part], in file order
     if not probe.gzip or mode == "skip":
-        yield from _schedule(pool, workers, iter(_jobs_of_ranges(probe, workers, base)))
+        for job in _jobs_of_ranges(probe, workers, base):
+            pending.append([job, pool.submit(_read_part, job)])
+        yield from _drain(pending, 0)
         return
     source = TR.RangeText(path, probe.first)  # this process inflates and cuts
-    yield from _schedule(pool, workers, (_Job(**{**base.__dict__, "text": text}) for text in source.pieces()))
+    for text in source.pieces():
+        job = _Job(**{**base.__dict__, "text": text})
+        pending.append([job, pool.submit(_read_part, job)])
+        yield from _drain(pending, 2 * workers)
+    yield from _drain(pending, 0)
     yield Part(tail=source.tail)
 
 
-def _schedule(pool, workers: int, jobs):
-    """Read ``jobs`` in the pool's ``workers - 1`` processes and here: a job goes to the pool
-    while it has a process free (or one job queued), else it is read here, so this process works
-    instead of waiting and takes fewer jobs the more its own share (inflating, merging) costs.
-    Yields the parts in job order, with at most ``2 x workers`` jobs pending."""
-    pending: deque = deque()  # futures, and parts read here
-    for job in jobs:
-        busy = sum(1 for p in pending if not isinstance(p, Part) and not p.done())
-        pending.append(pool.submit(_read_part, job) if busy < workers else _read_part(job))
-        while pending and (len(pending) >= 2 * workers or isinstance(pending[0], Part) or pending[0].done()):
-            head = pending.popleft()
+def _drain(pending: deque, limit: int):
+    """Yield the parts at the head of ``pending`` until at most ``limit`` jobs are left. While
+    the head is not read yet, this process reads the newest job the pool has not started
+    (cancelled there): the pool works from the oldest jobs, this process from the newest, and
+    neither waits while there is work."""
+    while len(pending) > limit:
+        head = pending[0][1]
+        if isinstance(head, Part) or head.done():
+            pending.popleft()
             yield head if isinstance(head, Part) else head.result()
-    while pending:
-        head = pending.popleft()
-        yield head if isinstance(head, Part) else head.result()
+            continue
+        for entry in reversed(pending):
+            if not isinstance(entry[1], Part) and entry[1].cancel():
+                entry[1] = _read_part(entry[0])
+                break
+        else:  # every job is started: wait for the oldest
+            pending.popleft()
+            yield head.result()
 
 
 def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: str | None = None):
