@@ -153,8 +153,8 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1) -
 def _run_groups(
     groups: list[TraceGroup], options: Options, workers: int | None, progress, warnings: list[str]
 ) -> list[RankResult]:
-    """Analyze each group, in worker processes when there are several and it pays; a group
-    analyzed in this process decodes a large file in ``workers`` processes."""
+    """Analyze each group, in worker processes when there are several and it pays; a single
+    group decodes a large file in ``workers`` processes."""
     total = len(groups)
     sizes = [g.size for g in groups]
     if workers is None:
@@ -187,7 +187,8 @@ def _run_groups(
             warnings.append(f"worker processes failed ({exc.__class__.__name__}); the remaining ranks ran in this process")
     for k, files in enumerate(jobs):
         if results[k] is None:
-            finish(k, analyze_group(files, options, decode_workers=workers))
+            # one rank: its files are decoded by the workers (ranks in the pool decode alone)
+            finish(k, analyze_group(files, options, decode_workers=workers) if total == 1 else analyze_group(files, options))
     return results
 
 
