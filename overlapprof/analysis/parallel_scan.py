@@ -1,8 +1,9 @@
 """One large trace file read by several processes, with the result of reading it in one.
 
-The file's text is cut at event boundaries (:mod:`overlapprof.trace.ranges`) and this process
-and ``workers - 1`` worker processes each read some of the pieces as :mod:`overlapprof.analysis.events` reads a file: the same chunk
-loop, with names, threads and communication-record values numbered in a table of its own. A
+The file's text is cut at event boundaries (:mod:`overlapprof.trace.ranges`); this process and
+``workers - 1`` worker processes each read some of the pieces as
+:mod:`overlapprof.analysis.events` reads a file: the same chunk loop, with names, threads and
+communication-record values numbered in a table of its own. A
 worker returns a :class:`Part`: the event arrays (a few dozen bytes per complete event), never
 the events. The parent takes the parts in file order and renumbers each part's codes through the
 file's tables (names, threads, record values), key by key in the order the part met them; codes
@@ -16,8 +17,11 @@ How the text reaches the workers:
 - gzip (``feed``): this process inflates the stream once and sends pieces of a few MB to the
   workers, at most ``2 x workers`` in flight. The alternative, each worker inflating the stream
   from the start and dropping the text before its range (``skip``), costs every worker the
-  inflation of all the text before its range; ``benchmarks/analyze_bench.py --gzip-modes``
-  measures both (README, "Analyze performance"), and ``feed`` is the default.
+  inflation of all the text before its range; ``benchmarks/analyze_bench.py --only big``
+  measures both (``OVERLAPPROF_GZIP_MODE=skip`` selects it; README, "Speed and memory"), and
+  ``feed``, measured faster, is the default.
+
+In both, this process reads pieces too (see :func:`_drain`).
 
 Memory: each worker holds a piece of text and its decoded events, plus the arrays of its range;
 the parent, the arrays of the file (as when reading it alone) and the pieces in flight.
