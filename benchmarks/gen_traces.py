@@ -9,6 +9,7 @@ on the GPU a compute kernel on stream 7 at [t0+5, t0+65) and the NCCL kernel on 
 trace, per step, and with HolisticTraceAnalysis's filters alike.
 
     python benchmarks/gen_traces.py OUT_DIR --ranks 8 --events 200000 [--gzip]
+    python benchmarks/gen_traces.py OUT_DIR --size 2000 [--gzip]     # one rank, ~2 GB of JSON
 
 writes ``OUT_DIR/rank<r>.pt.trace.json[.gz]`` and ``OUT_DIR/expected.txt``: JSON of the answers
 per rank (comm_us, compute_us, overlapped_us, overlap_ratio), not named ``.json`` so the folder
@@ -73,14 +74,42 @@ def rank_events(rank: int, world: int, blocks: int):
             yield _x("cpu_op", "aten::add", t0 + 20 + 10 * k, 3, PID, PID, f'"External id":{corr + 10**7 + k}')
 
 
+def _gzip_open(path, mode):
+    """ISA-L's gzip writer when installed (several times faster than zlib's on GBs), else gzip's."""
+    try:
+        from isal import igzip
+    except ImportError:
+        return gzip.open(path, mode)
+    return igzip.open(path, mode)
+
+
 def write_rank(path: Path, rank: int, world: int, blocks: int, compress: bool) -> None:
     head = json.dumps({"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
                        "baseTimeNanoseconds": BASE_NS})[:-1]
-    opener = gzip.open if compress else open
+    opener = _gzip_open if compress else open
     with opener(path, "wt") as f:
-        f.write(head + ', "traceEvents": [\n  ')  # Kineto's layout: one event per "\n  {" line
-        f.write(",\n  ".join(rank_events(rank, world, blocks)))
+        f.write(head + ', "traceEvents": [')  # Kineto's layout: one event per "\n  {" line
+        sep, batch = "\n  ", []
+        for event in rank_events(rank, world, blocks):  # a batch at a time: GBs of text never in memory
+            batch.append(event)
+            if len(batch) == 10_000:
+                f.write(sep + ",\n  ".join(batch))
+                sep, batch = ",\n  ", []
+        if batch:
+            f.write(sep + ",\n  ".join(batch))
         f.write("\n]}\n")
+
+
+def bytes_per_event(sample_blocks: int = 2000) -> float:
+    """The average JSON text of an event as :func:`write_rank` writes it (separator included)."""
+    events = list(rank_events(0, 1, sample_blocks))
+    return sum(len(e) + 4 for e in events) / len(events)
+
+
+def generate_size(out: Path, size: int, compress: bool = False) -> dict:
+    """One rank of about ``size`` bytes of JSON text (before gzip): ``generate`` with the event
+    count that makes it."""
+    return generate(out, ranks=1, events=int(size / bytes_per_event()), compress=compress)
 
 
 def generate(out: Path, ranks: int, events: int, compress: bool = False) -> dict:
@@ -101,8 +130,14 @@ def main(argv=None):
     p.add_argument("out", type=Path)
     p.add_argument("--ranks", type=int, default=8)
     p.add_argument("--events", type=int, default=200_000, help="events per rank (about)")
+    p.add_argument("--size", type=float, default=None, metavar="MB",
+                   help="instead of --ranks/--events: one rank of about MB megabytes of JSON")
     p.add_argument("--gzip", action="store_true")
     a = p.parse_args(argv)
+    if a.size:
+        generate_size(a.out, int(a.size * 1e6), a.gzip)
+        print(f"wrote one rank of ~{a.size:.0f} MB of JSON to {a.out}")
+        return
     generate(a.out, a.ranks, a.events, a.gzip)
     print(f"wrote {a.ranks} ranks of ~{a.events} events to {a.out}")
 

@@ -90,12 +90,14 @@ def _window(ev: RankEvents, base_ns: int | None) -> tuple[float, float] | None:
     return lo + offset, hi + offset
 
 
-def analyze_group(files: list[str], options: Options) -> RankResult:
-    """Decode, classify and measure one rank's files. Errors come back in ``error``."""
+def analyze_group(files: list[str], options: Options, decode_workers: int = 1) -> RankResult:
+    """Decode, classify and measure one rank's files (a large file in ``decode_workers``
+    processes). Errors come back in ``error``."""
     result = RankResult(files=[str(f) for f in files])
     try:
         ev = rank_events(files, compile_comm_kernels(options.comm_kernels), records=options.comm_records or options.crossrank,
-                         record_own_args=options.comm_records, comm_ann=compile_comm_annotations(options.comm_backends))
+                         record_own_args=options.comm_records, comm_ann=compile_comm_annotations(options.comm_backends),
+                         workers=decode_workers)
         infos = [t.distributedInfo for t in ev.headers if t.distributedInfo is not None]
         ranks = {i.rank for i in infos if i.rank is not None}
         if len(ranks) > 1:
@@ -134,11 +136,12 @@ def analyze_group(files: list[str], options: Options) -> RankResult:
 def _run_groups(
     groups: list[TraceGroup], options: Options, workers: int | None, progress, warnings: list[str]
 ) -> list[RankResult]:
-    """Analyze each group, in worker processes when there are several and it pays."""
+    """Analyze each group, in worker processes when there are several and it pays; a single
+    group decodes a large file in ``workers`` processes."""
     total = len(groups)
     sizes = [g.size for g in groups]
     if workers is None:
-        workers = min(total, os.cpu_count() or 1)
+        workers = os.cpu_count() or 1
     jobs = [[str(f) for f in g.files] for g in groups]
     results: list[RankResult | None] = [None] * total
     done = 0
@@ -167,7 +170,8 @@ def _run_groups(
             warnings.append(f"worker processes failed ({exc.__class__.__name__}); the remaining ranks ran in this process")
     for k, files in enumerate(jobs):
         if results[k] is None:
-            finish(k, analyze_group(files, options))
+            # one rank: its files are decoded by the workers (ranks in the pool decode alone)
+            finish(k, analyze_group(files, options, decode_workers=workers) if total == 1 else analyze_group(files, options))
     return results
 
 
@@ -288,7 +292,8 @@ def analyze(
     rank) on their matched collectives first. ``lanes``: give each rank its
     :class:`~overlapprof.report.Lanes` (every step's unions on the common clock, for
     ``overlapprof export``).
-    ``workers``: processes for ranks (default: one per CPU; 1: in this process).
+    ``workers``: processes for ranks, or for the pieces of a single large file (default: one
+    per CPU; 1: everything in this process). The report is the same with any number.
     ``progress``: called as ``progress(done, total, path)`` as ranks finish.
 
     Raises an :class:`~overlapprof.errors.OverlapprofError` (one-line message naming the file and

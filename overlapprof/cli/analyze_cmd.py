@@ -48,7 +48,8 @@ class _Progress:
               help="Each rank's numbers exactly as HolisticTraceAnalysis 0.5.0's get_comm_comp_overlap computes "
                    "them (implies --drop-last-step --require-launch).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Processes that analyze ranks in parallel (default: one per CPU).")
+              help="Processes that analyze ranks in parallel, or that decode the pieces of one large "
+                   "trace file (default: one per CPU).")
 @reading_options
 def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, workers, quiet, **kw):
     """Overlap ratio and exposed communication of PyTorch profiler traces.

@@ -187,10 +187,12 @@ def _correlations(path, events: list, rows: np.ndarray, index: np.ndarray) -> np
     return np.array([a.correlation if a is not None else None for a in args], dtype=np.float64)
 
 
-def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None):
+def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threads: _Threads | None = None):
+    """The complete events of ``chunks`` as 8 arrays (None: there are none) and the counts of
+    the device categories left out. ``names``/``threads``: the ids given to names and threads."""
     parts = []
     row0 = 0
-    threads, unclassified = _Threads(), {}
+    threads, unclassified = threads if threads is not None else _Threads(), {}
     params_id = names[C.PARAM_COMMS]
     for chunk in chunks:
         events = chunk.events
@@ -222,7 +224,7 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None):
             collective[params] = [_COLLECTIVE_CODE[a.collective if a is not None else None] for a in args]
         for i in np.flatnonzero(codes == C.DEVICE_OTHER).tolist():
             unclassified[xe[i].cat] = unclassified.get(xe[i].cat, 0) + 1
-        parts.append((
+        parts.append([
             index,
             np.array([e.ts for e in xe], dtype=np.float64),  # None -> NaN
             np.array([e.dur for e in xe], dtype=np.float64),
@@ -231,25 +233,44 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None):
             name_ids,
             thread,
             collective,
-        ))
+        ])
         if recorder is not None:
             recorder.add(xe, codes, name_ids, row0)
         row0 += len(xe)
     if not parts:
+        return None, unclassified
+    arrays = []
+    for k in range(8):  # a column at a time, dropping the chunks' copies: the peak is one column more, not double
+        arrays.append(np.concatenate([p[k] for p in parts]))
+        for p in parts:
+            p[k] = None
+    return arrays, unclassified
+
+
+def _scan(path, names: Index, recorder: CommRecorder | None = None, workers: int = 1) -> _Scan:
+    """Read a file's events chunk by chunk (:mod:`overlapprof.trace.reader`) into arrays; with
+    ``workers`` > 1, a large file in that many processes (:mod:`overlapprof.analysis.rank.parallel_scan`)."""
+    got = None
+    if workers > 1:
+        from overlapprof.analysis.rank import parallel_scan  # it imports this module
+
+        got = parallel_scan.read(path, names, recorder, workers)
+        if got is None and recorder is not None:
+            recorder = recorder.fresh()  # it may hold the parts read before the workers gave up
+    if got is not None:
+        arrays, unclassified, header = got
+    else:
+        reader = TraceReader(path, THREAD_ROW_DECODER)
+        try:
+            arrays, unclassified = _read_chunks(path, reader.chunks(), names, recorder)
+        except LayoutError:
+            if recorder is not None:
+                recorder = recorder.fresh()
+            arrays, unclassified = _read_chunks(path, reader.chunks(generic=True), names, recorder)
+        header = reader.header
+    if arrays is None:
         raise TraceError(path, "no complete ('X') events: nothing to measure")
-    return [np.concatenate([p[k] for p in parts]) for k in range(8)], unclassified
-
-
-def _scan(path, names: Index, recorder: CommRecorder | None = None) -> _Scan:
-    """Read a file's events chunk by chunk (:mod:`overlapprof.trace.reader`) into arrays."""
-    reader = TraceReader(path, THREAD_ROW_DECODER)
-    try:
-        arrays, unclassified = _read_chunks(path, reader.chunks(), names, recorder)
-    except LayoutError:
-        if recorder is not None:
-            recorder = recorder.fresh()
-        arrays, unclassified = _read_chunks(path, reader.chunks(generic=True), names, recorder)
-    index, ts, dur, codes, corr, name_ids, thread, collective = arrays
+    index, ts, dur, codes, corr, name_ids, thread, collective = arrays  # index None: parallel_scan checked these
     for field_name, values in (("ts", ts), ("dur", dur)):
         bad = np.flatnonzero(np.isnan(values))
         if bad.size:
@@ -259,7 +280,7 @@ def _scan(path, names: Index, recorder: CommRecorder | None = None) -> _Scan:
         raise TraceError(path, f"event {index[np.flatnonzero(~np.isfinite(end))[0]]}: 'ts' + 'dur' is out of range")
     negative = int(np.count_nonzero(dur < 0))
     records = recorder.records() if recorder is not None else None
-    return _Scan(str(path), ts, end, dur, codes, corr, name_ids, thread, collective, negative, reader.header,
+    return _Scan(str(path), ts, end, dur, codes, corr, name_ids, thread, collective, negative, header,
                  unclassified, records)
 
 
@@ -430,7 +451,7 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
 
 
 def rank_events(files: list[str | Path], comm_re, records: bool = False, record_own_args: bool = False,
-                comm_ann=None) -> RankEvents:
+                comm_ann=None, workers: int = 1) -> RankEvents:
     """Read and classify the complete events of one rank's trace files (one or several
     profiler cycles).
 
@@ -439,11 +460,13 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
     rank's :class:`~overlapprof.analysis.records.table.CommTable` (``RankEvents.comm_records``;
     None otherwise), with the events' own args when ``record_own_args`` (for CommRecord
     structs). The files' top levels (``distributedInfo`` ...) are in ``RankEvents.headers``.
+    ``workers``: processes that decode one large file (the result is the same with any number).
     """
     comm_ann = comm_ann if comm_ann is not None else C.compile_comm_annotations()
     values = Values() if records else None
     names = values.index if values is not None else Index()
-    scans = [_scan(path, names, CommRecorder(comm_re, values, record_own_args) if records else None) for path in files]
+    scans = [_scan(path, names, CommRecorder(comm_re, values, record_own_args) if records else None, workers)
+             for path in files]
     gpu = any(bool((s.codes == C.KERNEL).any()) for s in scans)
     parts = [_extract(scan, gpu, comm_re, comm_ann, names.order, values) for scan in scans]
     comm, compute, memory = (EventSet.concat([p[0][k] for p in parts]) for k in range(3))

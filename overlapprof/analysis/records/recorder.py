@@ -128,6 +128,42 @@ class CommRecorder:
         for name in OWN_FIELDS if self.own else ():
             self._own[name].append(list(map(attrgetter(name), args)) if name in present else [None] * n)
 
+    def export(self) -> dict:
+        """What this recorder collected, with its codes' keys (picklable): a worker's share of a
+        file, for :meth:`absorb`."""
+        return {"rows": self._rows, "thread_rows": self._thread_rows, "thread_codes": self._thread_codes,
+                "threads": self.values.threads.order, "strings": self._strings, "numbers": self._numbers,
+                "own": self._own, "keys": {k: list(f.items()) for k, f in self.values.strings.items()}}
+
+    def absorb(self, part: dict, row0: int) -> None:
+        """Append the next rows of the file (``part``: another recorder's :meth:`export`, its row
+        0 being row ``row0`` here), recoding its threads and values into this recorder's as if
+        its chunks had been added here: the codes are those reading them here would give."""
+        v = self.values
+        self._rows += [r + row0 for r in part["rows"]]
+        self._thread_rows += [r + row0 for r in part["thread_rows"]]
+        if any(not isinstance(t, tuple) for t in part["thread_codes"]):
+            recode = np.array([v.threads[key] for key in part["threads"]] + [-1], dtype=np.int64)
+            self._thread_codes += [t if isinstance(t, tuple) else recode[t] for t in part["thread_codes"]]
+        else:
+            self._thread_codes += part["thread_codes"]
+        for name, field in v.strings.items():
+            keys = part["keys"][name]
+            recode = np.full(max((c for _, c in keys), default=-1) + 2, -1, dtype=np.int32)
+            for key, code in keys:  # in the order the other recorder met them
+                got = field[key]
+                if code >= 0:
+                    recode[code] = got
+            self._strings[name] += [recode[c] for c in part["strings"][name]]
+        for name in NUMBER_FIELDS:
+            self._numbers[name] += part["numbers"][name]
+        if self._own is not None:
+            for name in OWN_FIELDS:
+                self._own[name] += part["own"][name]
+        if len(v.names) > v.roles.size:
+            new = [_role(n, self.comm_re) for n in v.names[v.roles.size :]]
+            v.roles = np.concatenate((v.roles, np.array(new, dtype=np.int8)))
+
     def fresh(self) -> CommRecorder:
         """A recorder like this one, empty (to read the file again)."""
         return CommRecorder(self.comm_re, self.values, self.own)

@@ -1,0 +1,251 @@
+"""One large trace file read by several processes, with the result of reading it in one.
+
+The file's text is cut at event boundaries (:mod:`overlapprof.trace.ranges`); this process and
+``workers - 1`` worker processes each read some of the pieces as
+:mod:`overlapprof.analysis.rank.events` reads a file: the same chunk loop, with names, threads and
+communication-record values numbered in a table of its own. A
+worker returns a :class:`Part`: the event arrays (a few dozen bytes per complete event), never
+the events. The parent takes the parts in file order and renumbers each part's codes through the
+file's tables (names, threads, record values), key by key in the order the part met them; codes
+are given in order of first appearance, so they come out as one process reading the whole file
+gives them, and so does everything computed from them: the report is the same with any number
+of workers.
+
+How the text reaches the workers:
+
+- plain JSON: each worker reads its own byte ranges of the file (``ranges``: seek, read);
+- gzip (``feed``): this process inflates the stream once and sends pieces of a few MB to the
+  workers, at most ``2 x workers`` in flight. The alternative, each worker inflating the stream
+  from the start and dropping the text before its range (``skip``), costs every worker the
+  inflation of all the text before its range; ``benchmarks/analyze_bench.py --only big``
+  measures both (``OVERLAPPROF_GZIP_MODE=skip`` selects it; README, "Speed and memory"), and
+  ``feed``, measured faster, is the default.
+
+In both, this process reads pieces too (see :func:`_drain`).
+
+Memory: each worker holds a piece of text and its decoded events, plus the arrays of its range;
+the parent, the arrays of the file (as when reading it alone) and the pieces in flight.
+
+A worker that meets anything unexpected (not the line layout, a bad event, a damaged gzip)
+reports it, and the file is read again in this process, which words the error exactly as always.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from overlapprof.analysis.columns import Index
+from overlapprof.analysis.records.fields import Values
+from overlapprof.analysis.records.recorder import CommRecorder
+from overlapprof.analysis.rank.events import _read_chunks, _Threads
+from overlapprof.errors import OverlapprofError
+from overlapprof.trace import decode as D
+from overlapprof.trace import ranges as TR
+from overlapprof.trace.reader import Chunk, LayoutError
+
+# Below this much text (bytes, decompressed) a file is read in one process: starting workers costs more.
+PARALLEL_MIN_TEXT = 24 << 20
+RANGE_MIN = 16 << 20  # smallest byte range given to a worker (plain JSON)
+RANGES_PER_WORKER = 4  # ranges per worker: a slow worker or a dense range does not finish last alone
+MODES = ("feed", "skip")
+GZIP_MODE = os.environ.get("OVERLAPPROF_GZIP_MODE", "feed")  # the benchmark's switch; feed measured faster
+
+
+@dataclass
+class Part:
+    """What a worker read of some consecutive events: ``events`` (every phase) and, for the
+    complete ones, the 8 arrays of :func:`~overlapprof.analysis.rank.events._read_chunks` with its
+    own codes (None: none), whose keys are ``names`` and ``threads`` (by code); ``records``:
+    its :meth:`~overlapprof.analysis.records.recorder.CommRecorder.export`; ``tail``: the text
+    after the file's last event start, when the range held it; ``failed``: it could not."""
+
+    events: int = 0
+    arrays: list | None = None
+    names: list = field(default_factory=list)
+    threads: list = field(default_factory=list)
+    unclassified: dict = field(default_factory=dict)
+    records: dict | None = None
+    tail: bytes | None = None
+    failed: bool = False
+
+
+@dataclass
+class _Job:
+    path: str
+    recording: bool  # collect communication records (the rank's CommRecorder is on)
+    comm_re: object = None
+    own: bool = False
+    a: int = 0  # a byte range of the text ...
+    b: int | None = None
+    text: bytes | None = None  # ... or one JSON array of events
+
+
+def _read_part(job: _Job) -> Part:
+    """Read one range or piece as events.py reads a file, with tables of its own."""
+    values = Values() if job.recording else None
+    names = values.index if values is not None else Index()
+    recorder = CommRecorder(job.comm_re, values, job.own) if job.recording else None
+    threads = _Threads()
+    source = TR.RangeText(job.path, job.a, job.b) if job.text is None else None
+    texts = source.pieces() if source is not None else [job.text]
+    part = Part()
+
+    def chunks():
+        for text in texts:
+            try:
+                events = D.THREAD_ROW_DECODER.decode(text)
+            except Exception:  # noqa: BLE001 - any decoding problem: the file is read again, in one process
+                raise LayoutError from None
+            yield Chunk(part.events, events)
+            part.events += len(events)
+
+    try:
+        part.arrays, part.unclassified = _read_chunks(job.path, chunks(), names, recorder, threads)
+    except (LayoutError, OverlapprofError, OSError):
+        return Part(failed=True)
+    if part.arrays is not None:
+        ts, dur = part.arrays[1], part.arrays[2]
+        with np.errstate(all="ignore"):
+            if not np.isfinite(ts + np.maximum(dur, 0.0)).all():  # missing or odd: worded by one process
+                return Part(failed=True)
+        part.arrays[0] = None  # event numbers name the event of an error only, and there is none
+    part.names = names.order
+    part.threads = list(threads)
+    part.records = recorder.export() if recorder is not None else None
+    part.tail = source.tail if source is not None else None
+    return part
+
+
+def _jobs_of_ranges(probe: TR.Probe, workers: int, base: _Job) -> list[_Job]:
+    """Plain JSON: a few ranges per worker. gzip (``skip``): one per worker, as each inflates
+    all the text before its range."""
+    count = workers if probe.gzip else min(workers * RANGES_PER_WORKER, (probe.size - probe.first) // RANGE_MIN)
+    return [_Job(**{**base.__dict__, "a": a, "b": b}) for a, b in TR.split(probe, max(count, workers))]
+
+
+def _parts(path, probe: TR.Probe, pool, workers: int, base: _Job, mode: str):
+    """The parts of the file in file order (a generator: they are merged as they come)."""
+    pending: deque = deque()  # [job, its future or, once read here, its part], in file order
+    if not probe.gzip or mode == "skip":
+        for job in _jobs_of_ranges(probe, workers, base):
+            pending.append([job, pool.submit(_read_part, job)])
+        yield from _drain(pending, 0)
+        return
+    source = TR.RangeText(path, probe.first)  # this process inflates and cuts
+    for text in source.pieces():
+        job = _Job(**{**base.__dict__, "text": text})
+        pending.append([job, pool.submit(_read_part, job)])
+        yield from _drain(pending, 2 * workers)
+    yield from _drain(pending, 0)
+    yield Part(tail=source.tail)
+
+
+def _drain(pending: deque, limit: int):
+    """Yield the parts at the head of ``pending`` until at most ``limit`` jobs are left. While
+    the head is not read yet, this process reads the newest job the pool has not started
+    (cancelled there): the pool works from the oldest jobs, this process from the newest, and
+    neither waits while there is work."""
+    while len(pending) > limit:
+        head = pending[0][1]
+        if isinstance(head, Part) or head.done():
+            pending.popleft()
+            yield head if isinstance(head, Part) else head.result()
+            continue
+        for entry in reversed(pending):
+            if not isinstance(entry[1], Part) and entry[1].cancel():
+                entry[1] = _read_part(entry[0])
+                break
+        else:  # every job is started: wait for the oldest
+            pending.popleft()
+            yield head.result()
+
+
+def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: str | None = None):
+    """``(arrays, unclassified, header)`` of the file as :func:`events._read_chunks` gives them
+    (and its top level), read by ``workers`` processes (the event numbers, ``arrays[0]``, are
+    None: the workers checked every ``ts`` and ``dur``); None when the file is small, not in the
+    line layout, or anything went wrong (the caller then reads it in this process)."""
+    mode = mode or GZIP_MODE
+    try:
+        probe = TR.probe(path)
+    except (LayoutError, OverlapprofError, OSError):
+        return None
+    if probe.size - probe.first < PARALLEL_MIN_TEXT:
+        return None
+    base = _Job(str(path), recorder is not None, recorder.comm_re if recorder else None,
+                recorder.own if recorder else False)
+    merged = _Merge(names, recorder)
+    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    tail = None
+    try:
+        with ProcessPoolExecutor(max_workers=workers - 1, mp_context=context) as pool:
+            for part in _parts(path, probe, pool, workers, base, mode):
+                if part.failed:
+                    pool.shutdown(cancel_futures=True)
+                    return None
+                if part.tail is not None:
+                    tail = part.tail
+                merged.add(part)
+    except (BrokenProcessPool, OSError, OverlapprofError):  # a worker died, none could start, a damaged gzip
+        return None
+    except MemoryError:
+        raise
+    except Exception:  # noqa: BLE001 - anything a worker did not expect: one process reads it, and words it
+        return None
+    if tail is None:
+        return None
+    try:  # the document without its middle: the top level and the last events, as the streaming reader reads them
+        top = D.DECODER.decode(probe.header + tail)
+    except Exception:  # noqa: BLE001 - read again in one process, which words the error
+        return None
+    raws, top.traceEvents = top.traceEvents or [], None
+    if raws:
+        last = _read_part(_Job(**{**base.__dict__, "text": b"[" + b",".join(raws) + b"]"}))
+        if last.failed:
+            return None
+        merged.add(last)
+    arrays, unclassified = merged.result()
+    return arrays, unclassified, top
+
+
+class _Merge:
+    """Parts, in file order, renumbered into the file's tables (see the module docstring)."""
+
+    def __init__(self, names: Index, recorder: CommRecorder | None):
+        self.names, self.recorder, self.threads = names, recorder, _Threads()
+        self.parts: list = []
+        self.unclassified: dict = {}
+        self.events = self.rows = 0
+
+    def add(self, part: Part) -> None:
+        if part.arrays is not None:
+            _, ts, dur, codes, corr, name_ids, thread, collective = part.arrays
+            name_codes = np.array([self.names[n] for n in part.names], dtype=np.int32)
+            thread_codes = np.array([self.threads[k] for k in part.threads] + [-1], dtype=np.int64)
+            self.parts.append([None, ts, dur, codes, corr,
+                               name_codes[name_ids], thread_codes[thread], collective])
+            if self.recorder is not None:
+                self.recorder.absorb(part.records, self.rows)
+            self.rows += ts.size
+        self.events += part.events
+        for cat, n in part.unclassified.items():
+            self.unclassified[cat] = self.unclassified.get(cat, 0) + n
+
+    def result(self):
+        if not self.parts:
+            return None, self.unclassified
+        arrays = [None]  # no event numbers (see _read_part)
+        for k in range(1, 8):  # one column at a time, each part's copy dropped: the peak is one column more
+            arrays.append(np.concatenate([p[k] for p in self.parts]))
+            for p in self.parts:
+                p[k] = None
+        self.parts.clear()
+        return arrays, self.unclassified

@@ -1,0 +1,158 @@
+"""One trace file as byte ranges of whole events, for decoding it in several processes.
+
+A trace in Kineto's line layout (see :mod:`overlapprof.trace.reader`) starts every event of
+``traceEvents`` with ``\\n  {``; JSON strings cannot hold a raw newline, so that text is never
+inside a string, whatever braces, quotes or escaped quotes the strings hold. A *range*
+``[a, b)`` of the (decompressed) text holds the events whose ``\\n  {`` starts at an offset
+``p`` with ``a <= p < b``: any offsets tile the file's events exactly, with no coordination
+between the readers of neighbouring ranges. :class:`RangeText` reads one range:
+
+- plain JSON: it seeks to ``a`` and reads only as far as the first event start at or after ``b``;
+- gzip: it inflates from the start and drops the text before ``a`` (gzip has no random access).
+
+Each range comes out as JSON-array texts of a few MB (``[event, event, ...]``). The range holding
+the file's last event start also keeps the text from there to the end (``tail``): decoded after
+the header (:func:`probe`) it gives the last events and the top level (``distributedInfo`` ...),
+as the streaming reader does. A cut at a ``\\n  {`` that is not an event start (another layout)
+makes some piece unbalanced, so it fails to decode: callers then read the file another way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from overlapprof.trace import decode as D
+from overlapprof.trace import reader as R
+from overlapprof.trace.reader import EVENT_START, LayoutError, _first_event
+
+PIECE_BYTES = 1 << 22  # text per decoded piece: bounds a reader's buffer and the objects it decodes into
+_KEEP = len(EVENT_START) - 1  # bytes kept while looking for an event start: it may straddle two reads
+
+
+@dataclass
+class Probe:
+    """What is known of a file before its events are read: gzip or not, the text before its
+    first event (``header``, ending with ``"traceEvents": [``), where that event starts in the
+    decompressed text (``first``), and the size of that text (``size``; for gzip, the trailer's
+    ISIZE: the size modulo 4 GiB of the last member, only a hint)."""
+
+    gzip: bool
+    header: bytes
+    first: int
+    size: int
+
+
+def is_gzip(path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+def text_stream(path, start: int = 0) -> Iterator[tuple[int, bytes]]:
+    """(offset, bytes) of the file's decompressed text, a few MB at a time, from ``start`` on
+    (plain: by seeking; gzip: the text before ``start`` is inflated and dropped, not yielded)."""
+    path = Path(path)
+    with path.open("rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+        if not gz:
+            f.seek(start)
+            pos = start
+            while piece := f.read(R._READ):
+                yield pos, piece
+                pos += len(piece)
+            return
+        f.seek(0)
+        pos = 0
+        for piece in D.inflate(iter(lambda: f.read(D.GZIP_PIECE), b""), path):
+            end = pos + len(piece)
+            if end > start:
+                yield (pos, piece) if pos >= start else (start, piece[start - pos :])
+            pos = end
+
+
+def probe(path) -> Probe:
+    """The header and first event of a file in the line layout; LayoutError otherwise (and
+    TraceError for a damaged gzip)."""
+    buf = bytearray()
+    for _, piece in text_stream(path):
+        buf += piece
+        first = _first_event(buf)  # LayoutError when it is not the line layout
+        if first is not None:
+            break
+    else:
+        raise LayoutError
+    path = Path(path)
+    gz = is_gzip(path)
+    if gz:
+        with path.open("rb") as f:
+            f.seek(-4, 2)
+            size = int.from_bytes(f.read(4), "little")
+    else:
+        size = path.stat().st_size
+    return Probe(gz, bytes(buf[:first]), first, max(size, first))
+
+
+def split(probe_: Probe, count: int) -> list[tuple[int, int | None]]:
+    """``count`` ranges of about equal text, from the first event to the end (the last one
+    open-ended, so a wrong size hint loses nothing)."""
+    span = max(probe_.size - probe_.first, 1)
+    cuts = [probe_.first + span * k // count for k in range(count)]
+    return [(a, b) for a, b in zip(cuts, [*cuts[1:], None])]
+
+
+def array_text(buf: bytearray, end: int) -> bytearray:
+    """``[`` + the events in ``buf[:end]`` (whole events, each but maybe the last followed by a
+    comma) + ``]``: one copy."""
+    while end > 0 and buf[end - 1] in b" \t\r\n":
+        end -= 1
+    if end > 0 and buf[end - 1] == ord(","):
+        end -= 1
+    text = bytearray(b"[")
+    text += memoryview(buf)[:end]
+    text += b"]"
+    return text
+
+
+class RangeText:
+    """The events of range ``[a, b)`` (``b`` None: to the end) of a trace's text as JSON-array
+    texts (:meth:`pieces`); ``tail`` is set when the range holds the file's last event start."""
+
+    def __init__(self, path, a: int, b: int | None = None, piece_bytes: int | None = None):
+        self.path, self.a, self.b, self.piece_bytes = str(path), a, b, piece_bytes or PIECE_BYTES
+        self.tail: bytes | None = None
+
+    def pieces(self) -> Iterator[bytearray]:
+        a, b = self.a, self.b
+        buf = bytearray()
+        pos = a  # offset of buf[0]
+        started = False
+        searched = 0  # buf[:searched] holds no event start at or after b
+        for _, piece in text_stream(self.path, a):
+            buf += piece
+            if not started:
+                i = buf.find(EVENT_START)
+                if i < 0:
+                    drop = max(len(buf) - _KEEP, 0)
+                    del buf[:drop]
+                    pos += drop
+                    continue
+                del buf[:i]
+                pos += i
+                started = True
+                if b is not None and pos >= b:
+                    return  # no event starts in this range
+            if b is not None and pos + len(buf) > b:
+                lo = max(b - pos, 1, searched)
+                end = buf.find(EVENT_START, lo)
+                if end >= 0:
+                    yield array_text(buf, end)
+                    return
+                searched = max(len(buf) - _KEEP, lo)
+            if len(buf) >= self.piece_bytes and (cut := buf.rfind(EVENT_START)) > 0:
+                yield array_text(buf, cut)
+                del buf[:cut]
+                pos += cut
+                searched = max(searched - cut, 0)
+        if started:
+            self.tail = bytes(buf)

@@ -1,0 +1,177 @@
+"""One trace file decoded by several processes gives the report one process gives (issue 12)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import overlapprof
+from overlapprof.analysis.rank import parallel_scan as P
+from overlapprof.analysis.columns import Index
+from overlapprof.errors import TraceError
+from overlapprof.renderers import json as json_renderer
+from overlapprof.trace import decode as D
+from overlapprof.trace import ranges as TR
+from overlapprof.trace import reader as R
+
+import synthetic as S
+
+DATA = Path(__file__).parent / "data"
+REAL = sorted(DATA.glob("*/*.json.gz"))
+# Strings that look like JSON structure: braces, brackets, quotes, escaped quotes and backslashes,
+# an escaped newline followed by the event-start indentation, commas.
+TRICKY = ['a{"b": [1, {"c"}]}', 'say \\"hi\\" {', '}\n  {"ph":"X"}', "back\\\\slash\\\\", '", {', "\u00e9{\u4e2d}"]
+
+
+@pytest.fixture
+def small(monkeypatch):
+    """Every file is read in parallel, in many small ranges and pieces (workers inherit this: fork)."""
+    monkeypatch.setattr(P, "PARALLEL_MIN_TEXT", 0)
+    monkeypatch.setattr(P, "RANGE_MIN", 1)
+    monkeypatch.setattr(TR, "PIECE_BYTES", 3000)
+    monkeypatch.setattr(R, "_READ", 997)
+
+
+def _json(paths, workers, **kw) -> str:
+    return json_renderer.render(overlapprof.analyze(paths, workers=workers, **kw))
+
+
+def _tricky_events(blocks: int) -> list[dict]:
+    """GPU events with an analytic overlap (comm [t+10, t+60), compute [t+40, t+100) per block),
+    the comm launches inside record_param_comms calls, and names and args full of TRICKY strings."""
+    events = [S.step(0, 0, blocks * 100)]
+    for b in range(blocks):
+        t = b * 100
+        odd = TRICKY[b % len(TRICKY)]
+        events.append(S.cpu_op("record_param_comms", t, 8, args={
+            "Collective name": "allreduce", "Process Group Name": "0", "Process Group Ranks": "[0, 1]",
+            "Group size": 2, "Seq": b, "In msg nelems": 64, "Out msg nelems": 64, "dtype": "Float", "note": odd}))
+        comm = S.launched(f"ncclDevKernel_AllReduce {odd}", t + 1, t + 10, 50, stream=20)
+        compute = S.launched(f"gemm<{odd}>", t + 9, t + 40, 60)  # launched after the call: compute
+        comm[1]["args"]["label"] = odd
+        compute[0]["args"]["Input Dims"] = [[b, 2], [odd]]
+        events += comm + compute
+        events.append(S.cpu_op(f"aten::{odd}", t + 20, 3, args={"Concrete Inputs": [odd, "", "1"]}))
+        events.append({"ph": "i", "cat": "instant", "name": odd, "pid": 1, "tid": 100, "ts": t + 5, "s": "t"})
+    return events
+
+
+def _kineto_text(events: list[dict], rank: int = 0) -> bytes:
+    """Kineto's layout: a top level before and after the events, one event per ``\\n  {`` line."""
+    head = json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": 2, "backend": "nccl"}})
+    body = ",\n  ".join(json.dumps(e, ensure_ascii=False) for e in events)
+    return (head[:-1] + ', "traceEvents": [\n  ' + body + '\n], "traceName": "x{\\"y\\"}", "baseTimeNanoseconds": 5}\n').encode()
+
+
+@pytest.mark.parametrize("path", REAL, ids=[p.parent.name for p in REAL])
+def test_real_traces_same_report(path, small):
+    single = _json([path], 1)
+    assert _json([path], 2) == single
+    try:
+        TR.probe(path)
+    except R.LayoutError:
+        assert path.parent.name == "trace_filter"  # one line per file: read in one process
+        return
+    assert P.read(path, Index(), None, 2) is not None  # really read in parallel, not fallen back
+
+
+@pytest.mark.parametrize("mode", P.MODES)
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
+def test_tricky_strings_same_report(tmp_path, small, monkeypatch, gz, mode):
+    monkeypatch.setattr(P, "GZIP_MODE", mode)
+    events = _tricky_events(120)
+    text = _kineto_text(events)
+    path = S.write(tmp_path / ("t.json.gz" if gz else "t.json"), gzip.compress(text) if gz else text, gz=False)
+    single = _json([path], 1, comm_ops=True)
+    assert _json([path], 3, comm_ops=True) == single
+    assert P.read(path, Index(), None, 3) is not None  # really read in parallel
+    m = json.loads(single)["ranks"][0]["metrics"]
+    assert (m["comm_us"], m["compute_us"], m["overlapped_us"]) == (50 * 120, 60 * 120, 20 * 120)
+    assert len(json.loads(single)["ranks"][0]["comm_ops"]) == 120
+
+
+def _inside_strings(text: bytes) -> list[bool]:
+    """Whether each byte of a JSON text is inside a string (after its opening quote)."""
+    out, in_string, escaped = [], False, False
+    for c in text:
+        out.append(in_string)
+        if escaped:
+            escaped = False
+        elif in_string and c == 0x5C:
+            escaped = True
+        elif c == 0x22:
+            in_string = not in_string
+    return out
+
+
+def _decoded(texts) -> list:
+    return [e for t in texts for e in D.THREAD_ROW_DECODER.decode(t)]
+
+
+def _key(e):
+    return (e.ph, e.cat, e.name, e.ts, e.dur, bytes(e.args), e.pid, e.tid)
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
+def test_ranges_tile_the_events_at_any_offset(tmp_path, monkeypatch, gz):
+    """Cut at every offset (gzip: every 7th), inside strings too: the two ranges hold each event
+    exactly once, in order, and the range with the last event start holds the tail."""
+    monkeypatch.setattr(R, "_READ", 61)
+    events = _tricky_events(6)
+    text = _kineto_text(events)
+    path = S.write(tmp_path / "t.json", gzip.compress(text) if gz else text, gz=False)
+    probe = TR.probe(path)
+    assert probe.header == text[: probe.first] and text[probe.first : probe.first + 4] == b"\n  {"
+    top = D.DECODER.decode(text)
+    want = [_key(e) for e in D.THREAD_ROW_DECODER.decode(b"[" + b",".join(top.traceEvents) + b"]")]
+    inside = _inside_strings(text)
+    inside_string = 0
+    for cut in range(probe.first, len(text) + 1, 7 if gz else 1):
+        inside_string += cut < len(text) and inside[cut]
+        first, second = TR.RangeText(path, probe.first, cut, piece_bytes=200), TR.RangeText(path, cut, piece_bytes=200)
+        got = _decoded(first.pieces()) + _decoded(second.pieces())
+        tails = [r.tail for r in (first, second) if r.tail is not None]
+        assert len(tails) == 1
+        last = D.DECODER.decode(probe.header + tails[0])
+        got += D.THREAD_ROW_DECODER.decode(b"[" + b",".join(last.traceEvents) + b"]")
+        assert [_key(e) for e in got] == want, cut
+        assert last.distributedInfo.rank == 0 and last.baseTimeNanoseconds == 5
+    assert inside_string > 100  # many cuts fell inside strings
+
+
+def _error(path, workers) -> str:
+    with pytest.raises(TraceError) as info:
+        overlapprof.analyze(path, workers=workers)
+    return str(info.value)
+
+
+def test_bad_files_same_error(tmp_path, small):
+    text = _kineto_text(_tricky_events(60))
+    cut = S.write(tmp_path / "cut.json", text[: len(text) * 2 // 3], gz=False)
+    assert "not valid JSON" in _error(cut, 1) and _error(cut, 2) == _error(cut, 1)
+    gz = S.write(tmp_path / "cut.json.gz", gzip.compress(text)[:-40], gz=False)
+    assert "truncated gzip" in _error(gz, 1) and _error(gz, 2) == _error(gz, 1)
+    events = _tricky_events(60)
+    events[333]["ts"] = "soon"
+    bad = S.write(tmp_path / "bad.json", _kineto_text(events), gz=False)
+    assert "event 333: 'ts' is not a number" in _error(bad, 1) and _error(bad, 2) == _error(bad, 1)
+    events = _tricky_events(60)
+    events[200]["args"] = [1, 2]  # a kernel's args not an object: found by a worker, worded by this process
+    odd = S.write(tmp_path / "odd.json", _kineto_text(events), gz=False)
+    assert _error(odd, 2) == _error(odd, 1)
+
+
+def test_cli_workers_one_line_error(tmp_path):
+    """The CLI with --workers 2 on a truncated gzip that is large enough to be read in parallel."""
+    text = _kineto_text(_tricky_events(40_000))
+    assert len(text) > P.PARALLEL_MIN_TEXT
+    path = S.write(tmp_path / "big.json.gz", gzip.compress(text, compresslevel=1)[:-1000], gz=False)
+    proc = subprocess.run([sys.executable, "-m", "overlapprof", "analyze", "--workers", "2", str(path)],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"Error: {path}: truncated gzip (the file ends before the compressed stream)"]
