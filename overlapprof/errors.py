@@ -38,3 +38,7 @@ class RunDirError(OverlapprofError):
 
 class LaunchError(OverlapprofError):
     """The launch flags cannot work on this machine (e.g. --device cuda without a GPU)."""
+
+
+class ClusterError(OverlapprofError):
+    """Work sent to a Dask cluster failed there (its workers kept dying, or a task raised)."""

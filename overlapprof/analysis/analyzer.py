@@ -149,9 +149,11 @@ def analyze_group(files: list[str], options: Options) -> RankResult:
 
 
 def _run_groups(
-    groups: list[TraceGroup], options: Options, workers: int | None, progress, warnings: list[str]
+    groups: list[TraceGroup], options: Options, workers: int | None, progress, warnings: list[str],
+    dask_scheduler=None,
 ) -> list[RankResult]:
-    """Analyze each group, in worker processes when there are several and it pays."""
+    """Analyze each group: on a Dask cluster when a scheduler is given, else in worker
+    processes when there are several and it pays."""
     total = len(groups)
     sizes = [g.size for g in groups]
     if workers is None:
@@ -166,6 +168,11 @@ def _run_groups(
         if progress:
             progress(done, total, jobs[k][0])
 
+    if dask_scheduler is not None:
+        from overlapprof.analysis.executors import run_on_dask
+
+        run_on_dask(dask_scheduler, analyze_group, jobs, sizes, (options,), finish)
+        return results
     if workers > 1 and total > 1 and sum(sizes) >= PARALLEL_MIN_BYTES:
         import multiprocessing  # here: process pools cost import time that one rank does not need
         from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -284,6 +291,7 @@ def analyze(
     align_clocks: bool = False,
     workers: int | None = None,
     progress=None,
+    dask_scheduler=None,
 ) -> Report:
     """Analyze PyTorch profiler traces; the numbers follow OVERLAP.md.
 
@@ -302,6 +310,9 @@ def analyze(
     rank) on their matched collectives first.
     ``workers``: processes for ranks (default: one per CPU; 1: in this process).
     ``progress``: called as ``progress(done, total, path)`` as ranks finish.
+    ``dask_scheduler``: an :class:`~overlapprof.analysis.executors.DaskScheduler`: the ranks are
+    analyzed on that Dask cluster instead (``workers`` unused), its workers reading the traces at
+    their paths (a filesystem they share).
 
     Raises an :class:`~overlapprof.errors.OverlapprofError` (one-line message naming the file and
     the problem) on bad input.
@@ -310,7 +321,7 @@ def analyze(
                        like_hta, comm_backends)
     inputs = discover(paths)
     warnings: list[str] = list(inputs.notes)
-    results = _run_groups(inputs.groups, options, workers, progress, warnings)
+    results = _run_groups(inputs.groups, options, workers, progress, warnings, dask_scheduler)
     warnings += [w for r in results for w in r.warnings]
     good = [(r, g) for r, g in zip(results, inputs.groups) if r.error is None]
     failed = [r for r in results if r.error is not None]

@@ -50,6 +50,20 @@ class _Progress:
             self.bar.__exit__(None, None, None)
 
 
+def _cluster(address, scheduler_file, timeout, workers):
+    """The DaskScheduler of the --dask-* options, or None (raises InputError on a bad combination)."""
+    if address is None and scheduler_file is None:
+        return None
+    from overlapprof.analysis.executors import DaskScheduler
+    from overlapprof.errors import InputError
+
+    if address is not None and scheduler_file is not None:
+        raise InputError("give --dask-scheduler or --dask-scheduler-file, not both")
+    if workers is not None:
+        raise InputError("--workers is for local processes; with a Dask scheduler its workers run the ranks")
+    return DaskScheduler(address=address, scheduler_file=scheduler_file, timeout=timeout)
+
+
 @click.command(name="analyze")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--by", type=click.Choice(["rank", "step", "kind", "collective"]), default="rank", show_default=True,
@@ -76,10 +90,19 @@ class _Progress:
                    "them (implies --drop-last-step --require-launch).")
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Processes that analyze ranks in parallel (default: one per CPU).")
+@click.option("--dask-scheduler", metavar="tcp://HOST:PORT", default=None,
+              help="Analyze the ranks on this Dask distributed cluster (pip install 'overlapprof[cluster]'). "
+                   "The workers read the traces at their paths: they must be on a filesystem every worker "
+                   "shares (use absolute paths).")
+@click.option("--dask-scheduler-file", type=click.Path(path_type=str), default=None, metavar="PATH",
+              help="Like --dask-scheduler, with the address from the file that `dask scheduler "
+                   "--scheduler-file`, dask-mpi or dask-jobqueue writes.")
+@click.option("--dask-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              metavar="SECONDS", help="How long to wait for the Dask scheduler, then for its first worker.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr.")
 @click.pass_context
 def analyze(ctx, paths, by, json_out, csv_out, comm_kernels, comm_backends, comm_ops, no_comms, align_clocks, allow_partial,
-            drop_last_step, require_launch, like_hta, workers, quiet):
+            drop_last_step, require_launch, like_hta, workers, dask_scheduler, dask_scheduler_file, dask_timeout, quiet):
     """Overlap ratio and exposed communication of PyTorch profiler traces.
 
     PATHS are trace files (.json or .json.gz, any name), folders of traces, or run directories
@@ -97,6 +120,7 @@ def analyze(ctx, paths, by, json_out, csv_out, comm_kernels, comm_backends, comm
         raise click.UsageError("--json and --csv cannot both go to stdout; give one of them a FILE")
     progress = _Progress(enabled=not quiet and sys.stderr.isatty())
     try:
+        cluster = _cluster(dask_scheduler, dask_scheduler_file, dask_timeout, workers)
         if len(paths) == 1 and Path(paths[0]).is_file() and is_saved_report(Path(paths[0])):
             report = Report.load(paths[0])
         else:
@@ -116,12 +140,15 @@ def analyze(ctx, paths, by, json_out, csv_out, comm_kernels, comm_backends, comm
                     align_clocks=align_clocks,
                     workers=workers,
                     progress=progress,
+                    dask_scheduler=cluster,
                 )
             finally:
                 progress.close()
     except OverlapprofError as exc:
+        from overlapprof.errors import ClusterError
+
         click.echo(f"Error: {exc}", err=True)
-        ctx.exit(2)
+        ctx.exit(1 if isinstance(exc, ClusterError) else 2)  # 1: the work failed on the cluster, not the input
     to_stdout = "-" in (json_out, csv_out)
     if to_stdout and not quiet:
         for warning in report.warnings:
