@@ -36,6 +36,7 @@ class Cluster:
 
     def __init__(self, root: Path, workers: int = 2, env: dict | None = None):
         self.root = root
+        root.mkdir(parents=True, exist_ok=True)
         self.scheduler_file = root / "scheduler.json"
         self.env = {**os.environ, **(env or {})}
         self.logs = []
@@ -63,7 +64,7 @@ class Cluster:
                                 cwd=cwd or self.root, env=self.env)
 
     def worker_pids(self) -> dict:
-        return {addr: info["pid"] for addr, info in self.client.scheduler_info()["workers"].items()}
+        return self.client.run(os.getpid)  # {worker address: its pid}
 
     def log_tail(self) -> str:
         return "\n".join(p.read_text()[-1500:] for p in sorted(self.root.glob("*.log")))

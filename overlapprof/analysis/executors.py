@@ -157,7 +157,7 @@ def _run(client, where, timeout, distributed, work, jobs, sizes, args, finish) -
     order = sorted(range(len(jobs)), key=lambda k: -sizes[k])  # largest first: none starts last
     # submitted in this order, so Dask starts them in this order (first submitted, first run)
     futures = {client.submit(work, jobs[k], *args, key=f"overlapprof-rank-{k}-{tag}"): k for k in order}
-    for future in distributed.as_completed(futures):
+    for future in distributed.as_completed(futures, loop=client.loop):
         k = futures[future]
         try:
             result = future.result()
