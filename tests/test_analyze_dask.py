@@ -159,6 +159,18 @@ def test_unreachable_scheduler_fails_quickly():
     assert_one_line_error(proc, 2, "cannot reach the Dask scheduler", f"127.0.0.1:{port}", "within 2 s")
 
 
+@pytest.mark.timeout(60)
+def test_a_listener_that_never_answers_fails_quickly():
+    """TCP connects, but nothing speaks Dask (another service on the port): still bounded."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        proc = overlapprof_cli("analyze", MULTI_RANK, "--dask-scheduler", f"tcp://127.0.0.1:{port}",
+                               "--dask-timeout", 1, timeout=50)
+    assert_one_line_error(proc, 2, f"the Dask scheduler at tcp://127.0.0.1:{port} did not answer within 1 s")
+
+
 def test_bad_scheduler_options(tmp_path):
     missing = overlapprof_cli("analyze", MULTI_RANK, "--dask-scheduler-file", tmp_path / "none.json")
     assert_one_line_error(missing, 2, "none.json: no such Dask scheduler file")

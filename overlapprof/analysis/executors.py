@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -126,15 +127,40 @@ def run_on_dask(scheduler: DaskScheduler | str, work, jobs: list[list[str]], siz
     address = scheduler.resolve()
     where = scheduler.describe(address)
     with _quiet_dask():
-        try:
-            client = distributed.Client(address, timeout=scheduler.timeout, set_as_default=False)
-        except (OSError, TimeoutError) as exc:
-            raise InputError(f"cannot reach the Dask scheduler at {where} within {scheduler.timeout:g} s "
-                             f"({exc.__class__.__name__})") from None
-        except ValueError as exc:  # a malformed address
-            raise InputError(f"Dask scheduler {address!r}: {exc}") from None
+        client = _connect(distributed, address, where, scheduler.timeout)
         with client:
             _run(client, where, scheduler.timeout, distributed, work, jobs, sizes, args, finish)
+
+
+def _connect(distributed, address: str, where: str, timeout: float):
+    """A Client of the scheduler at ``address``, or InputError within about ``timeout`` s.
+
+    distributed bounds the TCP connection by its ``timeout`` but not the handshake after it, so a
+    listener that accepts and never answers (another service on that port, a stopped scheduler
+    process) would hang the client: it is started in a daemon thread, waited for a bounded time."""
+    box = {}
+
+    def start():
+        try:
+            box["client"] = distributed.Client(address, timeout=timeout, set_as_default=False)
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=start, name="overlapprof-dask-connect", daemon=True)
+    thread.start()
+    thread.join(2 * timeout + 1)  # the connection, then the registration: each bounded by timeout
+    if thread.is_alive():
+        raise InputError(f"the Dask scheduler at {where} did not answer within {timeout:g} s "
+                         "(is a Dask scheduler listening there?)")
+    exc = box.get("error")
+    if isinstance(exc, (OSError, TimeoutError)):
+        raise InputError(f"cannot reach the Dask scheduler at {where} within {timeout:g} s "
+                         f"({exc.__class__.__name__})")
+    if isinstance(exc, ValueError):  # a malformed address
+        raise InputError(f"Dask scheduler {address!r}: {exc}")
+    if exc is not None:
+        raise exc
+    return box["client"]
 
 
 def _run(client, where, timeout, distributed, work, jobs, sizes, args, finish) -> None:
