@@ -190,6 +190,9 @@ def _run(client, where, timeout, distributed, work, jobs, sizes, args, finish) -
         except distributed.KilledWorker:
             raise ClusterError(f"{jobs[k][0]}: the Dask workers running this rank kept dying (killed, or out of "
                                f"memory?); the scheduler at {where} gave up on it") from None
+        except distributed.client.FutureCancelledError as exc:  # the scheduler was lost, or cancelled the work
+            raise ClusterError(f"{jobs[k][0]}: the Dask cluster at {where} dropped this rank's task "
+                               f"({exc.reason})") from None
         except Exception as exc:  # the work itself raised on the worker: a bug, or a broken worker
             text = str(exc).splitlines()[0] if str(exc) else ""
             raise ClusterError(f"{jobs[k][0]}: the rank's task failed on the Dask cluster at {where} "
