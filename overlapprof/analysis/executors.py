@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from overlapprof.errors import ClusterError, InputError
 
 # Seconds to wait for the scheduler to answer, and then for its first worker to join.
 DEFAULT_TIMEOUT_S = 30.0
+# Seconds between looks at the running tasks (and at whether the cluster still has a worker).
+POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -166,13 +169,16 @@ def _connect(distributed, address: str, where: str, timeout: float):
 def _run(client, where, timeout, distributed, work, jobs, sizes, args, finish) -> None:
     try:
         client.wait_for_workers(1, timeout=timeout)
-    except (TimeoutError, OSError):
+    except (TimeoutError, distributed.TimeoutError, OSError):
         raise InputError(f"no Dask worker joined the scheduler at {where} within {timeout:g} s") from None
     paths = [p for files in jobs for p in files]
     tag = uuid.uuid4().hex  # task keys unique on a scheduler that other clients may share
     check = client.submit(first_unreadable, paths, key=f"overlapprof-check-{tag}")
     try:
+        _wait_any(client, {check}, timeout, where)
         bad = check.result()
+    except ClusterError:
+        raise
     except Exception as exc:  # the check's worker died past the retries: the cluster is not usable
         raise ClusterError(f"the Dask cluster at {where} could not run the path check ({exc.__class__.__name__}: "
                            f"{exc})") from None
@@ -183,19 +189,49 @@ def _run(client, where, timeout, distributed, work, jobs, sizes, args, finish) -
     order = sorted(range(len(jobs)), key=lambda k: -sizes[k])  # largest first: none starts last
     # submitted in this order, so Dask starts them in this order (first submitted, first run)
     futures = {client.submit(work, jobs[k], *args, key=f"overlapprof-rank-{k}-{tag}"): k for k in order}
-    for future in distributed.as_completed(futures, loop=client.loop):
-        k = futures[future]
-        try:
-            result = future.result()
-        except distributed.KilledWorker:
-            raise ClusterError(f"{jobs[k][0]}: the Dask workers running this rank kept dying (killed, or out of "
-                               f"memory?); the scheduler at {where} gave up on it") from None
-        except distributed.client.FutureCancelledError as exc:  # the scheduler was lost, or cancelled the work
-            raise ClusterError(f"{jobs[k][0]}: the Dask cluster at {where} dropped this rank's task "
-                               f"({exc.reason})") from None
-        except Exception as exc:  # the work itself raised on the worker: a bug, or a broken worker
-            text = str(exc).splitlines()[0] if str(exc) else ""
-            raise ClusterError(f"{jobs[k][0]}: the rank's task failed on the Dask cluster at {where} "
-                               f"({exc.__class__.__name__}: {text})") from None
-        finish(k, result)
+    pending = set(futures)
+    while pending:
+        done, pending = _wait_any(client, pending, timeout, where)
+        for future in done:
+            _collect(future, futures[future], jobs, where, distributed, finish)
+
+
+def _wait_any(client, pending: set, timeout: float, where: str):
+    """``(done, not done)`` once one of ``pending`` is done; ClusterError when the cluster has
+    had no worker for ``timeout`` s (Dask would wait for one forever)."""
+    no_worker_since, looked = None, 0.0
+    while True:
+        done = {f for f in pending if f.done()}
+        if done:
+            return done, pending - done
+        now = time.monotonic()
+        if now - looked < 1.0:  # ask the scheduler about its workers once a second
+            time.sleep(POLL_S)
+            continue
+        looked = now
+        if client.nthreads():
+            no_worker_since = None
+        elif no_worker_since is None:
+            no_worker_since = now
+        elif now - no_worker_since > timeout:
+            raise ClusterError(f"the Dask cluster at {where} has had no worker for {timeout:g} s; "
+                               f"{len(pending)} ranks not analyzed")
+        time.sleep(POLL_S)
+
+
+def _collect(future, k: int, jobs, where: str, distributed, finish) -> None:
+    """Hand a done rank's result to ``finish``, or end the run with its one-line error."""
+    try:
+        result = future.result()
+    except distributed.KilledWorker:
+        raise ClusterError(f"{jobs[k][0]}: the Dask workers running this rank kept dying (killed, or out of "
+                           f"memory?); the scheduler at {where} gave up on it") from None
+    except distributed.client.FutureCancelledError as exc:  # the scheduler was lost, or cancelled the work
+        raise ClusterError(f"{jobs[k][0]}: the Dask cluster at {where} dropped this rank's task "
+                           f"({exc.reason})") from None
+    except Exception as exc:  # the work itself raised on the worker: a bug, or a broken worker
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        raise ClusterError(f"{jobs[k][0]}: the rank's task failed on the Dask cluster at {where} "
+                           f"({exc.__class__.__name__}: {text})") from None
+    finish(k, result)
 
