@@ -15,8 +15,9 @@ as many failed ranks as there are files.
 A worker that dies while it runs a rank (killed, out of memory, its node lost) has its task
 retried by Dask on another worker, up to the scheduler's ``distributed.scheduler.allowed-failures``
 (3 by default); past that the run ends with a one-line :class:`~overlapprof.errors.ClusterError`
-naming the rank's first file. Nothing waits forever: connecting to the scheduler and waiting for
-its first worker are bounded by ``timeout``.
+naming the rank's first file. Nothing waits forever: connecting to the scheduler, waiting for
+its first worker, and a cluster left with no worker at all are each bounded by ``timeout``; a lost
+scheduler cancels the tasks, which is one error line too.
 
 ``distributed`` is the optional extra ``[cluster]``; it is imported here, and only when a
 scheduler is given.
