@@ -253,3 +253,11 @@ def test_worker_deaths_past_the_retries_are_one_error_line(tmp_path, big_ranks):
     assert len(lines) == 1 and lines[0].startswith("Error: ") and "kept dying" in lines[0], stderr
     assert any(lines[0].startswith(f"Error: {big_ranks / f'rank{r}.json'}:") for r in range(6)), lines[0]
     assert not (tmp_path / "report.json").exists()
+
+
+def test_without_distributed_installed_one_line():
+    """As where the [cluster] extra is not installed: `import distributed` fails."""
+    code = ("import sys; sys.modules['distributed'] = None; from overlapprof.cli import main; "
+            f"sys.argv = ['overlapprof', 'analyze', {str(MULTI_RANK)!r}, '--dask-scheduler', 'tcp://127.0.0.1:1']; main()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert_one_line_error(proc, 2, "needs the 'distributed' package", "overlapprof[cluster]")
