@@ -42,3 +42,10 @@ class LaunchError(OverlapprofError):
 
 class OutputError(OverlapprofError):
     """An output file may not be written there (over a run's data, a folder, a missing folder)."""
+
+
+class ClusterError(OverlapprofError):
+    """Work sent to a Dask cluster failed there (its workers kept dying, or a task raised): the
+    work failed, not the input, so a command ends with exit code 1."""
+
+    exit_code = 1

@@ -134,10 +134,12 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1) -
 
 
 def _run_groups(
-    groups: list[TraceGroup], options: Options, workers: int | None, progress, warnings: list[str]
+    groups: list[TraceGroup], options: Options, workers: int | None, progress, warnings: list[str],
+    dask_scheduler=None,
 ) -> list[RankResult]:
-    """Analyze each group, in worker processes when there are several and it pays; a single
-    group decodes a large file in ``workers`` processes."""
+    """Analyze each group: on a Dask cluster when a scheduler is given, else in worker
+    processes when there are several and it pays; a single group decodes a large file in
+    ``workers`` processes."""
     total = len(groups)
     sizes = [g.size for g in groups]
     if workers is None:
@@ -152,6 +154,11 @@ def _run_groups(
         if progress:
             progress(done, total, jobs[k][0])
 
+    if dask_scheduler is not None:
+        from overlapprof.analysis.executors import run_on_dask
+
+        run_on_dask(dask_scheduler, analyze_group, jobs, sizes, (options,), finish)
+        return results
     if workers > 1 and total > 1 and sum(sizes) >= PARALLEL_MIN_BYTES:
         import multiprocessing  # here: process pools cost import time that one rank does not need
         from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -273,6 +280,7 @@ def analyze(
     lanes: bool = False,
     workers: int | None = None,
     progress=None,
+    dask_scheduler=None,
 ) -> Report:
     """Analyze PyTorch profiler traces; the numbers follow OVERLAP.md.
 
@@ -295,6 +303,9 @@ def analyze(
     ``workers``: processes for ranks, or for the pieces of a single large file (default: one
     per CPU; 1: everything in this process). The report is the same with any number.
     ``progress``: called as ``progress(done, total, path)`` as ranks finish.
+    ``dask_scheduler``: an :class:`~overlapprof.analysis.executors.DaskScheduler`: the ranks are
+    analyzed on that Dask cluster instead (``workers`` unused), its workers reading the traces at
+    their paths (a filesystem they share).
 
     Raises an :class:`~overlapprof.errors.OverlapprofError` (one-line message naming the file and
     the problem) on bad input.
@@ -303,7 +314,7 @@ def analyze(
                        like_hta, comm_backends, lanes)
     inputs = discover(paths)
     warnings: list[str] = list(inputs.notes)
-    results = _run_groups(inputs.groups, options, workers, progress, warnings)
+    results = _run_groups(inputs.groups, options, workers, progress, warnings, dask_scheduler)
     warnings += [w for r in results for w in r.warnings]
     good = [(r, g) for r, g in zip(results, inputs.groups) if r.error is None]
     failed = [r for r in results if r.error is not None]

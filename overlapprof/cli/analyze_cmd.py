@@ -30,7 +30,22 @@ class _Progress:
             self.bar.__exit__(None, None, None)
 
 
-@command("analyze")
+def _cluster(address, scheduler_file, timeout, workers):
+    """The DaskScheduler of the --dask-* options, or None (raises InputError on a bad combination)."""
+    if address is None and scheduler_file is None:
+        return None
+    from overlapprof.analysis.executors import DaskScheduler
+    from overlapprof.errors import InputError
+
+    if address is not None and scheduler_file is not None:
+        raise InputError("give --dask-scheduler or --dask-scheduler-file, not both")
+    if workers is not None:
+        raise InputError("--workers is for local processes; with a Dask scheduler its workers run the ranks")
+    return DaskScheduler(address=address, scheduler_file=scheduler_file, timeout=timeout)
+
+
+@command("analyze", epilog="Exit codes: 0 success; 2 bad input, or an output path refused (one 'Error: ...' "
+         "line on stderr); 1 the work failed on a Dask cluster; 130 interrupted (Ctrl-C).")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--by", type=click.Choice(["rank", "step", "kind", "collective"]), default="rank", show_default=True,
               help="Rows of the table and CSV: one per rank, per ProfilerStep or per kind of communication; "
@@ -50,8 +65,18 @@ class _Progress:
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Processes that analyze ranks in parallel, or that decode the pieces of one large "
                    "trace file (default: one per CPU).")
+@click.option("--dask-scheduler", metavar="tcp://HOST:PORT", default=None,
+              help="Analyze the ranks on this Dask distributed cluster (pip install 'overlapprof[cluster]'). "
+                   "The workers read the traces at their paths: they must be on a filesystem every worker "
+                   "shares.")
+@click.option("--dask-scheduler-file", type=click.Path(path_type=str), default=None, metavar="PATH",
+              help="Like --dask-scheduler, with the address from the file that `dask scheduler "
+                   "--scheduler-file`, dask-mpi or dask-jobqueue writes.")
+@click.option("--dask-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              metavar="SECONDS", help="How long to wait for the Dask scheduler, then for its first worker.")
 @reading_options
-def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, workers, quiet, **kw):
+def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, workers, dask_scheduler,
+            dask_scheduler_file, dask_timeout, quiet, **kw):
     """Overlap ratio and exposed communication of PyTorch profiler traces.
 
     PATHS are trace files (.json or .json.gz, any name), folders of traces, or run directories
@@ -73,10 +98,11 @@ def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, wor
     else:
         from overlapprof.analysis import analyze as run_analysis
 
+        cluster = _cluster(dask_scheduler, dask_scheduler_file, dask_timeout, workers)
         progress = _Progress(enabled=not quiet and sys.stderr.isatty())
         try:
             report = run_analysis(list(paths), comm_backends=comm_backends, like_hta=like_hta,
-                                  comm_ops=comm_ops, workers=workers, progress=progress,
+                                  comm_ops=comm_ops, workers=workers, progress=progress, dask_scheduler=cluster,
                                   **reading_kwargs(kw))
         finally:
             progress.close()

@@ -39,8 +39,8 @@ class OneLineErrors:
             return super().invoke(ctx)
         except click.UsageError as exc:
             raise _converted(exc) from None
-        except OverlapprofError as exc:
-            raise CommandError(exc) from None
+        except OverlapprofError as exc:  # bad input (2), unless the error says the work failed
+            raise CommandError(exc, getattr(exc, "exit_code", 2)) from None
         except KeyboardInterrupt:
             raise CommandError("interrupted", 130) from None
 

@@ -1,0 +1,263 @@
+"""`overlapprof analyze --dask-scheduler`: the per-rank work on a real Dask distributed cluster.
+
+Each cluster is a real `dask scheduler` and two `dask worker` processes (one thread each, no
+dashboard, no nanny) on 127.0.0.1, started as subprocesses. The workers run in a folder of their
+own, so a relative trace path that the client can read is one they cannot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import overlapprof
+from overlapprof.analysis.executors import DaskScheduler
+
+import synthetic as S
+
+distributed = pytest.importorskip("distributed")
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).parent / "data"
+MULTI_RANK = DATA / "trace_filter"  # two real ranks of a 128-rank NCCL job
+
+
+class Cluster:
+    """A `dask scheduler` and ``workers`` `dask worker` processes on 127.0.0.1."""
+
+    def __init__(self, root: Path, workers: int = 2, env: dict | None = None):
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.scheduler_file = root / "scheduler.json"
+        self.env = {**os.environ, **(env or {})}
+        self.logs = []
+        self.scheduler = self._start("scheduler", "scheduler", "--host", "127.0.0.1", "--port", "0",
+                                     "--no-dashboard", "--scheduler-file", self.scheduler_file)
+        deadline = time.monotonic() + 60
+        while not self.scheduler_file.exists():
+            assert self.scheduler.poll() is None, self.log_tail()
+            assert time.monotonic() < deadline, "the scheduler wrote no scheduler file in 60 s"
+            time.sleep(0.1)
+        time.sleep(0.2)  # the file is written whole, but give the writer a moment to close it
+        self.address = json.loads(self.scheduler_file.read_text())["address"]
+        cwd = root / "worker-cwd"
+        cwd.mkdir()
+        self.workers = [self._start(f"worker{n}", "worker", self.address, "--nthreads", 1, "--nworkers", 1,
+                                    "--no-nanny", "--no-dashboard", "--host", "127.0.0.1", cwd=cwd)
+                        for n in range(workers)]
+        self.client = distributed.Client(self.address, timeout=30, set_as_default=False)
+        self.client.wait_for_workers(workers, timeout=90)
+
+    def _start(self, name, *args, cwd=None):
+        log = open(self.root / f"{name}.log", "w")
+        self.logs.append(log)
+        return subprocess.Popen([sys.executable, "-m", "dask", *map(str, args)], stdout=log, stderr=subprocess.STDOUT,
+                                cwd=cwd or self.root, env=self.env)
+
+    def worker_pids(self) -> dict:
+        return self.client.run(os.getpid)  # {worker address: its pid}
+
+    def log_tail(self) -> str:
+        return "\n".join(p.read_text()[-1500:] for p in sorted(self.root.glob("*.log")))
+
+    def stop(self):
+        self.client.close()
+        for proc in [*self.workers, self.scheduler]:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in [*self.workers, self.scheduler]:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for log in self.logs:
+            log.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("dask"))
+    yield c
+    c.stop()
+
+
+def overlapprof_cli(*args, cwd=REPO, timeout=240):
+    return subprocess.run([sys.executable, "-m", "overlapprof", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)
+
+
+def assert_one_line_error(proc, code, *needles):
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def local_report(paths) -> dict:
+    return json.loads(overlapprof.analyze([str(p) for p in paths], workers=1).to_json())
+
+
+# -- the report equals the local one
+
+
+def test_cli_report_on_dask_equals_local(cluster):
+    proc = overlapprof_cli("analyze", MULTI_RANK, "--dask-scheduler", cluster.address, "--json", "-", "-q")
+    assert proc.returncode == 0, proc.stderr
+    remote = json.loads(proc.stdout)
+    assert len(remote["ranks"]) == 2
+    assert remote == local_report([MULTI_RANK])
+
+
+def test_scheduler_file_and_progress_from_python(cluster):
+    """The scheduler file dask writes; progress is reported once per rank, as results arrive."""
+    seen = []
+    report = overlapprof.analyze([str(MULTI_RANK)], dask_scheduler=DaskScheduler(scheduler_file=str(cluster.scheduler_file)),
+                                 progress=lambda done, total, path: seen.append((done, total, Path(path).name)))
+    assert json.loads(report.to_json()) == local_report([MULTI_RANK])
+    assert [d for d, _, _ in seen] == [1, 2] and {t for _, t, _ in seen} == {2}
+    assert {name for _, _, name in seen} == {p.name for p in MULTI_RANK.iterdir()}
+
+
+def test_cli_scheduler_file_table(cluster):
+    proc = overlapprof_cli("analyze", MULTI_RANK, "--dask-scheduler-file", cluster.scheduler_file)
+    local = overlapprof_cli("analyze", MULTI_RANK)
+    assert proc.returncode == 0 and local.returncode == 0, proc.stderr + local.stderr
+    assert proc.stdout == local.stdout and "rank" in proc.stdout
+
+
+# -- bad input: one line, never a traceback, never a hang
+
+
+def test_path_a_worker_cannot_read_is_named(cluster, tmp_path):
+    """The client finds traces/ relative to its own folder; the workers run elsewhere."""
+    shutil.copytree(MULTI_RANK, tmp_path / "traces")
+    proc = overlapprof_cli("analyze", "traces", "--dask-scheduler", cluster.address, cwd=tmp_path)
+    line = assert_one_line_error(proc, 2, "Dask worker tcp://127.0.0.1:", "cannot read traces/sampled_rank-",
+                                 "shares")
+    assert any(f"traces/{p.name}" in line for p in MULTI_RANK.iterdir()), line
+
+
+@pytest.mark.timeout(60)
+def test_unreachable_scheduler_fails_quickly():
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = overlapprof_cli("analyze", MULTI_RANK, "--dask-scheduler", f"tcp://127.0.0.1:{port}", "--dask-timeout", 2,
+                           timeout=50)
+    assert_one_line_error(proc, 2, "cannot reach the Dask scheduler", f"127.0.0.1:{port}", "within 2 s")
+
+
+@pytest.mark.timeout(60)
+def test_a_listener_that_never_answers_fails_quickly():
+    """TCP connects, but nothing speaks Dask (another service on the port): still bounded."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        proc = overlapprof_cli("analyze", MULTI_RANK, "--dask-scheduler", f"tcp://127.0.0.1:{port}",
+                               "--dask-timeout", 1, timeout=50)
+    assert_one_line_error(proc, 2, f"the Dask scheduler at tcp://127.0.0.1:{port} did not answer within 1 s")
+
+
+def test_bad_scheduler_options(tmp_path):
+    missing = overlapprof_cli("analyze", MULTI_RANK, "--dask-scheduler-file", tmp_path / "none.json")
+    assert_one_line_error(missing, 2, "none.json: no such Dask scheduler file")
+    (tmp_path / "bad.json").write_text('{"type": "Scheduler"}')
+    bad = overlapprof_cli("analyze", MULTI_RANK, "--dask-scheduler-file", tmp_path / "bad.json")
+    assert_one_line_error(bad, 2, "bad.json: not a Dask scheduler file (no 'address')")
+    both = overlapprof_cli("analyze", MULTI_RANK, "--dask-scheduler", "tcp://127.0.0.1:1", "--workers", 2)
+    assert_one_line_error(both, 2, "--workers")
+
+
+# -- a worker that dies mid-run
+
+
+@pytest.fixture(scope="module")
+def big_ranks(tmp_path_factory):
+    """Six generated ranks, each long enough to analyze that a worker can be killed while it runs one."""
+    root = tmp_path_factory.mktemp("big_ranks")
+    for rank in range(6):
+        events = []
+        for step in range(40):
+            t0 = step * 100_000
+            events.append(S.step(step, t0, 99_000))
+            for i in range(600):
+                ts = t0 + i * 160
+                events += S.launched("ncclKernel_AllReduce" if i % 10 == 0 else "gemm", ts, ts + 5, 150)
+        S.write(root / f"rank{rank}.json", S.trace(events, rank=rank, world_size=6))
+    return root
+
+
+def _kill_a_busy_worker(cluster, proc, timeout=120):
+    """SIGKILL the worker process that is running one of the ranks; its address."""
+    pids = cluster.worker_pids()
+    by_pid = {p.pid: p for p in cluster.workers}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the analysis ended before a worker could be killed: {proc.communicate()}"
+        for addr, keys in cluster.client.processing().items():
+            if any(str(k).startswith("overlapprof-rank-") for k in keys) and pids.get(addr) in by_pid:
+                by_pid[pids[addr]].send_signal(signal.SIGKILL)
+                by_pid[pids[addr]].wait(timeout=10)
+                return addr
+        time.sleep(0.01)
+    raise AssertionError("no worker ran a rank")
+
+
+def _analyze_in_background(cluster, paths, out: Path):
+    return subprocess.Popen([sys.executable, "-m", "overlapprof", "analyze", *map(str, paths), "--dask-scheduler",
+                             cluster.address, "--json", str(out), "-q"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+
+@pytest.mark.timeout(300)
+def test_killed_worker_is_retried(tmp_path, big_ranks):
+    cluster = Cluster(tmp_path / "cluster")
+    try:
+        proc = _analyze_in_background(cluster, [big_ranks], tmp_path / "report.json")
+        killed = _kill_a_busy_worker(cluster, proc)
+        _, stderr = proc.communicate(timeout=200)
+        assert proc.returncode == 0, stderr
+        assert killed not in cluster.worker_pids()  # it is gone; the other worker did its rank again
+    finally:
+        cluster.stop()
+    remote = json.loads((tmp_path / "report.json").read_text())
+    assert len(remote["ranks"]) == 6
+    assert remote == local_report([big_ranks])
+
+
+@pytest.mark.timeout(300)
+def test_worker_deaths_past_the_retries_are_one_error_line(tmp_path, big_ranks):
+    """With no retry allowed, the rank whose worker died is named in one line (exit 1)."""
+    cluster = Cluster(tmp_path / "cluster", env={"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"})
+    try:
+        proc = _analyze_in_background(cluster, [big_ranks], tmp_path / "report.json")
+        _kill_a_busy_worker(cluster, proc)
+        _, stderr = proc.communicate(timeout=200)
+    finally:
+        cluster.stop()
+    lines = stderr.strip().splitlines()
+    assert proc.returncode == 1, stderr
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and "kept dying" in lines[0], stderr
+    assert any(lines[0].startswith(f"Error: {big_ranks / f'rank{r}.json'}:") for r in range(6)), lines[0]
+    assert not (tmp_path / "report.json").exists()
+
+
+def test_without_distributed_installed_one_line():
+    """As where the [cluster] extra is not installed: `import distributed` fails."""
+    code = ("import sys; sys.modules['distributed'] = None; from overlapprof.cli import main; "
+            f"sys.argv = ['overlapprof', 'analyze', {str(MULTI_RANK)!r}, '--dask-scheduler', 'tcp://127.0.0.1:1']; main()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert_one_line_error(proc, 2, "needs the 'distributed' package", "overlapprof[cluster]")
