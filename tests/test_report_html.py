@@ -21,7 +21,11 @@ PAGE_FACTS = """(() => {
   const ranks = [...document.querySelectorAll('table.ranks')].map(t => ({
       variant: t.dataset.variant, rows: [...t.tBodies[0].rows].map(r => r.cells[0].textContent)}));
   const cmp = document.querySelector('table.comparison');
-  return {imgs, ranks, title: document.title,
+  const speedups = [...document.querySelectorAll('.card [data-speedup]')].map(d => ({
+      kind: d.dataset.speedup, text: d.querySelector('b').textContent}));
+  const partitions = [...document.querySelectorAll('table.partition')].map(t => ({
+      variant: t.dataset.variant, cells: [...t.tBodies[0].rows].map(r => [...r.cells].map(c => c.textContent))}));
+  return {imgs, ranks, title: document.title, speedups, partitions,
           compare: cmp ? [...cmp.tBodies[0].rows].map(r => r.cells[0].textContent) : null,
           h2: [...document.querySelectorAll('h2')].map(h => h.textContent),
           overflowing: [...document.querySelectorAll('.scroll')].filter(d => d.scrollWidth > d.clientWidth).length,
@@ -62,6 +66,14 @@ def test_page_renders_in_chromium(report_html, tmp_path):
     assert facts["ranks"] == [{"variant": "sync", "rows": ["0", "1"]}, {"variant": "async", "rows": ["0", "1"]}]
     assert [c.split()[0] for c in facts["compare"]] == ["sync", "async"]
     assert facts["h2"][:3] == ["Variants compared", "sync", "async"]
+    # The async card shows both speedups, each with its interval: profiled, and unprofiled (host).
+    assert [s["kind"] for s in facts["speedups"]] == ["profiled", "unprofiled"]
+    assert all(re.fullmatch(r"\d+\.\d\dx \[\d+\.\d\d-\d+\.\d\d\]", s["text"]) for s in facts["speedups"]), facts
+    # Each run's step partition: compute + exposed comm + exposed memory + idle = step, per rank.
+    assert [p["variant"] for p in facts["partitions"]] == ["sync", "async"]
+    for p in facts["partitions"]:
+        for rank, step, *parts in p["cells"]:
+            assert abs(sum(map(float, parts)) - float(step)) <= 0.003, p
     assert facts["width"] <= 1200 and facts["overflowing"] == 0  # nothing overflows sideways
     assert shot[:8] == b"\x89PNG\r\n\x1a\n" and len(shot) > 50_000
 

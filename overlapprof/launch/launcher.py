@@ -76,8 +76,9 @@ class RunRequest:
     """Profiler schedule wait (ProfilerConfig.wait)."""
     warmup: int = 1
     """Profiler schedule warmup (ProfilerConfig.warmup)."""
-    active: int = 3
-    """Profiler schedule active; also the unprofiled steps that start each cycle."""
+    active: int = 16
+    """Profiler schedule active; also the unprofiled steps that start each cycle (16, as
+    ``overlapprof run``'s default: the comparison's intervals narrow up to about there)."""
     repeat: int = 1
     """Profiler cycles, one trace file per rank each."""
     with_stack: bool = False

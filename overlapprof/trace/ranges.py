@@ -25,7 +25,7 @@ from pathlib import Path
 
 from overlapprof.trace import decode as D
 from overlapprof.trace import reader as R
-from overlapprof.trace.reader import EVENT_START, LayoutError, _first_event
+from overlapprof.trace.reader import EVENT_START, LayoutError, _first_event, array_text
 
 PIECE_BYTES = 1 << 22  # text per decoded piece: bounds a reader's buffer and the objects it decodes into
 _KEEP = len(EVENT_START) - 1  # bytes kept while looking for an event start: it may straddle two reads
@@ -99,19 +99,6 @@ def split(probe_: Probe, count: int) -> list[tuple[int, int | None]]:
     span = max(probe_.size - probe_.first, 1)
     cuts = [probe_.first + span * k // count for k in range(count)]
     return [(a, b) for a, b in zip(cuts, [*cuts[1:], None])]
-
-
-def array_text(buf: bytearray, end: int) -> bytearray:
-    """``[`` + the events in ``buf[:end]`` (whole events, each but maybe the last followed by a
-    comma) + ``]``: one copy."""
-    while end > 0 and buf[end - 1] in b" \t\r\n":
-        end -= 1
-    if end > 0 and buf[end - 1] == ord(","):
-        end -= 1
-    text = bytearray(b"[")
-    text += memoryview(buf)[:end]
-    text += b"]"
-    return text
 
 
 class RangeText:

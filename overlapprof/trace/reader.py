@@ -126,21 +126,26 @@ class TraceReader:
 
     def _piece(self, start: int, buf: bytearray, cut: int) -> Chunk:
         """The events in ``buf[:cut]`` (whole events, each followed by a comma), one copy."""
-        end = cut
-        while end > 0 and buf[end - 1] in b" \t\r\n":
-            end -= 1
-        if end > 0 and buf[end - 1] == ord(","):
-            end -= 1
-        text = bytearray(b"[")
-        text += memoryview(buf)[:end]
-        text += b"]"
-        return Chunk(start, self._decode(text))
+        return Chunk(start, self._decode(array_text(buf, cut)))
 
     def _decode(self, text: bytes) -> list:
         try:
             return self.decoder.decode(text)
         except (msgspec.ValidationError, msgspec.DecodeError):
             raise LayoutError from None  # re-read whole: an exact error message, or another layout
+
+
+def array_text(buf: bytearray, end: int) -> bytearray:
+    """``[`` + the events in ``buf[:end]`` (whole events, each but maybe the last followed by a
+    comma) + ``]``: one copy."""
+    while end > 0 and buf[end - 1] in b" \t\r\n":
+        end -= 1
+    if end > 0 and buf[end - 1] == ord(","):
+        end -= 1
+    text = bytearray(b"[")
+    text += memoryview(buf)[:end]
+    text += b"]"
+    return text
 
 
 def _first_event(buf: bytearray) -> int | None:
