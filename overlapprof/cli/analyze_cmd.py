@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import check_output, command, emit, fail, reading_kwargs, reading_options
+from overlapprof.cli.common import check_data_outputs, command, emit_data, reading_kwargs, reading_options
 
 
 class _Progress:
@@ -89,10 +89,7 @@ def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, wor
     from overlapprof.report import Report
     from overlapprof.trace.discover import is_saved_report
 
-    if json_out == "-" and csv_out == "-":
-        fail("--json and --csv cannot both go to stdout; give one of them a FILE")
-    check_output(json_out, "json")  # before the analysis: a refused path costs nothing
-    check_output(csv_out, "csv")
+    check_data_outputs(json_out, csv_out)  # before the analysis: a refused path costs nothing
     if len(paths) == 1 and Path(paths[0]).is_file() and is_saved_report(Path(paths[0])):
         report = Report.load(paths[0])
     else:
@@ -106,13 +103,5 @@ def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, wor
                                   **reading_kwargs(kw))
         finally:
             progress.close()
-    to_stdout = "-" in (json_out, csv_out)
-    if to_stdout and not quiet:
-        for warning in report.warnings:
-            click.echo(f"warning: {warning}", err=True)
-    if json_out:
-        emit(json_renderer.render(report), json_out, "json", quiet)
-    if csv_out:
-        emit(csv_renderer.render(report, by=by), csv_out, "csv", quiet)
-    if not to_stdout:
-        click.echo(table.render(report, by=by), nl=False)
+    emit_data(json_out, csv_out, quiet, report.warnings, lambda: json_renderer.render(report),
+              lambda: csv_renderer.render(report, by=by), lambda: table.render(report, by=by))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import analysis_options, check_output, command, emit, fail, load_comparison, reading_kwargs
+from overlapprof.cli.common import analysis_options, check_data_outputs, command, emit_data, fail, load_comparison, reading_kwargs
 
 
 @command("compare")
@@ -31,17 +31,7 @@ def compare(paths, json_out, csv_out, labels, quiet, **kw):
 
     if len(paths) < 2 and not (Path(paths[0]).is_file() and is_saved_comparison(Path(paths[0]))):
         fail("give at least two runs to compare (the first is the baseline)")
-    if json_out == "-" and csv_out == "-":
-        fail("--json and --csv cannot both go to stdout; give one of them a FILE")
-    check_output(json_out, "json")  # before the analysis: a refused path costs nothing
-    check_output(csv_out, "csv")
+    check_data_outputs(json_out, csv_out)  # before the analysis: a refused path costs nothing
     comparison = load_comparison(paths, labels, quiet, **reading_kwargs(kw))
-    if not quiet and "-" in (json_out, csv_out):  # else the table (stdout) ends with them
-        for warning in comparison.warnings:
-            click.echo(f"warning: {warning}", err=True)
-    if json_out:
-        emit(compare_json.render(comparison), json_out, "json", quiet)
-    if csv_out:
-        emit(compare_csv.render(comparison), csv_out, "csv", quiet)
-    if "-" not in (json_out, csv_out):
-        click.echo(compare_table.render(comparison), nl=False)
+    emit_data(json_out, csv_out, quiet, comparison.warnings, lambda: compare_json.render(comparison),
+              lambda: compare_csv.render(comparison), lambda: compare_table.render(comparison))

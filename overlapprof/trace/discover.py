@@ -76,23 +76,28 @@ def rank_from_name(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _head(path, size: int) -> bytes | None:
+    """The first ``size`` bytes of the file at ``path``; None when it cannot be read."""
+    try:
+        with Path(path).open("rb") as f:
+            return f.read(size)
+    except OSError:
+        return None
+
+
 def is_trace_file(path: Path, sniff: int = 1 << 20) -> bool:
     """Is ``path`` an existing trace file (which an output must never overwrite)? Gzip, or
     ``"traceEvents"`` in its first ``sniff`` bytes."""
-    try:
-        with Path(path).open("rb") as f:
-            head = f.read(sniff)
-    except OSError:
+    head = _head(path, sniff)
+    if head is None:
         return False
     return head[:2] == b"\x1f\x8b" or b'"traceEvents"' in head
 
 
 def is_saved_report(path: Path) -> bool:
     """Does the file start like a saved overlapprof Report (whose first key is ``schema``)?"""
-    try:
-        with path.open("rb") as f:
-            head = f.read(64)
-    except OSError:
+    head = _head(path, 64)
+    if head is None:
         return False
     return head.lstrip().replace(b" ", b"").replace(b"\n", b"").startswith(b'{"schema":"overlapprof.report/')
 
@@ -100,10 +105,8 @@ def is_saved_report(path: Path) -> bool:
 def is_execution_trace(path: Path, sniff: int = _ET_SNIFF) -> bool:
     """Is the file a Chakra / PARAM execution trace (an object with ``"schema"`` and ``"nodes"``
     in its first ``sniff`` bytes and no ``"traceEvents"``)? Gzipped ones are not sniffed."""
-    try:
-        with Path(path).open("rb") as f:
-            head = f.read(sniff)
-    except OSError:
+    head = _head(path, sniff)
+    if head is None:
         return False
     return (head.lstrip()[:1] == b"{" and b'"schema"' in head and b'"nodes"' in head
             and b'"traceEvents"' not in head and not is_saved_report(Path(path)))
