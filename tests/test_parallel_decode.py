@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -169,9 +170,10 @@ def test_bad_files_same_error(tmp_path, small):
 def test_cli_workers_one_line_error(tmp_path):
     """The CLI with --workers 2 on a truncated gzip that is large enough to be read in parallel."""
     text = _kineto_text(_tricky_events(40_000))
-    assert len(text) > P.PARALLEL_MIN_TEXT
+    assert len(text) > 1 << 20
     path = S.write(tmp_path / "big.json.gz", gzip.compress(text, compresslevel=1)[:-1000], gz=False)
     proc = subprocess.run([sys.executable, "-m", "overlapprof", "analyze", "--workers", "2", str(path)],
-                          capture_output=True, text=True, timeout=240)
+                          capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "OVERLAPPROF_PARALLEL_MIN_MB": "1"})  # read it in parallel
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"Error: {path}: truncated gzip (the file ends before the compressed stream)"]

@@ -18,8 +18,9 @@ How the text reaches the workers:
   workers, at most ``2 x workers`` in flight. The alternative, each worker inflating the stream
   from the start and dropping the text before its range (``skip``), costs every worker the
   inflation of all the text before its range; ``benchmarks/analyze_bench.py --only big``
-  measures both (``OVERLAPPROF_GZIP_MODE=skip`` selects it; README, "Speed and memory"), and
-  ``feed``, measured faster, is the default.
+  measures both (``OVERLAPPROF_GZIP_MODE=feed|skip`` selects one; README, "Speed and memory"):
+  ``skip`` was faster on a quiet machine (2 GB: 1.19x against 1.03x over one worker), so it is
+  the default.
 
 In both, this process reads pieces too (see :func:`_drain`).
 
@@ -51,12 +52,13 @@ from overlapprof.trace import decode as D
 from overlapprof.trace import ranges as TR
 from overlapprof.trace.reader import Chunk, LayoutError
 
-# Below this much text (bytes, decompressed) a file is read in one process: starting workers costs more.
-PARALLEL_MIN_TEXT = 24 << 20
+# Below this much text (bytes, decompressed) a file is read in one process: on a quiet 2-core
+# machine two workers were slower on mtia's 83 MB (0.85x) and even on 300 MB of plain JSON (0.98x).
+PARALLEL_MIN_TEXT = int(os.environ.get("OVERLAPPROF_PARALLEL_MIN_MB", "256")) << 20
 RANGE_MIN = 16 << 20  # smallest byte range given to a worker (plain JSON)
 RANGES_PER_WORKER = 4  # ranges per worker: a slow worker or a dense range does not finish last alone
 MODES = ("feed", "skip")
-GZIP_MODE = os.environ.get("OVERLAPPROF_GZIP_MODE", "feed")  # the benchmark's switch; feed measured faster
+GZIP_MODE = os.environ.get("OVERLAPPROF_GZIP_MODE", "skip")  # the benchmark's switch; skip measured faster
 
 
 @dataclass
