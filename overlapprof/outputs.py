@@ -29,8 +29,8 @@ import tempfile
 from pathlib import Path
 
 from overlapprof.errors import OutputError
+from overlapprof.launch.rundir import RUN_FILE
 
-RUN_FILE = "run.json"
 TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
 
 

@@ -167,10 +167,8 @@ def _read_slice(files: list[str], shift: float, step, start: float, end: float) 
 
 
 def _arg_name(raw) -> str | None:
-    try:
-        value = msgspec.json.decode(raw) if raw else None
-    except msgspec.DecodeError:
-        return None
+    """``args.name`` of a metadata event (``process_name``/``thread_name``), else None."""
+    value = _args(raw)
     return str(value.get("name")) if isinstance(value, dict) and value.get("name") is not None else None
 
 
