@@ -39,10 +39,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 TARGET = 1.3
 # Options that make communication and compute of similar size at 2gbit with 4 ranks on 2 cores
-# (swept with --options at 2gbit, load average 9-11: ring chunk 32768/65536/131072 with size 512,
-# 768, 1024; allreduce width 128/256 with batch 1024-8192; README, "An emulated link"). The
+# (swept with --options at 2gbit on a quiet machine, tbf burst 128 KiB: ring chunk 65536/131072/262144 with size 512,
+# 768; allreduce width 256 with batch 2048-8192 and 4, 6, 8 buckets; README, "An emulated link"). The
 # ring's are its defaults.
-OPTIONS = {"ring": ["--chunk", "65536", "--size", "512"], "allreduce": ["--width", "256", "--batch", "8192"]}
+OPTIONS = {"ring": ["--chunk", "131072", "--size", "512"], "allreduce": ["--width", "256", "--batch", "3072", "--buckets", "8"]}
 
 
 def launch(workload, rate, args, out, burst=None, latency=None):

@@ -52,7 +52,7 @@ def _nccl_debug(ctx, param, value):
                    "one medium shared by all ranks, not a port per rank.")
 @click.option("--link-burst", type=click.IntRange(min=1), default=None, metavar="BYTES",
               show_default=False,
-              help="With --link-rate: tbf's burst, above the loopback MTU (65536). Default 1048576.")
+              help="With --link-rate: tbf's burst, above the loopback MTU (65536). Default: half a millisecond of the link, at least 131072.")
 @click.option("--link-latency", type=click.FloatRange(min=0, min_open=True), default=None,
               metavar="MS", show_default=False,
               help="With --link-rate: how long tbf queues a packet before dropping it. Default 100.")

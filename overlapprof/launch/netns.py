@@ -18,8 +18,10 @@ propagation latency (``netem`` would; this kernel has none, and nothing here dep
 it does not model switches, NIC offload (the cores still copy every byte through the kernel's
 TCP stack) or a per-rank port.
 
-BURST (``BURST_BYTES``) must exceed the loopback MTU (64 KiB), or a full-size segment can never
-be sent; LATENCY (``LATENCY_MS``) bounds how long a packet may queue before tbf drops it, so a
+BURST must exceed the loopback MTU (64 KiB), or a full-size segment can never be sent; the
+default (:func:`default_burst`) is half a millisecond of the link and at least two MTUs (128 KiB
+up to 2gbit): a bucket of 1 MiB, refilled while the ranks compute, let a 4-rank ring's whole round
+pass unpaced, so the link cost nothing to hide; LATENCY (``LATENCY_MS``) bounds how long a packet may queue before tbf drops it, so a
 short one makes TCP drop and retransmit when 4 ranks send at once. See README ("Running a
 workload") for the values measured and why these were chosen.
 
@@ -40,9 +42,10 @@ import sys
 from overlapprof.errors import LaunchError
 
 ENV = "OVERLAPPROF_LINK"  # set in the re-executed run: the link (JSON) it runs over
-BURST_BYTES = 1 << 20  # 1 MiB: 16 loopback MTUs
-LATENCY_MS = 100
 LOOPBACK_MTU = 65536
+BURST_MIN = 2 * LOOPBACK_MTU  # 128 KiB
+BURST_TIME_S = 0.0005  # the default bucket holds half a millisecond of the link, at least BURST_MIN
+LATENCY_MS = 100
 MEDIUM = "one loopback shared by all ranks: RATE is their total, not a port per rank"
 _UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
           "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}
@@ -60,14 +63,20 @@ def parse_rate(text):
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
+def default_burst(bits_per_s):
+    """tbf's default burst, bytes: ``max(BURST_MIN, bits_per_s / 8 * BURST_TIME_S)`` (half a
+    millisecond of the link; 131072 at 1 and 2gbit, 625000 at 10gbit)."""
+    return max(BURST_MIN, int(bits_per_s / 8 * BURST_TIME_S))
+
+
 def link_for(rate, burst_bytes=None, latency_ms=None):
     """The link record of ``rate`` (what run.json's ``link`` holds, less ``qdisc``): tbf with
-    ``burst_bytes`` (default BURST_BYTES; must exceed the loopback MTU) and a queue of
+    ``burst_bytes`` (default :func:`default_burst`; must exceed the loopback MTU) and a queue of
     ``latency_ms`` (default LATENCY_MS). LaunchError (one line) for a rate that does not parse
     or a burst or latency tbf cannot use."""
-    burst_bytes = BURST_BYTES if burst_bytes is None else int(burst_bytes)
-    latency_ms = LATENCY_MS if latency_ms is None else latency_ms
     bits = parse_rate(rate)
+    burst_bytes = default_burst(bits) if burst_bytes is None else int(burst_bytes)
+    latency_ms = LATENCY_MS if latency_ms is None else latency_ms
     if burst_bytes <= LOOPBACK_MTU:
         raise LaunchError(f"--link-burst {burst_bytes}: must exceed the loopback MTU "
                           f"({LOOPBACK_MTU} bytes), or a full-size segment can never be sent")
