@@ -92,3 +92,78 @@ def overlap_length(a: Intervals, b: Intervals) -> float:
         return 0.0
     both = union(np.concatenate((a[0], b[0])), np.concatenate((a[1], b[1])))
     return max(0.0, length(a) + length(b) - length(both))
+
+
+# -- segmented sets: many sets at once (one per step) -------------------------------------------
+#
+# A *segmented set* is ``(seg, starts, ends)``: interval i belongs to set ``seg[i]`` (an int >= 0).
+# A segmented union is, for each segment, the union of its intervals, sorted by (segment, start).
+# Each function below gives, segment by segment, exactly what its one-set counterpart gives for
+# that segment's intervals (the same interval ends, so the same lengths): the sweeps sort by
+# segment first, and each segment's coverage returns to zero before the next one begins.
+
+Segmented = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+EMPTY_BY: Segmented = (np.empty(0, dtype=np.int64), np.empty(0), np.empty(0))
+
+
+def union_by(seg: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Segmented:
+    """U(X) of each segment's intervals: a sweep over their starts and ends, sorted by (segment,
+    position) with starts before ends at one position (so touching intervals merge); a run of
+    the union ends where the count of open intervals comes back to zero."""
+    keep = ends > starts
+    seg, starts, ends = seg[keep], starts[keep], ends[keep]
+    n = starts.size
+    if n == 0:
+        return EMPTY_BY
+    pos = np.concatenate((starts, ends))
+    order = np.argsort(pos, kind="stable")  # ties keep input order: starts first
+    order = order[np.argsort(np.concatenate((seg, seg))[order], kind="stable")]
+    cover = np.cumsum(np.where(order < n, 1, -1))
+    last = np.flatnonzero(cover == 0)
+    first = np.concatenate(([0], last[:-1] + 1))
+    pos = pos[order]
+    return np.concatenate((seg, seg))[order[first]], pos[first], pos[last]
+
+
+def concat_by(*sets: Segmented) -> Segmented:
+    """The intervals of several segmented sets together (not a union)."""
+    return tuple(np.concatenate([s[k] for s in sets]) for k in range(3))
+
+
+def clip_by(u: Segmented, lo: np.ndarray, hi: np.ndarray) -> Segmented:
+    """Each segment's union intersected with its window ``[lo[seg], hi[seg])``."""
+    seg, starts, ends = u
+    starts, ends = np.maximum(starts, lo[seg]), np.minimum(ends, hi[seg])
+    keep = ends > starts
+    return seg[keep], starts[keep], ends[keep]
+
+
+def difference_by(a: Segmented, b: Segmented) -> Segmented:
+    """A \\ B of two segmented unions, segment by segment (the sweep of :func:`_where`)."""
+    if b[0].size == 0:
+        return a
+    na, nb = a[0].size, b[0].size
+    seg = np.concatenate((a[0], a[0], b[0], b[0]))
+    pos = np.concatenate((a[1], a[2], b[1], b[2]))
+    delta = np.concatenate((np.full(na, 1), np.full(na, -1), np.full(nb, 2), np.full(nb, -2)))
+    order = np.lexsort((delta, pos, seg))
+    seg, pos, cover = seg[order], pos[order], np.cumsum(delta[order])
+    hit = np.flatnonzero(cover[:-1] == 1)
+    seg, starts, ends = seg[hit], pos[hit], pos[hit + 1]
+    keep = ends > starts
+    return union_by(seg[keep], starts[keep], ends[keep]) if hit.size else EMPTY_BY
+
+
+def lengths_by(u: Segmented, count: int) -> tuple[list[float], np.ndarray]:
+    """|X| of segments ``0 .. count-1`` of a segmented union (each summed as :func:`length`
+    sums one set, so the same float), and how many intervals each has."""
+    seg, starts, ends = u
+    bounds = np.searchsorted(seg, np.arange(count + 1))
+    sizes = np.diff(bounds)
+    gaps = ends - starts
+    out = gaps[np.minimum(bounds[:-1], max(gaps.size - 1, 0))] if gaps.size else np.zeros(count)
+    out = np.where(sizes == 1, out, 0.0).tolist()  # a single interval: its length, no sum
+    for k in np.flatnonzero(sizes > 1).tolist():
+        out[k] = float(np.sum(gaps[bounds[k] : bounds[k + 1]]))
+    return out, sizes

@@ -22,15 +22,20 @@ TIMELINE_CAP = 2000
 
 def metrics_of(comm: iv.Intervals, compute: iv.Intervals, memory: iv.Intervals = iv.EMPTY, cls=Metrics, **extra):
     """Metrics (or a subclass, with ``extra`` fields) of three unions."""
-    comm_us = iv.length(comm)
-    overlapped = min(iv.overlap_length(comm, compute), comm_us)
+    return _metrics(iv.length(comm), iv.length(compute), iv.overlap_length(comm, compute), iv.length(memory),
+                    cls, **extra)
+
+
+def _metrics(comm_us: float, compute_us: float, overlap_us: float, memory_us: float, cls, **extra):
+    """Metrics from |comm|, |compute|, |comm ∩ compute| and |memory| (µs)."""
+    overlapped = min(overlap_us, comm_us)
     return cls(
         comm_us=comm_us,
-        compute_us=iv.length(compute),
+        compute_us=compute_us,
         overlapped_us=overlapped,
         exposed_comm_us=comm_us - overlapped,
         overlap_ratio=overlapped / comm_us if comm_us > 0 else None,
-        memory_us=iv.length(memory),
+        memory_us=memory_us,
         **extra,
     )
 
@@ -76,24 +81,41 @@ def mean_partition(steps: list[StepMetrics]) -> Partition | None:
 
 
 def step_metrics(events: RankEvents) -> list[StepMetrics]:
-    """One StepMetrics per ProfilerStep, in time order (see StepMetrics for ``step_us``)."""
+    """One StepMetrics per ProfilerStep, in time order (see StepMetrics for ``step_us``).
+
+    The same formulas as :func:`metrics_of` and :func:`partition_of` for each step's events,
+    computed for every step at once with the segmented interval functions (segment = step)."""
     steps = events.steps
-    split = [_by_step(events, s) for s in (events.comm, events.compute, events.memory)]
+    count = steps.start.size
+    if count == 0:
+        return []
+    last_end = steps.end.astype(np.float64, copy=True)
+    unions = []
+    for s in (events.comm, events.compute, events.memory):
+        seg = steps.index_of(s.anchor)
+        inside = seg >= 0
+        seg, start, end = seg[inside], s.start[inside], s.end[inside]
+        np.maximum.at(last_end, seg, end)
+        unions.append(iv.union_by(seg, start, end))
+    comm, compute, memory = unions
+    both = iv.union_by(*iv.concat_by(comm, compute))
+    comp_w, comm_w, mem_w = (iv.clip_by(u, steps.start, last_end) for u in (compute, comm, memory))
+    busy = iv.union_by(*iv.concat_by(comp_w, comm_w))
+    everything = iv.union_by(*iv.concat_by(busy, mem_w)) if mem_w[0].size else busy
+    window = (np.arange(count), steps.start.astype(np.float64), last_end)
+    parts = (comm, compute, memory, both, comp_w, iv.difference_by(comm_w, comp_w),
+             iv.difference_by(mem_w, busy), iv.difference_by(window, everything))
+    (comm_us, n_comm), (compute_us, n_compute), (memory_us, _), (both_us, _), *rest = (
+        iv.lengths_by(u, count) for u in parts)
+    comp_us, exposed_us, exposed_mem_us, idle_us = (r[0] for r in rest)
     out = []
-    for k in range(steps.start.size):
-        comm, compute, memory = (split[c][k] for c in range(3))
-        last_end = max([steps.end[k]] + [float(s.end.max()) for s in (comm, compute, memory) if len(s)])
-        step_us = float(last_end - steps.start[k])
-        unions = (_union(comm), _union(compute), _union(memory))
-        m = metrics_of(
-            *unions,
-            cls=StepMetrics,
-            step=int(steps.number[k]),
-            start_us=float(steps.start[k]),
-            step_us=step_us,
-            exposed_share=None,
-            partition=partition_of(*unions, float(steps.start[k]), float(last_end)),
-        )
+    for k, (number, start, end) in enumerate(zip(steps.number.tolist(), steps.start.tolist(), last_end.tolist())):
+        step_us = float(end - start)
+        overlap = max(0.0, comm_us[k] + compute_us[k] - both_us[k]) if n_comm[k] and n_compute[k] else 0.0
+        m = _metrics(comm_us[k], compute_us[k], overlap, memory_us[k], StepMetrics,
+                     step=number, start_us=start, step_us=step_us, exposed_share=None,
+                     partition=Partition(compute_us=comp_us[k], exposed_comm_us=exposed_us[k],
+                                         exposed_memory_us=exposed_mem_us[k], idle_us=idle_us[k], step_us=end - start))
         m.exposed_share = m.exposed_comm_us / step_us if step_us > 0 else None
         out.append(m)
     return out
@@ -130,7 +152,7 @@ def timeline(events: RankEvents, steps: list[StepMetrics]) -> Timeline | None:
         candidates = steps[:-1] if len(steps) >= 3 else steps
         ranked = sorted(range(len(candidates)), key=lambda k: candidates[k].step)
         k = ranked[(len(ranked) - 1) // 2]
-        sets = [_by_step(events, s)[k] for s in (events.comm, events.compute)]
+        sets = [s.select(events.steps.index_of(s.anchor) == k) for s in (events.comm, events.compute)]
         origin, span, step = candidates[k].start_us, candidates[k].step_us, candidates[k].step
     else:
         sets = [events.comm, events.compute]
