@@ -57,3 +57,29 @@ def per_distinct(func, *columns) -> tuple[list, np.ndarray]:
         return [], np.empty(0, dtype=np.int64)
     first, inverse = distinct_rows(*columns)
     return [func(*row) for row in zip(*(np.asarray(c)[first].tolist() for c in columns))], inverse
+
+
+class GrowingColumns:
+    """Named numpy columns that grow a chunk at a time: each chunk is copied in as it comes
+    (capacity doubling, so O(1) amortised per row) and dropped, instead of keeping every chunk
+    to concatenate at the end, which holds the data twice (and, for many small chunks, leaves
+    the heap fragmented). :meth:`arrays` gives the filled part of each column."""
+
+    def __init__(self, dtypes: dict[str, type], capacity: int = 1 << 16):
+        self.size = 0
+        self._buffers = {name: np.empty(capacity, dtype) for name, dtype in dtypes.items()}
+
+    def append(self, **columns: np.ndarray) -> None:
+        """One chunk's values of every column (equal lengths)."""
+        need = self.size + len(next(iter(columns.values())))
+        for name, values in columns.items():
+            buf = self._buffers[name]
+            if need > buf.size:
+                grown = np.empty(max(need, 2 * buf.size), buf.dtype)
+                grown[: self.size] = buf[: self.size]
+                self._buffers[name] = buf = grown
+            buf[self.size : need] = values
+        self.size = need
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {name: buf[: self.size] for name, buf in self._buffers.items()}

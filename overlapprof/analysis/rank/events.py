@@ -20,7 +20,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from overlapprof.analysis.columns import Index
+from overlapprof.analysis.columns import GrowingColumns, Index
 from overlapprof.analysis.intervals import union
 from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.records.fields import Values
@@ -133,7 +133,7 @@ class _Scan:
     codes: np.ndarray
     corr: np.ndarray
     name_ids: np.ndarray
-    thread: np.ndarray  # thread codes (pid, tid) of cpu_ops, annotations and runtime calls; -1 elsewhere
+    thread: np.ndarray  # int32 thread codes (pid, tid) of cpu_ops, annotations and runtime calls; -1 elsewhere
     collective: np.ndarray  # record_param_comms: the kind code of its `Collective name`; -1 elsewhere
     negative: int
     header: TraceFile
@@ -177,40 +177,76 @@ class _Threads(dict):
             return [self[(hashable(events[i].pid), hashable(events[i].tid))] for i in rows]
 
 
-def _correlations(path, events: list, rows: np.ndarray, index: np.ndarray) -> np.ndarray:
+def _correlations(path, events: list, rows: np.ndarray, index) -> np.ndarray:
     """The ``correlation`` arg of ``events[rows]`` (NaN: none), their args decoded in one batch;
-    TraceError (naming the event) when an args is not an object or its correlation not an int."""
+    TraceError (naming the event: ``index()`` numbers the events) when an args is not an object
+    or its correlation not an int."""
     rows = rows.tolist()
     text = b"[" + b",".join([events[i].args or b"null" for i in rows]) + b"]"
-    where = lambda k: f"traceEvents[{index[rows[k]]}].args"  # noqa: E731
+    where = lambda k: f"traceEvents[{index()[rows[k]]}].args"  # noqa: E731
     args = decode_checked(path, LAUNCH_ARGS, text, where)
     return np.array([a.correlation if a is not None else None for a in args], dtype=np.float64)
 
 
+# The columns of a file's complete events (see _Scan), as _read_chunks gives them.
+SCAN_COLUMNS = {"ts": np.float64, "end": np.float64, "dur": np.float64, "codes": np.int8, "corr": np.float64,
+                "name_ids": np.int32, "thread": np.int32, "collective": np.int8}
+_IS_CORRELATED = np.isin(np.arange(8), _CORRELATED)  # by category code
+_IS_THREADED = np.isin(np.arange(8), _THREADED)
+
+
+@dataclass
+class _Problems:
+    """The first event (number in the file) with a missing ``ts``, with a missing ``dur``, and
+    whose ``ts + dur`` is not finite; checked a chunk at a time, raised in that order once the
+    whole file is read (as one check over the whole file would)."""
+
+    ts: int | None = None
+    dur: int | None = None
+    end: int | None = None
+
+    def check(self, ts: np.ndarray, dur: np.ndarray, end: np.ndarray, index) -> None:
+        if np.isfinite(end).all():
+            return
+        for name, bad in (("ts", np.isnan(ts)), ("dur", np.isnan(dur)), ("end", ~np.isfinite(end))):
+            if getattr(self, name) is None and bad.any():
+                setattr(self, name, int(index()[np.argmax(bad)]))
+
+    def raise_first(self, path) -> None:
+        for name in ("ts", "dur"):
+            if getattr(self, name) is not None:
+                raise TraceError(path, f"event {getattr(self, name)}: {name!r} is missing")
+        if self.end is not None:
+            raise TraceError(path, f"event {self.end}: 'ts' + 'dur' is out of range")
+
+
 def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threads: _Threads | None = None):
-    """The complete events of ``chunks`` as 8 arrays (None: there are none) and the counts of
-    the device categories left out. ``names``/``threads``: the ids given to names and threads."""
-    parts = []
-    row0 = 0
+    """The complete events of ``chunks`` as the columns :data:`SCAN_COLUMNS` (None: there are
+    none), the counts of the device categories left out, and the :class:`_Problems` of their
+    times. ``names``/``threads``: the ids given to names and threads."""
+    columns = GrowingColumns(SCAN_COLUMNS)
+    problems = _Problems()
     threads, unclassified = threads if threads is not None else _Threads(), {}
     params_id = names[C.PARAM_COMMS]
     for chunk in chunks:
         events = chunk.events
         complete = [e.ph == "X" for e in events]
         if all(complete):
-            xe, index = events, np.arange(chunk.start, chunk.start + len(events))
+            xe = events
+            index = lambda c=chunk, n=len(events): np.arange(c.start, c.start + n)  # noqa: E731
         else:
-            xe, index = list(compress(events, complete)), np.flatnonzero(complete) + chunk.start
+            xe = list(compress(events, complete))
+            index = lambda c=chunk, m=complete: np.flatnonzero(m) + c.start  # noqa: E731
         if not xe:
             continue
         codes = np.array([_CATEGORY[e.cat] for e in xe], dtype=np.int8)
         name_ids = np.array([names[e.name] for e in xe], dtype=np.int32)
         corr = np.full(len(xe), np.nan)
-        linked = np.flatnonzero(np.isin(codes, _CORRELATED))
+        linked = np.flatnonzero(_IS_CORRELATED[codes])
         if linked.size:
             corr[linked] = _correlations(path, xe, linked, index)
-        thread = np.full(len(xe), -1, dtype=np.int64)
-        located = np.flatnonzero(np.isin(codes, _THREADED))
+        thread = np.full(len(xe), -1, dtype=np.int32)
+        located = np.flatnonzero(_IS_THREADED[codes])
         if located.size:
             thread[located] = threads.codes(xe, located.tolist())
         collective = np.full(len(xe), -1, dtype=np.int8)
@@ -224,27 +260,16 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
             collective[params] = [_COLLECTIVE_CODE[a.collective if a is not None else None] for a in args]
         for i in np.flatnonzero(codes == C.DEVICE_OTHER).tolist():
             unclassified[xe[i].cat] = unclassified.get(xe[i].cat, 0) + 1
-        parts.append([
-            index,
-            np.array([e.ts for e in xe], dtype=np.float64),  # None -> NaN
-            np.array([e.dur for e in xe], dtype=np.float64),
-            codes,
-            corr,
-            name_ids,
-            thread,
-            collective,
-        ])
+        ts = np.array([e.ts for e in xe], dtype=np.float64)  # None -> NaN
+        dur = np.array([e.dur for e in xe], dtype=np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            end = ts + np.maximum(dur, 0.0)
+        problems.check(ts, dur, end, index)
+        columns.append(ts=ts, end=end, dur=dur, codes=codes, corr=corr, name_ids=name_ids, thread=thread,
+                       collective=collective)
         if recorder is not None:
-            recorder.add(xe, codes, name_ids, row0)
-        row0 += len(xe)
-    if not parts:
-        return None, unclassified
-    arrays = []
-    for k in range(8):  # a column at a time, dropping the chunks' copies: the peak is one column more, not double
-        arrays.append(np.concatenate([p[k] for p in parts]))
-        for p in parts:
-            p[k] = None
-    return arrays, unclassified
+            recorder.add(xe, codes, name_ids, columns.size - len(xe))
+    return (columns.arrays() if columns.size else None), unclassified, problems
 
 
 def _scan(path, names: Index, recorder: CommRecorder | None = None, workers: int = 1) -> _Scan:
@@ -258,30 +283,22 @@ def _scan(path, names: Index, recorder: CommRecorder | None = None, workers: int
         if got is None and recorder is not None:
             recorder = recorder.fresh()  # it may hold the parts read before the workers gave up
     if got is not None:
-        arrays, unclassified, header = got
+        arrays, unclassified, header = got  # the workers found no problem in the times
     else:
         reader = TraceReader(path, THREAD_ROW_DECODER)
         try:
-            arrays, unclassified = _read_chunks(path, reader.chunks(), names, recorder)
+            arrays, unclassified, problems = _read_chunks(path, reader.chunks(), names, recorder)
         except LayoutError:
             if recorder is not None:
                 recorder = recorder.fresh()
-            arrays, unclassified = _read_chunks(path, reader.chunks(generic=True), names, recorder)
+            arrays, unclassified, problems = _read_chunks(path, reader.chunks(generic=True), names, recorder)
         header = reader.header
+        problems.raise_first(path)
     if arrays is None:
         raise TraceError(path, "no complete ('X') events: nothing to measure")
-    index, ts, dur, codes, corr, name_ids, thread, collective = arrays  # index None: parallel_scan checked these
-    for field_name, values in (("ts", ts), ("dur", dur)):
-        bad = np.flatnonzero(np.isnan(values))
-        if bad.size:
-            raise TraceError(path, f"event {index[bad[0]]}: {field_name!r} is missing")
-    end = ts + np.maximum(dur, 0.0)
-    if not np.isfinite(end).all():
-        raise TraceError(path, f"event {index[np.flatnonzero(~np.isfinite(end))[0]]}: 'ts' + 'dur' is out of range")
-    negative = int(np.count_nonzero(dur < 0))
+    negative = int(np.count_nonzero(arrays["dur"] < 0))
     records = recorder.records() if recorder is not None else None
-    return _Scan(str(path), ts, end, dur, codes, corr, name_ids, thread, collective, negative, header,
-                 unclassified, records)
+    return _Scan(str(path), **arrays, negative=negative, header=header, unclassified=unclassified, records=records)
 
 
 def _name_property(names: list[str], func, dtype, ids: np.ndarray) -> np.ndarray:
@@ -325,15 +342,14 @@ def _issuing_kind(scan: _Scan, names: list[str], calls: np.ndarray, q_thread, q_
     out = fallback.astype(np.int8).copy()
     if calls.size == 0 or q_time.size == 0:
         return out
-    # Half-open [ts, ts + dur): innermost() takes closed ends, so end at the float just below.
-    ends = np.nextafter(scan.end, -np.inf)
     params = calls[scan.name_ids[calls] == names.index(C.PARAM_COMMS)] if C.PARAM_COMMS in names else calls[:0]
     c10d = calls[_name_property(names, C.is_comm_wrapper, bool, scan.name_ids[calls])]
     kind = np.full(q_time.size, -1, dtype=np.int8)
     for rows, codes in ((c10d, None), (params, scan.collective)):  # later sources win
         if rows.size == 0:
             continue
-        found = innermost(scan.thread[rows], scan.ts[rows], ends[rows], q_thread, q_time)
+        # Half-open [ts, ts + dur): innermost() takes closed ends, so end at the float just below.
+        found = innermost(scan.thread[rows], scan.ts[rows], np.nextafter(scan.end[rows], -np.inf), q_thread, q_time)
         ok = found >= 0
         if codes is None:
             value = _name_property(names, lambda n: _KIND_CODE[C.comm_kind(n[6:])], np.int8, scan.name_ids[rows])
@@ -392,8 +408,10 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
     cpu_rows = np.flatnonzero(codes == C.CPU_OP)
     ann_rows = np.flatnonzero(codes == C.ANNOTATION)
     host_rows = np.concatenate((ann_rows, cpu_rows))
-    step_numbers = prop(_step_number, np.int64, host_rows)
-    step_rows, step_numbers = host_rows[step_numbers >= 0], step_numbers[step_numbers >= 0]
+    step_of_name = np.array([_step_number(n) for n in names], dtype=np.int64)
+    step_rows = host_rows[step_of_name[scan.name_ids[host_rows]] >= 0]
+    step_numbers = step_of_name[scan.name_ids[step_rows]]
+    del host_rows
     calls = cpu_rows[prop(C.is_comm_call, bool, cpu_rows)]
 
     if gpu:
@@ -431,7 +449,9 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
         memory_rows = np.empty(0, dtype=np.int64)
 
     launched = launch_row >= 0
-    anchor = np.where(launched, ts[np.maximum(launch_row, 0)], ts)
+    anchor = ts.copy()  # in place: no full-size temporaries
+    with_launch = np.flatnonzero(launched)
+    anchor[with_launch] = ts[launch_row[with_launch]]
 
     def event_set(rows, kind=None, own=None):
         zeros = np.zeros(rows.size, dtype=np.int8)

@@ -46,7 +46,8 @@ import numpy as np
 from overlapprof.analysis.columns import Index
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
-from overlapprof.analysis.rank.events import _read_chunks, _Threads
+from overlapprof.analysis.columns import GrowingColumns
+from overlapprof.analysis.rank.events import SCAN_COLUMNS, _Problems, _read_chunks, _Threads
 from overlapprof.errors import OverlapprofError
 from overlapprof.trace import decode as D
 from overlapprof.trace import ranges as TR
@@ -64,13 +65,14 @@ GZIP_MODE = os.environ.get("OVERLAPPROF_GZIP_MODE", "skip")  # the benchmark's s
 @dataclass
 class Part:
     """What a worker read of some consecutive events: ``events`` (every phase) and, for the
-    complete ones, the 8 arrays of :func:`~overlapprof.analysis.rank.events._read_chunks` with its
-    own codes (None: none), whose keys are ``names`` and ``threads`` (by code); ``records``:
+    complete ones, the columns of :func:`~overlapprof.analysis.rank.events._read_chunks` but
+    ``end``, with its own codes (None: none), whose keys are ``names`` and ``threads`` (by
+    code); ``records``:
     its :meth:`~overlapprof.analysis.records.recorder.CommRecorder.export`; ``tail``: the text
     after the file's last event start, when the range held it; ``failed``: it could not."""
 
     events: int = 0
-    arrays: list | None = None
+    arrays: dict | None = None
     names: list = field(default_factory=list)
     threads: list = field(default_factory=list)
     unclassified: dict = field(default_factory=dict)
@@ -110,15 +112,14 @@ def _read_part(job: _Job) -> Part:
             part.events += len(events)
 
     try:
-        part.arrays, part.unclassified = _read_chunks(job.path, chunks(), names, recorder, threads)
+        arrays, part.unclassified, problems = _read_chunks(job.path, chunks(), names, recorder, threads)
     except (LayoutError, OverlapprofError, OSError):
         return Part(failed=True)
-    if part.arrays is not None:
-        ts, dur = part.arrays[1], part.arrays[2]
-        with np.errstate(all="ignore"):
-            if not np.isfinite(ts + np.maximum(dur, 0.0)).all():  # missing or odd: worded by one process
-                return Part(failed=True)
-        part.arrays[0] = None  # event numbers name the event of an error only, and there is none
+    if problems != _Problems():  # a missing or odd time: worded by one process
+        return Part(failed=True)
+    if arrays is not None:
+        del arrays["end"]  # the parent adds ts + dur again: cheaper than shipping it
+        part.arrays = arrays
     part.names = names.order
     part.threads = list(threads)
     part.records = recorder.export() if recorder is not None else None
@@ -172,8 +173,8 @@ def _drain(pending: deque, limit: int):
 
 def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: str | None = None):
     """``(arrays, unclassified, header)`` of the file as :func:`events._read_chunks` gives them
-    (and its top level), read by ``workers`` processes (the event numbers, ``arrays[0]``, are
-    None: the workers checked every ``ts`` and ``dur``); None when the file is small, not in the
+    (and its top level), read by ``workers`` processes (which checked every ``ts`` and ``dur``:
+    there are no problems to report); None when the file is small, not in the
     line layout, or anything went wrong (the caller then reads it in this process)."""
     mode = mode or GZIP_MODE
     try:
@@ -219,35 +220,28 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
 
 
 class _Merge:
-    """Parts, in file order, renumbered into the file's tables (see the module docstring)."""
+    """Parts, in file order, renumbered into the file's tables (see the module docstring) and
+    copied into the file's columns as they come."""
 
     def __init__(self, names: Index, recorder: CommRecorder | None):
         self.names, self.recorder, self.threads = names, recorder, _Threads()
-        self.parts: list = []
+        self.columns = GrowingColumns(SCAN_COLUMNS)
         self.unclassified: dict = {}
-        self.events = self.rows = 0
+        self.events = 0
 
     def add(self, part: Part) -> None:
         if part.arrays is not None:
-            _, ts, dur, codes, corr, name_ids, thread, collective = part.arrays
+            a = part.arrays
             name_codes = np.array([self.names[n] for n in part.names], dtype=np.int32)
-            thread_codes = np.array([self.threads[k] for k in part.threads] + [-1], dtype=np.int64)
-            self.parts.append([None, ts, dur, codes, corr,
-                               name_codes[name_ids], thread_codes[thread], collective])
+            thread_codes = np.array([self.threads[k] for k in part.threads] + [-1], dtype=np.int32)
             if self.recorder is not None:
-                self.recorder.absorb(part.records, self.rows)
-            self.rows += ts.size
+                self.recorder.absorb(part.records, self.columns.size)
+            self.columns.append(ts=a["ts"], end=a["ts"] + np.maximum(a["dur"], 0.0), dur=a["dur"], codes=a["codes"],
+                                corr=a["corr"], name_ids=name_codes[a["name_ids"]], thread=thread_codes[a["thread"]],
+                                collective=a["collective"])
         self.events += part.events
         for cat, n in part.unclassified.items():
             self.unclassified[cat] = self.unclassified.get(cat, 0) + n
 
     def result(self):
-        if not self.parts:
-            return None, self.unclassified
-        arrays = [None]  # no event numbers (see _read_part)
-        for k in range(1, 8):  # one column at a time, each part's copy dropped: the peak is one column more
-            arrays.append(np.concatenate([p[k] for p in self.parts]))
-            for p in self.parts:
-                p[k] = None
-        self.parts.clear()
-        return arrays, self.unclassified
+        return (self.columns.arrays() if self.columns.size else None), self.unclassified
