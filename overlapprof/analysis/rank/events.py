@@ -13,6 +13,7 @@ the communication records from the same chunks (``RankEvents.comm_records``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from itertools import compress
 from pathlib import Path
@@ -220,11 +221,19 @@ class _Problems:
             raise TraceError(path, f"event {self.end}: 'ts' + 'dur' is out of range")
 
 
-def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threads: _Threads | None = None):
+def rows_hint(text_bytes: int) -> int:
+    """A guess at the number of events in ``text_bytes`` of trace text, on the high side (Kineto
+    events take 150-400 bytes): room reserved for the columns, so that they rarely grow (what
+    is reserved and not written takes no memory)."""
+    return max(text_bytes // 100, 1 << 16)
+
+
+def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threads: _Threads | None = None,
+                 rows: int = 1 << 16):
     """The complete events of ``chunks`` as the columns :data:`SCAN_COLUMNS` (None: there are
     none), the counts of the device categories left out, and the :class:`_Problems` of their
-    times. ``names``/``threads``: the ids given to names and threads."""
-    columns = GrowingColumns(SCAN_COLUMNS)
+    times. ``names``/``threads``: the ids given to names and threads; ``rows``: room reserved."""
+    columns = GrowingColumns(SCAN_COLUMNS, rows)
     problems = _Problems()
     threads, unclassified = threads if threads is not None else _Threads(), {}
     params_id = names[C.PARAM_COMMS]
@@ -272,6 +281,16 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
     return (columns.arrays() if columns.size else None), unclassified, problems
 
 
+def _file_rows_hint(path) -> int:
+    """:func:`rows_hint` of a file's text (gzip: about 10 times the file)."""
+    try:
+        with open(path, "rb") as f:
+            gzip = f.read(2) == b"\x1f\x8b"
+        return rows_hint(os.path.getsize(path) * (10 if gzip else 1))
+    except OSError:  # the reader words the error
+        return rows_hint(0)
+
+
 def _scan(path, names: Index, recorder: CommRecorder | None = None, workers: int = 1) -> _Scan:
     """Read a file's events chunk by chunk (:mod:`overlapprof.trace.reader`) into arrays; with
     ``workers`` > 1, a large file in that many processes (:mod:`overlapprof.analysis.rank.parallel_scan`)."""
@@ -286,12 +305,14 @@ def _scan(path, names: Index, recorder: CommRecorder | None = None, workers: int
         arrays, unclassified, header = got  # the workers found no problem in the times
     else:
         reader = TraceReader(path, THREAD_ROW_DECODER)
+        rows = _file_rows_hint(path)
         try:
-            arrays, unclassified, problems = _read_chunks(path, reader.chunks(), names, recorder)
+            arrays, unclassified, problems = _read_chunks(path, reader.chunks(), names, recorder, rows=rows)
         except LayoutError:
             if recorder is not None:
                 recorder = recorder.fresh()
-            arrays, unclassified, problems = _read_chunks(path, reader.chunks(generic=True), names, recorder)
+            arrays, unclassified, problems = _read_chunks(path, reader.chunks(generic=True), names, recorder,
+                                                          rows=rows)
         header = reader.header
         problems.raise_first(path)
     if arrays is None:

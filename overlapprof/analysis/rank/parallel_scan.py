@@ -47,7 +47,7 @@ from overlapprof.analysis.columns import Index
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
 from overlapprof.analysis.columns import GrowingColumns
-from overlapprof.analysis.rank.events import SCAN_COLUMNS, _Problems, _read_chunks, _Threads
+from overlapprof.analysis.rank.events import SCAN_COLUMNS, _Problems, _read_chunks, _Threads, rows_hint
 from overlapprof.errors import OverlapprofError
 from overlapprof.trace import decode as D
 from overlapprof.trace import ranges as TR
@@ -90,6 +90,7 @@ class _Job:
     a: int = 0  # a byte range of the text ...
     b: int | None = None
     text: bytes | None = None  # ... or one JSON array of events
+    bytes: int = 0  # about how much text the range holds (reserves room for its columns)
 
 
 def _read_part(job: _Job) -> Part:
@@ -112,7 +113,8 @@ def _read_part(job: _Job) -> Part:
             part.events += len(events)
 
     try:
-        arrays, part.unclassified, problems = _read_chunks(job.path, chunks(), names, recorder, threads)
+        rows = rows_hint(len(job.text) if job.text is not None else job.bytes)
+        arrays, part.unclassified, problems = _read_chunks(job.path, chunks(), names, recorder, threads, rows)
     except (LayoutError, OverlapprofError, OSError):
         return Part(failed=True)
     if problems != _Problems():  # a missing or odd time: worded by one process
@@ -131,7 +133,8 @@ def _jobs_of_ranges(probe: TR.Probe, workers: int, base: _Job) -> list[_Job]:
     """Plain JSON: a few ranges per worker. gzip (``skip``): one per worker, as each inflates
     all the text before its range."""
     count = workers if probe.gzip else min(workers * RANGES_PER_WORKER, (probe.size - probe.first) // RANGE_MIN)
-    return [_Job(**{**base.__dict__, "a": a, "b": b}) for a, b in TR.split(probe, max(count, workers))]
+    return [_Job(**{**base.__dict__, "a": a, "b": b, "bytes": (b if b is not None else probe.size) - a})
+            for a, b in TR.split(probe, max(count, workers))]
 
 
 def _parts(path, probe: TR.Probe, pool, workers: int, base: _Job, mode: str):
@@ -185,7 +188,7 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
         return None
     base = _Job(str(path), recorder is not None, recorder.comm_re if recorder else None,
                 recorder.own if recorder else False)
-    merged = _Merge(names, recorder)
+    merged = _Merge(names, recorder, rows_hint(probe.size - probe.first))
     context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
     tail = None
     try:
@@ -223,9 +226,9 @@ class _Merge:
     """Parts, in file order, renumbered into the file's tables (see the module docstring) and
     copied into the file's columns as they come."""
 
-    def __init__(self, names: Index, recorder: CommRecorder | None):
+    def __init__(self, names: Index, recorder: CommRecorder | None, rows: int):
         self.names, self.recorder, self.threads = names, recorder, _Threads()
-        self.columns = GrowingColumns(SCAN_COLUMNS)
+        self.columns = GrowingColumns(SCAN_COLUMNS, rows)
         self.unclassified: dict = {}
         self.events = 0
 
