@@ -1,4 +1,4 @@
-"""Median and percentile of a few values, exactly as numpy computes them.
+"""Median and percentile of a few values (and medians of many groups at once), exactly as numpy computes them.
 
 ``numpy.median``/``numpy.percentile`` import ``numpy.ma`` on first use (several ms of a short
 analysis); these give the same floats (numpy's default ``linear`` method: the sorted values at
