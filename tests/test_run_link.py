@@ -9,6 +9,7 @@ started nothing.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -152,3 +153,17 @@ def test_burst_and_queue_reach_tc():
     shown = netns.probe(link)
     assert "tbf" in shown and "2Gbit" in shown and "burst 262" in shown and "lat 50ms" in shown, shown  # tc rounds
     assert "queue 50 ms" in netns.header_line(link, 4) and "burst 256 KiB" in netns.header_line(link, 4)
+
+
+def test_default_burst_is_half_a_millisecond_of_the_link_and_reaches_tc():
+    """The default bucket: max(2 MTUs, rate/8 x 0.5 ms) (a 1 MiB bucket let a 4-rank ring round
+    pass unpaced: README, "An emulated link"); an explicit --link-burst wins."""
+    from overlapprof.launch import netns
+
+    assert netns.link_for("1gbit")["burst_bytes"] == 131072
+    assert netns.link_for("2gbit")["burst_bytes"] == 131072
+    assert netns.link_for("10gbit")["burst_bytes"] == 625000
+    assert netns.link_for("10gbit", 200000)["burst_bytes"] == 200000
+    shown = netns.probe(netns.link_for("10gbit"))
+    burst = re.search(r"burst (\d+)b", shown)
+    assert "10Gbit" in shown and burst and abs(int(burst.group(1)) - 625000) < 6250, shown  # tc rounds

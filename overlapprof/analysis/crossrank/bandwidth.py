@@ -22,7 +22,7 @@ from overlapprof.analysis.crossrank.matching import Matched
 from overlapprof.analysis.crossrank.waits import Measured
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.records.operations import CommOperations
-from overlapprof.analysis.stats import median
+from overlapprof.analysis.stats import group_medians
 from overlapprof.report import BandwidthRow
 
 BUS_FACTORS = {
@@ -54,10 +54,6 @@ def gbps(nbytes: int | None, us: float | None) -> float | None:
 OWN_DURATION = "own duration (upper bound)"
 
 
-def _median(values) -> float | None:
-    return median(values) if len(values) else None
-
-
 def instance_sizes(ops: CommOperations, m: Matched, x: Measured) -> tuple[list, list]:
     """Per instance: bytes (the mean of its ranks' known sizes, rounded; None unknown) and group size (None unknown)."""
     if not m.sizes.size:
@@ -74,37 +70,46 @@ def instance_sizes(ops: CommOperations, m: Matched, x: Measured) -> tuple[list, 
 
 
 def bandwidth_rows(ops: CommOperations, m: Matched, x: Measured, one_clock, sizes) -> list[BandwidthRow]:
-    """Medians per kind × group size × bytes × how the transfer time was obtained."""
-    cells = {}
+    """Medians per kind × group size × bytes × how the transfer time was obtained: the matched
+    instances that are not warm-up (cells in order of first appearance), then the unmatched
+    operations that are not (their own durations; in the order matching met them)."""
+    out = []
     live = np.flatnonzero(~x.warm)
-    if live.size:  # the instances that are not warm-up, by cell in order of first appearance
+    if live.size:
         kind = ops.kind[m.rows[m.bounds[live]]]
         nbytes, group_size = (np.array([-1 if v is None else v for v in col], dtype=np.int64)[live] for col in sizes)
         method_ids = Index()
         methods = np.array([method_ids[meth] for meth in m.methods], dtype=np.int64)[live]
-        transfer, skew = x.transfer[live], x.skew[live]
-        mean_wait = x.wait[live] / m.sizes[live]  # Σ waits / ranks, per instance
+        first, cell = distinct_rows(kind, group_size, nbytes, methods)
         skew_known = np.asarray(one_clock, dtype=bool)[live]
-        first, inverse = distinct_rows(kind, group_size, nbytes, methods)
-        members = np.split(np.argsort(inverse, kind="stable"), np.cumsum(np.bincount(inverse))[:-1])
-        for k, cell in zip(first.tolist(), members):
-            key = (KINDS[kind[k]], int(group_size[k]) if group_size[k] >= 0 else None,
-                   int(nbytes[k]) if nbytes[k] >= 0 else None, method_ids.order[methods[k]], "matched")
-            cells[key] = (transfer[cell].tolist(), mean_wait[cell].tolist(), skew[cell][skew_known[cell]].tolist())
-    for row in m.unmatched:
-        if not x.op_warm[row]:
-            nb = ops.nbytes[row]
-            key = (ops.kind_of(row), int(ops.group_size[row]) or None, None if np.isnan(nb) else int(nb), "none", OWN_DURATION)
-            cells.setdefault(key, ([], [], []))[0].append(float(ops.dur[row]))
-    out = []
-    for (kind, n, nbytes, method, source), (transfers, waits, skews) in cells.items():
-        t = median(transfers)
-        factor = bus_factor(kind, n)
-        alg = gbps(nbytes, t)
-        out.append(BandwidthRow(
-            kind=kind, group_size=n, bytes=nbytes, count=len(transfers), median_transfer_us=t,
-            median_wait_us=_median(waits), median_skew_us=_median(skews), algbw_gbps=alg,
-            busbw_gbps=alg * factor if alg is not None and factor is not None else None, bus_factor=factor,
-            method=method, transfer=source,
-        ))
+        medians = zip(group_medians(x.transfer[live], cell, first.size),
+                      group_medians(x.wait[live] / m.sizes[live], cell, first.size),  # Σ waits / ranks, per instance
+                      group_medians(x.skew[live][skew_known], cell[skew_known], first.size))
+        counts = np.bincount(cell, minlength=first.size).tolist()
+        for k, n, (t, wait, skew) in zip(first.tolist(), counts, medians):
+            out.append(_row(KINDS[kind[k]], int(group_size[k]) if group_size[k] >= 0 else None,
+                            int(nbytes[k]) if nbytes[k] >= 0 else None, method_ids.order[methods[k]], "matched",
+                            n, t, wait, skew))
+    rows = m.unmatched_rows()
+    rows = rows[~x.op_warm[rows]]
+    if rows.size:
+        nb = ops.nbytes[rows]
+        known = ~np.isnan(nb)
+        nbytes = np.where(known, nb, 0).astype(np.int64)  # int(): towards zero
+        kind, group_size = ops.kind[rows], ops.group_size[rows]
+        first, cell = distinct_rows(kind, group_size, nbytes, known)
+        counts = np.bincount(cell, minlength=first.size).tolist()
+        for k, n, t in zip(first.tolist(), counts, group_medians(ops.dur[rows], cell, first.size)):
+            out.append(_row(KINDS[kind[k]], int(group_size[k]) or None, int(nbytes[k]) if known[k] else None,
+                            "none", OWN_DURATION, n, t, None, None))
     return sorted(out, key=lambda b: (b.kind, b.transfer, b.bytes is None, b.bytes or 0))
+
+
+def _row(kind, n, nbytes, method, source, count, t, wait, skew) -> BandwidthRow:
+    factor = bus_factor(kind, n)
+    alg = gbps(nbytes, t)
+    return BandwidthRow(
+        kind=kind, group_size=n, bytes=nbytes, count=count, median_transfer_us=t, median_wait_us=wait,
+        median_skew_us=skew, algbw_gbps=alg, busbw_gbps=alg * factor if alg is not None and factor is not None else None,
+        bus_factor=factor, method=method, transfer=source,
+    )

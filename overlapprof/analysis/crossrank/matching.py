@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from overlapprof.analysis.columns import distinct_rows
+from overlapprof.analysis.columns import Index, distinct_rows
 from overlapprof.analysis.crossrank.clocks import SYNCHRONISING
 from overlapprof.analysis.records.operations import CommOperations
 
@@ -64,6 +64,16 @@ class Matched:
     def instances(self) -> list[np.ndarray]:
         """Each instance's op rows."""
         return np.split(self.rows, np.cumsum(self.sizes)[:-1]) if self.sizes.size else []
+
+    def unmatched_rows(self) -> np.ndarray:
+        """The unmatched rows, in the order they were found."""
+        return np.fromiter(self.unmatched, dtype=np.int64, count=len(self.unmatched))
+
+    def unmatched_reasons(self) -> tuple[np.ndarray, list[str]]:
+        """Each unmatched row's reason (in the order of :meth:`unmatched_rows`), as codes into the distinct reasons."""
+        reasons = Index()
+        codes = np.fromiter(map(reasons.__getitem__, self.unmatched.values()), dtype=np.int64, count=len(self.unmatched))
+        return codes, reasons.order
 
 
 def _sizes_agree(nbytes: np.ndarray) -> bool:
@@ -185,8 +195,7 @@ def match(ops: CommOperations, present: set[int], shared: bool, shift: np.ndarra
             flat, sizes, method, unmatched, note = _match_collective(ops, rows, kind, shared, shift)
         starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
         reason = "no other rank has a trace here" if len(present) < 2 else "no operation of another rank matches it"
-        for row in flat[starts[sizes < 2]].tolist():
-            unmatched[row] = reason
+        unmatched.update(dict.fromkeys(flat[starts[sizes < 2]].tolist(), reason))
         kept = sizes >= 2
         if len(present) < 2:
             method = "none"

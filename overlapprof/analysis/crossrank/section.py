@@ -18,6 +18,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from overlapprof.analysis.columns import distinct_rows
 from overlapprof.analysis.crossrank.bandwidth import bandwidth_rows, instance_sizes
 from overlapprof.analysis.crossrank.clocks import domains_of, estimate_offsets
 from overlapprof.analysis.crossrank.inputs import CrossRankInput
@@ -122,7 +123,7 @@ def build_crossrank(inputs: list[CrossRankInput], align_clocks: bool = False) ->
         stragglers=stragglers(x),
         bandwidth=bandwidth_rows(ops, m, x, one_clock, sizes),
         instances=instances,
-        unmatched=_unmatched(ops, m.unmatched),
+        unmatched=_unmatched(ops, m),
         warmups=x.warmups,
         warmup_factor=WARMUP_FACTOR,
         notes=notes + [f"{g} {k}: {note}" for g, k, _, _, _, note in m.kind_methods if note],
@@ -183,10 +184,17 @@ def _instances(ops: CommOperations, m: Matched, x: Measured, starts: np.ndarray,
     ]
 
 
-def _unmatched(ops: CommOperations, unmatched: dict[int, str]) -> list[Unmatched]:
-    cells = defaultdict(lambda: [0, 0.0])
-    for row, reason in unmatched.items():
-        cell = cells[(int(ops.rank[row]), ops.kind_of(row), reason)]
-        cell[0] += 1
-        cell[1] += float(ops.dur[row])
-    return [Unmatched(rank=r, kind=k, count=c, us=us, reason=why) for (r, k, why), (c, us) in sorted(cells.items())]
+def _unmatched(ops: CommOperations, m: Matched) -> list[Unmatched]:
+    """Unmatched operations per rank × kind × reason: how many, and Σ their durations (µs, summed in
+    the order matching met them)."""
+    rows = m.unmatched_rows()
+    if not rows.size:
+        return []
+    reason, reasons = m.unmatched_reasons()
+    first, cell = distinct_rows(ops.rank[rows], ops.kind[rows], reason)
+    counts = np.bincount(cell, minlength=first.size).tolist()
+    us = np.bincount(cell, weights=ops.dur[rows], minlength=first.size).tolist()
+    keys = [(rank, KINDS[kind], reasons[why]) for rank, kind, why in
+            zip(ops.rank[rows[first]].tolist(), ops.kind[rows[first]].tolist(), reason[first].tolist())]
+    return [Unmatched(rank=r, kind=k, count=counts[c], us=us[c], reason=why)
+            for (r, k, why), c in sorted(zip(keys, range(first.size)))]

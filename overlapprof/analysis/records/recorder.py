@@ -85,10 +85,10 @@ class CommRecorder:
         named = (((codes == C.CPU_OP) & ((role & (PARAMS | CALL)) != 0))
                  | ((codes == C.ANNOTATION) & ((role & ANNOTATION) != 0))
                  | np.isin(codes, C.GPU_CATEGORIES))  # any GPU activity may be launched by a call (v2)
-        located = np.flatnonzero(named | (codes == C.RUNTIME)).tolist()
-        if located:
-            self._thread_rows.append(np.array(located, dtype=np.int64) + row0)
-            self._thread_codes.append(self._threads_of(events, located))
+        located = np.flatnonzero(named | (codes == C.RUNTIME))
+        if located.size:
+            self._thread_rows.append(located + row0)
+            self._thread_codes.append(self._threads_of(events, located.tolist()))
         # Kernels apart: their args rarely hold collective fields, and then need no decoding.
         kernel = codes == C.KERNEL
         for rows in (np.flatnonzero(named & kernel), np.flatnonzero(named & ~kernel)):
@@ -119,14 +119,14 @@ class CommRecorder:
         escaped = b"\\" in text  # a key may be spelled with escapes: take every field
         present = {f for marker, fields in self._markers if escaped or marker in text for f in fields}
         args = [a if a is not None else _EMPTY_ARGS for a in D.event_args(raws, text)] if present else []
+        # A field absent from every row of the batch is kept as the batch's length (see records()).
         for name, field in self.values.strings.items():
-            column = field.codes(list(map(attrgetter(name), args))) if name in present else np.full(n, -1, np.int32)
-            self._strings[name].append(column)
+            self._strings[name].append(field.codes(list(map(attrgetter(name), args))) if name in present else n)
         for name in NUMBER_FIELDS:  # None -> NaN
-            column = np.array(list(map(attrgetter(name), args)), dtype=np.float64) if name in present else np.full(n, np.nan)
-            self._numbers[name].append(column)
+            self._numbers[name].append(np.array(list(map(attrgetter(name), args)), dtype=np.float64)
+                                       if name in present else n)
         for name in OWN_FIELDS if self.own else ():
-            self._own[name].append(list(map(attrgetter(name), args)) if name in present else [None] * n)
+            self._own[name].append(list(map(attrgetter(name), args)) if name in present else n)
 
     def export(self) -> dict:
         """What this recorder collected, with its codes' keys (picklable): a worker's share of a
@@ -154,7 +154,7 @@ class CommRecorder:
                 got = field[key]
                 if code >= 0:
                     recode[code] = got
-            self._strings[name] += [recode[c] for c in part["strings"][name]]
+            self._strings[name] += [c if isinstance(c, int) else recode[c] for c in part["strings"][name]]
         for name in NUMBER_FIELDS:
             self._numbers[name] += part["numbers"][name]
         if self._own is not None:
@@ -172,14 +172,15 @@ class CommRecorder:
         cat = lambda parts, dtype: np.concatenate(parts) if parts else np.empty(0, dtype)  # noqa: E731
         rows = cat(self._rows, np.int64)
         order = np.argsort(rows, kind="stable")
+        at = np.empty_like(order)  # where each collected row goes in row order
+        at[order] = np.arange(order.size)
         own = None
         if self._own is not None:
-            own = {k: [v for part in parts for v in part] for k, parts in self._own.items()}
-            own = {k: [v[i] for i in order.tolist()] for k, v in own.items()}
+            own = {k: _column(parts, at, None, object).tolist() for k, parts in self._own.items()}
         return Records(
             rows=rows[order],
-            strings={k: cat(v, np.int32)[order] for k, v in self._strings.items()},
-            numbers={k: cat(v, np.float64)[order] for k, v in self._numbers.items()},
+            strings={k: _column(v, at, -1, np.int32) for k, v in self._strings.items()},
+            numbers={k: _column(v, at, np.nan, np.float64) for k, v in self._numbers.items()},
             own=own,
             thread_rows=cat(self._thread_rows, np.int64),
             threads=cat([self._codes(t) for t in self._thread_codes], np.int64),
@@ -194,6 +195,21 @@ class CommRecorder:
         index = self.values.threads
         codes = np.array([index[pair] for pair in zip(pids[first].tolist(), tids[first].tolist())], dtype=np.int64)
         return codes[inverse]
+
+
+def _column(parts: list, at: np.ndarray, absent, dtype) -> np.ndarray:
+    """One field's column in row order from its batches in the order collected (``at``: where
+    each collected row goes): a batch's values, or its length where the field was absent."""
+    out = np.full(at.size, absent, dtype=dtype)
+    start = 0
+    for part in parts:
+        if isinstance(part, int):
+            start += part
+            continue
+        values = np.fromiter(part, dtype=object, count=len(part)) if dtype is object else part
+        out[at[start : start + len(part)]] = values
+        start += len(part)
+    return out
 
 
 def hashable(value):

@@ -89,12 +89,12 @@ class CommTable:
             "call_ts": floats(self.call_ts), "step": [None if s < 0 else s for s in self.step.tolist()],
             "peer": [None if v != v else int(v) for v in self.peer.tolist()], **strings, **numbers, **own,
         }
-        out = []
-        for i, (kind, thread) in enumerate(zip(self.kind.tolist(), self.thread.tolist())):
-            pid, tid = (_id_value(v) for v in threads[thread])
-            out.append(CommRecord(kind=C.KINDS[kind], source=self.source, pid=pid, tid=tid,
-                                  **{k: v[i] for k, v in cols.items()}))
-        return out
+        ids = [tuple(_id_value(v) for v in pair) for pair in threads]  # (pid, tid) per thread code
+        thread = self.thread.tolist()
+        cols.update(kind=[C.KINDS[k] for k in self.kind.tolist()], pid=[ids[t][0] for t in thread],
+                    tid=[ids[t][1] for t in thread])
+        keys = list(cols)
+        return [CommRecord(source=self.source, **dict(zip(keys, row))) for row in zip(*cols.values())]
 
 
 def _id_value(value):
