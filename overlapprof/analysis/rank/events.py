@@ -106,24 +106,29 @@ _CATEGORY = _Cache(C.category_code)
 _KIND_CODE = {kind: i for i, kind in enumerate(C.KINDS)}
 
 
-def _launches(scan: _Scan, rows: np.ndarray) -> np.ndarray:
-    """For GPU events ``rows``: the row of their launching runtime call (same correlation) or -1."""
-    runtime = np.flatnonzero(scan.codes == C.RUNTIME)
-    if runtime.size == 0 or rows.size == 0:
-        return np.full(rows.size, -1, dtype=np.int64)
-    corr, rt_corr = scan.corr[rows], scan.corr[runtime]
+def _launches(codes: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """For the GPU events (the rows of a GPU category, in row order): the row of their launching
+    runtime call (same correlation) or -1. ``corr``: the correlation (NaN: none) of each row of
+    a correlated category (GPU events and runtime calls), in row order."""
+    linked = np.flatnonzero(_IS_CORRELATED[codes])
+    linked_codes = codes[linked]
+    gpu, runtime = np.flatnonzero(_IS_GPU[linked_codes]), np.flatnonzero(linked_codes == C.RUNTIME)
+    if runtime.size == 0 or gpu.size == 0:
+        return np.full(gpu.size, -1, dtype=np.int64)
+    g_corr, rt_corr = corr[gpu], corr[runtime]
     order = np.argsort(rt_corr, kind="stable")  # NaN last
     rt_corr, runtime = rt_corr[order], runtime[order]
-    pos = np.minimum(np.searchsorted(rt_corr, corr), rt_corr.size - 1)
-    found = rt_corr[pos] == corr  # False for NaN
-    return np.where(found, runtime[pos], -1)
+    pos = np.minimum(np.searchsorted(rt_corr, g_corr), rt_corr.size - 1)
+    found = rt_corr[pos] == g_corr  # False for NaN
+    return np.where(found, linked[runtime[pos]], -1)
 
 
 @dataclass
 class _Scan:
     """One file's complete ("X") events as arrays, by row (in file order).
 
-    ``corr``: the correlation of GPU events and runtime calls (NaN elsewhere). ``name_ids``: ids
+    ``launch``: the row of the launching runtime call of each GPU event (the rows of a GPU
+    category, in row order; -1: not found, matched by correlation). ``name_ids``: ids
     in the rank's name index. ``records``: what communication records need, when asked for.
     """
 
@@ -132,7 +137,7 @@ class _Scan:
     end: np.ndarray
     dur: np.ndarray
     codes: np.ndarray
-    corr: np.ndarray
+    launch: np.ndarray
     name_ids: np.ndarray
     thread: np.ndarray  # int32 thread codes (pid, tid) of cpu_ops, annotations and runtime calls; -1 elsewhere
     collective: np.ndarray  # record_param_comms: the kind code of its `Collective name`; -1 elsewhere
@@ -190,10 +195,13 @@ def _correlations(path, events: list, rows: np.ndarray, index) -> np.ndarray:
 
 
 # The columns of a file's complete events (see _Scan), as _read_chunks gives them.
-SCAN_COLUMNS = {"ts": np.float64, "end": np.float64, "dur": np.float64, "codes": np.int8, "corr": np.float64,
-                "name_ids": np.int32, "thread": np.int32, "collective": np.int8}
+# ``corr`` (the correlation of the GPU events and runtime calls, NaN: none) has a value per row
+# of those categories only (_IS_CORRELATED), in row order.
+SCAN_COLUMNS = {"ts": np.float64, "end": np.float64, "dur": np.float64, "codes": np.int8, "name_ids": np.int32,
+                "thread": np.int32, "collective": np.int8}
 _IS_CORRELATED = np.isin(np.arange(8), _CORRELATED)  # by category code
 _IS_THREADED = np.isin(np.arange(8), _THREADED)
+_IS_GPU = np.isin(np.arange(8), C.GPU_CATEGORIES)
 
 
 @dataclass
@@ -230,10 +238,10 @@ def rows_hint(text_bytes: int) -> int:
 
 def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threads: _Threads | None = None,
                  rows: int = 1 << 16):
-    """The complete events of ``chunks`` as the columns :data:`SCAN_COLUMNS` (None: there are
-    none), the counts of the device categories left out, and the :class:`_Problems` of their
+    """The complete events of ``chunks`` as the columns :data:`SCAN_COLUMNS` and ``corr`` (None:
+    there are none), the counts of the device categories left out, and the :class:`_Problems` of their
     times. ``names``/``threads``: the ids given to names and threads; ``rows``: room reserved."""
-    columns = GrowingColumns(SCAN_COLUMNS, rows)
+    columns, links = GrowingColumns(SCAN_COLUMNS, rows), GrowingColumns({"corr": np.float64}, rows // 2)
     problems = _Problems()
     threads, unclassified = threads if threads is not None else _Threads(), {}
     params_id = names[C.PARAM_COMMS]
@@ -250,10 +258,9 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
             continue
         codes = np.array([_CATEGORY[e.cat] for e in xe], dtype=np.int8)
         name_ids = np.array([names[e.name] for e in xe], dtype=np.int32)
-        corr = np.full(len(xe), np.nan)
         linked = np.flatnonzero(_IS_CORRELATED[codes])
         if linked.size:
-            corr[linked] = _correlations(path, xe, linked, index)
+            links.append(corr=_correlations(path, xe, linked, index))
         thread = np.full(len(xe), -1, dtype=np.int32)
         located = np.flatnonzero(_IS_THREADED[codes])
         if located.size:
@@ -274,11 +281,10 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
         with np.errstate(invalid="ignore", over="ignore"):
             end = ts + np.maximum(dur, 0.0)
         problems.check(ts, dur, end, index)
-        columns.append(ts=ts, end=end, dur=dur, codes=codes, corr=corr, name_ids=name_ids, thread=thread,
-                       collective=collective)
+        columns.append(ts=ts, end=end, dur=dur, codes=codes, name_ids=name_ids, thread=thread, collective=collective)
         if recorder is not None:
             recorder.add(xe, codes, name_ids, columns.size - len(xe))
-    return (columns.arrays() if columns.size else None), unclassified, problems
+    return ({**columns.arrays(), **links.arrays()} if columns.size else None), unclassified, problems
 
 
 def _file_rows_hint(path) -> int:
@@ -318,8 +324,9 @@ def _scan(path, names: Index, recorder: CommRecorder | None = None, workers: int
     if arrays is None:
         raise TraceError(path, "no complete ('X') events: nothing to measure")
     negative = int(np.count_nonzero(arrays["dur"] < 0))
+    launch = _launches(arrays["codes"], arrays.pop("corr"))
     records = recorder.records() if recorder is not None else None
-    return _Scan(str(path), **arrays, negative=negative, header=header, unclassified=unclassified, records=records)
+    return _Scan(str(path), **arrays, launch=launch, negative=negative, header=header, unclassified=unclassified, records=records)
 
 
 def _name_property(names: list[str], func, dtype, ids: np.ndarray) -> np.ndarray:
@@ -419,42 +426,50 @@ def _operations(scan: _Scan, comm_rows: np.ndarray, kinds: np.ndarray, calls: np
 
 
 def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: Values | None):
-    """Classify one file's complete events. Returns (EventSets, steps arrays, CommTable or None)."""
-    ts, end, codes = scan.ts, scan.end, scan.codes
-    launch_row = np.full(ts.size, -1, dtype=np.int64)
+    """Classify one file's complete events. Returns (EventSets, steps arrays, CommTable or None).
+
+    Rows are picked with masks over the file's rows and per-name tables (one lookup per row),
+    and the launch of GPU events is kept per GPU event: full-length columns are made only for
+    the CommTable, which reads its rows' launches and anchors by row."""
+    ts, end, codes, name_ids = scan.ts, scan.end, scan.codes, scan.name_ids
 
     def prop(func, dtype, rows):
-        return _name_property(names, func, dtype, scan.name_ids[rows])
+        return _name_property(names, func, dtype, name_ids[rows])
 
-    cpu_rows = np.flatnonzero(codes == C.CPU_OP)
-    ann_rows = np.flatnonzero(codes == C.ANNOTATION)
-    host_rows = np.concatenate((ann_rows, cpu_rows))
+    is_cpu = codes == C.CPU_OP
     step_of_name = np.array([_step_number(n) for n in names], dtype=np.int64)
-    step_rows = host_rows[step_of_name[scan.name_ids[host_rows]] >= 0]
-    step_numbers = step_of_name[scan.name_ids[step_rows]]
-    del host_rows
-    calls = cpu_rows[prop(C.is_comm_call, bool, cpu_rows)]
+    step_named = (step_of_name >= 0)[name_ids]
+    step_rows = np.concatenate((np.flatnonzero(step_named & (codes == C.ANNOTATION)), np.flatnonzero(step_named & is_cpu)))
+    step_numbers = step_of_name[name_ids[step_rows]]
+    del step_named
+    calls = np.flatnonzero(is_cpu & np.array([C.is_comm_call(n) for n in names], dtype=bool)[name_ids])
+    del is_cpu
 
     if gpu:
-        gpu_rows = np.flatnonzero(np.isin(codes, C.GPU_CATEGORIES))
-        launch_row[gpu_rows] = _launches(scan, gpu_rows)
-        lr = launch_row[gpu_rows]
+        gpu_rows = np.flatnonzero(_IS_GPU[codes])
+        launch = scan.launch
+        launched = launch >= 0
         in_call = np.zeros(gpu_rows.size, dtype=bool)
-        in_call[lr >= 0] = _inside(calls, scan, scan.thread[lr[lr >= 0]], ts[lr[lr >= 0]])
+        in_call[launched] = _inside(calls, scan, scan.thread[launch[launched]], ts[launch[launched]])
         is_kernel = codes[gpu_rows] == C.KERNEL
         named = np.zeros(gpu_rows.size, dtype=np.int8) - 1
         named[is_kernel] = prop(_kind_code(comm_re.search), np.int8, gpu_rows[is_kernel])
         is_comm = (named >= 0) | in_call
-        comm_rows = gpu_rows[is_comm]
-        compute_rows = gpu_rows[is_kernel & ~is_comm]
-        memory_rows = gpu_rows[~is_kernel & ~is_comm]
+        picks = (is_comm, is_kernel & ~is_comm, ~is_kernel & ~is_comm)  # comm, compute, memory: of the GPU rows
+        comm_rows, compute_rows, memory_rows = (gpu_rows[m] for m in picks)
         own_kind = np.where(named >= 0, named, prop(lambda n: _KIND_CODE[C.comm_kind(n)], np.int8, gpu_rows))[is_comm]
-        clr = launch_row[comm_rows]
+        clr = launch[is_comm]
         has = clr >= 0
         kind_codes = own_kind.copy()
         kind_codes[has] = _issuing_kind(scan, names, calls, scan.thread[clr[has]], ts[clr[has]], own_kind[has])
         operation = np.ones(comm_rows.size, dtype=bool)
+        gpu_anchor = ts[gpu_rows]
+        gpu_anchor[launched] = ts[launch[launched]]
+        anchors = [gpu_anchor[m] for m in picks]
+        launches = [launched[m] for m in picks]
     else:
+        cpu_rows = np.flatnonzero(codes == C.CPU_OP)
+        ann_rows = np.flatnonzero(codes == C.ANNOTATION)
         ann_kinds = prop(_kind_code(comm_ann.match), np.int8, ann_rows)
         comm_ann_rows = ann_rows[ann_kinds >= 0]
         c10d_rows = calls[prop(C.is_comm_wrapper, bool, calls)]
@@ -468,26 +483,28 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
         candidates = cpu_rows[prop(C.is_cpu_compute, bool, cpu_rows)]
         compute_rows = candidates[~_inside(calls, scan, scan.thread[candidates], ts[candidates])]
         memory_rows = np.empty(0, dtype=np.int64)
+        anchors = [ts[rows] for rows in (comm_rows, compute_rows, memory_rows)]  # no launches: their own start
+        launches = [np.zeros(rows.size, dtype=bool) for rows in (comm_rows, compute_rows, memory_rows)]
 
-    launched = launch_row >= 0
-    anchor = ts.copy()  # in place: no full-size temporaries
-    with_launch = np.flatnonzero(launched)
-    anchor[with_launch] = ts[launch_row[with_launch]]
-
-    def event_set(rows, kind=None, own=None):
+    def event_set(k, rows, kind=None, own=None):
         zeros = np.zeros(rows.size, dtype=np.int8)
-        return EventSet(ts[rows], end[rows], anchor[rows], launched[rows], zeros if kind is None else kind,
+        return EventSet(ts[rows], end[rows], anchors[k], launches[k], zeros if kind is None else kind,
                         np.ones(rows.size, dtype=bool) if own is None else own)
 
-    sets = (event_set(comm_rows, kind_codes, operation), event_set(compute_rows), event_set(memory_rows))
+    sets = (event_set(0, comm_rows, kind_codes, operation), event_set(1, compute_rows), event_set(2, memory_rows))
     steps = (step_numbers, ts[step_rows], end[step_rows])
     table = None
     if scan.records is not None:
+        # The launch and anchor of every row, as the table reads them (GPU rows: as above).
+        launch_row = np.full(ts.size, -1, dtype=np.int32 if ts.size < 1 << 31 else np.int64)
+        anchor = ts.copy()
+        if gpu:
+            launch_row[gpu_rows], anchor[gpu_rows] = launch, gpu_anchor
         # CPU mode: the operations matched across ranks are the backend's spans (one per
         # operation, on the thread that does it); the c10d::* calls around them are not repeated.
         ops = np.ones(comm_rows.size, dtype=bool) if gpu else codes[comm_rows] == C.ANNOTATION
         table = comm_table(scan.records, values, gpu=gpu, rows=comm_rows[ops], kinds=kind_codes[ops], ts=ts, end=end,
-                           dur=scan.dur, codes=codes, name_ids=scan.name_ids, launch_row=launch_row, anchor=anchor)
+                           dur=scan.dur, codes=codes, name_ids=name_ids, launch_row=launch_row, anchor=anchor)
     return sets, steps, table
 
 

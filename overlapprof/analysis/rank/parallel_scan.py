@@ -228,7 +228,7 @@ class _Merge:
 
     def __init__(self, names: Index, recorder: CommRecorder | None, rows: int):
         self.names, self.recorder, self.threads = names, recorder, _Threads()
-        self.columns = GrowingColumns(SCAN_COLUMNS, rows)
+        self.columns, self.links = GrowingColumns(SCAN_COLUMNS, rows), GrowingColumns({"corr": np.float64}, rows // 2)
         self.unclassified: dict = {}
         self.events = 0
 
@@ -240,11 +240,13 @@ class _Merge:
             if self.recorder is not None:
                 self.recorder.absorb(part.records, self.columns.size)
             self.columns.append(ts=a["ts"], end=a["ts"] + np.maximum(a["dur"], 0.0), dur=a["dur"], codes=a["codes"],
-                                corr=a["corr"], name_ids=name_codes[a["name_ids"]], thread=thread_codes[a["thread"]],
+                                name_ids=name_codes[a["name_ids"]], thread=thread_codes[a["thread"]],
                                 collective=a["collective"])
+            if a["corr"].size:
+                self.links.append(corr=a["corr"])
         self.events += part.events
         for cat, n in part.unclassified.items():
             self.unclassified[cat] = self.unclassified.get(cat, 0) + n
 
     def result(self):
-        return (self.columns.arrays() if self.columns.size else None), self.unclassified
+        return ({**self.columns.arrays(), **self.links.arrays()} if self.columns.size else None), self.unclassified
