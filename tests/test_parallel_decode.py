@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,14 @@ def test_cli_workers_one_line_error(tmp_path):
                           env={**os.environ, "OVERLAPPROF_PARALLEL_MIN_MB": "1"})  # read it in parallel
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"Error: {path}: truncated gzip (the file ends before the compressed stream)"]
+
+
+def test_parts_through_files_are_cleaned_up(tmp_path, small, monkeypatch):
+    """The pool's parts come back through files of a temporary folder, removed afterwards."""
+    spool = tmp_path / "tmp"
+    spool.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spool))
+    text = _kineto_text(_tricky_events(40))
+    path = S.write(tmp_path / "t.json", text, gz=False)
+    assert P.read(path, Index(), None, 3) is not None
+    assert list(spool.iterdir()) == []

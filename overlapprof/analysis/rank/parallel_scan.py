@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import sys
+import tempfile
 from collections import deque
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
@@ -79,6 +81,7 @@ class Part:
     records: dict | None = None
     tail: bytes | None = None
     failed: bool = False
+    spooled: str | None = None  # where the part is, when it came through a file (_pool_read)
 
 
 @dataclass
@@ -91,10 +94,38 @@ class _Job:
     b: int | None = None
     text: bytes | None = None  # ... or one JSON array of events
     bytes: int = 0  # about how much text the range holds (reserves room for its columns)
+    number: int = 0  # its place in file order
+    spool: str | None = None  # a folder for the parts read in the pool (see _pool_read)
 
 
-def _read_part(job: _Job) -> Part:
-    """Read one range or piece as events.py reads a file, with tables of its own."""
+def _pool_read(job: _Job) -> Part:
+    """:func:`_read_part` in a pool process. With ``job.spool``, the part (tens of MB) goes
+    through a file there and only the file's name through the pool's pipe: the pipe carries
+    64 KB per read, and each read in this process waits for its main thread, which is busy
+    reading parts too, to let go of the GIL (that made the transfer of a part take longer than
+    reading it)."""
+    part = _read_part(job)
+    if part.failed or job.spool is None:
+        return part
+    path = os.path.join(job.spool, f"{job.number}.part")
+    with open(path, "wb") as f:
+        pickle.dump(part, f, protocol=pickle.HIGHEST_PROTOCOL)
+    return Part(spooled=path)
+
+
+def _unspool(part: Part) -> Part:
+    """The part itself, read back (and its file removed) when it came through a file."""
+    if part.spooled is None:
+        return part
+    with open(part.spooled, "rb") as f:
+        got = pickle.load(f)
+    os.remove(part.spooled)
+    return got
+
+
+def _read_part(job: _Job, between=None) -> Part:
+    """Read one range or piece as events.py reads a file, with tables of its own; ``between()``
+    is called before each piece of text is decoded."""
     values = Values() if job.recording else None
     names = values.index if values is not None else Index()
     recorder = CommRecorder(job.comm_re, values, job.own) if job.recording else None
@@ -105,6 +136,8 @@ def _read_part(job: _Job) -> Part:
 
     def chunks():
         for text in texts:
+            if between is not None:
+                between()
             try:
                 events = D.THREAD_ROW_DECODER.decode(text)
             except Exception:  # noqa: BLE001 - any decoding problem: the file is read again, in one process
@@ -133,17 +166,15 @@ def _jobs_of_ranges(probe: TR.Probe, workers: int, base: _Job) -> list[_Job]:
     """Plain JSON: a few ranges per worker. gzip (``skip``): one per worker, as each inflates
     all the text before its range."""
     count = workers if probe.gzip else min(workers * RANGES_PER_WORKER, (probe.size - probe.first) // RANGE_MIN)
-    return [_Job(**{**base.__dict__, "a": a, "b": b, "bytes": (b if b is not None else probe.size) - a})
-            for a, b in TR.split(probe, max(count, workers))]
+    return [_Job(**{**base.__dict__, "a": a, "b": b, "bytes": (b if b is not None else probe.size) - a, "number": k})
+            for k, (a, b) in enumerate(TR.split(probe, max(count, workers)))]
 
 
 def _parts(path, probe: TR.Probe, pool, workers: int, base: _Job, mode: str):
     """The parts of the file in file order (a generator: they are merged as they come)."""
     pending: deque = deque()  # [job, its future or, once read here, its part], in file order
     if not probe.gzip or mode == "skip":
-        for job in _jobs_of_ranges(probe, workers, base):
-            pending.append([job, pool.submit(_read_part, job)])
-        yield from _drain(pending, 0)
+        yield from _Schedule(_jobs_of_ranges(probe, workers, base), pool, workers - 1).parts()
         return
     source = TR.RangeText(path, probe.first)  # this process inflates and cuts
     for text in source.pieces():
@@ -152,6 +183,42 @@ def _parts(path, probe: TR.Probe, pool, workers: int, base: _Job, mode: str):
         yield from _drain(pending, 2 * workers)
     yield from _drain(pending, 0)
     yield Part(tail=source.tail)
+
+
+class _Schedule:
+    """Ranges handed out from both ends: the pool's processes take them from the front, one at
+    a time each (a new one as soon as one is done: this process looks before each piece it
+    decodes), this process from the back; so neither waits while there is work, and at the end
+    this process waits at most for the ranges the pool is reading."""
+
+    def __init__(self, jobs: list[_Job], pool, processes: int):
+        self.jobs, self.pool, self.processes = jobs, pool, processes
+        self.results: list = [None] * len(jobs)  # a future, or a Part read here, in file order
+        self.front, self.back = 0, len(jobs)  # jobs[front:back]: not handed out yet
+        self.refill()
+
+    def refill(self) -> None:
+        busy = sum(1 for r in self.results[: self.front] if isinstance(r, Future) and not r.done())
+        for _ in range(self.processes - busy):
+            if self.front == self.back:
+                return
+            self.results[self.front] = self.pool.submit(_pool_read, self.jobs[self.front])
+            self.front += 1
+
+    def parts(self):
+        """The parts in file order (a generator: they are merged as they come)."""
+        for head in range(len(self.jobs)):
+            while True:
+                got = self.results[head]
+                if isinstance(got, Part) or (got is not None and got.done()):
+                    break
+                if self.front == self.back:  # all handed out: the head is in the pool
+                    break
+                self.back -= 1
+                self.results[self.back] = _read_part(self.jobs[self.back], self.refill)
+            self.results[head] = None
+            yield _unspool(got if isinstance(got, Part) else got.result())
+            self.refill()
 
 
 def _drain(pending: deque, limit: int):
@@ -192,7 +259,9 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
     context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
     tail = None
     try:
-        with ProcessPoolExecutor(max_workers=workers - 1, mp_context=context) as pool:
+        with (tempfile.TemporaryDirectory(prefix="overlapprof-") as spool,
+              ProcessPoolExecutor(max_workers=workers - 1, mp_context=context) as pool):
+            base.spool = spool
             for part in _parts(path, probe, pool, workers, base, mode):
                 if part.failed:
                     pool.shutdown(cancel_futures=True)
