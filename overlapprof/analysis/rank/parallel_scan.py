@@ -59,7 +59,7 @@ from overlapprof.trace.reader import Chunk, LayoutError
 # machine two workers were slower on mtia's 83 MB (0.85x) and even on 300 MB of plain JSON (0.98x).
 PARALLEL_MIN_TEXT = int(os.environ.get("OVERLAPPROF_PARALLEL_MIN_MB", "256")) << 20
 RANGE_MIN = 16 << 20  # smallest byte range given to a worker (plain JSON)
-RANGES_PER_WORKER = 4  # ranges per worker: a slow worker or a dense range does not finish last alone
+RANGES_PER_WORKER = 8  # ranges per worker: a slow worker or a dense range does not finish last alone
 MODES = ("feed", "skip")
 GZIP_MODE = os.environ.get("OVERLAPPROF_GZIP_MODE", "skip")  # the benchmark's switch; skip measured faster
 
