@@ -426,7 +426,8 @@ def _operations(scan: _Scan, comm_rows: np.ndarray, kinds: np.ndarray, calls: np
 
 
 def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: Values | None):
-    """Classify one file's complete events. Returns (EventSets, steps arrays, CommTable or None).
+    """Classify one file's complete events (the scan's thread, collective and launch columns
+    are dropped once read). Returns (EventSets, steps arrays, CommTable or None).
 
     Rows are picked with masks over the file's rows and per-name tables (one lookup per row),
     and the launch of GPU events is kept per GPU event: full-length columns are made only for
@@ -494,6 +495,7 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
     sets = (event_set(0, comm_rows, kind_codes, operation), event_set(1, compute_rows), event_set(2, memory_rows))
     steps = (step_numbers, ts[step_rows], end[step_rows])
     table = None
+    scan.thread = scan.collective = scan.launch = None  # read only above: their memory is free for the table's
     if scan.records is not None:
         # The launch and anchor of every row, as the table reads them (GPU rows: as above).
         launch_row = np.full(ts.size, -1, dtype=np.int32 if ts.size < 1 << 31 else np.int64)
