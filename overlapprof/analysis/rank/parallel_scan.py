@@ -2,7 +2,7 @@
 
 The file's text is cut at event boundaries (:mod:`overlapprof.trace.ranges`); this process and
 ``workers - 1`` worker processes each read some of the pieces as
-:mod:`overlapprof.analysis.rank.events` reads a file: the same chunk loop, with names, threads and
+:mod:`overlapprof.analysis.rank.scan` reads a file: the same chunk loop, with names, threads and
 communication-record values numbered in a table of its own. A
 worker returns a :class:`Part`: the event arrays (a few dozen bytes per complete event), never
 the events. The parent takes the parts in file order and renumbers each part's codes through the
@@ -22,10 +22,16 @@ How the text reaches the workers:
   ``skip`` was faster on a quiet machine (2 GB: 1.19x against 1.03x over one worker), so it is
   the default.
 
-In both, this process reads pieces too (see :func:`_drain`).
+In both, this process reads pieces too. Ranges (plain JSON, gzip ``skip``) are handed out
+from both ends (:class:`_Schedule`): the pool's processes take them from the front, one at a
+time, and this process from the back. A pool process's part comes back through a file of a
+temporary folder (:func:`_pool_read`), not the pool's pipe: that carries 64 KB per read, and
+each read waits for this busy process to let go of the GIL. ``feed`` pieces go to the pool as
+they are inflated and this process reads the newest one not started (:func:`_drain`).
 
 Memory: each worker holds a piece of text and its decoded events, plus the arrays of its range;
-the parent, the arrays of the file (as when reading it alone) and the pieces in flight.
+the parent, the columns of the file (as when reading it alone, :class:`_Merge`), its own parts
+not merged yet (the last ranges, merged once the pool's are) and the pieces in flight.
 
 A worker that meets anything unexpected (not the line layout, a bad event, a damaged gzip)
 reports it, and the file is read again in this process, which words the error exactly as always.
@@ -45,11 +51,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from overlapprof.analysis.columns import Index
+from overlapprof.analysis.columns import GrowingColumns, Index
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
-from overlapprof.analysis.columns import GrowingColumns
-from overlapprof.analysis.rank.events import SCAN_COLUMNS, _Problems, _read_chunks, _Threads, rows_hint
+from overlapprof.analysis.rank.scan import SCAN_COLUMNS, _Problems, _read_chunks, _Threads, rows_hint
 from overlapprof.errors import OverlapprofError
 from overlapprof.trace import decode as D
 from overlapprof.trace import ranges as TR
@@ -67,7 +72,7 @@ GZIP_MODE = os.environ.get("OVERLAPPROF_GZIP_MODE", "skip")  # the benchmark's s
 @dataclass
 class Part:
     """What a worker read of some consecutive events: ``events`` (every phase) and, for the
-    complete ones, the columns of :func:`~overlapprof.analysis.rank.events._read_chunks` but
+    complete ones, the columns of :func:`~overlapprof.analysis.rank.scan._read_chunks` but
     ``end``, with its own codes (None: none), whose keys are ``names`` and ``threads`` (by
     code); ``records``:
     its :meth:`~overlapprof.analysis.records.recorder.CommRecorder.export`; ``tail``: the text
@@ -242,7 +247,7 @@ def _drain(pending: deque, limit: int):
 
 
 def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: str | None = None):
-    """``(arrays, unclassified, header)`` of the file as :func:`events._read_chunks` gives them
+    """``(arrays, unclassified, header)`` of the file as :func:`scan._read_chunks` gives them
     (and its top level), read by ``workers`` processes (which checked every ``ts`` and ``dur``:
     there are no problems to report); None when the file is small, not in the
     line layout, or anything went wrong (the caller then reads it in this process)."""

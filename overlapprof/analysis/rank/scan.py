@@ -1,0 +1,269 @@
+"""Reading a trace file's complete events into columns (compact numpy arrays), a chunk at a time.
+
+The events are read a chunk at a time (:mod:`overlapprof.trace.reader`) with their ``args`` left
+raw; list comprehensions pull out of each chunk the complete events' ``ts``, ``dur``, category
+code, name id, thread and (GPU events and runtime calls, their args decoded in one batch)
+correlation; the chunk's values are copied into the file's columns
+(:class:`~overlapprof.analysis.columns.GrowingColumns`) and the chunk is dropped. The times are
+checked a chunk at a time and a problem is raised, naming the event, once the file is read
+(:class:`_Problems`). At the end the correlations are replaced by each GPU event's launching
+runtime call (:func:`_launches`). When asked, a
+:class:`~overlapprof.analysis.records.recorder.CommRecorder` reads the communication records from
+the same chunks. The result is a :class:`_Scan`, classified by :mod:`overlapprof.analysis.rank.events`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from itertools import compress
+
+import msgspec
+import numpy as np
+
+from overlapprof.analysis.columns import GrowingColumns, Index
+from overlapprof.analysis.rank import classify as C
+from overlapprof.analysis.records.recorder import CommRecorder, Records, hashable
+from overlapprof.errors import TraceError
+from overlapprof.trace.decode import LAUNCH_ARGS, THREAD_ROW_DECODER, TraceFile, decode_checked
+from overlapprof.trace.reader import LayoutError, TraceReader
+
+
+class _Cache(dict):
+    """A dict that computes missing values with ``func`` (one call per distinct key)."""
+
+    def __init__(self, func):
+        super().__init__()
+        self.func = func
+
+    def __missing__(self, key):
+        value = self[key] = self.func(key)
+        return value
+
+
+_CATEGORY = _Cache(C.category_code)
+_KIND_CODE = {kind: i for i, kind in enumerate(C.KINDS)}
+
+
+def _launches(codes: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """For the GPU events (the rows of a GPU category, in row order): the row of their launching
+    runtime call (same correlation) or -1. ``corr``: the correlation (NaN: none) of each row of
+    a correlated category (GPU events and runtime calls), in row order."""
+    linked = np.flatnonzero(_IS_CORRELATED[codes])
+    linked_codes = codes[linked]
+    gpu, runtime = np.flatnonzero(_IS_GPU[linked_codes]), np.flatnonzero(linked_codes == C.RUNTIME)
+    if runtime.size == 0 or gpu.size == 0:
+        return np.full(gpu.size, -1, dtype=np.int64)
+    g_corr, rt_corr = corr[gpu], corr[runtime]
+    order = np.argsort(rt_corr, kind="stable")  # NaN last
+    rt_corr, runtime = rt_corr[order], runtime[order]
+    pos = np.minimum(np.searchsorted(rt_corr, g_corr), rt_corr.size - 1)
+    found = rt_corr[pos] == g_corr  # False for NaN
+    return np.where(found, linked[runtime[pos]], -1)
+
+
+@dataclass
+class _Scan:
+    """One file's complete ("X") events as arrays, by row (in file order).
+
+    ``launch``: the row of the launching runtime call of each GPU event (the rows of a GPU
+    category, in row order; -1: not found, matched by correlation). ``name_ids``: ids
+    in the rank's name index. ``records``: what communication records need, when asked for.
+    """
+
+    path: str
+    ts: np.ndarray
+    end: np.ndarray
+    dur: np.ndarray
+    codes: np.ndarray
+    launch: np.ndarray
+    name_ids: np.ndarray
+    thread: np.ndarray  # int32 thread codes (pid, tid) of cpu_ops, annotations and runtime calls; -1 elsewhere
+    collective: np.ndarray  # record_param_comms: the kind code of its `Collective name`; -1 elsewhere
+    negative: int
+    header: TraceFile
+    unclassified: dict[str, int] = field(default_factory=dict)
+    records: Records | None = None
+
+
+_CORRELATED = (C.KERNEL, C.MEMCPY, C.MEMSET, C.RUNTIME)
+_THREADED = (C.CPU_OP, C.ANNOTATION, C.RUNTIME)
+
+
+class _CollectiveArgs(msgspec.Struct, gc=False):
+    collective: object = msgspec.field(default=None, name="Collective name")
+
+
+_COLLECTIVE_ARGS = msgspec.json.Decoder(list[_CollectiveArgs | None])
+
+
+def _collective_code(value) -> int:
+    """The kind code of a record_param_comms' ``Collective name`` (-1: none, or not a known kind)."""
+    if not isinstance(value, str):
+        return -1
+    kind = C.comm_kind(value)
+    return -1 if kind == "other" else _KIND_CODE[kind]
+
+
+_COLLECTIVE_CODE = _Cache(_collective_code)
+
+
+class _Threads(dict):
+    """(pid, tid) -> a small int code, one per distinct thread of a file."""
+
+    def __missing__(self, key):
+        value = self[key] = len(self)
+        return value
+
+    def codes(self, events: list, rows: list) -> list:
+        try:
+            return [self[(events[i].pid, events[i].tid)] for i in rows]
+        except TypeError:  # an unhashable pid or tid (odd JSON): by its text
+            return [self[(hashable(events[i].pid), hashable(events[i].tid))] for i in rows]
+
+
+def _correlations(path, events: list, rows: np.ndarray, index) -> np.ndarray:
+    """The ``correlation`` arg of ``events[rows]`` (NaN: none), their args decoded in one batch;
+    TraceError (naming the event: ``index()`` numbers the events) when an args is not an object
+    or its correlation not an int."""
+    rows = rows.tolist()
+    text = b"[" + b",".join([events[i].args or b"null" for i in rows]) + b"]"
+    where = lambda k: f"traceEvents[{index()[rows[k]]}].args"  # noqa: E731
+    args = decode_checked(path, LAUNCH_ARGS, text, where)
+    return np.array([a.correlation if a is not None else None for a in args], dtype=np.float64)
+
+
+# The columns of a file's complete events (see _Scan), as _read_chunks gives them.
+# ``corr`` (the correlation of the GPU events and runtime calls, NaN: none) has a value per row
+# of those categories only (_IS_CORRELATED), in row order.
+SCAN_COLUMNS = {"ts": np.float64, "end": np.float64, "dur": np.float64, "codes": np.int8, "name_ids": np.int32,
+                "thread": np.int32, "collective": np.int8}
+_IS_CORRELATED = np.isin(np.arange(8), _CORRELATED)  # by category code
+_IS_THREADED = np.isin(np.arange(8), _THREADED)
+_IS_GPU = np.isin(np.arange(8), C.GPU_CATEGORIES)
+
+
+@dataclass
+class _Problems:
+    """The first event (number in the file) with a missing ``ts``, with a missing ``dur``, and
+    whose ``ts + dur`` is not finite; checked a chunk at a time, raised in that order once the
+    whole file is read (as one check over the whole file would)."""
+
+    ts: int | None = None
+    dur: int | None = None
+    end: int | None = None
+
+    def check(self, ts: np.ndarray, dur: np.ndarray, end: np.ndarray, index) -> None:
+        if np.isfinite(end).all():
+            return
+        for name, bad in (("ts", np.isnan(ts)), ("dur", np.isnan(dur)), ("end", ~np.isfinite(end))):
+            if getattr(self, name) is None and bad.any():
+                setattr(self, name, int(index()[np.argmax(bad)]))
+
+    def raise_first(self, path) -> None:
+        for name in ("ts", "dur"):
+            if getattr(self, name) is not None:
+                raise TraceError(path, f"event {getattr(self, name)}: {name!r} is missing")
+        if self.end is not None:
+            raise TraceError(path, f"event {self.end}: 'ts' + 'dur' is out of range")
+
+
+def rows_hint(text_bytes: int) -> int:
+    """A guess at the number of events in ``text_bytes`` of trace text, on the high side (Kineto
+    events take 150-400 bytes): room reserved for the columns, so that they rarely grow (what
+    is reserved and not written takes no memory)."""
+    return max(text_bytes // 100, 1 << 16)
+
+
+def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threads: _Threads | None = None,
+                 rows: int = 1 << 16):
+    """The complete events of ``chunks`` as the columns :data:`SCAN_COLUMNS` and ``corr`` (None:
+    there are none), the counts of the device categories left out, and the :class:`_Problems` of their
+    times. ``names``/``threads``: the ids given to names and threads; ``rows``: room reserved."""
+    columns, links = GrowingColumns(SCAN_COLUMNS, rows), GrowingColumns({"corr": np.float64}, rows // 2)
+    problems = _Problems()
+    threads, unclassified = threads if threads is not None else _Threads(), {}
+    params_id = names[C.PARAM_COMMS]
+    for chunk in chunks:
+        events = chunk.events
+        complete = [e.ph == "X" for e in events]
+        if all(complete):
+            xe = events
+            index = lambda c=chunk, n=len(events): np.arange(c.start, c.start + n)  # noqa: E731
+        else:
+            xe = list(compress(events, complete))
+            index = lambda c=chunk, m=complete: np.flatnonzero(m) + c.start  # noqa: E731
+        if not xe:
+            continue
+        codes = np.array([_CATEGORY[e.cat] for e in xe], dtype=np.int8)
+        name_ids = np.array([names[e.name] for e in xe], dtype=np.int32)
+        linked = np.flatnonzero(_IS_CORRELATED[codes])
+        if linked.size:
+            links.append(corr=_correlations(path, xe, linked, index))
+        thread = np.full(len(xe), -1, dtype=np.int32)
+        located = np.flatnonzero(_IS_THREADED[codes])
+        if located.size:
+            thread[located] = threads.codes(xe, located.tolist())
+        collective = np.full(len(xe), -1, dtype=np.int8)
+        params = np.flatnonzero((codes == C.CPU_OP) & (name_ids == params_id)).tolist()
+        if params:
+            text = b"[" + b",".join([xe[i].args or b"null" for i in params]) + b"]"
+            try:
+                args = _COLLECTIVE_ARGS.decode(text)
+            except msgspec.MsgspecError:  # odd args: the kind comes from the names
+                args = [None] * len(params)
+            collective[params] = [_COLLECTIVE_CODE[a.collective if a is not None else None] for a in args]
+        for i in np.flatnonzero(codes == C.DEVICE_OTHER).tolist():
+            unclassified[xe[i].cat] = unclassified.get(xe[i].cat, 0) + 1
+        ts = np.array([e.ts for e in xe], dtype=np.float64)  # None -> NaN
+        dur = np.array([e.dur for e in xe], dtype=np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            end = ts + np.maximum(dur, 0.0)
+        problems.check(ts, dur, end, index)
+        columns.append(ts=ts, end=end, dur=dur, codes=codes, name_ids=name_ids, thread=thread, collective=collective)
+        if recorder is not None:
+            recorder.add(xe, codes, name_ids, columns.size - len(xe))
+    return ({**columns.arrays(), **links.arrays()} if columns.size else None), unclassified, problems
+
+
+def _file_rows_hint(path) -> int:
+    """:func:`rows_hint` of a file's text (gzip: about 10 times the file)."""
+    try:
+        with open(path, "rb") as f:
+            gzip = f.read(2) == b"\x1f\x8b"
+        return rows_hint(os.path.getsize(path) * (10 if gzip else 1))
+    except OSError:  # the reader words the error
+        return rows_hint(0)
+
+
+def _scan(path, names: Index, recorder: CommRecorder | None = None, workers: int = 1) -> _Scan:
+    """Read a file's events chunk by chunk (:mod:`overlapprof.trace.reader`) into arrays; with
+    ``workers`` > 1, a large file in that many processes (:mod:`overlapprof.analysis.rank.parallel_scan`)."""
+    got = None
+    if workers > 1:
+        from overlapprof.analysis.rank import parallel_scan  # it imports this module
+
+        got = parallel_scan.read(path, names, recorder, workers)
+        if got is None and recorder is not None:
+            recorder = recorder.fresh()  # it may hold the parts read before the workers gave up
+    if got is not None:
+        arrays, unclassified, header = got  # the workers found no problem in the times
+    else:
+        reader = TraceReader(path, THREAD_ROW_DECODER)
+        rows = _file_rows_hint(path)
+        try:
+            arrays, unclassified, problems = _read_chunks(path, reader.chunks(), names, recorder, rows=rows)
+        except LayoutError:
+            if recorder is not None:
+                recorder = recorder.fresh()
+            arrays, unclassified, problems = _read_chunks(path, reader.chunks(generic=True), names, recorder,
+                                                          rows=rows)
+        header = reader.header
+        problems.raise_first(path)
+    if arrays is None:
+        raise TraceError(path, "no complete ('X') events: nothing to measure")
+    negative = int(np.count_nonzero(arrays["dur"] < 0))
+    launch = _launches(arrays["codes"], arrays.pop("corr"))
+    records = recorder.records() if recorder is not None else None
+    return _Scan(str(path), **arrays, launch=launch, negative=negative, header=header, unclassified=unclassified,
+                 records=records)
