@@ -116,14 +116,14 @@ def union_by(seg: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Segmented
     n = starts.size
     if n == 0:
         return EMPTY_BY
-    pos = np.concatenate((starts, ends))
+    pos, segs = np.concatenate((starts, ends)), np.concatenate((seg, seg))
     order = np.argsort(pos, kind="stable")  # ties keep input order: starts first
-    order = order[np.argsort(np.concatenate((seg, seg))[order], kind="stable")]
+    order = order[np.argsort(segs[order], kind="stable")]
     cover = np.cumsum(np.where(order < n, 1, -1))
     last = np.flatnonzero(cover == 0)
     first = np.concatenate(([0], last[:-1] + 1))
     pos = pos[order]
-    return np.concatenate((seg, seg))[order[first]], pos[first], pos[last]
+    return segs[order[first]], pos[first], pos[last]
 
 
 def concat_by(*sets: Segmented) -> Segmented:
@@ -164,6 +164,7 @@ def lengths_by(u: Segmented, count: int) -> tuple[list[float], np.ndarray]:
     gaps = ends - starts
     out = gaps[np.minimum(bounds[:-1], max(gaps.size - 1, 0))] if gaps.size else np.zeros(count)
     out = np.where(sizes == 1, out, 0.0).tolist()  # a single interval: its length, no sum
+    add = np.add.reduce  # what np.sum calls, without its wrapper
     for k in np.flatnonzero(sizes > 1).tolist():
-        out[k] = float(np.sum(gaps[bounds[k] : bounds[k + 1]]))
+        out[k] = float(add(gaps[bounds[k] : bounds[k + 1]]))
     return out, sizes
