@@ -1,6 +1,6 @@
 """Reading communication records along with the events: the record rows of a file, as columns.
 
-While :mod:`overlapprof.analysis.rank.events` reads a file chunk by chunk, a :class:`CommRecorder`
+While :mod:`overlapprof.analysis.rank.scan` reads a file chunk by chunk, a :class:`CommRecorder`
 keeps, for the few events communication records refer to, only what they need: the thread of
 runtime calls (a launch's thread), and the thread and typed arguments of the *record rows* —
 GPU activity (any of it may be communication: OVERLAP.md section 1), ``<backend>:<op>``
