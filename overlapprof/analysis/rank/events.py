@@ -41,6 +41,8 @@ class EventSet:
 
     @classmethod
     def concat(cls, sets: list[EventSet]) -> EventSet:
+        if len(sets) == 1:
+            return sets[0]
         return cls(*(np.concatenate([getattr(s, f) for s in sets]) for f in cls.__dataclass_fields__))
 
     def select(self, mask: np.ndarray) -> EventSet:
@@ -285,12 +287,17 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
     scans = [_scan(path, names, CommRecorder(comm_re, values, record_own_args) if records else None, workers)
              for path in files]
     gpu = any(bool((s.codes == C.KERNEL).any()) for s in scans)
-    parts = [_extract(scan, gpu, comm_re, comm_ann, names.order, values) for scan in scans]
-    comm, compute, memory = (EventSet.concat([p[0][k] for p in parts]) for k in range(3))
     unclassified: dict[str, int] = {}
     for scan in scans:
         for cat, count in scan.unclassified.items():
             unclassified[cat] = unclassified.get(cat, 0) + count
+    events = sum(s.ts.size for s in scans)
+    negative = sum(s.negative for s in scans)
+    headers = [scan.header for scan in scans]
+    parts = []
+    while scans:  # each file's columns are freed once classified: they are the largest arrays
+        parts.append(_extract(scans.pop(0), gpu, comm_re, comm_ann, names.order, values))
+    comm, compute, memory = (EventSet.concat([p[0][k] for p in parts]) for k in range(3))
     numbers, starts, ends = (np.concatenate([p[1][k] for p in parts]) for k in range(3))
     order = np.argsort(starts, kind="stable")
     steps = Steps(numbers[order], starts[order], ends[order])
@@ -307,9 +314,9 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
         memory=memory,
         steps=steps,
         comm_records=table,
-        events=sum(s.ts.size for s in scans),
-        negative_durations=sum(s.negative for s in scans),
+        events=events,
+        negative_durations=negative,
         files=[str(path) for path in files],
         unclassified=unclassified,
-        headers=[scan.header for scan in scans],
+        headers=headers,
     )
