@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(not (shutil.which("unshare") and shutil.which("t
 # Per workload: the rate as given, as parsed, as the console shows it, as tc shows it.
 RATES = {"ring": ("2gbit", 2e9, "2 Gbit/s", "2Gbit"), "allreduce": ("2gbit", 2e9, "2 Gbit/s", "2Gbit")}
 SIZES = {"ring": ("--chunk", "131072", "--size", "512"),  # benchmarks/link_bench.py's OPTIONS
-         "allreduce": ("--width", "256", "--batch", "3072", "--buckets", "8")}
+         "allreduce": ("--width", "256", "--batch", "3072", "--buckets", "12")}
 ACTIVE = 6  # profiled steps: 24 (rank, step) samples per variant, over a longer stretch of the load
 SCHEDULE = (*SHORT_SCHEDULE[:-1], ACTIVE)
 # async's median exposed communication is below this share of sync's. Measured (trace-derived
