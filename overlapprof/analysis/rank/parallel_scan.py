@@ -61,8 +61,9 @@ from overlapprof.trace import ranges as TR
 from overlapprof.trace.reader import Chunk, LayoutError
 
 # Below this much text (bytes, decompressed) a file is read in one process: on a quiet 2-core
-# machine two workers were slower on mtia's 83 MB (0.85x) and even on 300 MB of plain JSON (0.98x).
-PARALLEL_MIN_TEXT = int(os.environ.get("OVERLAPPROF_PARALLEL_MIN_MB", "256")) << 20
+# machine two workers against one gave 1.07x on 100 MB of plain JSON (1.31x gzip) and 1.32x on
+# 300 MB (1.49x gzip): below ~100 MB the second process costs about what it gains.
+PARALLEL_MIN_TEXT = int(os.environ.get("OVERLAPPROF_PARALLEL_MIN_MB", "128")) << 20
 RANGE_MIN = 16 << 20  # smallest byte range given to a worker (plain JSON)
 RANGES_PER_WORKER = 8  # ranges per worker: a slow worker or a dense range does not finish last alone
 MODES = ("feed", "skip")
