@@ -9,8 +9,28 @@ from hypothesis import strategies as st
 
 from overlapprof.analysis import intervals as iv
 from overlapprof.analysis.rank.events import EventSet, RankEvents, Steps
-from overlapprof.analysis.rank.metrics import _by_step, metrics_of, partition_of, step_metrics
-from overlapprof.report import StepMetrics
+from overlapprof.analysis.rank.metrics import _by_step, metrics_of, step_metrics
+from overlapprof.report import Partition, StepMetrics
+
+
+def partition_of(comm: iv.Intervals, compute: iv.Intervals, memory: iv.Intervals, start: float,
+                 end: float) -> Partition:
+    """The Partition (see :class:`overlapprof.report.Partition` for the formulas) of the window
+    [start, end) from the three class unions. Idle is measured as its own set, not as the
+    remainder, so that the sum of the parts is a check, not a definition."""
+    w = (np.array([start]), np.array([end]))
+    comp = iv.intersection(compute, w)
+    comm_w = iv.intersection(comm, w)
+    mem_w = iv.intersection(memory, w)
+    busy = iv.union(np.concatenate((comp[0], comm_w[0])), np.concatenate((comp[1], comm_w[1])))
+    everything = iv.union(np.concatenate((busy[0], mem_w[0])), np.concatenate((busy[1], mem_w[1])))
+    return Partition(
+        compute_us=iv.length(comp),
+        exposed_comm_us=iv.length(iv.difference(comm_w, comp)),
+        exposed_memory_us=iv.length(iv.difference(mem_w, busy)),
+        idle_us=iv.length(iv.difference(w, everything)),
+        step_us=end - start,
+    )
 
 
 def _reference(ev: RankEvents) -> list[StepMetrics]:

@@ -52,26 +52,6 @@ def _by_step(events: RankEvents, s: EventSet) -> list[EventSet]:
     return [s.select(order[bounds[k] : bounds[k + 1]]) for k in range(events.steps.start.size)]
 
 
-def partition_of(comm: iv.Intervals, compute: iv.Intervals, memory: iv.Intervals, start: float,
-                 end: float) -> Partition:
-    """The Partition (see :class:`overlapprof.report.Partition` for the formulas) of the window
-    [start, end) from the three class unions. Idle is measured as its own set, not as the
-    remainder, so that the sum of the parts is a check, not a definition."""
-    w = (np.array([start]), np.array([end]))
-    comp = iv.intersection(compute, w)
-    comm_w = iv.intersection(comm, w)
-    mem_w = iv.intersection(memory, w)
-    busy = iv.union(np.concatenate((comp[0], comm_w[0])), np.concatenate((comp[1], comm_w[1])))
-    everything = iv.union(np.concatenate((busy[0], mem_w[0])), np.concatenate((busy[1], mem_w[1])))
-    return Partition(
-        compute_us=iv.length(comp),
-        exposed_comm_us=iv.length(iv.difference(comm_w, comp)),
-        exposed_memory_us=iv.length(iv.difference(mem_w, busy)),
-        idle_us=iv.length(iv.difference(w, everything)),
-        step_us=end - start,
-    )
-
-
 def mean_partition(steps: list[StepMetrics]) -> Partition | None:
     """The mean over steps of each part (None without steps)."""
     parts = [s.partition for s in steps if s.partition is not None]
@@ -83,7 +63,7 @@ def mean_partition(steps: list[StepMetrics]) -> Partition | None:
 def step_metrics(events: RankEvents) -> list[StepMetrics]:
     """One StepMetrics per ProfilerStep, in time order (see StepMetrics for ``step_us``).
 
-    The same formulas as :func:`metrics_of` and :func:`partition_of` for each step's events,
+    The same formulas as :func:`metrics_of` and :class:`~overlapprof.report.Partition` for each step's events,
     computed for every step at once with the segmented interval functions (segment = step)."""
     steps = events.steps
     count = steps.start.size

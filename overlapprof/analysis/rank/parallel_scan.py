@@ -130,7 +130,7 @@ def _unspool(part: Part) -> Part:
 
 
 def _read_part(job: _Job, between=None) -> Part:
-    """Read one range or piece as events.py reads a file, with tables of its own; ``between()``
+    """Read one range or piece as scan.py reads a file, with tables of its own; ``between()``
     is called before each piece of text is decoded."""
     values = Values() if job.recording else None
     names = values.index if values is not None else Index()

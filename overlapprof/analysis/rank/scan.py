@@ -26,6 +26,7 @@ from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.records.recorder import CommRecorder, Records, hashable
 from overlapprof.errors import TraceError
 from overlapprof.trace.decode import LAUNCH_ARGS, THREAD_ROW_DECODER, TraceFile, decode_checked
+from overlapprof.trace.ranges import is_gzip
 from overlapprof.trace.reader import LayoutError, TraceReader
 
 
@@ -229,9 +230,7 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
 def _file_rows_hint(path) -> int:
     """:func:`rows_hint` of a file's text (gzip: about 10 times the file)."""
     try:
-        with open(path, "rb") as f:
-            gzip = f.read(2) == b"\x1f\x8b"
-        return rows_hint(os.path.getsize(path) * (10 if gzip else 1))
+        return rows_hint(os.path.getsize(path) * (10 if is_gzip(path) else 1))
     except OSError:  # the reader words the error
         return rows_hint(0)
 
