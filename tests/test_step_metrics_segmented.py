@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from overlapprof.analysis import intervals as iv
+from overlapprof.analysis.rank import metrics as M
 from overlapprof.analysis.rank.events import EventSet, RankEvents, Steps
 from overlapprof.analysis.rank.metrics import _by_step, metrics_of, step_metrics
 from overlapprof.report import Partition, StepMetrics
@@ -62,8 +63,10 @@ def _event_set(rng, n: int, lo: float, hi: float, grid: bool) -> EventSet:
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), steps=st.integers(1, 12), sizes=st.tuples(*[st.integers(0, 60)] * 3),
-       grid=st.booleans())
-def test_segmented_step_metrics_equal_the_one_step_formulas(seed, steps, sizes, grid):
+       grid=st.booleans(), group=st.sampled_from([None, 1, 7, 40]))
+def test_segmented_step_metrics_equal_the_one_step_formulas(seed, steps, sizes, grid, group):
+    """Also with the steps measured in groups of a few intervals (``group``; None: the default,
+    one group here), as a large rank's are."""
     rng = np.random.default_rng(seed)
     bounds = np.cumsum(rng.uniform(0.0, 20.0, steps + 1))  # zero-length steps, gaps between steps
     if grid:
@@ -74,4 +77,9 @@ def test_segmented_step_metrics_equal_the_one_step_formulas(seed, steps, sizes, 
     sets = [_event_set(rng, n, lo, hi, grid) for n in sizes]
     ev = RankEvents(mode="gpu", comm=sets[0], compute=sets[1], memory=sets[2],
                     steps=Steps(np.arange(steps), starts, ends), comm_records=None, events=sum(sizes))
-    assert step_metrics(ev) == _reference(ev)
+    default = M.STEP_GROUP_INTERVALS
+    M.STEP_GROUP_INTERVALS = group or default
+    try:
+        assert step_metrics(ev) == _reference(ev)
+    finally:
+        M.STEP_GROUP_INTERVALS = default

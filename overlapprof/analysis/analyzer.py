@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from overlapprof import __version__
+from overlapprof.analysis import heap
 from overlapprof.analysis import intervals as iv
 from overlapprof.analysis import lanes as L
 from overlapprof.analysis import like_hta as LH
@@ -118,6 +119,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1) -
             result.warnings.append(f"{label}: {ev.negative_durations} events with a negative 'dur' count as zero-length")
         _apply_filters(ev, options, label, result.warnings)
         report = rank_report(ev, keep_records=options.comm_records)
+        heap.release(ev.events)
         report.world_size, report.backend = result.world_size, result.backend
         if options.lanes:
             report.lanes = L.rank_lanes(ev, report.steps, base)

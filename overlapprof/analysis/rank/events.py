@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from overlapprof.analysis import heap
 from overlapprof.analysis.columns import Index
 from overlapprof.analysis.intervals import union
 from overlapprof.analysis.rank import classify as C
@@ -114,7 +115,7 @@ def _inside(calls: np.ndarray, scan: _Scan, q_thread: np.ndarray, q_time: np.nda
         if queries.size == 0:
             continue
         mine = calls[c_thread == thread]
-        starts, ends = union(scan.ts[mine], scan.end[mine])
+        starts, ends = union(scan.ts[mine], scan.end(mine))
         t = q_time[queries]
         j = np.searchsorted(starts, t, "right") - 1
         out[queries] = (j >= 0) & (t < ends[np.maximum(j, 0)])
@@ -135,7 +136,7 @@ def _issuing_kind(scan: _Scan, names: list[str], calls: np.ndarray, q_thread, q_
         if rows.size == 0:
             continue
         # Half-open [ts, ts + dur): innermost() takes closed ends, so end at the float just below.
-        found = innermost(scan.thread[rows], scan.ts[rows], np.nextafter(scan.end[rows], -np.inf), q_thread, q_time)
+        found = innermost(scan.thread[rows], scan.ts[rows], np.nextafter(scan.end(rows), -np.inf), q_thread, q_time)
         ok = found >= 0
         if codes is None:
             value = _name_property(names, lambda n: _KIND_CODE[C.comm_kind(n[6:])], np.int8, scan.name_ids[rows])
@@ -162,7 +163,7 @@ def _operations(scan: _Scan, comm_rows: np.ndarray, kinds: np.ndarray, calls: np
     if spans.size == 0 or calls.size == 0:
         out[spans] = True
         return out
-    ends = np.nextafter(scan.end[calls], -np.inf)  # innermost() takes closed ends
+    ends = np.nextafter(scan.end(calls), -np.inf)  # innermost() takes closed ends
     rows = comm_rows[spans]
     holder = innermost(scan.thread[calls], scan.ts[calls], ends, scan.thread[rows], scan.ts[rows])
     taken = np.zeros(calls.size, dtype=bool)
@@ -188,9 +189,9 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
     are dropped once read). Returns (EventSets, steps arrays, CommTable or None).
 
     Rows are picked with masks over the file's rows and per-name tables (one lookup per row),
-    and the launch of GPU events is kept per GPU event: full-length columns are made only for
-    the CommTable, which reads its rows' launches and anchors by row."""
-    ts, end, codes, name_ids = scan.ts, scan.end, scan.codes, scan.name_ids
+    and the launch and anchor of GPU events are kept per GPU event (the CommTable takes its
+    rows' from them): no full-length column is made beyond the masks."""
+    ts, end, codes, name_ids = scan.ts, scan.end, scan.codes, scan.name_ids  # end(rows): computed
 
     def prop(func, dtype, rows):
         return _name_property(names, func, dtype, name_ids[rows])
@@ -248,24 +249,30 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
 
     def event_set(k, rows, kind=None, own=None):
         zeros = np.zeros(rows.size, dtype=np.int8)
-        return EventSet(ts[rows], end[rows], anchors[k], launches[k], zeros if kind is None else kind,
+        return EventSet(ts[rows], end(rows), anchors[k], launches[k], zeros if kind is None else kind,
                         np.ones(rows.size, dtype=bool) if own is None else own)
 
     sets = (event_set(0, comm_rows, kind_codes, operation), event_set(1, compute_rows), event_set(2, memory_rows))
-    steps = (step_numbers, ts[step_rows], end[step_rows])
+    steps = (step_numbers, ts[step_rows], end(step_rows))
     table = None
-    scan.thread = scan.collective = scan.launch = None  # read only above: their memory is free for the table's
+    scan.collective = scan.launch = None  # read only above: their memory is free for the table's
     if scan.records is not None:
-        # The launch and anchor of every row, as the table reads them (GPU rows: as above).
-        launch_row = np.full(ts.size, -1, dtype=np.int32 if ts.size < 1 << 31 else np.int64)
-        anchor = ts.copy()
-        if gpu:
-            launch_row[gpu_rows], anchor[gpu_rows] = launch, gpu_anchor
         # CPU mode: the operations matched across ranks are the backend's spans (one per
         # operation, on the thread that does it); the c10d::* calls around them are not repeated.
         ops = np.ones(comm_rows.size, dtype=bool) if gpu else codes[comm_rows] == C.ANNOTATION
-        table = comm_table(scan.records, values, gpu=gpu, rows=comm_rows[ops], kinds=kind_codes[ops], ts=ts, end=end,
-                           dur=scan.dur, codes=codes, name_ids=name_ids, launch_row=launch_row, anchor=anchor)
+        rows, rec = comm_rows[ops], scan.records
+        launch = clr[ops] if gpu else np.full(rows.size, -1, dtype=np.int64)  # comm rows are GPU rows: as above
+        anchor = anchors[0][ops] if gpu else ts[rows]
+        launched = launch >= 0
+        launch_ts = np.where(launched, ts[np.maximum(launch, 0)], np.nan)
+        host_thread = rec.thread_of(np.where(launched, launch, rows))
+        rec.gather(ts, scan.dur, codes, name_ids)
+        # The file's columns are not needed any more: their memory is free for the table's.
+        del ts, codes, name_ids
+        scan.ts = scan.dur = scan.codes = scan.name_ids = scan.thread = None
+        table = comm_table(rec, values, gpu=gpu, rows=rows, kinds=kind_codes[ops], launch_ts=launch_ts,
+                           host_thread=host_thread, anchor=anchor)
+    scan.thread = None
     return sets, steps, table
 
 
@@ -297,6 +304,7 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
     parts = []
     while scans:  # each file's columns are freed once classified: they are the largest arrays
         parts.append(_extract(scans.pop(0), gpu, comm_re, comm_ann, names.order, values))
+        heap.release(events)
     comm, compute, memory = (EventSet.concat([p[0][k] for p in parts]) for k in range(3))
     numbers, starts, ends = (np.concatenate([p[1][k] for p in parts]) for k in range(3))
     order = np.argsort(starts, kind="stable")

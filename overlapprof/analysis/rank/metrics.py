@@ -18,6 +18,9 @@ from overlapprof.report import KindMetrics, Metrics, Partition, RankReport, Step
 
 # At most this many intervals per class in a rank's timeline (keeps a report small).
 TIMELINE_CAP = 2000
+# Intervals (of the three classes together) measured at once by step_metrics: the sweeps'
+# temporaries take about 100 bytes per interval, so a rank's steps go in groups of about this many.
+STEP_GROUP_INTERVALS = 1 << 19
 
 
 def metrics_of(comm: iv.Intervals, compute: iv.Intervals, memory: iv.Intervals = iv.EMPTY, cls=Metrics, **extra):
@@ -64,32 +67,53 @@ def step_metrics(events: RankEvents) -> list[StepMetrics]:
     """One StepMetrics per ProfilerStep, in time order (see StepMetrics for ``step_us``).
 
     The same formulas as :func:`metrics_of` and :class:`~overlapprof.report.Partition` for each step's events,
-    computed for every step at once with the segmented interval functions (segment = step)."""
+    computed for many steps at once with the segmented interval functions (segment = step), a
+    group of steps of about :data:`STEP_GROUP_INTERVALS` intervals at a time."""
     steps = events.steps
     count = steps.start.size
     if count == 0:
         return []
     last_end = steps.end.astype(np.float64, copy=True)
-    unions = []
+    classes, per_step = [], np.zeros(count, dtype=np.int64)
     for s in (events.comm, events.compute, events.memory):
         seg = steps.index_of(s.anchor)
-        inside = seg >= 0
-        seg, start, end = seg[inside], s.start[inside], s.end[inside]
-        np.maximum.at(last_end, seg, end)
-        unions.append(iv.union_by(seg, start, end))
-    comm, compute, memory = unions
+        inside = np.flatnonzero(seg >= 0)
+        rows = inside[np.argsort(seg[inside], kind="stable")]  # by step; a step's union does not depend on order
+        seg = seg[rows]
+        np.maximum.at(last_end, seg, s.end[rows])
+        per_step += np.bincount(seg, minlength=count)
+        classes.append((seg, rows, s))
+    total = np.cumsum(per_step)
+    out, lo = [], 0
+    while lo < count:
+        hi = max(lo + 1, int(np.searchsorted(total, (total[lo - 1] if lo else 0) + STEP_GROUP_INTERVALS, "right")))
+        hi = min(hi, count)
+        sets = []
+        for seg, rows, s in classes:
+            a, b = np.searchsorted(seg, (lo, hi))
+            sets.append((seg[a:b] - lo, s.start[rows[a:b]], s.end[rows[a:b]]))
+        out += _step_group(sets, steps.number[lo:hi], steps.start[lo:hi].astype(np.float64), last_end[lo:hi])
+        lo = hi
+    return out
+
+
+def _step_group(sets, numbers: np.ndarray, starts: np.ndarray, last_end: np.ndarray) -> list[StepMetrics]:
+    """The StepMetrics of consecutive steps (``numbers``, their windows ``[starts, last_end)``)
+    from their comm, compute and memory intervals (segmented sets: segment k = the k-th step)."""
+    count = numbers.size
+    comm, compute, memory = (iv.union_by(*s) for s in sets)
     both = iv.union_by(*iv.concat_by(comm, compute))
-    comp_w, comm_w, mem_w = (iv.clip_by(u, steps.start, last_end) for u in (compute, comm, memory))
+    comp_w, comm_w, mem_w = (iv.clip_by(u, starts, last_end) for u in (compute, comm, memory))
     busy = iv.union_by(*iv.concat_by(comp_w, comm_w))
     everything = iv.union_by(*iv.concat_by(busy, mem_w)) if mem_w[0].size else busy
-    window = (np.arange(count), steps.start.astype(np.float64), last_end)
+    window = (np.arange(count), starts, last_end)
     parts = (comm, compute, memory, both, comp_w, iv.difference_by(comm_w, comp_w),
              iv.difference_by(mem_w, busy), iv.difference_by(window, everything))
     (comm_us, n_comm), (compute_us, n_compute), (memory_us, _), (both_us, _), *rest = (
         iv.lengths_by(u, count) for u in parts)
     comp_us, exposed_us, exposed_mem_us, idle_us = (r[0] for r in rest)
     out = []
-    for k, (number, start, end) in enumerate(zip(steps.number.tolist(), steps.start.tolist(), last_end.tolist())):
+    for k, (number, start, end) in enumerate(zip(numbers.tolist(), starts.tolist(), last_end.tolist())):
         step_us = float(end - start)
         overlap = max(0.0, comm_us[k] + compute_us[k] - both_us[k]) if n_comm[k] and n_compute[k] else 0.0
         m = _metrics(comm_us[k], compute_us[k], overlap, memory_us[k], StepMetrics,

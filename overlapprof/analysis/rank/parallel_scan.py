@@ -73,9 +73,8 @@ GZIP_MODE = os.environ.get("OVERLAPPROF_GZIP_MODE", "skip")  # the benchmark's s
 @dataclass
 class Part:
     """What a worker read of some consecutive events: ``events`` (every phase) and, for the
-    complete ones, the columns of :func:`~overlapprof.analysis.rank.scan._read_chunks` but
-    ``end``, with its own codes (None: none), whose keys are ``names`` and ``threads`` (by
-    code); ``records``:
+    complete ones, the columns of :func:`~overlapprof.analysis.rank.scan._read_chunks`, with
+    its own codes (None: none), whose keys are ``names`` and ``threads`` (by code); ``records``:
     its :meth:`~overlapprof.analysis.records.recorder.CommRecorder.export`; ``tail``: the text
     after the file's last event start, when the range held it; ``failed``: it could not."""
 
@@ -158,9 +157,7 @@ def _read_part(job: _Job, between=None) -> Part:
         return Part(failed=True)
     if problems != _Problems():  # a missing or odd time: worded by one process
         return Part(failed=True)
-    if arrays is not None:
-        del arrays["end"]  # the parent adds ts + dur again: cheaper than shipping it
-        part.arrays = arrays
+    part.arrays = arrays
     part.names = names.order
     part.threads = list(threads)
     part.records = recorder.export() if recorder is not None else None
@@ -248,8 +245,8 @@ def _drain(pending: deque, limit: int):
 
 
 def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: str | None = None):
-    """``(arrays, unclassified, header)`` of the file as :func:`scan._read_chunks` gives them
-    (and its top level), read by ``workers`` processes (which checked every ``ts`` and ``dur``:
+    """``(arrays, unclassified, header, threads)`` of the file as :func:`scan._read_chunks`
+    gives them (and its top level, and the keys of its thread codes), read by ``workers`` processes (which checked every ``ts`` and ``dur``:
     there are no problems to report); None when the file is small, not in the
     line layout, or anything went wrong (the caller then reads it in this process)."""
     mode = mode or GZIP_MODE
@@ -294,7 +291,7 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
             return None
         merged.add(last)
     arrays, unclassified = merged.result()
-    return arrays, unclassified, top
+    return arrays, unclassified, top, list(merged.threads)
 
 
 class _Merge:
@@ -314,9 +311,8 @@ class _Merge:
             thread_codes = np.array([self.threads[k] for k in part.threads] + [-1], dtype=np.int32)
             if self.recorder is not None:
                 self.recorder.absorb(part.records, self.columns.size)
-            self.columns.append(ts=a["ts"], end=a["ts"] + np.maximum(a["dur"], 0.0), dur=a["dur"], codes=a["codes"],
-                                name_ids=name_codes[a["name_ids"]], thread=thread_codes[a["thread"]],
-                                collective=a["collective"])
+            self.columns.append(ts=a["ts"], dur=a["dur"], codes=a["codes"], name_ids=name_codes[a["name_ids"]],
+                                thread=thread_codes[a["thread"]], collective=a["collective"])
             if a["corr"].size:
                 self.links.append(corr=a["corr"])
         self.events += part.events

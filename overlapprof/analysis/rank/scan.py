@@ -74,21 +74,25 @@ class _Scan:
 
     path: str
     ts: np.ndarray
-    end: np.ndarray
     dur: np.ndarray
     codes: np.ndarray
     launch: np.ndarray
     name_ids: np.ndarray
-    thread: np.ndarray  # int32 thread codes (pid, tid) of cpu_ops, annotations and runtime calls; -1 elsewhere
+    thread: np.ndarray  # int32 thread codes (pid, tid) of GPU events, cpu_ops, annotations and runtime calls; -1 elsewhere
     collective: np.ndarray  # record_param_comms: the kind code of its `Collective name`; -1 elsewhere
     negative: int
     header: TraceFile
     unclassified: dict[str, int] = field(default_factory=dict)
     records: Records | None = None
 
+    def end(self, rows) -> np.ndarray:
+        """Where the events of ``rows`` end: ``ts + max(dur, 0)`` µs (computed, not kept: one
+        float column less for every event of a file)."""
+        return self.ts[rows] + np.maximum(self.dur[rows], 0.0)
+
 
 _CORRELATED = (C.KERNEL, C.MEMCPY, C.MEMSET, C.RUNTIME)
-_THREADED = (C.CPU_OP, C.ANNOTATION, C.RUNTIME)
+_THREADED = (C.CPU_OP, C.ANNOTATION, C.RUNTIME, *C.GPU_CATEGORIES)
 
 
 class _CollectiveArgs(msgspec.Struct, gc=False):
@@ -137,8 +141,8 @@ def _correlations(path, events: list, rows: np.ndarray, index) -> np.ndarray:
 # The columns of a file's complete events (see _Scan), as _read_chunks gives them.
 # ``corr`` (the correlation of the GPU events and runtime calls, NaN: none) has a value per row
 # of those categories only (_IS_CORRELATED), in row order.
-SCAN_COLUMNS = {"ts": np.float64, "end": np.float64, "dur": np.float64, "codes": np.int8, "name_ids": np.int32,
-                "thread": np.int32, "collective": np.int8}
+SCAN_COLUMNS = {"ts": np.float64, "dur": np.float64, "codes": np.int8, "name_ids": np.int32, "thread": np.int32,
+                "collective": np.int8}
 _IS_CORRELATED = np.isin(np.arange(8), _CORRELATED)  # by category code
 _IS_THREADED = np.isin(np.arange(8), _THREADED)
 _IS_GPU = np.isin(np.arange(8), C.GPU_CATEGORIES)
@@ -221,7 +225,7 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
         with np.errstate(invalid="ignore", over="ignore"):
             end = ts + np.maximum(dur, 0.0)
         problems.check(ts, dur, end, index)
-        columns.append(ts=ts, end=end, dur=dur, codes=codes, name_ids=name_ids, thread=thread, collective=collective)
+        columns.append(ts=ts, dur=dur, codes=codes, name_ids=name_ids, thread=thread, collective=collective)
         if recorder is not None:
             recorder.add(xe, codes, name_ids, columns.size - len(xe))
     return ({**columns.arrays(), **links.arrays()} if columns.size else None), unclassified, problems
@@ -246,23 +250,24 @@ def _scan(path, names: Index, recorder: CommRecorder | None = None, workers: int
         if got is None and recorder is not None:
             recorder = recorder.fresh()  # it may hold the parts read before the workers gave up
     if got is not None:
-        arrays, unclassified, header = got  # the workers found no problem in the times
+        arrays, unclassified, header, threads = got  # the workers found no problem in the times
     else:
         reader = TraceReader(path, THREAD_ROW_DECODER)
-        rows = _file_rows_hint(path)
+        rows, threads = _file_rows_hint(path), _Threads()
         try:
-            arrays, unclassified, problems = _read_chunks(path, reader.chunks(), names, recorder, rows=rows)
+            arrays, unclassified, problems = _read_chunks(path, reader.chunks(), names, recorder, threads, rows)
         except LayoutError:
             if recorder is not None:
                 recorder = recorder.fresh()
-            arrays, unclassified, problems = _read_chunks(path, reader.chunks(generic=True), names, recorder,
-                                                          rows=rows)
+            threads = _Threads()
+            arrays, unclassified, problems = _read_chunks(path, reader.chunks(generic=True), names, recorder, threads,
+                                                          rows)
         header = reader.header
         problems.raise_first(path)
     if arrays is None:
         raise TraceError(path, "no complete ('X') events: nothing to measure")
     negative = int(np.count_nonzero(arrays["dur"] < 0))
     launch = _launches(arrays["codes"], arrays.pop("corr"))
-    records = recorder.records() if recorder is not None else None
+    records = recorder.records(arrays["thread"], list(threads)) if recorder is not None else None
     return _Scan(str(path), **arrays, launch=launch, negative=negative, header=header, unclassified=unclassified,
                  records=records)

@@ -1,13 +1,15 @@
 """Reading communication records along with the events: the record rows of a file, as columns.
 
 While :mod:`overlapprof.analysis.rank.scan` reads a file chunk by chunk, a :class:`CommRecorder`
-keeps, for the few events communication records refer to, only what they need: the thread of
-runtime calls (a launch's thread), and the thread and typed arguments of the *record rows* —
-GPU activity (any of it may be communication: OVERLAP.md section 1), ``<backend>:<op>``
-annotations, ``record_param_comms`` and ``c10d::*`` ops. Arguments are decoded a batch of rows
-at a time, only the fields whose key occurs in the batch, and kept as codes of distinct values
-(:class:`~overlapprof.analysis.records.fields.Field`) or float columns. Its :class:`Records`
-are what :func:`overlapprof.analysis.records.table.comm_table` builds a file's table from.
+keeps, for the few events communication records refer to, only what they need: the typed
+arguments of the *record rows* — GPU activity (any of it may be communication: OVERLAP.md
+section 1), ``<backend>:<op>`` annotations, ``record_param_comms`` and ``c10d::*`` ops.
+Arguments are decoded a batch of rows at a time, only the fields whose key occurs in the batch,
+and kept as codes of distinct values (:class:`~overlapprof.analysis.records.fields.Field`) or
+float columns, for the *argument rows* alone: the record rows of batches that held a field
+(kernels' args rarely hold one). Threads are the scan's thread column, recoded into the rank's
+(:meth:`CommRecorder.records`). Its :class:`Records` are what
+:func:`overlapprof.analysis.records.table.comm_table` builds a file's table from.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from operator import attrgetter
 import msgspec
 import numpy as np
 
-from overlapprof.analysis.columns import distinct_rows
 from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.records.fields import NUMBER_FIELDS, OWN_FIELDS, STRING_FIELDS, Values
 from overlapprof.trace import decode as D
@@ -45,18 +46,41 @@ def _role(name: str, comm_re) -> int:
 
 @dataclass
 class Records:
-    """A file's record rows (row = index among its complete events) and columns of their args;
-    ``thread_rows``/``threads``: the record rows and runtime calls, with their thread codes."""
+    """A file's record rows (row = index among its complete events, sorted) and the columns of
+    their args. The columns have one value per *argument row*: ``args_at`` gives, for each
+    record row (by its index in ``rows``), its place in them (-1: no field was decoded for it);
+    a field no argument row holds is an empty column. ``row_thread`` (the scan's thread code of
+    every row) and ``thread_codes`` (those codes -> the rank's, ``Values.threads``) give the
+    thread of any row of a category the scan locates (:meth:`thread_of`).
+
+    :meth:`gather` then keeps the record rows' own columns (``ts``, ``dur``, ``code``,
+    ``name``, ``thread``: by record index), so that the table is built without the file's."""
 
     rows: np.ndarray
+    args_at: np.ndarray
     strings: dict[str, np.ndarray]
     numbers: dict[str, np.ndarray]
     own: dict[str, list] | None
-    thread_rows: np.ndarray
-    threads: np.ndarray
+    row_thread: np.ndarray | None
+    thread_codes: np.ndarray
+    ts: np.ndarray | None = None
+    dur: np.ndarray | None = None
+    code: np.ndarray | None = None
+    name: np.ndarray | None = None
+    thread: np.ndarray | None = None
 
     def thread_of(self, rows: np.ndarray) -> np.ndarray:
-        return self.threads[np.searchsorted(self.thread_rows, rows)]
+        """The rank's thread code of each row (before :meth:`gather`)."""
+        return self.thread_codes[self.row_thread[rows]]
+
+    def gather(self, ts: np.ndarray, dur: np.ndarray, codes: np.ndarray, name_ids: np.ndarray) -> None:
+        """Keep the record rows' values of the file's columns, and let go of the file's threads."""
+        self.ts, self.dur, self.code, self.name = ts[self.rows], dur[self.rows], codes[self.rows], name_ids[self.rows]
+        self.thread, self.row_thread = self.thread_of(self.rows), None
+
+    def args_of(self, idx: np.ndarray) -> np.ndarray:
+        """The argument row of each record index ``idx`` (-1 stays -1)."""
+        return np.where(idx >= 0, self.args_at[np.maximum(idx, 0)], -1) if self.args_at.size else np.full(idx.size, -1)
 
 
 class CommRecorder:
@@ -69,7 +93,7 @@ class CommRecorder:
         self.comm_re, self.values, self.own = comm_re, values, own
         wanted = {*STRING_FIELDS, *NUMBER_FIELDS, *(OWN_FIELDS if own else ())}
         self._markers = [(m, fields) for m, fields in _MARKERS.items() if wanted.intersection(fields)]
-        self._rows, self._thread_rows, self._thread_codes = [], [], []
+        self._rows, self._arg_rows = [], []  # record rows, and the argument rows, a batch each
         self._strings = {k: [] for k in STRING_FIELDS}
         self._numbers = {k: [] for k in NUMBER_FIELDS}
         self._own = {k: [] for k in OWN_FIELDS} if own else None
@@ -85,40 +109,24 @@ class CommRecorder:
         named = (((codes == C.CPU_OP) & ((role & (PARAMS | CALL)) != 0))
                  | ((codes == C.ANNOTATION) & ((role & ANNOTATION) != 0))
                  | np.isin(codes, C.GPU_CATEGORIES))  # any GPU activity may be launched by a call (v2)
-        located = np.flatnonzero(named | (codes == C.RUNTIME))
-        if located.size:
-            self._thread_rows.append(located + row0)
-            self._thread_codes.append(self._threads_of(events, located.tolist()))
         # Kernels apart: their args rarely hold collective fields, and then need no decoding.
         kernel = codes == C.KERNEL
         for rows in (np.flatnonzero(named & kernel), np.flatnonzero(named & ~kernel)):
             if rows.size:
                 self._rows.append(rows + row0)
-                self._add_args([events[i].args for i in rows.tolist()])
+                if self._add_args([events[i].args for i in rows.tolist()]):
+                    self._arg_rows.append(rows + row0)
 
-    def _threads_of(self, events, rows):
-        """(pid, tid) int arrays of ``events[rows]`` (the usual case), else their thread codes."""
-        try:
-            pids, tids = np.array([events[i].pid for i in rows]), np.array([events[i].tid for i in rows])
-            if pids.dtype.kind == "i" and tids.dtype.kind == "i":
-                return pids, tids
-        except (ValueError, TypeError, OverflowError):  # lists and such (odd JSON)
-            pass
-        events = [events[i] for i in rows]
-        index = self.values.threads
-        try:
-            return np.array([index[(e.pid, e.tid)] for e in events], dtype=np.int64)
-        except TypeError:  # an unhashable pid or tid (odd JSON): by its text
-            return np.array([index[(hashable(e.pid), hashable(e.tid))] for e in events], dtype=np.int64)
-
-    def _add_args(self, raws: list) -> None:
-        """Columns of the fields of these args: of the fields whose key occurs in their text
-        (none, for kernels usually: then nothing is decoded)."""
+    def _add_args(self, raws: list) -> bool:
+        """Columns of the fields of these args: of the fields whose key occurs in their text.
+        False when there is none (for kernels usually): then nothing is decoded or kept."""
         n = len(raws)
         text = b"[" + b",".join([r or b"null" for r in raws]) + b"]"
         escaped = b"\\" in text  # a key may be spelled with escapes: take every field
         present = {f for marker, fields in self._markers if escaped or marker in text for f in fields}
-        args = [a if a is not None else _EMPTY_ARGS for a in D.event_args(raws, text)] if present else []
+        if not present:
+            return False
+        args = [a if a is not None else _EMPTY_ARGS for a in D.event_args(raws, text)]
         # A field absent from every row of the batch is kept as the batch's length (see records()).
         for name, field in self.values.strings.items():
             self._strings[name].append(field.codes(list(map(attrgetter(name), args))) if name in present else n)
@@ -127,12 +135,12 @@ class CommRecorder:
                                        if name in present else n)
         for name in OWN_FIELDS if self.own else ():
             self._own[name].append(list(map(attrgetter(name), args)) if name in present else n)
+        return True
 
     def export(self) -> dict:
         """What this recorder collected, with its codes' keys (picklable): a worker's share of a
         file, for :meth:`absorb`."""
-        return {"rows": self._rows, "thread_rows": self._thread_rows, "thread_codes": self._thread_codes,
-                "threads": self.values.threads.order, "strings": self._strings, "numbers": self._numbers,
+        return {"rows": self._rows, "arg_rows": self._arg_rows, "strings": self._strings, "numbers": self._numbers,
                 "own": self._own, "keys": {k: list(f.items()) for k, f in self.values.strings.items()}}
 
     def absorb(self, part: dict, row0: int) -> None:
@@ -141,12 +149,7 @@ class CommRecorder:
         its chunks had been added here: the codes are those reading them here would give."""
         v = self.values
         self._rows += [r + row0 for r in part["rows"]]
-        self._thread_rows += [r + row0 for r in part["thread_rows"]]
-        if any(not isinstance(t, tuple) for t in part["thread_codes"]):
-            recode = np.array([v.threads[key] for key in part["threads"]] + [-1], dtype=np.int64)
-            self._thread_codes += [t if isinstance(t, tuple) else recode[t] for t in part["thread_codes"]]
-        else:
-            self._thread_codes += part["thread_codes"]
+        self._arg_rows += [r + row0 for r in part["arg_rows"]]
         for name, field in v.strings.items():
             keys = part["keys"][name]
             recode = np.full(max((c for _, c in keys), default=-1) + 2, -1, dtype=np.int32)
@@ -168,38 +171,39 @@ class CommRecorder:
         """A recorder like this one, empty (to read the file again)."""
         return CommRecorder(self.comm_re, self.values, self.own)
 
-    def records(self) -> Records:
-        cat = lambda parts, dtype: np.concatenate(parts) if parts else np.empty(0, dtype)  # noqa: E731
-        rows = cat(self._rows, np.int64)
-        order = np.argsort(rows, kind="stable")
-        at = np.empty_like(order)  # where each collected row goes in row order
+    def records(self, thread: np.ndarray, threads) -> Records:
+        """The file's Records; ``thread``: the scan's thread code of each row, ``threads``: the
+        scan's keys of those codes, in code order ((pid, tid) pairs). The batches are let go
+        of as they are joined."""
+        cat = lambda parts: np.concatenate(parts) if parts else np.empty(0, np.int64)  # noqa: E731
+        rows, arg_rows = cat(self._rows), cat(self._arg_rows)
+        self._rows = self._arg_rows = None
+        rows.sort(kind="stable")
+        order = np.argsort(arg_rows, kind="stable")
+        at = np.empty_like(order)  # where each collected argument row goes in row order
         at[order] = np.arange(order.size)
+        args_at = np.full(rows.size, -1, dtype=np.int64)
+        args_at[np.searchsorted(rows, arg_rows[order])] = np.arange(order.size)
+        del arg_rows, order
         own = None
         if self._own is not None:
-            own = {k: _column(parts, at, None, object).tolist() for k, parts in self._own.items()}
-        return Records(
-            rows=rows[order],
-            strings={k: _column(v, at, -1, np.int32) for k, v in self._strings.items()},
-            numbers={k: _column(v, at, np.nan, np.float64) for k, v in self._numbers.items()},
-            own=own,
-            thread_rows=cat(self._thread_rows, np.int64),
-            threads=cat([self._codes(t) for t in self._thread_codes], np.int64),
-        )
-
-    def _codes(self, threads) -> np.ndarray:
-        """Thread codes of a chunk's (pid, tid) int arrays, one lookup per distinct pair."""
-        if not isinstance(threads, tuple):
-            return threads
-        pids, tids = threads
-        first, inverse = distinct_rows(pids, tids)
+            own = {k: _column(self._own.pop(k), at, None, object).tolist() for k in list(self._own)}
         index = self.values.threads
-        codes = np.array([index[pair] for pair in zip(pids[first].tolist(), tids[first].tolist())], dtype=np.int64)
-        return codes[inverse]
+        return Records(
+            rows=rows, args_at=args_at,
+            strings={k: _column(self._strings.pop(k), at, -1, np.int32) for k in list(self._strings)},
+            numbers={k: _column(self._numbers.pop(k), at, np.nan, np.float64) for k in list(self._numbers)},
+            own=own, row_thread=thread,
+            thread_codes=np.array([index[key] for key in threads] + [-1], dtype=np.int32),
+        )
 
 
 def _column(parts: list, at: np.ndarray, absent, dtype) -> np.ndarray:
     """One field's column in row order from its batches in the order collected (``at``: where
-    each collected row goes): a batch's values, or its length where the field was absent."""
+    each collected row goes): a batch's values, or its length where the field was absent
+    (absent from every batch: an empty column)."""
+    if all(isinstance(part, int) for part in parts) and dtype is not object:
+        return np.empty(0, dtype=dtype)
     out = np.full(at.size, absent, dtype=dtype)
     start = 0
     for part in parts:

@@ -160,47 +160,52 @@ def _merge(column: np.ndarray, sources: list[np.ndarray], absent) -> np.ndarray:
     return out
 
 
-def comm_table(rec: Records, values: Values, *, gpu: bool, rows: np.ndarray, kinds: np.ndarray, ts: np.ndarray,
-               end: np.ndarray, dur: np.ndarray, codes: np.ndarray, name_ids: np.ndarray, launch_row: np.ndarray,
-               anchor: np.ndarray) -> CommTable:
-    """The CommTable of one file's communication events ``rows`` (kinds: their classify.KINDS
-    codes); ``step`` is left -1 (the caller knows the steps)."""
+def comm_table(rec: Records, values: Values, *, gpu: bool, rows: np.ndarray, kinds: np.ndarray,
+               launch_ts: np.ndarray, host_thread: np.ndarray, anchor: np.ndarray) -> CommTable:
+    """The CommTable of one file's communication events ``rows`` (record rows; ``rec``
+    gathered, see :meth:`Records.gather`). Per event: ``kinds``, its classify.KINDS code;
+    ``launch_ts``, the start of its launching runtime call (NaN: none); ``host_thread`` and
+    ``anchor``, the thread and time where it was issued (its launch's, else its own). ``step``
+    is left -1 (the caller knows the steps). An event ends at ``ts + max(dur, 0)``."""
     n = rows.size
     own_rec = np.searchsorted(rec.rows, rows)
-    lr = launch_row[rows] if gpu else np.full(n, -1, dtype=np.int64)
-    thread, t = rec.thread_of(np.where(lr >= 0, lr, rows)), anchor[rows]  # where it was launched
-    rec_code, rec_role = codes[rec.rows], values.roles[name_ids[rec.rows]]
+    rec_role = values.roles[rec.name]
 
     def enclosing(category, role):
-        cand = np.flatnonzero((rec_code == category) & ((rec_role & role) != 0))
-        r = rec.rows[cand]
-        return _take(cand, innermost(rec.thread_of(r), ts[r], end[r], thread, t), -1)
+        cand = np.flatnonzero((rec.code == category) & ((rec_role & role) != 0))
+        ts = rec.ts[cand]
+        return _take(cand, innermost(rec.thread[cand], ts, ts + np.maximum(rec.dur[cand], 0.0), host_thread, anchor), -1)
 
     params, call = enclosing(C.CPU_OP, PARAMS), enclosing(C.CPU_OP, CALL)
     annotation = enclosing(C.ANNOTATION, ANNOTATION) if gpu else np.full(n, -1, dtype=np.int64)
     sources = [own_rec, annotation, params]
-    seq = np.where(np.isnan(rec.numbers["seq"]), rec.numbers["seq_lower"], rec.numbers["seq"])
-    strings = {k: _merge(rec.strings[k], sources, -1) for k in MERGED_STRINGS}
-    numbers = {k: _merge(seq if k == "seq" else rec.numbers[k], sources, np.nan) for k in MERGED_NUMBERS}
-    names = _take(name_ids[rec.rows], sources[1], -1), _take(name_ids[rec.rows], call, -1)
+    arg_sources = [rec.args_of(s) for s in sources]
+    seq, lower = rec.numbers["seq"], rec.numbers["seq_lower"]
+    seq = lower if seq.size == 0 else seq if lower.size == 0 else np.where(np.isnan(seq), lower, seq)
+    strings = {k: _merge(rec.strings[k], arg_sources, -1) for k in MERGED_STRINGS}
+    numbers = {k: _merge(seq if k == "seq" else rec.numbers[k], arg_sources, np.nan) for k in MERGED_NUMBERS}
+    names = _take(rec.name, sources[1], -1), _take(rec.name, call, -1)
     host = np.where(params >= 0, params, np.where(annotation >= 0, annotation, call))
-    call_ts = _take(ts[rec.rows], host, np.nan) if gpu else np.full(n, np.nan)
-    peer = _peers(rec, values, params, annotation if gpu else own_rec, call, strings["pg_ranks"], name_ids)
+    call_ts = _take(rec.ts, host, np.nan) if gpu else np.full(n, np.nan)
+    peer = _peers(rec, values, params, annotation if gpu else own_rec, call, strings["pg_ranks"])
+    own = None
+    if rec.own is not None:
+        own = {k: [v[i] if i >= 0 else None for i in arg_sources[0].tolist()] for k, v in rec.own.items()}
     return CommTable(
         source="kernel" if gpu else "annotation", values=values, kind=kinds.astype(np.int8),
-        name=name_ids[rows].astype(np.int32), thread=rec.thread_of(rows), ts=ts[rows], dur=dur[rows],
-        step=np.full(n, -1, dtype=np.int64), launch_ts=_take(ts, lr, np.nan), annotation=names[0].astype(np.int32),
-        call=names[1].astype(np.int32), call_ts=call_ts, peer=peer, strings=strings, numbers=numbers,
-        own=None if rec.own is None else {k: [v[i] for i in own_rec.tolist()] for k, v in rec.own.items()},
+        name=rec.name[own_rec].astype(np.int32), thread=rec.thread[own_rec], ts=rec.ts[own_rec],
+        dur=rec.dur[own_rec], step=np.full(n, -1, dtype=np.int64), launch_ts=launch_ts,
+        annotation=names[0].astype(np.int32), call=names[1].astype(np.int32), call_ts=call_ts, peer=peer,
+        strings=strings, numbers=numbers, own=own,
     )
 
 
-def _peers(rec: Records, values: Values, params, near, call, ranks, name_ids) -> np.ndarray:
+def _peers(rec: Records, values: Values, params, near, call, ranks) -> np.ndarray:
     """CommRecord.peer of each record (NaN: unknown): record_param_comms' global Dst Rank, else
     its Src Rank, else the group rank of ``near`` (annotation ``0->1``) or of the c10d
     send/recv's arguments, mapped to a global rank through the merged Process Group Ranks."""
     f = values.strings
-    rec_names = name_ids[rec.rows]
+    rec_names = rec.name
 
     def peer(dst, src, near_name, call_name, inputs, ranks_code):
         for code, field in ((dst, "dst_rank"), (src, "src_rank")):
@@ -216,8 +221,10 @@ def _peers(rec: Records, values: Values, params, near, call, ranks, name_ids) ->
             return group[local] if local < len(group) else None
         return local
 
+    params_args, call_args = rec.args_of(params), rec.args_of(call)
     found, inverse = per_distinct(
-        peer, _take(rec.strings["dst_rank"], params, -1), _take(rec.strings["src_rank"], params, -1),
-        _take(rec_names, near, -1), _take(rec_names, call, -1), _take(rec.strings["concrete_inputs"], call, -1), ranks,
+        peer, _take(rec.strings["dst_rank"], params_args, -1), _take(rec.strings["src_rank"], params_args, -1),
+        _take(rec_names, near, -1), _take(rec_names, call, -1), _take(rec.strings["concrete_inputs"], call_args, -1),
+        ranks,
     )
     return np.array([np.nan if p is None else p for p in found] + [np.nan], dtype=np.float64)[inverse]
