@@ -276,6 +276,30 @@ def test_analysis_report_renderers_and_compare_run_without_torch():
     assert "'html'" in proc.stdout and "'straggler_plot'" in proc.stdout and "'format'" in proc.stdout
 
 
+def test_one_trace_imports_only_what_it_uses():
+    """Start-up cost: a plain analysis of one small trace (and its table) imports no process pool,
+    no --like-hta or --lanes code and no run-directory code."""
+    code = (
+        "import sys\n"
+        "from overlapprof.cli import main\n"
+        f"try: main(['analyze', {str(DATA / 'cpu_only')!r}, '-q'])\n"
+        "except SystemExit: pass\n"
+        "print(sorted(sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(eval(proc.stdout.splitlines()[-1]))
+    unused = {"overlapprof.analysis.like_hta", "overlapprof.analysis.lanes", "overlapprof.launch.rundir",
+              "overlapprof.renderers.csv", "multiprocessing", "concurrent.futures", "tempfile", "socket"}
+    assert not loaded & unused, sorted(loaded & unused)
+
+
+def test_run_file_name_is_rundir_s():
+    from overlapprof.launch import rundir
+    from overlapprof.trace import discover
+
+    assert discover.RUN_FILE == rundir.RUN_FILE  # discover names it without importing rundir
+
+
 _PARENT = os.getpid()
 _REAL_GROUP = A.analyze_group
 

@@ -18,15 +18,12 @@ from pathlib import Path
 from overlapprof import __version__
 from overlapprof.analysis import heap
 from overlapprof.analysis import intervals as iv
-from overlapprof.analysis import lanes as L
-from overlapprof.analysis import like_hta as LH
 from overlapprof.analysis.crossrank.inputs import CrossRankInput, crossrank_input
 from overlapprof.analysis.crossrank.section import build_crossrank
 from overlapprof.analysis.rank.classify import compile_comm_annotations, compile_comm_kernels
 from overlapprof.analysis.rank.events import RankEvents, rank_events
 from overlapprof.analysis.rank.metrics import rank_report, summarize
 from overlapprof.errors import InputError, OverlapprofError
-from overlapprof.launch.rundir import missing_ranks, to_builtins
 from overlapprof.report import Options, RankReport, Report
 from overlapprof.trace.discover import TraceGroup, discover, rank_from_name
 
@@ -39,7 +36,8 @@ FILTER_TEXT = {
     "drop_last_step": "--drop-last-step: events launched (or starting) at or after the start of each "
     "rank's last ProfilerStep are left out",
     "require_launch": "--require-launch: GPU events whose launching runtime call is not in the trace are left out",
-    "like_hta": LH.TEXT,
+    "like_hta": "--like-hta: HolisticTraceAnalysis 0.5.0's get_comm_comp_overlap (times rounded to whole µs, last "
+    "step and unlaunched kernels left out when there are two or more ProfilerSteps, kernels classified by name)",
 }
 
 
@@ -122,9 +120,13 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1) -
         heap.release(ev.events)
         report.world_size, report.backend = result.world_size, result.backend
         if options.lanes:
-            report.lanes = L.rank_lanes(ev, report.steps, base)
+            from overlapprof.analysis.lanes import rank_lanes
+
+            report.lanes = rank_lanes(ev, report.steps, base)
         if options.like_hta:  # the rank's numbers as HolisticTraceAnalysis 0.5.0 computes them
-            report.metrics, result.hta_steps = LH.rank_metrics(files)
+            from overlapprof.analysis import like_hta
+
+            report.metrics, result.hta_steps = like_hta.rank_metrics(files)
         if result.crossrank_input is not None:
             comm, compute = iv.union(ev.comm.start, ev.comm.end), iv.union(ev.compute.start, ev.compute.end)
             result.crossrank_input.world_size = result.world_size
@@ -327,17 +329,26 @@ def analyze(
     _settle_ranks(results, groups)
     _check_one_run(results)
     if options.like_hta:
-        LH.settle(results)
+        from overlapprof.analysis import like_hta
+
+        like_hta.settle(results)
     ranks = sorted((r.report for r in results), key=lambda r: r.rank)
-    if inputs.run and (missing := missing_ranks(inputs.run.world_size, {r.rank for r in ranks})):
-        warnings.append(f"run.json: world_size {inputs.run.world_size} but no trace for ranks {missing}")
+    run = None
+    if inputs.run:
+        from overlapprof.launch.rundir import missing_ranks, to_builtins  # run directories only
+
+        if missing := missing_ranks(inputs.run.world_size, {r.rank for r in ranks}):
+            warnings.append(f"run.json: world_size {inputs.run.world_size} but no trace for ranks {missing}")
+        run = to_builtins(inputs.run)
     modes = {r.mode for r in ranks}
     if len(modes) > 1:
         cpu = [r.rank for r in ranks if r.mode == "cpu"]
         warnings.append(f"ranks {cpu} have no GPU kernels and are read in CPU mode, the others in GPU mode")
     crossrank = _cross_rank(results, options)
     if options.lanes:
-        L.place(ranks, crossrank)
+        from overlapprof.analysis.lanes import place
+
+        place(ranks, crossrank)
     return Report(
         version=__version__,
         inputs=[str(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)],
@@ -346,7 +357,7 @@ def analyze(
         ranks=ranks,
         summary=summarize(ranks),
         warnings=warnings,
-        run=to_builtins(inputs.run) if inputs.run else None,
+        run=run,
         crossrank=crossrank,
     )
 

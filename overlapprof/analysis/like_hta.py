@@ -51,9 +51,6 @@ MEMORY_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
 NOT_COMPUTE_RE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 SYNC_NAMES = ("Event Sync", "Context Sync")
 
-TEXT = ("--like-hta: HolisticTraceAnalysis 0.5.0's get_comm_comp_overlap (times rounded to whole µs, last step "
-        "and unlaunched kernels left out when there are two or more ProfilerSteps, kernels classified by name)")
-
 
 class _Args(msgspec.Struct):
     stream: Any = -1

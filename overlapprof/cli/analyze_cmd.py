@@ -83,8 +83,6 @@ def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, wor
     of `overlapprof run`; a report saved with --json FILE is re-rendered. Numbers follow
     OVERLAP.md: the whole trace counts unless a filter option is given.
     """
-    from overlapprof.renderers import csv as csv_renderer
-    from overlapprof.renderers import json as json_renderer
     from overlapprof.renderers import table
     from overlapprof.report import Report
     from overlapprof.trace.discover import is_saved_report
@@ -103,5 +101,15 @@ def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, wor
                                   **reading_kwargs(kw))
         finally:
             progress.close()
-    emit_data(json_out, csv_out, quiet, report.warnings, lambda: json_renderer.render(report),
-              lambda: csv_renderer.render(report, by=by), lambda: table.render(report, by=by))
+
+    def json_text():
+        from overlapprof.renderers import json as json_renderer
+
+        return json_renderer.render(report)
+
+    def csv_text():
+        from overlapprof.renderers import csv as csv_renderer
+
+        return csv_renderer.render(report, by=by)
+
+    emit_data(json_out, csv_out, quiet, report.warnings, json_text, csv_text, lambda: table.render(report, by=by))

@@ -38,9 +38,7 @@ count, and each node claims its own ranks' fragment files exclusively (``O_EXCL`
 second launch with the same id and node rank, or a stale directory, is refused.
 """
 
-import json
 import os
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -341,6 +339,8 @@ def launcher_log(run_dir, node_rank):
 
 def write_json_atomic(path, data):
     """Write JSON to a temp file in the same directory, then rename it over ``path``."""
+    import json  # here, as in read_json: the analyzer reads run directories without it
+
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w") as f:
@@ -362,6 +362,8 @@ def write_progress(path, data):
 
 
 def read_json(path):
+    import json
+
     with open(path) as f:
         return json.load(f)
 
@@ -480,4 +482,6 @@ def load_run(run_dir):
 
 
 def host():
+    import socket  # here: the analyzer reads run directories without it (as json)
+
     return socket.gethostname()

@@ -35,13 +35,16 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from overlapprof.errors import InputError
-from overlapprof.launch import blame, rundir
 
-RUN_FILE = rundir.RUN_FILE
+if TYPE_CHECKING:  # imported where a run directory is read: traces given alone do not need it
+    from overlapprof.launch import rundir
+
+RUN_FILE = "run.json"  # rundir.RUN_FILE
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)(?!\d)", re.IGNORECASE)
 _SUFFIXES = (".json", ".json.gz")
 # tb_plugin / tensorboard_trace_handler names: <worker>.<span: digits>.pt.trace.json[.gz]
@@ -134,9 +137,11 @@ def _one_process_each(groups: list[TraceGroup], base: Path | None) -> None:
 
 
 def _read_run(run_dir: Path) -> rundir.RunRecord:
+    from overlapprof.launch.rundir import decode_run
+
     path = run_dir / RUN_FILE
     try:
-        return rundir.decode_run(path.read_bytes())
+        return decode_run(path.read_bytes())
     except (OSError, ValueError) as exc:
         raise InputError(f"{path}: unreadable run description ({exc})") from None
 
@@ -218,12 +223,14 @@ def _one_job(runs: list[tuple[Path, rundir.RunRecord]], base: Path | None = None
 def _merged_run(runs: list[tuple[Path, rundir.RunRecord]]) -> rundir.RunRecord:
     """run.json of one run; for the node parts of a multi-node run, theirs with the per-node and
     per-rank records (nodes, ranks, traces) merged and the missing ranks recomputed."""
+    from overlapprof.launch.rundir import missing_ranks
+
     run = runs[0][1]
     if len(runs) > 1:
         merged = {key: {k: v for _, part in runs for k, v in getattr(part, key).items()}
                   for key in ("nodes", "ranks", "traces")}
         run = msgspec.structs.replace(
-            run, **merged, missing_ranks=rundir.missing_ranks(run.world_size, merged["ranks"]))
+            run, **merged, missing_ranks=missing_ranks(run.world_size, merged["ranks"]))
     return run
 
 
@@ -279,8 +286,10 @@ def discover(paths) -> Inputs:
         raise InputError("no trace files given")
     _one_process_each(inputs.groups, None)
     if runs:
+        from overlapprof.launch.blame import status_note
+
         inputs.run = _merged_run(runs)
-        if note := blame.status_note(inputs.run):
+        if note := status_note(inputs.run):
             inputs.notes.append(note)
     seen: dict[Path, Path] = {}
     for group in inputs.groups:

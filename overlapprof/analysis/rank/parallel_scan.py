@@ -39,14 +39,10 @@ reports it, and the file is read again in this process, which words the error ex
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import pickle
 import sys
-import tempfile
 from collections import deque
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -201,6 +197,8 @@ class _Schedule:
         self.refill()
 
     def refill(self) -> None:
+        from concurrent.futures import Future  # imported by read()
+
         busy = sum(1 for r in self.results[: self.front] if isinstance(r, Future) and not r.done())
         for _ in range(self.processes - busy):
             if self.front == self.back:
@@ -256,6 +254,12 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
         return None
     if probe.size - probe.first < PARALLEL_MIN_TEXT:
         return None
+    # Imported here: scan.py imports this module for every file, and a small one needs no pool.
+    import multiprocessing
+    import tempfile
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     base = _Job(str(path), recorder is not None, recorder.comm_re if recorder else None,
                 recorder.own if recorder else False)
     merged = _Merge(names, recorder, rows_hint(probe.size - probe.first))
