@@ -2,7 +2,8 @@
 
 Each cluster is a real `dask scheduler` and two `dask worker` processes (one thread each, no
 dashboard, no nanny) on 127.0.0.1, started as subprocesses. The workers run in a folder of their
-own, so a relative trace path that the client can read is one they cannot.
+own (the client sends them absolute paths); where a test needs workers that cannot read the
+traces, they run in a mount namespace with a tmpfs over the traces' folder.
 """
 
 from __future__ import annotations
@@ -29,13 +30,24 @@ distributed = pytest.importorskip("distributed")
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
 MULTI_RANK = DATA / "trace_filter"  # two real ranks of a 128-rank NCCL job
+HIDING = ["unshare", "--mount", "--propagation", "private", "sh", "-c"]
+
+
+def _can_hide() -> bool:
+    """Whether this user may mount a tmpfs in a mount namespace of its own (root, usually)."""
+    try:
+        return subprocess.run([*HIDING, "mount -t tmpfs tmpfs /mnt"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 class Cluster:
     """A `dask scheduler` and ``workers`` `dask worker` processes on 127.0.0.1."""
 
-    def __init__(self, root: Path, workers: int = 2, env: dict | None = None):
-        self.root = root
+    def __init__(self, root: Path, workers: int = 2, env: dict | None = None, hide: Path | None = None):
+        """``hide``: a folder the workers see empty (a tmpfs over it in their own mount
+        namespace), as a worker on a node without the client's filesystem would."""
+        self.root, self.hide = root, hide
         root.mkdir(parents=True, exist_ok=True)
         self.scheduler_file = root / "scheduler.json"
         self.env = {**os.environ, **(env or {})}
@@ -60,8 +72,10 @@ class Cluster:
     def _start(self, name, *args, cwd=None):
         log = open(self.root / f"{name}.log", "w")
         self.logs.append(log)
-        return subprocess.Popen([sys.executable, "-m", "dask", *map(str, args)], stdout=log, stderr=subprocess.STDOUT,
-                                cwd=cwd or self.root, env=self.env)
+        command = [sys.executable, "-m", "dask", *map(str, args)]
+        if self.hide is not None and name.startswith("worker"):
+            command = [*HIDING, 'mount -t tmpfs tmpfs "$0" && exec "$@"', str(self.hide), *command]
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=cwd or self.root, env=self.env)
 
     def worker_pids(self) -> dict:
         return self.client.run(os.getpid)  # {worker address: its pid}
@@ -140,13 +154,31 @@ def test_cli_scheduler_file_table(cluster):
 # -- bad input: one line, never a traceback, never a hang
 
 
-def test_path_a_worker_cannot_read_is_named(cluster, tmp_path):
-    """The client finds traces/ relative to its own folder; the workers run elsewhere."""
+def test_relative_paths_are_read_where_the_client_found_them(cluster, tmp_path):
+    """The client finds traces/ relative to its own folder; the workers run in another one and
+    are sent absolute paths. The report names the files as given, as a local run does."""
     shutil.copytree(MULTI_RANK, tmp_path / "traces")
-    proc = overlapprof_cli("analyze", "traces", "--dask-scheduler", cluster.address, cwd=tmp_path)
-    line = assert_one_line_error(proc, 2, "Dask worker tcp://127.0.0.1:", "cannot read traces/sampled_rank-",
-                                 "shares")
-    assert any(f"traces/{p.name}" in line for p in MULTI_RANK.iterdir()), line
+    proc = overlapprof_cli("analyze", "traces", "--dask-scheduler", cluster.address, "--json", "-", "-q", cwd=tmp_path)
+    local = overlapprof_cli("analyze", "traces", "--json", "-", "-q", cwd=tmp_path)
+    assert proc.returncode == 0 and local.returncode == 0, proc.stderr + local.stderr
+    remote = json.loads(proc.stdout)
+    assert remote == json.loads(local.stdout)
+    assert {f for r in remote["ranks"] for f in r["files"]} == {f"traces/{p.name}" for p in MULTI_RANK.iterdir()}
+
+
+@pytest.mark.skipif(not _can_hide(), reason="needs a mount namespace of its own (unshare --mount: root)")
+def test_path_a_worker_cannot_read_is_named(tmp_path):
+    """Workers on which the traces' folder is not mounted: one line naming the first path."""
+    traces = tmp_path / "traces"
+    shutil.copytree(MULTI_RANK, traces)
+    hidden = Cluster(tmp_path / "dask", workers=1, hide=traces)
+    try:
+        proc = overlapprof_cli("analyze", "traces", "--dask-scheduler", hidden.address, cwd=tmp_path)
+    finally:
+        hidden.stop()
+    line = assert_one_line_error(proc, 2, "Dask worker tcp://127.0.0.1:", f"cannot read {traces}/sampled_rank-",
+                                 "mounts at the same place")
+    assert any(f"{traces}/{p.name}" in line for p in MULTI_RANK.iterdir()), line
 
 
 @pytest.mark.timeout(60)

@@ -6,11 +6,13 @@ import gzip
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import overlapprof
 from overlapprof.errors import TraceError
 from overlapprof.trace import reader as R
+from overlapprof.trace import decode as D
 from overlapprof.trace.decode import gunzip
 
 import synthetic as S
@@ -90,3 +92,39 @@ def test_multi_member_gzip(tmp_path):
     assert bytes(gunzip(data)) == text
     path = S.write(tmp_path / "two.json.gz", data, gz=False)
     assert overlapprof.analyze(path, workers=1).ranks[0].metrics.overlapped_us == 5
+
+
+def _complete_rows(events):
+    return [(e.cat, e.name, e.ts, e.dur, bytes(e.args), e.pid, e.tid) for e in events if e.ph == "X"]
+
+
+@pytest.mark.parametrize("path", [*KINETO, DATA / "mtia" / "mtia_rank_0.json.gz"], ids=lambda p: p.parent.name)
+def test_rows_decoder_reads_the_complete_events_thread_rows_do(path):
+    """The scan's decoder (events of other phases skipped unread) gives the complete events a
+    ThreadRowEvent decoder gives, field for field, and every event's phase."""
+    from overlapprof.trace.decode import ROWS_DECODER, THREAD_ROW_DECODER
+
+    raws = D.decode(str(path)).traceEvents
+    text = b"[" + b",".join(raws) + b"]"
+    plain, rows = THREAD_ROW_DECODER.decode(text), ROWS_DECODER.decode(text)
+    assert [e.ph for e in rows] == [e.ph for e in plain]
+    assert _complete_rows(rows) == _complete_rows(plain) and _complete_rows(rows)
+
+
+@pytest.mark.parametrize("odd", [b'{"ph": "Z", "name": "a"}', b'{"name": "no phase"}', b'{"ph": 7}',
+                                 b'{"ph": "M", "name": "process_name", "args": {"name": "x"}}'])
+def test_rows_decoder_takes_any_phase(odd):
+    """A phase outside the trace-event format, a missing or odd ``ph``: the chunk is read as
+    ThreadRowEvents (same complete events); any event of another phase is kept, fieldless."""
+    from overlapprof.trace.decode import ROWS_DECODER, THREAD_ROW_DECODER
+
+    text = b'[{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1.5, "dur": 2, "pid": 1, "tid": 2, ' \
+           b'"args": {"External id": 3}}, ' + odd + b"]"
+    if odd == b'{"ph": 7}':  # not even a ThreadRowEvent: the generic decoder's error
+        with pytest.raises(msgspec.ValidationError):
+            ROWS_DECODER.decode(text)
+        return
+    got = ROWS_DECODER.decode(text)
+    assert _complete_rows(got) == _complete_rows(THREAD_ROW_DECODER.decode(text)) == [
+        ("cpu_op", "aten::mm", 1.5, 2.0, b'{"External id": 3}', 1, 2)]
+    assert len(got) == 2 and got[1].ph != "X"

@@ -161,7 +161,16 @@ def _run_groups(
     if dask_scheduler is not None:
         from overlapprof.analysis.executors import run_on_dask
 
-        run_on_dask(dask_scheduler, analyze_group, jobs, sizes, (options,), finish)
+        # The workers get absolute paths (their working folder is not this one); the report
+        # names the files as they were given.
+        def as_given(k: int, result: RankResult) -> None:
+            result.files = jobs[k]
+            if result.report is not None:
+                result.report.files = jobs[k]
+            finish(k, result)
+
+        run_on_dask(dask_scheduler, analyze_group, [[os.path.abspath(p) for p in files] for files in jobs], sizes,
+                    (options,), as_given)
         return results
     if workers > 1 and total > 1 and sum(sizes) >= PARALLEL_MIN_BYTES:
         import multiprocessing  # here: process pools cost import time that one rank does not need

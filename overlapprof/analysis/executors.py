@@ -5,8 +5,8 @@ classify and measure one rank's files) is independent across ranks and returns a
 ``RankResult``, so it maps onto Dask futures directly: one task per rank, largest first, the
 results collected as they complete. Only the file paths travel to the workers, never the traces:
 **each worker opens the traces itself, at the paths the client found them**, so the traces must be
-on a filesystem every worker mounts at the same place (a cluster filesystem: Lustre, GPFS, NFS),
-and a relative path is read from each worker's working directory.
+on a filesystem every worker mounts at the same place (a cluster filesystem: Lustre, GPFS, NFS).
+The analyzer sends them as absolute paths (a worker's working folder is not the client's).
 
 Before the real work, one task on a worker opens every trace path; the first one it cannot read
 is a one-line :class:`~overlapprof.errors.InputError` naming the worker and the path, instead of
@@ -185,8 +185,7 @@ def _run(client, where, timeout, distributed, work, jobs, sizes, args, finish) -
                            f"{exc})") from None
     if bad is not None:
         raise InputError(f"Dask worker {bad[2]} cannot read {bad[0]} ({bad[1]}): the workers read the traces at "
-                         "these paths, so they must be on a filesystem every worker shares (relative paths are "
-                         "read from each worker's working directory)")
+                         "these paths, so they must be on a filesystem every worker mounts at the same place")
     order = sorted(range(len(jobs)), key=lambda k: -sizes[k])  # largest first: none starts last
     # submitted in this order, so Dask starts them in this order (first submitted, first run)
     futures = {client.submit(work, jobs[k], *args, key=f"overlapprof-rank-{k}-{tag}"): k for k in order}

@@ -22,7 +22,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Union
 
 import msgspec
 
@@ -118,10 +118,49 @@ class TraceFile(msgspec.Struct, gc=False):
     host_name: msgspec.Raw = _RAW  # the recording host (torch >= 2.4): ranks of one host share a clock
 
 
+class CompleteRow(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete (``"ph": "X"``) event, as a ThreadRowEvent reads it; with :data:`ROWS_DECODER`
+    the events of other phases are :data:`_OTHER_PHASES` structs without fields, their keys
+    skipped unread (MTIA traces hold hundreds of thousands of metadata events)."""
+
+    ph: ClassVar[str] = "X"
+    cat: str = ""
+    name: str = ""
+    ts: float | None = None
+    dur: float | None = None
+    args: msgspec.Raw = _RAW
+    pid: Any = None
+    tid: Any = None
+
+
+# Every phase of the trace-event format but "X" (and ph as the class's attribute, like a field).
+_OTHER_PHASES = tuple(
+    msgspec.defstruct(f"Phase{ord(ph)}", [], tag_field="ph", tag=ph, gc=False, namespace={"ph": ph})
+    for ph in ("B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "N", "O", "D", "M", "V", "v", "R",
+               "c", "(", ")")
+)
+
+
+class _RowsDecoder:
+    """``list[CompleteRow | <other phase>]``; where that does not fit (a phase outside the
+    format, a ``ph`` missing or not a string, an odd field), the list as ThreadRowEvents, whose
+    errors are the ones reported. Either way each event has ``ph`` and, when complete, the
+    fields of a ThreadRowEvent."""
+
+    tagged = msgspec.json.Decoder(list[Union[(CompleteRow, *_OTHER_PHASES)]])
+
+    def decode(self, data):
+        try:
+            return self.tagged.decode(data)
+        except msgspec.ValidationError:
+            return THREAD_ROW_DECODER.decode(data)
+
+
 DECODER = msgspec.json.Decoder(TraceFile)
 CHUNK_DECODER = msgspec.json.Decoder(list[ScanEvent])
 ROW_DECODER = msgspec.json.Decoder(list[RowEvent])
 THREAD_ROW_DECODER = msgspec.json.Decoder(list[ThreadRowEvent])
+ROWS_DECODER = _RowsDecoder()  # what the scan reads: ThreadRowEvents' fields, complete events only
 LAUNCH_ARGS = msgspec.json.Decoder(list[LaunchArgs | None])
 EVENT_ARGS = msgspec.json.Decoder(list[EventArgs | None])
 _ONE_EVENT_ARGS = msgspec.json.Decoder(EventArgs | None)

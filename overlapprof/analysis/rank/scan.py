@@ -25,7 +25,7 @@ from overlapprof.analysis.columns import GrowingColumns, Index
 from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.records.recorder import CommRecorder, Records, hashable
 from overlapprof.errors import TraceError
-from overlapprof.trace.decode import LAUNCH_ARGS, THREAD_ROW_DECODER, TraceFile, decode_checked
+from overlapprof.trace.decode import LAUNCH_ARGS, ROWS_DECODER, TraceFile, decode_checked
 from overlapprof.trace.ranges import is_gzip
 from overlapprof.trace.reader import LayoutError, TraceReader
 
@@ -252,7 +252,7 @@ def _scan(path, names: Index, recorder: CommRecorder | None = None, workers: int
     if got is not None:
         arrays, unclassified, header, threads = got  # the workers found no problem in the times
     else:
-        reader = TraceReader(path, THREAD_ROW_DECODER)
+        reader = TraceReader(path, ROWS_DECODER)
         rows, threads = _file_rows_hint(path), _Threads()
         try:
             arrays, unclassified, problems = _read_chunks(path, reader.chunks(), names, recorder, threads, rows)
