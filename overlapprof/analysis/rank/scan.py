@@ -1,9 +1,10 @@
 """Reading a trace file's complete events into columns (compact numpy arrays), a chunk at a time.
 
-The events are read a chunk at a time (:mod:`overlapprof.trace.reader`) with their ``args`` left
-raw; list comprehensions pull out of each chunk the complete events' ``ts``, ``dur``, category
-code, name id, thread and (GPU events and runtime calls, their args decoded in one batch)
-correlation; the chunk's values are copied into the file's columns
+The events are read a chunk at a time (:mod:`overlapprof.trace.reader`, with
+:data:`~overlapprof.trace.decode.ROWS_DECODER`: the events of other phases than "X" without
+their fields) with their ``args`` left raw; list comprehensions pull out of each chunk the
+complete events' ``ts``, ``dur``, category code, name id, thread and (GPU events and runtime
+calls, their args decoded in one batch) correlation; the chunk's values are copied into the file's columns
 (:class:`~overlapprof.analysis.columns.GrowingColumns`) and the chunk is dropped. The times are
 checked a chunk at a time and a problem is raised, naming the event, once the file is read
 (:class:`_Problems`). At the end the correlations are replaced by each GPU event's launching
