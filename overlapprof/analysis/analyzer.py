@@ -22,7 +22,7 @@ from overlapprof.analysis.crossrank.inputs import CrossRankInput, crossrank_inpu
 from overlapprof.analysis.crossrank.section import build_crossrank
 from overlapprof.analysis.rank.classify import compile_comm_annotations, compile_comm_kernels
 from overlapprof.analysis.rank.events import RankEvents, rank_events
-from overlapprof.analysis.rank.metrics import rank_report, summarize
+from overlapprof.analysis.rank.metrics import class_unions, rank_report, summarize
 from overlapprof.errors import InputError, OverlapprofError
 from overlapprof.report import Options, RankReport, Report
 from overlapprof.trace.discover import TraceGroup, discover, rank_from_name
@@ -116,7 +116,8 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1) -
         if ev.negative_durations:
             result.warnings.append(f"{label}: {ev.negative_durations} events with a negative 'dur' count as zero-length")
         _apply_filters(ev, options, label, result.warnings)
-        report = rank_report(ev, keep_records=options.comm_records)
+        unions = class_unions(ev)
+        report = rank_report(ev, keep_records=options.comm_records, unions=unions)
         heap.release(ev.events)
         report.world_size, report.backend = result.world_size, result.backend
         if options.lanes:
@@ -128,7 +129,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1) -
 
             report.metrics, result.hta_steps = like_hta.rank_metrics(files)
         if result.crossrank_input is not None:
-            comm, compute = iv.union(ev.comm.start, ev.comm.end), iv.union(ev.compute.start, ev.compute.end)
+            comm, compute, _ = unions
             result.crossrank_input.world_size = result.world_size
             result.crossrank_input.attach(ev.comm_records, iv.difference(comm, compute), report.metrics.exposed_comm_us)
         result.report = report

@@ -182,18 +182,23 @@ def _percentile(values: list[float], q: float) -> float | None:
     return percentile(values, q) if values else None
 
 
-def rank_report(ev: RankEvents, *, keep_records: bool = False) -> RankReport:
-    """A rank's report (rank number not yet settled: -1) from its classified events.
+def class_unions(ev: RankEvents) -> tuple[iv.Intervals, iv.Intervals, iv.Intervals]:
+    """U(comm), U(compute), U(memory) of a rank's whole trace."""
+    return tuple(iv.union(s.start, s.end) for s in (ev.comm, ev.compute, ev.memory))
+
+
+def rank_report(ev: RankEvents, *, keep_records: bool = False, unions=None) -> RankReport:
+    """A rank's report (rank number not yet settled: -1) from its classified events
+    (``unions``: their :func:`class_unions`, when the caller has them).
     ``median_step_us`` interpolates like the Summary's (numpy's median)."""
-    compute = iv.union(ev.compute.start, ev.compute.end)
-    comm = iv.union(ev.comm.start, ev.comm.end)
+    comm, compute, memory = unions if unions is not None else class_unions(ev)
     steps = step_metrics(ev)
     return RankReport(
         rank=-1,
         rank_source="",
         files=ev.files,
         mode=ev.mode,
-        metrics=metrics_of(comm, compute, iv.union(ev.memory.start, ev.memory.end)),
+        metrics=metrics_of(comm, compute, memory),
         steps=steps,
         kinds=kind_metrics(ev, compute),
         events=ev.events,
