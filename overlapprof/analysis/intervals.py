@@ -15,6 +15,11 @@ Intervals = tuple[np.ndarray, np.ndarray]
 EMPTY: Intervals = (np.empty(0), np.empty(0))
 
 
+def event_ends(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Where trace events end: ``ts + max(dur, 0)`` µs (a negative ``dur`` counts as zero)."""
+    return ts + np.maximum(dur, 0.0)
+
+
 def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     """U(X): the sorted, disjoint union of the intervals ``[starts[i], ends[i])``.
 

@@ -269,7 +269,7 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
         rec.gather(ts, scan.dur, codes, name_ids)
         # The file's columns are not needed any more: their memory is free for the table's.
         del ts, codes, name_ids
-        scan.ts = scan.dur = scan.codes = scan.name_ids = scan.thread = None
+        scan.ts = scan.dur = scan.codes = scan.name_ids = None
         table = comm_table(rec, values, gpu=gpu, rows=rows, kinds=kind_codes[ops], launch_ts=launch_ts,
                            host_thread=host_thread, anchor=anchor)
     scan.thread = None

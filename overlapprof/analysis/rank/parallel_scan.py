@@ -200,9 +200,8 @@ class _Schedule:
         self.refill()
 
     def refill(self) -> None:
-        from concurrent.futures import Future  # imported by read()
-
-        busy = sum(1 for r in self.results[: self.front] if isinstance(r, Future) and not r.done())
+        # results[:front]: futures, Parts read here, and None for those already yielded
+        busy = sum(1 for r in self.results[: self.front] if r is not None and not isinstance(r, Part) and not r.done())
         for _ in range(self.processes - busy):
             if self.front == self.back:
                 return
@@ -247,9 +246,10 @@ def _drain(pending: deque, limit: int):
 
 def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: str | None = None):
     """``(arrays, unclassified, header, threads)`` of the file as :func:`scan._read_chunks`
-    gives them (and its top level, and the keys of its thread codes), read by ``workers`` processes (which checked every ``ts`` and ``dur``:
-    there are no problems to report); None when the file is small, not in the
-    line layout, or anything went wrong (the caller then reads it in this process)."""
+    gives them (and its top level, and the keys of its thread codes), read by ``workers``
+    processes (which checked every ``ts`` and ``dur``: there are no problems to report); None
+    when the file is small, not in the line layout, or anything went wrong (the caller then
+    reads it in this process)."""
     mode = mode or GZIP_MODE
     try:
         probe = TR.probe(path)

@@ -23,6 +23,7 @@ import msgspec
 import numpy as np
 
 from overlapprof.analysis.columns import GrowingColumns, Index
+from overlapprof.analysis.intervals import event_ends
 from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.records.recorder import CommRecorder, Records, hashable
 from overlapprof.errors import TraceError
@@ -79,7 +80,7 @@ class _Scan:
     codes: np.ndarray
     launch: np.ndarray
     name_ids: np.ndarray
-    thread: np.ndarray  # int32 thread codes (pid, tid) of GPU events, cpu_ops, annotations and runtime calls; -1 elsewhere
+    thread: np.ndarray  # int32 (pid, tid) codes of GPU events, cpu_ops, annotations, runtime calls; -1 elsewhere
     collective: np.ndarray  # record_param_comms: the kind code of its `Collective name`; -1 elsewhere
     negative: int
     header: TraceFile
@@ -89,7 +90,7 @@ class _Scan:
     def end(self, rows) -> np.ndarray:
         """Where the events of ``rows`` end: ``ts + max(dur, 0)`` µs (computed, not kept: one
         float column less for every event of a file)."""
-        return self.ts[rows] + np.maximum(self.dur[rows], 0.0)
+        return event_ends(self.ts[rows], self.dur[rows])
 
 
 _CORRELATED = (C.KERNEL, C.MEMCPY, C.MEMSET, C.RUNTIME)
@@ -181,14 +182,13 @@ def rows_hint(text_bytes: int) -> int:
     return max(text_bytes // 100, 1 << 16)
 
 
-def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threads: _Threads | None = None,
-                 rows: int = 1 << 16):
+def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threads: _Threads, rows: int):
     """The complete events of ``chunks`` as the columns :data:`SCAN_COLUMNS` and ``corr`` (None:
     there are none), the counts of the device categories left out, and the :class:`_Problems` of their
     times. ``names``/``threads``: the ids given to names and threads; ``rows``: room reserved."""
     columns, links = GrowingColumns(SCAN_COLUMNS, rows), GrowingColumns({"corr": np.float64}, rows // 2)
     problems = _Problems()
-    threads, unclassified = threads if threads is not None else _Threads(), {}
+    unclassified = {}
     params_id = names[C.PARAM_COMMS]
     for chunk in chunks:
         events = chunk.events
@@ -224,7 +224,7 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
         ts = np.array([e.ts for e in xe], dtype=np.float64)  # None -> NaN
         dur = np.array([e.dur for e in xe], dtype=np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
-            end = ts + np.maximum(dur, 0.0)
+            end = event_ends(ts, dur)
         problems.check(ts, dur, end, index)
         columns.append(ts=ts, dur=dur, codes=codes, name_ids=name_ids, thread=thread, collective=collective)
         if recorder is not None:

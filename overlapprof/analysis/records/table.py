@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from overlapprof.analysis.columns import per_distinct
+from overlapprof.analysis.intervals import event_ends
 from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.records.fields import ARROW, MERGED_NUMBERS, MERGED_STRINGS, OWN_FIELDS, P2P_CALLS, Values
 from overlapprof.analysis.records.recorder import ANNOTATION, CALL, PARAMS, Records
@@ -166,7 +167,7 @@ def comm_table(rec: Records, values: Values, *, gpu: bool, rows: np.ndarray, kin
     gathered, see :meth:`Records.gather`). Per event: ``kinds``, its classify.KINDS code;
     ``launch_ts``, the start of its launching runtime call (NaN: none); ``host_thread`` and
     ``anchor``, the thread and time where it was issued (its launch's, else its own). ``step``
-    is left -1 (the caller knows the steps). An event ends at ``ts + max(dur, 0)``."""
+    is left -1 (the caller knows the steps)."""
     n = rows.size
     own_rec = np.searchsorted(rec.rows, rows)
     rec_role = values.roles[rec.name]
@@ -174,7 +175,7 @@ def comm_table(rec: Records, values: Values, *, gpu: bool, rows: np.ndarray, kin
     def enclosing(category, role):
         cand = np.flatnonzero((rec.code == category) & ((rec_role & role) != 0))
         ts = rec.ts[cand]
-        return _take(cand, innermost(rec.thread[cand], ts, ts + np.maximum(rec.dur[cand], 0.0), host_thread, anchor), -1)
+        return _take(cand, innermost(rec.thread[cand], ts, event_ends(ts, rec.dur[cand]), host_thread, anchor), -1)
 
     params, call = enclosing(C.CPU_OP, PARAMS), enclosing(C.CPU_OP, CALL)
     annotation = enclosing(C.ANNOTATION, ANNOTATION) if gpu else np.full(n, -1, dtype=np.int64)
