@@ -1,9 +1,9 @@
 """``overlapprof run --link-rate``: real runs in a private network namespace with a tbf-paced loopback.
 
-The ring and the allreduce run sync and async over an emulated
-link (4 ranks, short schedule, link_bench's sizes) once per module; the tests read their run directories through the
-analyzer (trace-derived numbers, not wall-clock), run.json, the console and the HTML report.
-Each refusal is a real invocation that must end with one ``Error:`` line and exit 2, having
+The ring and the allreduce run sync and async over an emulated link (4 ranks, short schedule,
+link_bench's sizes but a bigger ring matmul) once per module; the tests read their run directories
+through the analyzer (trace-derived numbers, not wall-clock), run.json, the console and the HTML
+report. Each refusal is a real invocation that must end with one ``Error:`` line and exit 2, having
 started nothing.
 """
 
@@ -22,15 +22,17 @@ pytestmark = pytest.mark.skipif(not (shutil.which("unshare") and shutil.which("t
                                 reason="needs unshare (util-linux) and tc (iproute2)")
 # Per workload: the rate as given, as parsed, as the console shows it, as tc shows it.
 RATES = {"ring": ("2gbit", 2e9, "2 Gbit/s", "2Gbit"), "allreduce": ("2gbit", 2e9, "2 Gbit/s", "2Gbit")}
-SIZES = {"ring": ("--chunk", "131072", "--size", "512"),  # benchmarks/link_bench.py's OPTIONS
-         "allreduce": ("--width", "256", "--batch", "3072", "--buckets", "12")}
+# The ring's matmul is 768 (link_bench's 512 x 3.4 flops): a CI machine that multiplies 3x faster
+# than this one left the 512 ring ~7 ms of compute a step to hide 27 ms of link under.
+SIZES = {"ring": ("--chunk", "131072", "--size", "768"),
+         "allreduce": ("--width", "256", "--batch", "3072", "--buckets", "12")}  # link_bench's
 ACTIVE = 6  # profiled steps: 24 (rank, step) samples per variant, over a longer stretch of the load
 SCHEDULE = (*SHORT_SCHEDULE[:-1], ACTIVE)
-# async's median exposed communication is below this share of sync's. Measured (trace-derived
-# medians over ranks x steps, these sizes, tbf's default 128 KiB burst at 2gbit):
-#   ring 0.60 0.44 0.49; allreduce 0.56 0.58 0.63 (quiet 2-core machine, 2026-12-03 09:12 UTC).
-# Under load average 9-19 the old 1 MiB burst gave the allreduce 0.21-0.84: 0.9 leaves that margin.
-EXPOSED_SHARE = {"ring": 0.9, "allreduce": 0.9}
+# Async can hide at most min(compute, communication) a step, which depends on how fast the machine
+# multiplies; the tests ask for a share of that. Measured (hidden / hideable, medians over ranks x
+# steps, these sizes, 2gbit, quiet 2-core machine, 2026-12-03 16:00 UTC): ring 0.62, allreduce 0.61;
+# the ring at 384 (compute 7 ms/step against 29 ms of link) 0.45, at 512 0.69 and 0.75.
+HIDDEN_SHARE = 0.3
 
 
 def last_line(text):
@@ -50,9 +52,10 @@ def linked(request, tmp_path_factory):
 
 def test_async_exposes_less_communication_than_sync(linked):
     """Trace-derived (OVERLAP.md v2: the sync ring's blocking-recv wait inside c10d::recv_ is
-    communication): async hides communication that sync exposes. ``exposed_comm_us`` of a
-    comparison is the median over (rank, step) pairs, so one slow step of a loaded machine does
-    not decide it."""
+    communication): async hides a good share of what it could hide. Sync overlaps nothing, so its
+    exposed communication is all its communication, and async can hide at most
+    hideable = min(sync compute, sync exposed communication) of it a step. Values of a comparison
+    are medians over (rank, step) pairs, so one slow step of a loaded machine does not decide it."""
     from overlapprof.compare import compare, load_reports
 
     workload, _, dirs = linked
@@ -61,11 +64,14 @@ def test_async_exposes_less_communication_than_sync(linked):
     sync, async_ = c.variant("sync"), c.variant("async")
     assert sync.samples == async_.samples == 4 * ACTIVE
     assert sync.overlap_ratio == pytest.approx(0.0, abs=0.05)
-    assert async_.overlap_ratio > 0.2
-    share = async_.exposed_comm_us / sync.exposed_comm_us
-    print(f"{workload}: exposed async/sync {share:.2f} ({async_.exposed_comm_us:.0f} / {sync.exposed_comm_us:.0f} us)")
-    assert share < EXPOSED_SHARE[workload], (workload, async_.exposed_comm_us, sync.exposed_comm_us)
-    assert async_.exposed_saved_us > 0
+    hideable = min(sync.compute_us, sync.exposed_comm_us)
+    hidden = sync.exposed_comm_us - async_.exposed_comm_us
+    print(f"{workload}: hidden {hidden:.0f} of {hideable:.0f} us hideable "
+          f"(exposed {async_.exposed_comm_us:.0f} async, {sync.exposed_comm_us:.0f} sync)")
+    assert hidden > HIDDEN_SHARE * hideable, (workload, hidden, hideable)
+    assert async_.exposed_saved_us == pytest.approx(hidden)
+    # async's own overlap, against what it could overlap (its compute took longer: shared cores)
+    assert async_.overlapped_us > HIDDEN_SHARE * min(async_.compute_us, async_.comm_us), async_
 
 
 def test_run_json_records_the_paced_link(linked):
