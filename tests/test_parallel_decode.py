@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import gzip
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import overlapprof
@@ -189,3 +192,85 @@ def test_parts_through_files_are_cleaned_up(tmp_path, small, monkeypatch):
     path = S.write(tmp_path / "t.json", text, gz=False)
     assert P.read(path, Index(), None, 3) is not None
     assert list(spool.iterdir()) == []
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
+def test_a_thief_takes_the_end_of_a_range(tmp_path, monkeypatch, gz):
+    """A range whose second half is stolen after any number of pieces (the cut at any byte,
+    inside strings too): its reader stops at the cut, and it and the thief's range hold each
+    event exactly once, in order."""
+    monkeypatch.setattr(R, "_READ", 61)
+    monkeypatch.setattr(D, "_INFLATE_MAX", 61)
+    text = _kineto_text(_tricky_events(6))
+    path = S.write(tmp_path / "t.json", gzip.compress(text) if gz else text, gz=False)
+    probe = TR.probe(path)
+    top = D.DECODER.decode(text)
+    want = [_key(e) for e in D.THREAD_ROW_DECODER.decode(b"[" + b",".join(top.traceEvents) + b"]")][:-1]
+    inside = _inside_strings(text)
+    b = len(text) - 300  # the last range, [b, end), holds the tail: not stealable
+    steals, in_strings = 0, 0
+    for after in range(len(text) // 200 + 2):
+        claims = P._Claims(multiprocessing.get_context("fork"), 1)
+        claims.open(0, probe.first, b)
+        owner = TR.RangeText(path, probe.first, b, piece_bytes=200, claim=lambda hi: claims.claim(0, hi))
+        got, thief = [], None
+        for k, piece in enumerate(owner.pieces()):
+            got += _decoded([piece])
+            if k + 1 == after:
+                taken = claims.steal(0, 1, P.SKIP_COST if gz else 0.0)
+                if taken is not None:
+                    thief = TR.RangeText(path, *taken, piece_bytes=200)
+                    in_strings += inside[taken[0]]
+        if thief is not None:
+            got += _decoded(thief.pieces())
+            steals += 1
+        rest = TR.RangeText(path, b, piece_bytes=200)
+        got += _decoded(rest.pieces())
+        assert owner.tail is None and rest.tail is not None
+        assert [_key(e) for e in got] == want, after
+    assert steals > 10 and in_strings > 2
+
+
+def test_schedule_steals_from_the_pool(tmp_path, small):
+    """This process's own range is a few events: it then takes the unread ends of the pool's
+    range, and the columns are those one process reads."""
+    text = _kineto_text(_tricky_events(3000))
+    path = S.write(tmp_path / "t.json", text, gz=False)
+    probe = TR.probe(path)
+    back = len(text) - 2000
+    base = P._Job(str(path), False, bytes=len(text))
+    jobs = [P._Job(**{**base.__dict__, "a": probe.first, "b": back, "number": 0}),
+            P._Job(**{**base.__dict__, "a": back, "number": 1})]
+    context = multiprocessing.get_context("fork")
+    claims = P._Claims(context, len(jobs))
+    names, alone = Index(), P._Merge(Index(), None, 1 << 16)
+    for a, b in ((probe.first, back), (back, None)):  # the same last range: the same tail, left out of both
+        alone.add(P._read_part(P._Job(**{**base.__dict__, "a": a, "b": b})))
+    merged = P._Merge(names, None, 1 << 16)
+    with (tempfile.TemporaryDirectory() as spool,
+          ProcessPoolExecutor(1, mp_context=context, initializer=P._share, initargs=(claims,)) as pool):
+        for job in jobs:
+            job.spool = spool
+        schedule = P._Schedule(jobs, pool, 1, claims)
+        for part in schedule.parts():
+            assert not part.failed
+            merged.add(part)
+    assert schedule.stolen >= 1 and len(schedule.jobs) == 2 + schedule.stolen
+    got, want = merged.result()[0], alone.result()[0]
+    assert got.keys() == want.keys() and [k for k in want if not np.array_equal(got[k], want[k])] == []
+    assert merged.events == alone.events > 20_000
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 8])
+def test_gzip_ranges_take_equal_time(count):
+    """With a cost of reaching a range's start (gzip), range k is as much shorter as its reader
+    pays to reach it: start * cost + length is the same for all; without, equal lengths."""
+    probe = TR.Probe(True, b"", 100, 100 + 10_000_000)
+    for cost in (0.0, P.SKIP_COST):
+        ranges = TR.split(probe, count, cost)
+        starts = [a for a, _ in ranges]
+        ends = [b for _, b in ranges[:-1]] + [probe.size]
+        assert starts[0] == probe.first and ranges[-1][1] is None and starts[1:] == ends[:-1]
+        times = [(a - probe.first) * cost + (b - a) for a, b in zip(starts, ends)]
+        assert max(times) - min(times) <= count, (cost, times)
+        assert cost == 0 or count == 1 or ends[0] - starts[0] > ends[-1] - starts[-1]

@@ -93,30 +93,57 @@ def probe(path) -> Probe:
     return Probe(gz, bytes(buf[:first]), first, max(size, first))
 
 
-def split(probe_: Probe, count: int) -> list[tuple[int, int | None]]:
-    """``count`` ranges of about equal text, from the first event to the end (the last one
-    open-ended, so a wrong size hint loses nothing)."""
+def split(probe_: Probe, count: int, skip_cost: float = 0.0) -> list[tuple[int, int | None]]:
+    """``count`` ranges from the first event to the end (the last one open-ended, so a wrong
+    size hint loses nothing) that take their readers equal time when reaching a range's start
+    costs ``skip_cost`` of decoding per byte before it (gzip: inflated and dropped): range ``k``
+    starting at ``a_k`` is ``L - skip_cost * a_k`` long (offsets from the first event), so the
+    ranges shorten towards the end; ``skip_cost`` 0: equal ranges."""
     span = max(probe_.size - probe_.first, 1)
-    cuts = [probe_.first + span * k // count for k in range(count)]
+    starts, a = [], 0.0
+    for _ in range(count):
+        starts.append(a)
+        a = a * (1 - skip_cost) + 1.0  # L = 1, scaled to the span below
+    cuts = [probe_.first + int(span * s / a) for s in starts]
     return [(a, b) for a, b in zip(cuts, [*cuts[1:], None])]
 
 
 class RangeText:
     """The events of range ``[a, b)`` (``b`` None: to the end) of a trace's text as JSON-array
-    texts (:meth:`pieces`); ``tail`` is set when the range holds the file's last event start."""
+    texts (:meth:`pieces`); ``tail`` is set when the range holds the file's last event start.
 
-    def __init__(self, path, a: int, b: int | None = None, piece_bytes: int | None = None):
+    ``claim`` lets another reader take the end of the range while it is read (work stealing,
+    :mod:`overlapprof.analysis.rank.parallel_scan`): before each piece, holding the event starts
+    up to offset ``hi``, is given out, ``claim(hi)`` records it as read and returns the range's
+    end then (``b``, or lower once a thief took ``[end, b)``); the piece is cut there, and the
+    range ends. A range with a thief always has a ``b``, so it never holds the tail."""
+
+    def __init__(self, path, a: int, b: int | None = None, piece_bytes: int | None = None, claim=None):
         self.path, self.a, self.b, self.piece_bytes = str(path), a, b, piece_bytes or PIECE_BYTES
+        self.claim = claim
         self.tail: bytes | None = None
 
+    def _give(self, buf: bytearray, pos: int, cut: int) -> tuple[bytearray | None, bool]:
+        """The piece of the event starts in ``buf[:cut]`` (``buf[0]`` is at offset ``pos``), cut
+        at the range's end if a thief lowered it, and whether the range ends with it."""
+        if self.claim is None:
+            return array_text(buf, cut), False
+        end = self.claim(pos + cut)
+        if pos + cut <= end:
+            return array_text(buf, cut), False
+        if end <= pos:
+            return None, True
+        return array_text(buf, buf.find(EVENT_START, end - pos)), True
+
     def pieces(self) -> Iterator[bytearray]:
-        a, b = self.a, self.b
+        a = self.a
         buf = bytearray()
         pos = a  # offset of buf[0]
         started = False
         searched = 0  # buf[:searched] holds no event start at or after b
         for _, piece in text_stream(self.path, a):
             buf += piece
+            b = self.b
             if not started:
                 i = buf.find(EVENT_START)
                 if i < 0:
@@ -133,13 +160,23 @@ class RangeText:
                 lo = max(b - pos, 1, searched)
                 end = buf.find(EVENT_START, lo)
                 if end >= 0:
-                    yield array_text(buf, end)
+                    text, _ = self._give(buf, pos, end)
+                    if text is not None:
+                        yield text
                     return
                 searched = max(len(buf) - _KEEP, lo)
             if len(buf) >= self.piece_bytes and (cut := buf.rfind(EVENT_START)) > 0:
-                yield array_text(buf, cut)
+                text, last = self._give(buf, pos, cut)
+                if text is not None:
+                    yield text
+                if last:
+                    return
                 del buf[:cut]
                 pos += cut
                 searched = max(searched - cut, 0)
         if started:
+            if self.claim is not None and self.claim(pos + len(buf)) < pos + len(buf):
+                # the text ended before b (a size hint too high) and a thief took some of it: let
+                # one process read the file rather than sort out which of the two holds the tail
+                raise LayoutError
             self.tail = bytes(buf)

@@ -65,6 +65,11 @@ PARALLEL_MIN_TEXT = int(os.environ.get("OVERLAPPROF_PARALLEL_MIN_MB", "16")) << 
 # merge: on 80 MB, 32 MB ranges (two) took 0.634 s, 16 MB (five) 0.742 s, 8 MB 0.742 s.
 RANGE_MIN = 32 << 20
 RANGES_PER_WORKER = 8  # ranges per worker: a slow worker or a dense range does not finish last alone
+# gzip ``skip``: inflating a byte to drop it costs about this share of decoding it (isal inflates
+# the generated 2 GB trace at over 1 GB/s, overlapprof decodes it at about 100 MB/s; mtia's
+# dense half 0.017 s of inflation against 0.25 s). Ranges further in are shorter by that much,
+# and a thief of a gzip range takes less than half of it (_Claims.steal).
+SKIP_COST = 0.1
 MODES = ("feed", "skip")
 GZIP_MODE = os.environ.get("OVERLAPPROF_GZIP_MODE", "skip")  # the benchmark's switch; skip measured faster
 
@@ -100,6 +105,60 @@ class _Job:
     bytes: int = 0  # about how much text the range holds (reserves room for its columns)
     number: int = 0  # its place in file order
     spool: str | None = None  # a folder for the parts read in the pool (see _pool_read)
+    slot: int | None = None  # its place in the shared _Claims, when a thief may take its end
+
+
+class _Claims:
+    """Work stealing between this process and the pool's: for each range handed to the pool,
+    its end and how far its reader has given out pieces (``claimed``), in memory the pool's
+    processes share (inherited when they start). The reader claims each piece before it decodes
+    it (:meth:`claim`, through :class:`~overlapprof.trace.ranges.RangeText`); this process, with
+    no range of its own left, takes the second half of what is not claimed yet (:meth:`steal`),
+    so that a dense range (mtia's first half: complete events with large args, against its
+    second half of metadata) does not leave it waiting. One lock makes claim and steal atomic."""
+
+    def __init__(self, context, count: int):
+        self.lock = context.Lock()
+        self.slots = context.RawArray("q", 2 * max(count, 1))  # [end, claimed] per range
+
+    def open(self, slot: int, a: int, b: int) -> None:
+        self.slots[2 * slot], self.slots[2 * slot + 1] = b, a
+
+    def claim(self, slot: int, hi: int) -> int:
+        """Record the event starts below ``hi`` as read (no further than the end); the end."""
+        with self.lock:
+            end = self.slots[2 * slot]
+            self.slots[2 * slot + 1] = min(hi, end)
+            return end
+
+    def steal(self, slot: int, least: int, skip_cost: float = 0.0) -> tuple[int, int] | None:
+        """``(cut, end)``: the range now ends at ``cut`` and ``[cut, end)`` is the thief's; None
+        when that would be less than ``least`` bytes. The cut makes both finish together: the
+        reader decodes ``cut - claimed``, the thief first inflates and drops the ``cut`` bytes
+        before its range (gzip, at ``skip_cost`` a byte) and decodes ``end - cut``, so
+        ``cut = (end + claimed) / (2 - skip_cost)``: the middle of what is left for plain JSON."""
+        with self.lock:
+            end, claimed = self.slots[2 * slot], self.slots[2 * slot + 1]
+            cut = int((end + claimed) / (2 - skip_cost))
+            if end - cut < least or cut < claimed:
+                return None
+            self.slots[2 * slot] = cut
+            return cut, end
+
+
+_CLAIMS: _Claims | None = None  # in a pool process: the shared claims
+
+
+def _share(claims: _Claims | None) -> None:
+    """The pool's initializer."""
+    global _CLAIMS
+    _CLAIMS = claims
+
+
+def _steal_min() -> int:
+    """The smallest share worth taking (bytes): a quarter of a piece. On mtia, the dense range
+    was often left with 3-7 MB (20-60 ms of decoding) when this process ran out of work."""
+    return TR.PIECE_BYTES // 4
 
 
 def _pool_read(job: _Job) -> Part:
@@ -134,7 +193,10 @@ def _read_part(job: _Job, between=None) -> Part:
     names = values.index if values is not None else Index()
     recorder = CommRecorder(job.comm_re, values, job.own) if job.recording else None
     threads = _Threads()
-    source = TR.RangeText(job.path, job.a, job.b) if job.text is None else None
+    claim = None
+    if job.slot is not None and _CLAIMS is not None:
+        claim = lambda hi, claims=_CLAIMS, slot=job.slot: claims.claim(slot, hi)  # noqa: E731
+    source = TR.RangeText(job.path, job.a, job.b, claim=claim) if job.text is None else None
     texts = source.pieces() if source is not None else [job.text]
     part = Part()
 
@@ -165,20 +227,23 @@ def _read_part(job: _Job, between=None) -> Part:
 
 
 def _jobs_of_ranges(probe: TR.Probe, workers: int, base: _Job) -> list[_Job]:
-    """Plain JSON: a few ranges per worker. gzip (``skip``): one per worker, as each inflates
-    all the text before its range."""
+    """Plain JSON: a few ranges per worker, of equal size. gzip (``skip``): one per worker, as
+    each inflates all the text before its range, each as long as its reader then has time for
+    (:func:`~overlapprof.trace.ranges.split`, ``skip_cost``)."""
     count = workers if probe.gzip else min(workers * RANGES_PER_WORKER, (probe.size - probe.first) // RANGE_MIN)
+    cuts = TR.split(probe, max(count, workers), SKIP_COST if probe.gzip else 0.0)
     return [_Job(**{**base.__dict__, "a": a, "b": b, "bytes": (b if b is not None else probe.size) - a, "number": k})
-            for k, (a, b) in enumerate(TR.split(probe, max(count, workers)))]
+            for k, (a, b) in enumerate(cuts)]
 
 
-def _parts(path, probe: TR.Probe, pool, workers: int, base: _Job, mode: str):
-    """The parts of the file in file order (a generator: they are merged as they come)."""
+def _parts(probe: TR.Probe, pool, workers: int, base: _Job, jobs: list[_Job] | None, claims: _Claims | None):
+    """The parts of the file in file order (a generator: they are merged as they come): of the
+    ranges ``jobs``, or (None: gzip ``feed``) of the pieces this process inflates."""
     pending: deque = deque()  # [job, its future or, once read here, its part], in file order
-    if not probe.gzip or mode == "skip":
-        yield from _Schedule(_jobs_of_ranges(probe, workers, base), pool, workers - 1).parts()
+    if jobs is not None:
+        yield from _Schedule(jobs, pool, workers - 1, claims, SKIP_COST if probe.gzip else 0.0).parts()
         return
-    source = TR.RangeText(path, probe.first)  # this process inflates and cuts
+    source = TR.RangeText(base.path, probe.first)  # this process inflates and cuts
     for text in source.pieces():
         job = _Job(**{**base.__dict__, "text": text})
         pending.append([job, pool.submit(_read_part, job)])
@@ -190,11 +255,15 @@ def _parts(path, probe: TR.Probe, pool, workers: int, base: _Job, mode: str):
 class _Schedule:
     """Ranges handed out from both ends: the pool's processes take them from the front, one at
     a time each (a new one as soon as one is done: this process looks before each piece it
-    decodes), this process from the back; so neither waits while there is work, and at the end
-    this process waits at most for the ranges the pool is reading."""
+    decodes), this process from the back; so neither waits while there is work. When all are
+    handed out, this process takes the unread second half of a range the pool is reading
+    (:class:`_Claims`), again and again while one is large enough, then waits for the pool."""
 
-    def __init__(self, jobs: list[_Job], pool, processes: int):
-        self.jobs, self.pool, self.processes = jobs, pool, processes
+    def __init__(self, jobs: list[_Job], pool, processes: int, claims: _Claims | None = None,
+                 skip_cost: float = 0.0):
+        self.jobs, self.pool, self.processes, self.claims = list(jobs), pool, processes, claims
+        self.skip_cost = skip_cost  # gzip: what a thief pays to reach its range (_Claims.steal)
+        self.stolen = 0  # ranges taken from the pool's (tests and benchmarks read it)
         self.results: list = [None] * len(jobs)  # a future, or a Part read here, in file order
         self.front, self.back = 0, len(jobs)  # jobs[front:back]: not handed out yet
         self.refill()
@@ -205,23 +274,51 @@ class _Schedule:
         for _ in range(self.processes - busy):
             if self.front == self.back:
                 return
-            self.results[self.front] = self.pool.submit(_pool_read, self.jobs[self.front])
+            job = self.jobs[self.front]
+            if self.claims is not None and job.b is not None and job.number < len(self.claims.slots) // 2:
+                job.slot = job.number
+                self.claims.open(job.slot, job.a, job.b)
+            self.results[self.front] = self.pool.submit(_pool_read, job)
             self.front += 1
+
+    def steal(self, head: int) -> bool:
+        """Take the end of a range the pool has (from ``head`` on) and read it here; whether one was."""
+        for k in range(head, self.front):
+            got, job = self.results[k], self.jobs[k]
+            if isinstance(got, Part) or got is None or got.done() or job.slot is None:
+                continue
+            taken = self.claims.steal(job.slot, _steal_min(), self.skip_cost)
+            if taken is None:
+                continue
+            cut, end = taken
+            thief = _Job(**{**job.__dict__, "a": cut, "b": end, "bytes": end - cut, "slot": None, "number": -1})
+            self.jobs.insert(k + 1, thief)
+            self.results.insert(k + 1, None)
+            self.front += 1
+            self.back += 1
+            self.results[k + 1] = _read_part(thief, self.refill)
+            self.stolen += 1
+            return True
+        return False
 
     def parts(self):
         """The parts in file order (a generator: they are merged as they come)."""
-        for head in range(len(self.jobs)):
+        head = 0
+        while head < len(self.jobs):  # stealing inserts jobs after the head
             while True:
                 got = self.results[head]
                 if isinstance(got, Part) or (got is not None and got.done()):
                     break
                 if self.front == self.back:  # all handed out: the head is in the pool
+                    if self.claims is not None and self.steal(head):
+                        continue
                     break
                 self.back -= 1
                 self.results[self.back] = _read_part(self.jobs[self.back], self.refill)
             self.results[head] = None
             yield _unspool(got if isinstance(got, Part) else got.result())
             self.refill()
+            head += 1
 
 
 def _drain(pending: deque, limit: int):
@@ -267,12 +364,17 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
                 recorder.own if recorder else False)
     merged = _Merge(names, recorder, rows_hint(probe.size - probe.first))
     context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    jobs = _jobs_of_ranges(probe, workers, base) if not probe.gzip or mode == "skip" else None
+    claims = _Claims(context, len(jobs)) if jobs is not None else None
     tail = None
     try:
         with (tempfile.TemporaryDirectory(prefix="overlapprof-") as spool,
-              ProcessPoolExecutor(max_workers=workers - 1, mp_context=context) as pool):
+              ProcessPoolExecutor(max_workers=workers - 1, mp_context=context, initializer=_share,
+                                  initargs=(claims,)) as pool):
             base.spool = spool
-            for part in _parts(path, probe, pool, workers, base, mode):
+            for job in jobs or ():
+                job.spool = spool
+            for part in _parts(probe, pool, workers, base, jobs, claims):
                 if part.failed:
                     pool.shutdown(cancel_futures=True)
                     return None
