@@ -101,15 +101,13 @@ def measure(code: str, args: list[str], **kw) -> dict:
     on this 2-core machine that slowed 2-worker runs most (mtia, 2026-12-03: 0.52 s sampled
     against 0.41-0.45 s not, while one worker stayed at 0.46 s). A run under a memory cap is
     sampled (that is how it is stopped), and timed so."""
-    if kw.get("mem_limit_mb") is not None:
-        runs = [measure_once(code, args, **kw) for _ in range(REPEAT)]
-    else:
-        runs = [measure_once(code, args, sample=False, **kw) for _ in range(REPEAT)]
+    capped = kw.get("mem_limit_mb") is not None
+    runs = [measure_once(code, args, sample=capped, **kw) for _ in range(REPEAT)]
     ok = [r for r in runs if "work_s" in r]
     if not ok:
         return runs[-1]
     best = min(ok, key=lambda r: r["work_s"])
-    if kw.get("mem_limit_mb") is None:
+    if not capped:
         sampled = measure_once(code, args, **kw)
         if "error" in sampled:
             return sampled

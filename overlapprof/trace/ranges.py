@@ -136,14 +136,13 @@ class RangeText:
         return array_text(buf, buf.find(EVENT_START, end - pos)), True
 
     def pieces(self) -> Iterator[bytearray]:
-        a = self.a
+        a, b = self.a, self.b
         buf = bytearray()
         pos = a  # offset of buf[0]
         started = False
         searched = 0  # buf[:searched] holds no event start at or after b
         for _, piece in text_stream(self.path, a):
             buf += piece
-            b = self.b
             if not started:
                 i = buf.find(EVENT_START)
                 if i < 0:

@@ -44,6 +44,7 @@ import pickle
 import sys
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -140,7 +141,7 @@ class _Claims:
         with self.lock:
             end, claimed = self.slots[2 * slot], self.slots[2 * slot + 1]
             cut = int((end + claimed) / (2 - skip_cost))
-            if end - cut < least or cut < claimed:
+            if end - cut < least:
                 return None
             self.slots[2 * slot] = cut
             return cut, end
@@ -193,9 +194,7 @@ def _read_part(job: _Job, between=None) -> Part:
     names = values.index if values is not None else Index()
     recorder = CommRecorder(job.comm_re, values, job.own) if job.recording else None
     threads = _Threads()
-    claim = None
-    if job.slot is not None and _CLAIMS is not None:
-        claim = lambda hi, claims=_CLAIMS, slot=job.slot: claims.claim(slot, hi)  # noqa: E731
+    claim = partial(_CLAIMS.claim, job.slot) if job.slot is not None and _CLAIMS is not None else None
     source = TR.RangeText(job.path, job.a, job.b, claim=claim) if job.text is None else None
     texts = source.pieces() if source is not None else [job.text]
     part = Part()
@@ -263,7 +262,7 @@ class _Schedule:
                  skip_cost: float = 0.0):
         self.jobs, self.pool, self.processes, self.claims = list(jobs), pool, processes, claims
         self.skip_cost = skip_cost  # gzip: what a thief pays to reach its range (_Claims.steal)
-        self.stolen = 0  # ranges taken from the pool's (tests and benchmarks read it)
+        self.stolen = 0  # ranges taken from the pool's (tests read it)
         self.results: list = [None] * len(jobs)  # a future, or a Part read here, in file order
         self.front, self.back = 0, len(jobs)  # jobs[front:back]: not handed out yet
         self.refill()
