@@ -25,7 +25,7 @@ from pathlib import Path
 
 from overlapprof.trace import decode as D
 from overlapprof.trace import reader as R
-from overlapprof.trace.reader import EVENT_START, LayoutError, _first_event, array_text
+from overlapprof.trace.reader import EVENT_START, LayoutError, _first_event, split_array
 
 PIECE_BYTES = 1 << 22  # text per decoded piece: bounds a reader's buffer and the objects it decodes into
 _KEEP = len(EVENT_START) - 1  # bytes kept while looking for an event start: it may straddle two reads
@@ -123,17 +123,17 @@ class RangeText:
         self.claim = claim
         self.tail: bytes | None = None
 
-    def _give(self, buf: bytearray, pos: int, cut: int) -> tuple[bytearray | None, bool]:
+    def _give(self, buf: bytearray, pos: int, cut: int) -> tuple[bytearray | None, bytearray, bool]:
         """The piece of the event starts in ``buf[:cut]`` (``buf[0]`` is at offset ``pos``), cut
-        at the range's end if a thief lowered it, and whether the range ends with it."""
-        if self.claim is None:
-            return array_text(buf, cut), False
-        end = self.claim(pos + cut)
-        if pos + cut <= end:
-            return array_text(buf, cut), False
-        if end <= pos:
-            return None, True
-        return array_text(buf, buf.find(EVENT_START, end - pos)), True
+        at the range's end if a thief lowered it; the text after it; whether the range ends with
+        it. ``buf`` is consumed (:func:`~overlapprof.trace.reader.split_array`)."""
+        if self.claim is not None:
+            end = self.claim(pos + cut)
+            if end <= pos:
+                return None, bytearray(), True
+            if pos + cut > end:
+                return *split_array(buf, buf.find(EVENT_START, end - pos), rest=False), True
+        return *split_array(buf, cut), False
 
     def pieces(self) -> Iterator[bytearray]:
         a, b = self.a, self.b
@@ -159,18 +159,18 @@ class RangeText:
                 lo = max(b - pos, 1, searched)
                 end = buf.find(EVENT_START, lo)
                 if end >= 0:
-                    text, _ = self._give(buf, pos, end)
+                    text, _, _ = self._give(buf, pos, end)
                     if text is not None:
                         yield text
                     return
                 searched = max(len(buf) - _KEEP, lo)
             if len(buf) >= self.piece_bytes and (cut := buf.rfind(EVENT_START)) > 0:
-                text, last = self._give(buf, pos, cut)
+                text, buf, last = self._give(buf, pos, cut)
                 if text is not None:
                     yield text
+                    del text
                 if last:
                     return
-                del buf[:cut]
                 pos += cut
                 searched = max(searched - cut, 0)
         if started:
