@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import gzip
 import json
-import multiprocessing
 import os
 import subprocess
 import sys
-import tempfile
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +15,8 @@ import pytest
 import overlapprof
 from overlapprof.analysis.rank import parallel_scan as P
 from overlapprof.analysis.columns import Index
+from overlapprof.analysis.forks import ForkPool
+from overlapprof.analysis.rank.claims import Claims
 from overlapprof.errors import TraceError
 from overlapprof.renderers import json as json_renderer
 from overlapprof.trace import decode as D
@@ -187,7 +186,7 @@ def test_parts_through_files_are_cleaned_up(tmp_path, small, monkeypatch):
     """The pool's parts come back through files of a temporary folder, removed afterwards."""
     spool = tmp_path / "tmp"
     spool.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(spool))
+    monkeypatch.setenv("TMPDIR", str(spool))
     text = _kineto_text(_tricky_events(40))
     path = S.write(tmp_path / "t.json", text, gz=False)
     assert P.read(path, Index(), None, 3) is not None
@@ -210,7 +209,8 @@ def test_a_thief_takes_the_end_of_a_range(tmp_path, monkeypatch, gz):
     b = len(text) - 300  # the last range, [b, end), holds the tail: not stealable
     steals, in_strings = 0, 0
     for after in range(len(text) // 200 + 2):
-        claims = P._Claims(multiprocessing.get_context("fork"), 1)
+        (tmp_path / str(after)).mkdir()
+        claims = Claims(str(tmp_path / str(after)), 1)
         claims.open(0, probe.first, b)
         owner = TR.RangeText(path, probe.first, b, piece_bytes=200, claim=lambda hi: claims.claim(0, hi))
         got, thief = [], None
@@ -241,16 +241,16 @@ def test_schedule_steals_from_the_pool(tmp_path, small):
     base = P._Job(str(path), False, bytes=len(text))
     jobs = [P._Job(**{**base.__dict__, "a": probe.first, "b": back, "number": 0}),
             P._Job(**{**base.__dict__, "a": back, "number": 1})]
-    context = multiprocessing.get_context("fork")
-    claims = P._Claims(context, len(jobs))
+    claims = Claims(str(tmp_path), len(jobs))
     names, alone = Index(), P._Merge(Index(), None, 1 << 16)
     for a, b in ((probe.first, back), (back, None)):  # the same last range: the same tail, left out of both
         alone.add(P._read_part(P._Job(**{**base.__dict__, "a": a, "b": b})))
     merged = P._Merge(names, None, 1 << 16)
-    with (tempfile.TemporaryDirectory() as spool,
-          ProcessPoolExecutor(1, mp_context=context, initializer=P._share, initargs=(claims,)) as pool):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    with ForkPool(1, initializer=P._share, initargs=(claims,)) as pool:
         for job in jobs:
-            job.spool = spool
+            job.spool = str(spool)
         schedule = P._Schedule(jobs, pool, 1, claims)
         for part in schedule.parts():
             assert not part.failed

@@ -24,10 +24,11 @@ How the text reaches the workers:
 
 In both, this process reads pieces too. Ranges (plain JSON, gzip ``skip``) are handed out
 from both ends (:class:`_Schedule`): the pool's processes take them from the front, one at a
-time, and this process from the back. A pool process's part comes back through a file of a
-temporary folder (:func:`_pool_read`), not the pool's pipe: that carries 64 KB per read, and
-each read waits for this busy process to let go of the GIL. ``feed`` pieces go to the pool as
-they are inflated and this process reads the newest one not started (:func:`_drain`).
+time, and this process from the back. The pool is forked from this process
+(:class:`~overlapprof.analysis.forks.ForkPool`); a pool process's part comes back through a
+file of a private temporary folder (:func:`_pool_read`), and only the file's name through the
+pool's pipe, so the process never waits for this one to read it. ``feed`` pieces go to the
+pool as they are inflated and this process reads the newest one not started (:func:`_drain`).
 
 Memory: each worker holds a piece of text and its decoded events, plus the arrays of its range;
 the parent, the columns of the file (as when reading it alone, :class:`_Merge`), its own parts
@@ -41,7 +42,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import sys
 from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
@@ -49,6 +49,7 @@ from functools import partial
 import numpy as np
 
 from overlapprof.analysis.columns import GrowingColumns, Index
+from overlapprof.analysis.rank.claims import Claims, can_share
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
 from overlapprof.analysis.rank.scan import SCAN_COLUMNS, _Problems, _read_chunks, _Threads, rows_hint
@@ -69,7 +70,7 @@ RANGES_PER_WORKER = 8  # ranges per worker: a slow worker or a dense range does 
 # gzip ``skip``: inflating a byte to drop it costs about this share of decoding it (isal inflates
 # the generated 2 GB trace at over 1 GB/s, overlapprof decodes it at about 100 MB/s; mtia's
 # dense half 0.017 s of inflation against 0.25 s). Ranges further in are shorter by that much,
-# and a thief of a gzip range takes less than half of it (_Claims.steal).
+# and a thief of a gzip range takes less than half of it (Claims.steal).
 SKIP_COST = 0.1
 MODES = ("feed", "skip")
 GZIP_MODE = os.environ.get("OVERLAPPROF_GZIP_MODE", "skip")  # the benchmark's switch; skip measured faster
@@ -106,51 +107,13 @@ class _Job:
     bytes: int = 0  # about how much text the range holds (reserves room for its columns)
     number: int = 0  # its place in file order
     spool: str | None = None  # a folder for the parts read in the pool (see _pool_read)
-    slot: int | None = None  # its place in the shared _Claims, when a thief may take its end
+    slot: int | None = None  # its place in the shared Claims, when a thief may take its end
 
 
-class _Claims:
-    """Work stealing between this process and the pool's: for each range handed to the pool,
-    its end and how far its reader has given out pieces (``claimed``), in memory the pool's
-    processes share (inherited when they start). The reader claims each piece before it decodes
-    it (:meth:`claim`, through :class:`~overlapprof.trace.ranges.RangeText`); this process, with
-    no range of its own left, takes the second half of what is not claimed yet (:meth:`steal`),
-    so that a dense range (mtia's first half: complete events with large args, against its
-    second half of metadata) does not leave it waiting. One lock makes claim and steal atomic."""
-
-    def __init__(self, context, count: int):
-        self.lock = context.Lock()
-        self.slots = context.RawArray("q", 2 * max(count, 1))  # [end, claimed] per range
-
-    def open(self, slot: int, a: int, b: int) -> None:
-        self.slots[2 * slot], self.slots[2 * slot + 1] = b, a
-
-    def claim(self, slot: int, hi: int) -> int:
-        """Record the event starts below ``hi`` as read (no further than the end); the end."""
-        with self.lock:
-            end = self.slots[2 * slot]
-            self.slots[2 * slot + 1] = min(hi, end)
-            return end
-
-    def steal(self, slot: int, least: int, skip_cost: float = 0.0) -> tuple[int, int] | None:
-        """``(cut, end)``: the range now ends at ``cut`` and ``[cut, end)`` is the thief's; None
-        when that would be less than ``least`` bytes. The cut makes both finish together: the
-        reader decodes ``cut - claimed``, the thief first inflates and drops the ``cut`` bytes
-        before its range (gzip, at ``skip_cost`` a byte) and decodes ``end - cut``, so
-        ``cut = (end + claimed) / (2 - skip_cost)``: the middle of what is left for plain JSON."""
-        with self.lock:
-            end, claimed = self.slots[2 * slot], self.slots[2 * slot + 1]
-            cut = int((end + claimed) / (2 - skip_cost))
-            if end - cut < least:
-                return None
-            self.slots[2 * slot] = cut
-            return cut, end
+_CLAIMS: Claims | None = None  # in a pool process: the shared claims
 
 
-_CLAIMS: _Claims | None = None  # in a pool process: the shared claims
-
-
-def _share(claims: _Claims | None) -> None:
+def _share(claims: Claims | None) -> None:
     """The pool's initializer."""
     global _CLAIMS
     _CLAIMS = claims
@@ -164,10 +127,10 @@ def _steal_min() -> int:
 
 def _pool_read(job: _Job) -> Part:
     """:func:`_read_part` in a pool process. With ``job.spool``, the part (tens of MB) goes
-    through a file there and only the file's name through the pool's pipe: the pipe carries
-    64 KB per read, and each read in this process waits for its main thread, which is busy
-    reading parts too, to let go of the GIL (that made the transfer of a part take longer than
-    reading it)."""
+    through a file there and only the file's name through the pool's pipe: this process reads
+    the pipe only between its own pieces, and a part written to the pipe would hold the pool's
+    process until then (with ``concurrent.futures``' pool, whose thread reads the pipe 64 KB at
+    a time, contending for the GIL, the transfer took longer than reading the part)."""
     part = _read_part(job)
     if part.failed or job.spool is None:
         return part
@@ -235,7 +198,7 @@ def _jobs_of_ranges(probe: TR.Probe, workers: int, base: _Job) -> list[_Job]:
             for k, (a, b) in enumerate(cuts)]
 
 
-def _parts(probe: TR.Probe, pool, workers: int, base: _Job, jobs: list[_Job] | None, claims: _Claims | None):
+def _parts(probe: TR.Probe, pool, workers: int, base: _Job, jobs: list[_Job] | None, claims: Claims | None):
     """The parts of the file in file order (a generator: they are merged as they come): of the
     ranges ``jobs``, or (None: gzip ``feed``) of the pieces this process inflates."""
     pending: deque = deque()  # [job, its future or, once read here, its part], in file order
@@ -256,12 +219,12 @@ class _Schedule:
     a time each (a new one as soon as one is done: this process looks before each piece it
     decodes), this process from the back; so neither waits while there is work. When all are
     handed out, this process takes the unread second half of a range the pool is reading
-    (:class:`_Claims`), again and again while one is large enough, then waits for the pool."""
+    (:class:`Claims`), again and again while one is large enough, then waits for the pool."""
 
-    def __init__(self, jobs: list[_Job], pool, processes: int, claims: _Claims | None = None,
+    def __init__(self, jobs: list[_Job], pool, processes: int, claims: Claims | None = None,
                  skip_cost: float = 0.0):
         self.jobs, self.pool, self.processes, self.claims = list(jobs), pool, processes, claims
-        self.skip_cost = skip_cost  # gzip: what a thief pays to reach its range (_Claims.steal)
+        self.skip_cost = skip_cost  # gzip: what a thief pays to reach its range (Claims.steal)
         self.stolen = 0  # ranges taken from the pool's (tests read it)
         self.results: list = [None] * len(jobs)  # a future, or a Part read here, in file order
         self.front, self.back = 0, len(jobs)  # jobs[front:back]: not handed out yet
@@ -351,41 +314,41 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
         probe = TR.probe(path)
     except (LayoutError, OverlapprofError, OSError):
         return None
-    if probe.size - probe.first < PARALLEL_MIN_TEXT:
+    if probe.size - probe.first < PARALLEL_MIN_TEXT or not can_share():
         return None
-    # Imported here: scan.py imports this module for every file, and a small one needs no pool.
-    import multiprocessing
-    import tempfile
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
+    from overlapprof.analysis.forks import ForkPool, PoolBroken, make_folder, remove_folder  # a small file needs no pool
 
     base = _Job(str(path), recorder is not None, recorder.comm_re if recorder else None,
                 recorder.own if recorder else False)
     merged = _Merge(names, recorder, rows_hint(probe.size - probe.first))
-    context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
     jobs = _jobs_of_ranges(probe, workers, base) if not probe.gzip or mode == "skip" else None
-    claims = _Claims(context, len(jobs)) if jobs is not None else None
-    tail = None
+    tail, claims = None, None
     try:
-        with (tempfile.TemporaryDirectory(prefix="overlapprof-") as spool,
-              ProcessPoolExecutor(max_workers=workers - 1, mp_context=context, initializer=_share,
-                                  initargs=(claims,)) as pool):
-            base.spool = spool
-            for job in jobs or ():
-                job.spool = spool
+        spool = make_folder()
+    except OSError:
+        return None
+    base.spool = spool
+    for job in jobs or ():
+        job.spool = spool
+    try:
+        claims = Claims(spool, len(jobs)) if jobs is not None else None
+        with ForkPool(workers - 1, initializer=_share, initargs=(claims,)) as pool:
             for part in _parts(probe, pool, workers, base, jobs, claims):
                 if part.failed:
-                    pool.shutdown(cancel_futures=True)
                     return None
                 if part.tail is not None:
                     tail = part.tail
                 merged.add(part)
-    except (BrokenProcessPool, OSError, OverlapprofError):  # a worker died, none could start, a damaged gzip
+    except (PoolBroken, OSError, OverlapprofError):  # a worker died, none could start, a damaged gzip
         return None
     except MemoryError:
         raise
     except Exception:  # noqa: BLE001 - anything a worker did not expect: one process reads it, and words it
         return None
+    finally:
+        if claims is not None:
+            claims.close()
+        remove_folder(spool)
     if tail is None:
         return None
     try:  # the document without its middle: the top level and the last events, as the streaming reader reads them
