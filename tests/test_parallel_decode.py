@@ -274,3 +274,44 @@ def test_gzip_ranges_take_equal_time(count):
         times = [(a - probe.first) * cost + (b - a) for a, b in zip(starts, ends)]
         assert max(times) - min(times) <= count, (cost, times)
         assert cost == 0 or count == 1 or ends[0] - starts[0] > ends[-1] - starts[-1]
+
+
+def test_a_gzip_thief_reads_the_kept_text(tmp_path, monkeypatch):
+    """The end of a gzip range, kept as this process inflated its way past it (its own range
+    after it): a thief that begins anywhere in it reads the same events from memory as from the
+    file, without the file (it is gone); one that begins before it reads the file."""
+    monkeypatch.setattr(R, "_READ", 61)
+    monkeypatch.setattr(D, "_INFLATE_MAX", 61)
+    text = _kineto_text(_tricky_events(6))
+    path = S.write(tmp_path / "t.json", gzip.compress(text), gz=False)
+    probe = TR.probe(path)
+    b = text.rfind(R.EVENT_START, 0, len(text) - 300)  # the next range starts with an event
+    lows = list(range(probe.first, b, 131))
+    cuts = list(range(probe.first, b, 37))
+    file_events = {cut: [_key(e) for e in _decoded(TR.RangeText(path, cut, b, piece_bytes=200).pieces())]
+                   for cut in cuts}
+    kept = TR.Kept([(lo, b + 50) for lo in lows])
+    own = TR.RangeText(path, b, piece_bytes=200, kept=kept)
+    assert _decoded(own.pieces()) and own.tail is not None
+    assert [bytes(t) for t in kept.text] == [text[lo : b + 50] for lo in lows]
+    assert kept.holding(lows[-1]) == (probe.first, kept.text[0])  # the first window that holds it
+    assert kept.holding(probe.first - 1) is None and kept.holding(b + 50) is None
+    os.remove(path)
+    for cut in cuts:
+        got = TR.RangeText(path, cut, b, piece_bytes=200, kept=kept)
+        assert [_key(e) for e in _decoded(got.pieces())] == file_events[cut], cut
+    with pytest.raises(FileNotFoundError):  # a window that ends before the range does: the rest is read from the file
+        list(TR.RangeText(path, b - 10, None, kept=TR.Kept([(b - 10, b)])).pieces())
+
+
+def test_a_thief_that_reaches_its_range_for_free_takes_the_middle(tmp_path):
+    """gzip: a thief pays for the text before its cut, unless it begins where this process kept
+    the text (``free``): then the middle of what is left, or ``free`` when that is sooner done."""
+    claims = Claims(str(tmp_path), 1)
+    cases = {None: int(1000 / 1.9), 300: 500, 520: 520, 700: int(1000 / 1.9)}
+    for free, want in cases.items():
+        claims.open(0, 0, 1000)
+        assert claims.steal(0, 1, 0.1, free) == (want, 1000), free
+    claims.open(0, 0, 1000)
+    assert claims.steal(0, 1, 0.0, 300) == (500, 1000) and claims.steal(0, 600, 0.0) is None
+    claims.close()

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import pickle
 import select
-import signal
 from collections import deque
 
 _HEADER = 8  # bytes of a message's length, before it
@@ -90,6 +89,8 @@ def _serve(calls: int, results: int, initializer, initargs) -> None:
 
 
 def _kill(pid: int) -> None:
+    import signal  # only when a process has to be killed
+
     try:
         os.kill(pid, signal.SIGKILL)
     except OSError:

@@ -33,7 +33,7 @@ try:  # ISA-L's inflate: same format, faster; optional
 except ImportError:  # pragma: no cover - depends on the environment
     _zlib = zlib
 
-GZIP_PIECE = 1 << 18  # compressed bytes fed per call
+GZIP_PIECE = 1 << 20  # compressed bytes fed per call
 _INFLATE_MAX = 1 << 22  # most output bytes per call: bounds the transient buffers
 
 _RAW = msgspec.Raw()  # an absent raw field

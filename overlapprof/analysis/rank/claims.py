@@ -60,16 +60,21 @@ class Claims:
         finally:
             self._unlock()
 
-    def steal(self, slot: int, least: int, skip_cost: float = 0.0) -> tuple[int, int] | None:
+    def steal(self, slot: int, least: int, skip_cost: float = 0.0, free: int | None = None) -> tuple[int, int] | None:
         """``(cut, end)``: the range now ends at ``cut`` and ``[cut, end)`` is the thief's; None
         when that would be less than ``least`` bytes. The cut makes both finish together: the
         reader decodes ``cut - claimed``, the thief first inflates and drops the ``cut`` bytes
         before its range (gzip, at ``skip_cost`` a byte) and decodes ``end - cut``, so
-        ``cut = (end + claimed) / (2 - skip_cost)``: the middle of what is left for plain JSON."""
+        ``cut = (end + claimed) / (2 - skip_cost)``: the middle of what is left for plain JSON.
+        From ``free`` on (gzip text this process kept on its way, ``ranges.Kept``) reaching it
+        costs nothing: the cut is then the middle, or ``free`` if that is lower and sooner done."""
         self._lock()
         try:
             end, claimed = self.slots[2 * slot], self.slots[2 * slot + 1]
-            cut = int((end + claimed) / (2 - skip_cost))
+            cut = (end + claimed) / (2 - skip_cost)
+            if free is not None:
+                cut = min(cut, max((end + claimed) / 2, free))
+            cut = int(cut)
             if end - cut < least:
                 return None
             self.slots[2 * slot] = cut

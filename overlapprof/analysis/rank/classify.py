@@ -19,6 +19,7 @@ versions (``Kernel``, ``Memcpy``, ``Memset``, ``Runtime``, ``Operator``) are rea
 
 from __future__ import annotations
 
+import functools
 import re
 
 KINDS = (
@@ -83,6 +84,7 @@ def category_code(cat: str) -> int:
     return DEVICE_OTHER if cat.startswith(UNCLASSIFIED_DEVICE_PREFIXES) else OTHER
 
 
+@functools.lru_cache(maxsize=1 << 16)  # names recur: per property, per rank
 def comm_kind(name: str) -> str:
     """The kind of a communication kernel or annotation, from its name.
 

@@ -72,6 +72,8 @@ RANGES_PER_WORKER = 8  # ranges per worker: a slow worker or a dense range does 
 # dense half 0.017 s of inflation against 0.25 s). Ranges further in are shorter by that much,
 # and a thief of a gzip range takes less than half of it (Claims.steal).
 SKIP_COST = 0.1
+KEPT_MAX = 16 << 20  # gzip: the most of a range's end this process keeps for a thief (Kept)
+KEPT_AFTER = 1 << 20  # ... and past it: where the thief's text ends is the first event start there
 MODES = ("feed", "skip")
 GZIP_MODE = os.environ.get("OVERLAPPROF_GZIP_MODE", "skip")  # the benchmark's switch; skip measured faster
 
@@ -108,6 +110,7 @@ class _Job:
     number: int = 0  # its place in file order
     spool: str | None = None  # a folder for the parts read in the pool (see _pool_read)
     slot: int | None = None  # its place in the shared Claims, when a thief may take its end
+    kept: TR.Kept | None = None  # gzip text kept on the way (this process's ranges only: never sent)
 
 
 _CLAIMS: Claims | None = None  # in a pool process: the shared claims
@@ -117,6 +120,12 @@ def _share(claims: Claims | None) -> None:
     """The pool's initializer."""
     global _CLAIMS
     _CLAIMS = claims
+
+
+def _kept_bytes(job: _Job) -> int:
+    """How much of the end of a gzip range the thief may find kept: half of it, at most
+    :data:`KEPT_MAX` (this process holds it while it reads)."""
+    return min(KEPT_MAX, (job.b - job.a) // 2)
 
 
 def _steal_min() -> int:
@@ -158,7 +167,7 @@ def _read_part(job: _Job, between=None) -> Part:
     recorder = CommRecorder(job.comm_re, values, job.own) if job.recording else None
     threads = _Threads()
     claim = partial(_CLAIMS.claim, job.slot) if job.slot is not None and _CLAIMS is not None else None
-    source = TR.RangeText(job.path, job.a, job.b, claim=claim) if job.text is None else None
+    source = TR.RangeText(job.path, job.a, job.b, claim=claim, kept=job.kept) if job.text is None else None
     texts = source.pieces() if source is not None else [job.text]
     part = Part()
 
@@ -225,6 +234,10 @@ class _Schedule:
                  skip_cost: float = 0.0):
         self.jobs, self.pool, self.processes, self.claims = list(jobs), pool, processes, claims
         self.skip_cost = skip_cost  # gzip: what a thief pays to reach its range (Claims.steal)
+        # gzip: the end of each range but the last, kept as this process inflates its way to its
+        # own (the last ranges): a thief of it then reads it from memory
+        self.kept = TR.Kept([(max(j.a, j.b - _kept_bytes(j)), j.b + KEPT_AFTER) for j in jobs[:-1]]) \
+            if skip_cost and claims is not None and len(jobs) > 1 else None
         self.stolen = 0  # ranges taken from the pool's (tests read it)
         self.results: list = [None] * len(jobs)  # a future, or a Part read here, in file order
         self.front, self.back = 0, len(jobs)  # jobs[front:back]: not handed out yet
@@ -249,11 +262,13 @@ class _Schedule:
             got, job = self.results[k], self.jobs[k]
             if isinstance(got, Part) or got is None or got.done() or job.slot is None:
                 continue
-            taken = self.claims.steal(job.slot, _steal_min(), self.skip_cost)
+            held = self.kept.holding(job.b - 1) if self.kept is not None else None
+            taken = self.claims.steal(job.slot, _steal_min(), self.skip_cost, held[0] if held else None)
             if taken is None:
                 continue
             cut, end = taken
-            thief = _Job(**{**job.__dict__, "a": cut, "b": end, "bytes": end - cut, "slot": None, "number": -1})
+            thief = _Job(**{**job.__dict__, "a": cut, "b": end, "bytes": end - cut, "slot": None, "number": -1,
+                            "kept": self.kept})
             self.jobs.insert(k + 1, thief)
             self.results.insert(k + 1, None)
             self.front += 1
@@ -276,6 +291,7 @@ class _Schedule:
                         continue
                     break
                 self.back -= 1
+                self.jobs[self.back].kept = self.kept
                 self.results[self.back] = _read_part(self.jobs[self.back], self.refill)
             self.results[head] = None
             yield _unspool(got if isinstance(got, Part) else got.result())
