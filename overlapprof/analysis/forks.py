@@ -88,6 +88,19 @@ def _serve(calls: int, results: int, initializer, initargs) -> None:
         os._exit(code)
 
 
+_UNREAPED: list[int] = []  # pool processes told to end, not waited for yet
+
+
+def _reap() -> None:
+    for pid in list(_UNREAPED):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done:
+            _UNREAPED.remove(pid)
+
+
 def _kill(pid: int) -> None:
     import signal  # only when a process has to be killed
 
@@ -137,6 +150,7 @@ class ForkPool:
     manager that ends them on leaving (killing those still busy)."""
 
     def __init__(self, processes: int, initializer=None, initargs: tuple = ()):
+        _reap()
         self._processes: list[_Process] = []
         self._queue: deque[Task] = deque()
         self._broken: str | None = None
@@ -238,11 +252,8 @@ class ForkPool:
                 _kill(p.pid)
             os.close(p.calls)
             os.close(p.results)
-        for p in self._processes:
-            try:
-                os.waitpid(p.pid, 0)
-            except ChildProcessError:
-                pass
+        _UNREAPED.extend(p.pid for p in self._processes)
+        _reap()  # those still ending are reaped next time: waiting for them took ms
         self._processes = []
 
     def __enter__(self) -> ForkPool:

@@ -186,11 +186,12 @@ def read_bytes(path: str | Path) -> bytes:
     return gunzip(data, path) if data[:2] == b"\x1f\x8b" else data
 
 
-def inflate(pieces, path="<gzip>") -> Iterator[bytes]:
+def inflate(pieces, path="<gzip>", out_max: int | None = None) -> Iterator[bytes]:
     """Inflate a gzip stream given as an iterable of compressed pieces (every member), yielding
-    at most a few MB at a time. TraceError when it is truncated or damaged."""
+    at most ``out_max`` bytes (default: a few MB) at a time. TraceError when it is truncated or
+    damaged."""
     try:
-        yield from _inflate(pieces)
+        yield from _inflate(pieces, out_max or _INFLATE_MAX)
     except EOFError:
         raise TraceError(path, "truncated gzip (the file ends before the compressed stream)") from None
     except MemoryError:
@@ -199,7 +200,7 @@ def inflate(pieces, path="<gzip>") -> Iterator[bytes]:
         raise TraceError(path, f"corrupt gzip ({exc})") from None
 
 
-def _inflate(pieces) -> Iterator[bytes]:
+def _inflate(pieces, out_max: int) -> Iterator[bytes]:
     pending = memoryview(b"")
     source = iter(pieces)
     while True:
@@ -220,7 +221,7 @@ def _inflate(pieces) -> Iterator[bytes]:
                 if nxt is None:
                     raise EOFError("gzip stream ends early")
                 tail = nxt
-            out = inflater.decompress(tail, _INFLATE_MAX)
+            out = inflater.decompress(tail, out_max)
             tail = inflater.unconsumed_tail
             if out:
                 yield out

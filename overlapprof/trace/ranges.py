@@ -29,6 +29,7 @@ from overlapprof.trace import reader as R
 from overlapprof.trace.reader import EVENT_START, LayoutError, _first_event, split_array
 
 PIECE_BYTES = 1 << 22  # text per decoded piece: bounds a reader's buffer and the objects it decodes into
+_PROBE_STEP = 1 << 16
 _KEEP = len(EVENT_START) - 1  # bytes kept while looking for an event start: it may straddle two reads
 
 
@@ -50,23 +51,24 @@ def is_gzip(path) -> bool:
         return f.read(2) == b"\x1f\x8b"
 
 
-def text_stream(path, start: int = 0, kept: Kept | None = None) -> Iterator[tuple[int, bytes]]:
-    """(offset, bytes) of the file's decompressed text, a few MB at a time, from ``start`` on
-    (plain: by seeking; gzip: the text before ``start`` is inflated and dropped, not yielded,
-    but what falls in ``kept``'s windows is kept there)."""
+def text_stream(path, start: int = 0, kept: Kept | None = None, step: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """(offset, bytes) of the file's decompressed text, a few MB (or ``step`` bytes) at a time,
+    from ``start`` on (plain: by seeking; gzip: the text before ``start`` is inflated and
+    dropped, not yielded, but what falls in ``kept``'s windows is kept there)."""
     path = Path(path)
     with path.open("rb") as f:
         gz = f.read(2) == b"\x1f\x8b"
         if not gz:
             f.seek(start)
             pos = start
-            while piece := f.read(R._READ):
+            while piece := f.read(step or R._READ):
                 yield pos, piece
                 pos += len(piece)
             return
         f.seek(0)
         pos = 0
-        for piece in D.inflate(iter(lambda: f.read(D.GZIP_PIECE), b""), path):
+        feed = min(D.GZIP_PIECE, step or D.GZIP_PIECE)
+        for piece in D.inflate(iter(lambda: f.read(feed), b""), path, step):
             if kept is not None:
                 kept.offer(pos, piece)
             end = pos + len(piece)
@@ -79,7 +81,7 @@ def probe(path) -> Probe:
     """The header and first event of a file in the line layout; LayoutError otherwise (and
     TraceError for a damaged gzip)."""
     buf = bytearray()
-    for _, piece in text_stream(path):
+    for _, piece in text_stream(path, step=_PROBE_STEP):  # a header is small: read what it needs
         buf += piece
         first = _first_event(buf)  # LayoutError when it is not the line layout
         if first is not None:

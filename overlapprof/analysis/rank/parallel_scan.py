@@ -93,6 +93,8 @@ class Part:
     unclassified: dict = field(default_factory=dict)
     records: dict | None = None
     tail: bytes | None = None
+    top: D.TraceFile | None = None  # ... or, read from it with the header, the top level
+    last: Part | None = None  # ... and the events after the last cut (None: none)
     failed: bool = False
     spooled: str | None = None  # where the part is, when it came through a file (_pool_read)
 
@@ -111,6 +113,7 @@ class _Job:
     spool: str | None = None  # a folder for the parts read in the pool (see _pool_read)
     slot: int | None = None  # its place in the shared Claims, when a thief may take its end
     kept: TR.Kept | None = None  # gzip text kept on the way (this process's ranges only: never sent)
+    header: bytes | None = None  # the text before the first event: a range that holds the tail reads it
 
 
 _CLAIMS: Claims | None = None  # in a pool process: the shared claims
@@ -193,8 +196,32 @@ def _read_part(job: _Job, between=None) -> Part:
     part.names = names.order
     part.threads = list(threads)
     part.records = recorder.export() if recorder is not None else None
-    part.tail = source.tail if source is not None else None
+    if source is not None and source.tail is not None:
+        if job.header is None:
+            part.tail = source.tail
+            return part
+        # Read here, as soon as the range is: not after the pool's ranges, when nothing else is left to do.
+        read = _read_tail(job, job.header, source.tail)
+        if read is None:
+            return Part(failed=True)
+        part.top, part.last = read
     return part
+
+
+def _read_tail(job: _Job, header: bytes, tail: bytes) -> tuple[D.TraceFile, Part | None] | None:
+    """The top level and the last events (the text after the last cut), read as the streaming
+    reader reads them: the document without its middle. None when that fails (one process then
+    reads the file, and words the error)."""
+    try:
+        top = D.DECODER.decode(header + tail)
+    except Exception:  # noqa: BLE001
+        return None
+    raws, top.traceEvents = top.traceEvents or [], None
+    if not raws:
+        return top, None
+    text = b"[" + b",".join(raws) + b"]"
+    last = _read_part(_Job(**{**job.__dict__, "a": 0, "b": None, "text": text, "header": None, "slot": None, "kept": None}))
+    return (top, last) if not last.failed else None
 
 
 def _jobs_of_ranges(probe: TR.Probe, workers: int, base: _Job) -> list[_Job]:
@@ -335,10 +362,10 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
     from overlapprof.analysis.forks import ForkPool, PoolBroken, make_folder, remove_folder  # a small file needs no pool
 
     base = _Job(str(path), recorder is not None, recorder.comm_re if recorder else None,
-                recorder.own if recorder else False)
+                recorder.own if recorder else False, header=probe.header)
     merged = _Merge(names, recorder, rows_hint(probe.size - probe.first))
     jobs = _jobs_of_ranges(probe, workers, base) if not probe.gzip or mode == "skip" else None
-    tail, claims = None, None
+    tail, claims, top, last = None, None, None, None
     try:
         spool = make_folder()
     except OSError:
@@ -354,6 +381,8 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
                     return None
                 if part.tail is not None:
                     tail = part.tail
+                if part.top is not None:
+                    top, last = part.top, part.last
                 merged.add(part)
     except (PoolBroken, OSError, OverlapprofError):  # a worker died, none could start, a damaged gzip
         return None
@@ -365,17 +394,11 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
         if claims is not None:
             claims.close()
         remove_folder(spool)
-    if tail is None:
-        return None
-    try:  # the document without its middle: the top level and the last events, as the streaming reader reads them
-        top = D.DECODER.decode(probe.header + tail)
-    except Exception:  # noqa: BLE001 - read again in one process, which words the error
-        return None
-    raws, top.traceEvents = top.traceEvents or [], None
-    if raws:
-        last = _read_part(_Job(**{**base.__dict__, "text": b"[" + b",".join(raws) + b"]"}))
-        if last.failed:
+    if top is None:
+        if tail is None or (read := _read_tail(base, probe.header, tail)) is None:
             return None
+        top, last = read
+    if last is not None:
         merged.add(last)
     arrays, unclassified = merged.result()
     return arrays, unclassified, top, list(merged.threads)
