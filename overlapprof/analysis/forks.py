@@ -13,7 +13,9 @@ until this one looks.
 
 A process that dies (killed, out of memory) closes its pipe: its task, and every later one,
 raises :class:`PoolBroken`. An exception in a call comes back as :class:`CallFailed` with its
-type and message. POSIX only (``os.fork``).
+type and message. When the pool ends, its processes are told to end and not waited for (the
+exit of a process that shares this one's memory took 2-3 ms); the next pool reaps them. POSIX
+only (``os.fork``).
 """
 
 from __future__ import annotations
