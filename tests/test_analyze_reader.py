@@ -128,3 +128,26 @@ def test_rows_decoder_takes_any_phase(odd):
     assert _complete_rows(got) == _complete_rows(THREAD_ROW_DECODER.decode(text)) == [
         ("cpu_op", "aten::mm", 1.5, 2.0, b'{"External id": 3}', 1, 2)]
     assert len(got) == 2 and got[1].ph != "X"
+
+
+@pytest.mark.parametrize("inflater", ["isal", "zlib"])
+def test_both_inflaters_read_members_and_words_damage(monkeypatch, inflater):
+    """ISA-L's decompressor and zlib's (when isal is not installed) give the same text for
+    several members, padding, any size of input piece and of output step, and the same errors
+    for a truncated or damaged stream."""
+    if inflater == "zlib":
+        monkeypatch.setattr(D, "IgzipDecompressor", None)
+    elif D.IgzipDecompressor is None:
+        pytest.skip("isal is not installed")
+    text = json.dumps(S.trace([S.kernel(f"k{i}", i, 10) for i in range(300)])).encode()
+    data = gzip.compress(text[:1000]) + gzip.compress(text[1000:7000]) + gzip.compress(text[7000:]) + b"\0\0"
+    for feed, step in ((1, 7), (13, 1 << 12), (1 << 20, 1 << 22)):
+        pieces = [data[i : i + feed] for i in range(0, len(data), feed)]
+        out = list(D.inflate(pieces, "t.json.gz", step))
+        assert b"".join(out) == text and max(map(len, out)) <= step
+    with pytest.raises(TraceError, match="truncated gzip"):
+        list(D.inflate([data[:-30]], "t.json.gz"))
+    bad = bytearray(gzip.compress(text))
+    bad[len(bad) // 2] ^= 0xFF
+    with pytest.raises(TraceError, match="corrupt gzip"):
+        list(D.inflate([bytes(bad)], "t.json.gz"))

@@ -10,7 +10,7 @@ communication records). :class:`ScanEvent`, with its args typed, is the reader's
 :mod:`overlapprof.trace.reader` reads a file's events a chunk at a time with these.
 
 Gzip is detected from the magic bytes, not the file name, and inflated a bounded piece at a time
-(with ISA-L when the ``isal`` package is installed: ~1.6x faster than zlib). A trace is data:
+(with ISA-L when the ``isal`` package is installed: ~3x faster than zlib). A trace is data:
 nothing in it is executed or unpickled. Every failure becomes a
 :class:`~overlapprof.errors.TraceError` whose message names the file and the problem in one line
 (``bad.json: event 12: 'ts' is not a number``).
@@ -29,9 +29,9 @@ import msgspec
 from overlapprof.errors import TraceError
 
 try:  # ISA-L's inflate: same format, faster; optional
-    from isal import isal_zlib as _zlib
+    from isal.igzip_lib import DECOMP_GZIP, IgzipDecompressor
 except ImportError:  # pragma: no cover - depends on the environment
-    _zlib = zlib
+    IgzipDecompressor = None
 
 GZIP_PIECE = 1 << 20  # compressed bytes fed per call
 _INFLATE_MAX = 1 << 22  # most output bytes per call: bounds the transient buffers
@@ -203,6 +203,7 @@ def inflate(pieces, path="<gzip>", out_max: int | None = None) -> Iterator[bytes
 def _inflate(pieces, out_max: int) -> Iterator[bytes]:
     pending = memoryview(b"")
     source = iter(pieces)
+    member = _isal_member if IgzipDecompressor is not None else _zlib_member
     while True:
         if not pending:
             nxt = next(source, None)
@@ -213,19 +214,45 @@ def _inflate(pieces, out_max: int) -> Iterator[bytes]:
             pending = pending[1:]
         if not pending:
             continue
-        inflater = _zlib.decompressobj(31)
-        tail = pending
-        while not inflater.eof:
-            if not tail:
-                nxt = next(source, None)
-                if nxt is None:
+        rest = yield from member(pending, source, out_max)
+        pending = memoryview(rest)  # the next member, if any
+
+
+def _isal_member(data, source, out_max: int):
+    """Inflate one gzip member (its start in ``data``, the rest from ``source``), yielding at
+    most ``out_max`` bytes at a time; returns the text after it. ISA-L's decompressor object,
+    not ``isal_zlib.decompressobj``: mtia's 87 MB inflated in 22 ms against 28 ms, and zlib's
+    66 ms (best of 5, warm; fresh processes gained more: mtia end to end 0.36 -> 0.32 s)."""
+    inflater = IgzipDecompressor(flag=DECOMP_GZIP)
+    while not inflater.eof:
+        if data is None:
+            if inflater.needs_input:
+                data = next(source, None)
+                if data is None:
                     raise EOFError("gzip stream ends early")
-                tail = nxt
-            out = inflater.decompress(tail, out_max)
-            tail = inflater.unconsumed_tail
-            if out:
-                yield out
-        pending = memoryview(inflater.unused_data)  # the next member, if any
+            else:
+                data = b""  # more output of the input already given
+        out = inflater.decompress(data, out_max)
+        data = None
+        if out:
+            yield out
+    return inflater.unused_data
+
+
+def _zlib_member(data, source, out_max: int):
+    """:func:`_isal_member` with zlib (isal not installed)."""
+    inflater = zlib.decompressobj(31)
+    tail = data
+    while not inflater.eof:
+        if not tail:
+            tail = next(source, None)
+            if tail is None:
+                raise EOFError("gzip stream ends early")
+        out = inflater.decompress(tail, out_max)
+        tail = inflater.unconsumed_tail
+        if out:
+            yield out
+    return inflater.unused_data
 
 
 def gunzip(data: bytes, path="<gzip>") -> bytearray:
