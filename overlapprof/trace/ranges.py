@@ -188,7 +188,7 @@ class RangeText:
         pos = a  # offset of buf[0]
         started = False
         searched = 0  # buf[:searched] holds no event start at or after b
-        for _, piece in self._text():
+        for piece in _steps(self._text(), self.piece_bytes // 2):  # a piece is 1-1.5 piece_bytes: a reader's last is not much longer
             buf += piece
             if not started:
                 i = buf.find(EVENT_START)
@@ -227,3 +227,10 @@ class RangeText:
                 raise LayoutError
             self.tail = bytes(buf)
 
+
+def _steps(text, most: int) -> Iterator[memoryview]:
+    """The text of ``(offset, bytes)`` pairs in slices of at most ``most`` bytes."""
+    for _, piece in text:
+        view = memoryview(piece)
+        for k in range(0, len(view), most):
+            yield view[k : k + most]
