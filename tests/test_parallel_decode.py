@@ -293,9 +293,12 @@ def test_a_gzip_thief_reads_the_kept_text(tmp_path, monkeypatch):
     kept = TR.Kept([(lo, b + 50) for lo in lows])
     own = TR.RangeText(path, b, piece_bytes=200, kept=kept)
     assert _decoded(own.pieces()) and own.tail is not None
-    assert [bytes(t) for t in kept.text] == [text[lo : b + 50] for lo in lows]
-    assert kept.holding(lows[-1]) == (probe.first, kept.text[0])  # the first window that holds it
-    assert kept.holding(probe.first - 1) is None and kept.holding(b + 50) is None
+    for lo in lows:
+        steps, end = kept.text_from(lo)
+        assert b"".join(v for _, v in steps) == text[lo : b + 50] and end == b + 50
+        assert [s for s, _ in steps] == sorted(s for s, _ in steps) and steps[0][0] == lo
+    assert kept.start_of(lows[-1]) == probe.first  # the first window that holds it
+    assert kept.text_from(probe.first - 1) is None and kept.start_of(b + 50) is None
     os.remove(path)
     for cut in cuts:
         got = TR.RangeText(path, cut, b, piece_bytes=200, kept=kept)

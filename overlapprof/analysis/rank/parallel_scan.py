@@ -294,8 +294,8 @@ class _Schedule:
             got, job = self.results[k], self.jobs[k]
             if isinstance(got, Part) or got is None or got.done() or job.slot is None:
                 continue
-            held = self.kept.holding(job.b - 1) if self.kept is not None else None
-            taken = self.claims.steal(job.slot, _steal_min(), self.skip_cost, held[0] if held else None)
+            free = self.kept.start_of(job.b - 1) if self.kept is not None else None
+            taken = self.claims.steal(job.slot, _steal_min(), self.skip_cost, free)
             if taken is None:
                 continue
             cut, end = taken
