@@ -10,6 +10,7 @@ import pytest
 
 from overlapprof.analysis.forks import CallFailed, ForkPool, PoolBroken
 from overlapprof.analysis.rank import parallel_scan as P
+from overlapprof.analysis.rank import parts as PR
 from overlapprof.analysis.columns import Index
 
 import synthetic as S
@@ -139,15 +140,15 @@ def test_a_worker_killed_mid_read_leaves_one_process_to_read(tmp_path, monkeypat
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     path = S.write(tmp_path / "t.json", _kineto_text(_tricky_events(3000)), gz=False)
     parent = os.getpid()
-    real = P._read_part
+    real = PR.read_part
 
     def killed(job, between=None):
         if os.getpid() != parent:
             os.kill(os.getpid(), signal.SIGKILL)
         return real(job, between)
 
-    monkeypatch.setattr(P, "_read_part", killed)
+    monkeypatch.setattr(PR, "read_part", killed)
     assert P.read(path, Index(), None, 2) is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
-    monkeypatch.setattr(P, "_read_part", real)
+    monkeypatch.setattr(PR, "read_part", real)
     assert P.read(path, Index(), None, 2) is not None

@@ -14,6 +14,7 @@ import pytest
 
 import overlapprof
 from overlapprof.analysis.rank import parallel_scan as P
+from overlapprof.analysis.rank import parts as PR
 from overlapprof.analysis.columns import Index
 from overlapprof.analysis.forks import ForkPool
 from overlapprof.analysis.rank.claims import Claims
@@ -238,17 +239,17 @@ def test_schedule_steals_from_the_pool(tmp_path, small):
     path = S.write(tmp_path / "t.json", text, gz=False)
     probe = TR.probe(path)
     back = len(text) - 2000
-    base = P._Job(str(path), False, bytes=len(text))
-    jobs = [P._Job(**{**base.__dict__, "a": probe.first, "b": back, "number": 0}),
-            P._Job(**{**base.__dict__, "a": back, "number": 1})]
+    base = PR.Job(str(path), False, bytes=len(text))
+    jobs = [PR.Job(**{**base.__dict__, "a": probe.first, "b": back, "number": 0}),
+            PR.Job(**{**base.__dict__, "a": back, "number": 1})]
     claims = Claims(str(tmp_path), len(jobs))
-    names, alone = Index(), P._Merge(Index(), None, 1 << 16)
+    names, alone = Index(), PR.Merge(Index(), None, 1 << 16)
     for a, b in ((probe.first, back), (back, None)):  # the same last range: the same tail, left out of both
-        alone.add(P._read_part(P._Job(**{**base.__dict__, "a": a, "b": b})))
-    merged = P._Merge(names, None, 1 << 16)
+        alone.add(PR.read_part(PR.Job(**{**base.__dict__, "a": a, "b": b})))
+    merged = PR.Merge(names, None, 1 << 16)
     spool = tmp_path / "spool"
     spool.mkdir()
-    with ForkPool(1, initializer=P._share, initargs=(claims,)) as pool:
+    with ForkPool(1, initializer=PR.share_claims, initargs=(claims,)) as pool:
         for job in jobs:
             job.spool = str(spool)
         schedule = P._Schedule(jobs, pool, 1, claims)

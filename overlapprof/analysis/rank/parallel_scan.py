@@ -2,14 +2,9 @@
 
 The file's text is cut at event boundaries (:mod:`overlapprof.trace.ranges`); this process and
 ``workers - 1`` worker processes each read some of the pieces as
-:mod:`overlapprof.analysis.rank.scan` reads a file: the same chunk loop, with names, threads and
-communication-record values numbered in a table of its own. A
-worker returns a :class:`Part`: the event arrays (a few dozen bytes per complete event), never
-the events. The parent takes the parts in file order and renumbers each part's codes through the
-file's tables (names, threads, record values), key by key in the order the part met them; codes
-are given in order of first appearance, so they come out as one process reading the whole file
-gives them, and so does everything computed from them: the report is the same with any number
-of workers.
+:mod:`overlapprof.analysis.rank.scan` reads a file, into parts that come together in file order
+(:mod:`overlapprof.analysis.rank.parts`): the report is the same with any number of workers.
+This module decides who reads what.
 
 How the text reaches the workers:
 
@@ -19,19 +14,20 @@ How the text reaches the workers:
   from the start and dropping the text before its range (``skip``), costs every worker the
   inflation of all the text before its range; ``benchmarks/analyze_bench.py --only big``
   measures both (``OVERLAPPROF_GZIP_MODE=feed|skip`` selects one; README, "Speed and memory"):
-  ``skip`` was faster on a quiet machine (2 GB: 1.19x against 1.03x over one worker), so it is
-  the default.
+  ``skip`` was faster (2 GB, 2026-12-04: 1.45x against 1.24x over one worker; mtia end to end
+  0.30 s against 0.38 s), so it is the default.
 
 In both, this process reads pieces too. Ranges (plain JSON, gzip ``skip``) are handed out
 from both ends (:class:`_Schedule`): the pool's processes take them from the front, one at a
 time, and this process from the back. The pool is forked from this process
 (:class:`~overlapprof.analysis.forks.ForkPool`); a pool process's part comes back through a
-file of a private temporary folder (:func:`_pool_read`), and only the file's name through the
+file of a private temporary folder (:func:`~overlapprof.analysis.rank.parts.pool_read`), and only the file's name through the
 pool's pipe, so the process never waits for this one to read it. ``feed`` pieces go to the
 pool as they are inflated and this process reads the newest one not started (:func:`_drain`).
 
 Memory: each worker holds a piece of text and its decoded events, plus the arrays of its range;
-the parent, the columns of the file (as when reading it alone, :class:`_Merge`), its own parts
+the parent, the columns of the file (as when reading it alone,
+:class:`~overlapprof.analysis.rank.parts.Merge`), its own parts
 not merged yet (the last ranges, merged once the pool's are), the pieces in flight and, for
 gzip, the end of each pool range kept for a thief (at most :data:`KEPT_MAX` each).
 
@@ -42,22 +38,16 @@ reports it, and the file is read again in this process, which words the error ex
 from __future__ import annotations
 
 import os
-import pickle
 from collections import deque
-from dataclasses import dataclass, field
-from functools import partial
 
-import numpy as np
-
-from overlapprof.analysis.columns import GrowingColumns, Index
+from overlapprof.analysis.columns import Index
 from overlapprof.analysis.rank.claims import Claims, can_share
-from overlapprof.analysis.records.fields import Values
+from overlapprof.analysis.rank.parts import Job, Merge, Part, pool_read, read_part, read_tail, share_claims, unspool
+from overlapprof.analysis.rank.scan import rows_hint
 from overlapprof.analysis.records.recorder import CommRecorder
-from overlapprof.analysis.rank.scan import SCAN_COLUMNS, _Problems, _read_chunks, _Threads, rows_hint
 from overlapprof.errors import OverlapprofError
-from overlapprof.trace import decode as D
 from overlapprof.trace import ranges as TR
-from overlapprof.trace.reader import Chunk, LayoutError
+from overlapprof.trace.reader import LayoutError
 
 # Below this much text (bytes, decompressed) a file is read in one process. On a quiet 2-core
 # machine, `overlapprof analyze` end to end with two workers against one (2026-12-03, fastest of
@@ -79,54 +69,7 @@ MODES = ("feed", "skip")
 GZIP_MODE = os.environ.get("OVERLAPPROF_GZIP_MODE", "skip")  # the benchmark's switch; skip measured faster
 
 
-@dataclass
-class Part:
-    """What a worker read of some consecutive events: ``events`` (every phase) and, for the
-    complete ones, the columns of :func:`~overlapprof.analysis.rank.scan._read_chunks`, with
-    its own codes (None: none), whose keys are ``names`` and ``threads`` (by code); ``records``:
-    its :meth:`~overlapprof.analysis.records.recorder.CommRecorder.export`; ``tail``: the text
-    after the file's last event start, when the range held it; ``failed``: it could not."""
-
-    events: int = 0
-    arrays: dict | None = None
-    names: list = field(default_factory=list)
-    threads: list = field(default_factory=list)
-    unclassified: dict = field(default_factory=dict)
-    records: dict | None = None
-    tail: bytes | None = None
-    top: D.TraceFile | None = None  # ... or, read from it with the header, the top level
-    last: Part | None = None  # ... and the events after the last cut (None: none)
-    failed: bool = False
-    spooled: str | None = None  # where the part is, when it came through a file (_pool_read)
-
-
-@dataclass
-class _Job:
-    path: str
-    recording: bool  # collect communication records (the rank's CommRecorder is on)
-    comm_re: object = None
-    own: bool = False
-    a: int = 0  # a byte range of the text ...
-    b: int | None = None
-    text: bytes | None = None  # ... or one JSON array of events
-    bytes: int = 0  # about how much text the range holds (reserves room for its columns)
-    number: int = 0  # its place in file order
-    spool: str | None = None  # a folder for the parts read in the pool (see _pool_read)
-    slot: int | None = None  # its place in the shared Claims, when a thief may take its end
-    kept: TR.Kept | None = None  # gzip text kept on the way (this process's ranges only: never sent)
-    header: bytes | None = None  # the text before the first event: a range that holds the tail reads it
-
-
-_CLAIMS: Claims | None = None  # in a pool process: the shared claims
-
-
-def _share(claims: Claims | None) -> None:
-    """The pool's initializer."""
-    global _CLAIMS
-    _CLAIMS = claims
-
-
-def _kept_bytes(job: _Job) -> int:
+def _kept_bytes(job: Job) -> int:
     """How much of the end of a gzip range the thief may find kept: an eighth of it, at least
     :data:`KEPT_MIN` (and at most half), at most :data:`KEPT_MAX` (this process holds it while
     it reads). The pool's readers were 5-12% slower than this process (2 GB: the pool's 1 GB
@@ -141,104 +84,17 @@ def _steal_min() -> int:
     return TR.PIECE_BYTES // 4
 
 
-def _pool_read(job: _Job) -> Part:
-    """:func:`_read_part` in a pool process. With ``job.spool``, the part (tens of MB) goes
-    through a file there and only the file's name through the pool's pipe: this process reads
-    the pipe only between its own pieces, and a part written to the pipe would hold the pool's
-    process until then (with ``concurrent.futures``' pool, whose thread reads the pipe 64 KB at
-    a time, contending for the GIL, the transfer took longer than reading the part)."""
-    part = _read_part(job)
-    if part.failed or job.spool is None:
-        return part
-    path = os.path.join(job.spool, f"{job.number}.part")
-    with open(path, "wb") as f:
-        pickle.dump(part, f, protocol=pickle.HIGHEST_PROTOCOL)
-    return Part(spooled=path)
-
-
-def _unspool(part: Part) -> Part:
-    """The part itself, read back (and its file removed) when it came through a file."""
-    if part.spooled is None:
-        return part
-    with open(part.spooled, "rb") as f:
-        got = pickle.load(f)
-    os.remove(part.spooled)
-    return got
-
-
-def _read_part(job: _Job, between=None) -> Part:
-    """Read one range or piece as scan.py reads a file, with tables of its own; ``between()``
-    is called before each piece of text is decoded."""
-    values = Values() if job.recording else None
-    names = values.index if values is not None else Index()
-    recorder = CommRecorder(job.comm_re, values, job.own) if job.recording else None
-    threads = _Threads()
-    claim = partial(_CLAIMS.claim, job.slot) if job.slot is not None and _CLAIMS is not None else None
-    source = TR.RangeText(job.path, job.a, job.b, claim=claim, kept=job.kept) if job.text is None else None
-    texts = source.pieces() if source is not None else [job.text]
-    part = Part()
-
-    def chunks():
-        for text in texts:
-            if between is not None:
-                between()
-            try:
-                events = D.ROWS_DECODER.decode(text)
-            except Exception:  # noqa: BLE001 - any decoding problem: the file is read again, in one process
-                raise LayoutError from None
-            yield Chunk(part.events, events)
-            part.events += len(events)
-
-    try:
-        rows = rows_hint(len(job.text) if job.text is not None else job.bytes)
-        arrays, part.unclassified, problems = _read_chunks(job.path, chunks(), names, recorder, threads, rows)
-    except (LayoutError, OverlapprofError, OSError):
-        return Part(failed=True)
-    if problems != _Problems():  # a missing or odd time: worded by one process
-        return Part(failed=True)
-    part.arrays = arrays
-    part.names = names.order
-    part.threads = list(threads)
-    part.records = recorder.export() if recorder is not None else None
-    if source is not None and source.tail is not None:
-        if job.header is None:
-            part.tail = source.tail
-            return part
-        # Read here, as soon as the range is: not after the pool's ranges, when nothing else is left to do.
-        read = _read_tail(job, job.header, source.tail)
-        if read is None:
-            return Part(failed=True)
-        part.top, part.last = read
-    return part
-
-
-def _read_tail(job: _Job, header: bytes, tail: bytes) -> tuple[D.TraceFile, Part | None] | None:
-    """The top level and the last events (the text after the last cut), read as the streaming
-    reader reads them: the document without its middle. None when that fails (one process then
-    reads the file, and words the error)."""
-    try:
-        top = D.DECODER.decode(header + tail)
-    except Exception:  # noqa: BLE001
-        return None
-    raws, top.traceEvents = top.traceEvents or [], None
-    if not raws:
-        return top, None
-    text = b"[" + b",".join(raws) + b"]"
-    last = _read_part(_Job(**{**job.__dict__, "a": 0, "b": None, "text": text, "header": None, "slot": None, "kept": None}))
-    return (top, last) if not last.failed else None
-
-
-def _jobs_of_ranges(probe: TR.Probe, workers: int, base: _Job) -> list[_Job]:
+def _jobs_of_ranges(probe: TR.Probe, workers: int, base: Job) -> list[Job]:
     """Plain JSON: a few ranges per worker, of equal size. gzip (``skip``): one per worker, as
     each inflates all the text before its range, each as long as its reader then has time for
     (:func:`~overlapprof.trace.ranges.split`, ``skip_cost``)."""
     count = workers if probe.gzip else min(workers * RANGES_PER_WORKER, (probe.size - probe.first) // RANGE_MIN)
     cuts = TR.split(probe, max(count, workers), SKIP_COST if probe.gzip else 0.0)
-    return [_Job(**{**base.__dict__, "a": a, "b": b, "bytes": (b if b is not None else probe.size) - a, "number": k})
+    return [Job(**{**base.__dict__, "a": a, "b": b, "bytes": (b if b is not None else probe.size) - a, "number": k})
             for k, (a, b) in enumerate(cuts)]
 
 
-def _parts(probe: TR.Probe, pool, workers: int, base: _Job, jobs: list[_Job] | None, claims: Claims | None):
+def _parts(probe: TR.Probe, pool, workers: int, base: Job, jobs: list[Job] | None, claims: Claims | None):
     """The parts of the file in file order (a generator: they are merged as they come): of the
     ranges ``jobs``, or (None: gzip ``feed``) of the pieces this process inflates."""
     pending: deque = deque()  # [job, its future or, once read here, its part], in file order
@@ -247,8 +103,8 @@ def _parts(probe: TR.Probe, pool, workers: int, base: _Job, jobs: list[_Job] | N
         return
     source = TR.RangeText(base.path, probe.first)  # this process inflates and cuts
     for text in source.pieces():
-        job = _Job(**{**base.__dict__, "text": text})
-        pending.append([job, pool.submit(_read_part, job)])
+        job = Job(**{**base.__dict__, "text": text})
+        pending.append([job, pool.submit(read_part, job)])
         yield from _drain(pending, 2 * workers)
     yield from _drain(pending, 0)
     yield Part(tail=source.tail)
@@ -261,7 +117,7 @@ class _Schedule:
     handed out, this process takes the unread second half of a range the pool is reading
     (:class:`Claims`), again and again while one is large enough, then waits for the pool."""
 
-    def __init__(self, jobs: list[_Job], pool, processes: int, claims: Claims | None = None,
+    def __init__(self, jobs: list[Job], pool, processes: int, claims: Claims | None = None,
                  skip_cost: float = 0.0):
         self.jobs, self.pool, self.processes, self.claims = list(jobs), pool, processes, claims
         self.skip_cost = skip_cost  # gzip: what a thief pays to reach its range (Claims.steal)
@@ -285,7 +141,7 @@ class _Schedule:
             if self.claims is not None and job.b is not None and job.number < len(self.claims.slots) // 2:
                 job.slot = job.number
                 self.claims.open(job.slot, job.a, job.b)
-            self.results[self.front] = self.pool.submit(_pool_read, job)
+            self.results[self.front] = self.pool.submit(pool_read, job)
             self.front += 1
 
     def steal(self, head: int) -> bool:
@@ -299,13 +155,13 @@ class _Schedule:
             if taken is None:
                 continue
             cut, end = taken
-            thief = _Job(**{**job.__dict__, "a": cut, "b": end, "bytes": end - cut, "slot": None, "number": -1,
+            thief = Job(**{**job.__dict__, "a": cut, "b": end, "bytes": end - cut, "slot": None, "number": -1,
                             "kept": self.kept})
             self.jobs.insert(k + 1, thief)
             self.results.insert(k + 1, None)
             self.front += 1
             self.back += 1
-            self.results[k + 1] = _read_part(thief, self.refill)
+            self.results[k + 1] = read_part(thief, self.refill)
             self.stolen += 1
             return True
         return False
@@ -324,9 +180,9 @@ class _Schedule:
                     break
                 self.back -= 1
                 self.jobs[self.back].kept = self.kept
-                self.results[self.back] = _read_part(self.jobs[self.back], self.refill)
+                self.results[self.back] = read_part(self.jobs[self.back], self.refill)
             self.results[head] = None
-            part = _unspool(got if isinstance(got, Part) else got.result())
+            part = unspool(got if isinstance(got, Part) else got.result())
             if not self.released and self.front == self.back and not any(_running(r) for r in self.results):
                 # The pool has nothing left to do: let its processes go now. While they live,
                 # each page this process writes that it shared with them when they were forked
@@ -356,7 +212,7 @@ def _drain(pending: deque, limit: int):
             continue
         for entry in reversed(pending):
             if not isinstance(entry[1], Part) and entry[1].cancel():
-                entry[1] = _read_part(entry[0])
+                entry[1] = read_part(entry[0])
                 break
         else:  # every job is started: wait for the oldest
             pending.popleft()
@@ -378,9 +234,9 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
         return None
     from overlapprof.analysis.forks import ForkPool, PoolBroken, make_folder, remove_folder  # a small file needs no pool
 
-    base = _Job(str(path), recorder is not None, recorder.comm_re if recorder else None,
+    base = Job(str(path), recorder is not None, recorder.comm_re if recorder else None,
                 recorder.own if recorder else False, header=probe.header)
-    merged = _Merge(names, recorder, rows_hint(probe.size - probe.first))
+    merged = Merge(names, recorder, rows_hint(probe.size - probe.first))
     jobs = _jobs_of_ranges(probe, workers, base) if not probe.gzip or mode == "skip" else None
     tail, claims, top, last = None, None, None, None
     try:
@@ -392,7 +248,7 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
         job.spool = spool
     try:
         claims = Claims(spool, len(jobs)) if jobs is not None else None
-        with ForkPool(workers - 1, initializer=_share, initargs=(claims,)) as pool:
+        with ForkPool(workers - 1, initializer=share_claims, initargs=(claims,)) as pool:
             for part in _parts(probe, pool, workers, base, jobs, claims):
                 if part.failed:
                     return None
@@ -412,7 +268,7 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
             claims.close()
         remove_folder(spool)
     if top is None:
-        if tail is None or (read := _read_tail(base, probe.header, tail)) is None:
+        if tail is None or (read := read_tail(base, probe.header, tail)) is None:
             return None
         top, last = read
     if last is not None:
@@ -421,30 +277,3 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
     return arrays, unclassified, top, list(merged.threads)
 
 
-class _Merge:
-    """Parts, in file order, renumbered into the file's tables (see the module docstring) and
-    copied into the file's columns as they come."""
-
-    def __init__(self, names: Index, recorder: CommRecorder | None, rows: int):
-        self.names, self.recorder, self.threads = names, recorder, _Threads()
-        self.columns, self.links = GrowingColumns(SCAN_COLUMNS, rows), GrowingColumns({"corr": np.float64}, rows // 2)
-        self.unclassified: dict = {}
-        self.events = 0
-
-    def add(self, part: Part) -> None:
-        if part.arrays is not None:
-            a = part.arrays
-            name_codes = np.array([self.names[n] for n in part.names], dtype=np.int32)
-            thread_codes = np.array([self.threads[k] for k in part.threads] + [-1], dtype=np.int32)
-            if self.recorder is not None:
-                self.recorder.absorb(part.records, self.columns.size)
-            self.columns.append(ts=a["ts"], dur=a["dur"], codes=a["codes"], name_ids=name_codes[a["name_ids"]],
-                                thread=thread_codes[a["thread"]], collective=a["collective"])
-            if a["corr"].size:
-                self.links.append(corr=a["corr"])
-        self.events += part.events
-        for cat, n in part.unclassified.items():
-            self.unclassified[cat] = self.unclassified.get(cat, 0) + n
-
-    def result(self):
-        return ({**self.columns.arrays(), **self.links.arrays()} if self.columns.size else None), self.unclassified
