@@ -40,6 +40,7 @@ def small(monkeypatch):
     monkeypatch.setattr(P, "RANGE_MIN", 1)
     monkeypatch.setattr(TR, "PIECE_BYTES", 3000)
     monkeypatch.setattr(R, "_READ", 997)
+    monkeypatch.setattr(PR, "SUBPART_BYTES", 7000)  # a pool process sends its range back in several parts
 
 
 def _json(paths, workers, **kw) -> str:
@@ -319,3 +320,32 @@ def test_a_thief_that_reaches_its_range_for_free_takes_the_middle(tmp_path):
     claims.open(0, 0, 1000)
     assert claims.steal(0, 1, 0.0, 300) == (500, 1000) and claims.steal(0, 600, 0.0) is None
     claims.close()
+
+
+def test_a_pool_range_comes_back_in_parts(tmp_path, small):
+    """A pool process sends its range back as it reads, a part per SUBPART_BYTES of text, each
+    with tables of its own: merged in order they are the range read in one part, and their files
+    are gone once read."""
+    text = _kineto_text(_tricky_events(3000))
+    path = S.write(tmp_path / "t.json", text, gz=False)
+    probe = TR.probe(path)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    job = PR.Job(str(path), False, a=probe.first, bytes=len(text), header=probe.header)
+    sent = PR.pool_read(PR.Job(**{**job.__dict__, "spool": str(spool)}))
+    assert len(sent.spooled) > 10 and len(list(spool.iterdir())) == len(sent.spooled)
+    parts = list(PR.unspool(sent))
+    assert list(spool.iterdir()) == [] and parts[-1].top is not None and parts[0].top is None
+
+    def merged(pieces):
+        m = PR.Merge(Index(), None, 1 << 16)
+        for p in pieces:
+            m.add(p)
+            if p.last is not None:
+                m.add(p.last)
+        return m
+
+    got, want = merged(parts), merged([PR.read_part(job)])
+    a, b = got.result()[0], want.result()[0]
+    assert a.keys() == b.keys() and [k for k in b if not np.array_equal(a[k], b[k])] == []
+    assert got.events == want.events > 20_000 and list(got.threads) == list(want.threads)

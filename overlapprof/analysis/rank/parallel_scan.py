@@ -182,14 +182,14 @@ class _Schedule:
                 self.jobs[self.back].kept = self.kept
                 self.results[self.back] = read_part(self.jobs[self.back], self.refill)
             self.results[head] = None
-            part = unspool(got if isinstance(got, Part) else got.result())
+            parts = unspool(got if isinstance(got, Part) else got.result())
             if not self.released and self.front == self.back and not any(_running(r) for r in self.results):
                 # The pool has nothing left to do: let its processes go now. While they live,
                 # each page this process writes that it shared with them when they were forked
                 # is copied first (mtia: the rank's report took 14 ms, not 10).
                 self.pool.shutdown()
                 self.released = True
-            yield part
+            yield from parts
             self.refill()
             head += 1
 
