@@ -120,12 +120,12 @@ def measure_once(code: str, args: list[str], env: dict | None = None, mem_limit_
     """Run ``code`` in a fresh interpreter; wall time, sampled peak tree PSS (``sample``; else
     ru_maxrss) and its own report. ``env``: added to the environment; past ``mem_limit_mb`` of
     tree PSS or ``timeout_s`` the process tree is killed and the result says so."""
-    try:
-        import psutil
-    except ImportError:  # the bench extra brings psutil; without it, ru_maxrss only
-        psutil = None
-    if not sample:
-        psutil = None
+    psutil = None
+    if sample:
+        try:
+            import psutil
+        except ImportError:  # the bench extra brings psutil; without it, ru_maxrss only
+            pass
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=ROOT, env={**os.environ, **(env or {})})

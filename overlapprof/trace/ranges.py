@@ -20,8 +20,8 @@ makes some piece unbalanced, so it fails to decode: callers then read the file a
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import chain
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
 from overlapprof.trace import decode as D
@@ -137,25 +137,31 @@ class Kept:
                 self.pieces[k].append((pos, piece))
                 self.upto[k] = min(end, hi)
 
-    def start_of(self, a: int) -> int | None:
-        """Where the full window that holds offset ``a`` begins (None: none does)."""
+    def _full(self, a: int) -> int | None:
+        """The first full window that holds offset ``a`` (None: none does)."""
         for k, (lo, hi) in enumerate(self.windows):
             if lo <= a < hi and self.upto[k] == hi:
-                return lo
+                return k
         return None
+
+    def start_of(self, a: int) -> int | None:
+        """Where the full window that holds offset ``a`` begins (None: none does)."""
+        k = self._full(a)
+        return None if k is None else self.windows[k][0]
 
     def text_from(self, a: int) -> tuple[list[tuple[int, memoryview]], int] | None:
         """The kept text from offset ``a`` to the end of the full window that holds it, as
         ``(offset, text)`` steps, and that end; None when no full window holds ``a``."""
-        for k, (lo, hi) in enumerate(self.windows):
-            if lo <= a < hi and self.upto[k] == hi:
-                steps = []
-                for pos, piece in self.pieces[k]:
-                    s, e = max(a, pos), min(hi, pos + len(piece))
-                    if s < e:
-                        steps.append((s, memoryview(piece)[s - pos : e - pos]))
-                return steps, hi
-        return None
+        k = self._full(a)
+        if k is None:
+            return None
+        hi = self.windows[k][1]
+        steps = []
+        for pos, piece in self.pieces[k]:
+            s, e = max(a, pos), min(hi, pos + len(piece))
+            if s < e:
+                steps.append((s, memoryview(piece)[s - pos : e - pos]))
+        return steps, hi
 
 
 class RangeText:
@@ -184,17 +190,18 @@ class RangeText:
         steps, end = held
         return chain(steps, text_stream(self.path, end))
 
-    def _give(self, buf: bytearray, pos: int, cut: int) -> tuple[bytearray | None, bytearray, bool]:
+    def _give(self, buf: bytearray, pos: int, cut: int, rest: bool = True) -> tuple[bytearray | None, bytearray, bool]:
         """The piece of the event starts in ``buf[:cut]`` (``buf[0]`` is at offset ``pos``), cut
-        at the range's end if a thief lowered it; the text after it; whether the range ends with
-        it. ``buf`` is consumed (:func:`~overlapprof.trace.reader.split_array`)."""
+        at the range's end if a thief lowered it; the text after it (``rest`` False: not kept, the
+        range ends there anyway); whether the range ends with it. ``buf`` is consumed
+        (:func:`~overlapprof.trace.reader.split_array`)."""
         if self.claim is not None:
             end = self.claim(pos + cut)
             if end <= pos:
                 return None, bytearray(), True
             if pos + cut > end:
                 return *split_array(buf, buf.find(EVENT_START, end - pos), rest=False), True
-        return *split_array(buf, cut), False
+        return *split_array(buf, cut, rest), False
 
     def pieces(self) -> Iterator[bytearray]:
         a, b = self.a, self.b
@@ -220,7 +227,7 @@ class RangeText:
                 lo = max(b - pos, 1, searched)
                 end = buf.find(EVENT_START, lo)
                 if end >= 0:
-                    text, _, _ = self._give(buf, pos, end)
+                    text, _, _ = self._give(buf, pos, end, rest=False)
                     if text is not None:
                         yield text
                     return

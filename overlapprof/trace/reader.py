@@ -125,7 +125,6 @@ class TraceReader:
             text = b"[" + b",".join(raws) + b"]"
             yield Chunk(count, self._decode(text))
 
-
     def _decode(self, text: bytes) -> list:
         try:
             return self.decoder.decode(text)

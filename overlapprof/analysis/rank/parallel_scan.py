@@ -148,7 +148,7 @@ class _Schedule:
         """Take the end of a range the pool has (from ``head`` on) and read it here; whether one was."""
         for k in range(head, self.front):
             got, job = self.results[k], self.jobs[k]
-            if isinstance(got, Part) or got is None or got.done() or job.slot is None:
+            if not _running(got) or job.slot is None:
                 continue
             free = self.kept.start_of(job.b - 1) if self.kept is not None else None
             taken = self.claims.steal(job.slot, _steal_min(), self.skip_cost, free)
