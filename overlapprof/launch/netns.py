@@ -11,7 +11,8 @@ are enabled) whose loopback is brought up and paced by a token-bucket qdisc::
     tc qdisc add dev lo root tbf rate RATE burst BURST latency LATENCY
 
 The filesystem, the working directory and the environment are shared, so run directories are
-the same as a normal run's; only the network is private. ``tbf`` paces the bytes leaving ``lo``:
+the same as a normal run's; only the network is private, and ``/etc/hosts``, which there also
+names the IPv6 loopback ``localhost`` (:func:`_loopback_hosts` says why). ``tbf`` paces the bytes leaving ``lo``:
 every rank's traffic goes through that one queue, so the link is a **shared medium** of RATE
 (the total of all ranks' traffic), not a switch with a port of RATE per rank. It adds no
 propagation latency (``netem`` would; this kernel has none, and nothing here depends on it), and
@@ -104,7 +105,7 @@ def inside():
 
 
 def _tools():
-    tools = {name: shutil.which(name) for name in ("unshare", "ip", "tc")}
+    tools = {name: shutil.which(name) for name in ("unshare", "ip", "tc", "mount")}  # mount: optional
     if not tools["unshare"]:
         raise LaunchError("--link-rate needs unshare(1) from util-linux, not found on PATH "
                           "(apt-get install util-linux)")
@@ -115,14 +116,43 @@ def _tools():
     return tools
 
 
-def _command(link, tools, then=()):
-    """unshare + the setup script, then ``then`` (exec'd inside; nothing: only set up)."""
-    script = (f"{tools['ip']} link set lo up || exit {_IP_FAILED}; "
+def _command(link, tools, then=(), hosts=None):
+    """unshare + the setup script, then ``then`` (exec'd inside; nothing: only set up). With
+    ``hosts`` (see :func:`_loopback_hosts`), the namespace has a mount namespace of its own too,
+    where that file is bind-mounted on /etc/hosts (if the mount fails, the run goes on without)."""
+    mount = hosts is not None and tools.get("mount")
+    script = ((f"{tools['mount']} --bind {hosts} /etc/hosts 2>/dev/null; " if mount else "")
+              + f"{tools['ip']} link set lo up || exit {_IP_FAILED}; "
               f"{tools['tc']} qdisc add dev lo root tbf rate {link['rate']} "
               f"burst {link['burst_bytes']} latency {link['latency_ms']:g}ms || exit {_TC_FAILED}; "
               + ('exec "$@"' if then else f"{tools['tc']} qdisc show dev lo"))
-    return [tools["unshare"], "--user", "--map-root-user", "--net", "--", "/bin/sh", "-c",
-            script, "sh", *then]
+    return [tools["unshare"], "--user", "--map-root-user", "--net", *(["--mount"] if mount else []), "--",
+            "/bin/sh", "-c", script, "sh", *then]
+
+
+def _loopback_hosts(tools):
+    """A temporary copy of /etc/hosts that also names the IPv6 loopback addresses ``localhost``;
+    None where no mount namespace can be made. Why: c10d's store listens on both stacks, so a
+    rank's connection comes from ``::ffff:127.0.0.1``, and c10d looks up its name. Outside, that
+    lookup fails quietly; in the namespace there is no DNS server to ask, the resolver says "try
+    again", and every rank printed "[c10d] The hostname of the client socket cannot be retrieved.
+    err=-3"."""
+    if not tools.get("mount"):
+        return None
+    try:
+        if subprocess.run([tools["unshare"], "--user", "--map-root-user", "--net", "--mount", "--", "true"],
+                          capture_output=True, timeout=30).returncode != 0:
+            return None
+        with open("/etc/hosts", encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except (OSError, subprocess.TimeoutExpired):
+        text = "127.0.0.1 localhost\n"
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="overlapprof-hosts-")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text.rstrip("\n") + "\n::1 localhost\n::ffff:127.0.0.1 localhost\n")
+    return path
 
 
 def probe(link):
@@ -153,8 +183,13 @@ def reexec(link, argv):
     code to leave with. Signals to this process go to the child's process group."""
     tools = _tools()
     env = {**os.environ, ENV: json.dumps(link)}
-    cmd = _command(link, tools, then=(sys.executable, "-m", "overlapprof", *argv))
-    proc = subprocess.Popen(cmd, env=env, process_group=0)
+    hosts = _loopback_hosts(tools)
+    cmd = _command(link, tools, then=(sys.executable, "-m", "overlapprof", *argv), hosts=hosts)
+    try:
+        proc = subprocess.Popen(cmd, env=env, process_group=0)
+    except OSError:
+        _remove(hosts)
+        raise
 
     def forward(signum, _frame):
         try:
@@ -168,7 +203,16 @@ def reexec(link, argv):
     finally:
         for s, handler in saved.items():
             signal.signal(s, handler)
+        _remove(hosts)  # (the mount holds the file for as long as the namespace lives)
     return 128 - code if code < 0 else code
+
+
+def _remove(path):
+    if path is not None:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def qdisc_here():
