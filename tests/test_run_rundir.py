@@ -7,11 +7,11 @@ import sys
 import pytest
 
 from overlapprof.errors import RunDirError
-from overlapprof.launch import rundir
+from overlapprof.launch import run_record, rundir
 
 
 def header(nnodes=1, run_id="r", world_size=2):
-    return rundir.RunConfig(name="r-sync", run_id=run_id, nnodes=nnodes, world_size=world_size)
+    return run_record.RunConfig(name="r-sync", run_id=run_id, nnodes=nnodes, world_size=world_size)
 
 
 def test_rundir_does_not_import_torch():
@@ -46,7 +46,7 @@ def test_single_node_run_dir_is_created_once(tmp_path):
                                                        "run.json"]
     run = rundir.load_run(path)
     assert run.status == "running" and run.ranks == {} and run.name == "r-sync"
-    assert rundir.read_rank(rundir.rank_file(path, 1)) == rundir.RankRecord(
+    assert run_record.read_rank(rundir.rank_file(path, 1)) == run_record.RankRecord(
         rank=1, node_rank=0, local_rank=1, status="starting")
     with pytest.raises(RunDirError, match="exists; runs are never overwritten"):
         rundir.open_run_dir(path, header(), 0, [0, 1])
@@ -81,7 +81,7 @@ def test_atomic_write_replaces_and_leaves_no_temp_file(tmp_path):
 
 
 def fragment(path, rank, **fields):
-    rundir.update_rank(rundir.rank_file(path, rank), **fields)
+    run_record.update_rank(rundir.rank_file(path, rank), **fields)
 
 
 def test_merge_status_and_root_cause(tmp_path):
@@ -95,8 +95,8 @@ def test_merge_status_and_root_cause(tmp_path):
     fragment(path, 1, status="failed", error="terminated", error_kind="terminated", ended=9.0)
     run = rundir.merge(path)
     assert run.status == "failed"
-    assert run.failure == rundir.Failure(rank=0, error="ValueError: boom", error_kind="exception",
-                                         consequences=[1, 2])
+    assert run.failure == run_record.Failure(rank=0, error="ValueError: boom", error_kind="exception",
+                                             consequences=[1, 2])
     assert run.traces == {"0": ["rank0.1.pt.trace.json"], "1": [], "2": []}
     assert rundir.read_json(path / "run.json")["nodes"]["0"]["config"] is None  # not copied
     assert rundir.load_run(path) == run
@@ -121,7 +121,7 @@ def test_load_run_errors(tmp_path):
 
 def test_root_cause_prefers_a_rank_that_died_on_its_own_over_its_peers_errors():
     from overlapprof.launch.blame import root_cause
-    R = rundir.RankRecord
+    R = run_record.RankRecord
     ranks = {"0": R(status="failed", error="RuntimeError: Connection closed by peer",
                     error_kind="peer", ended=10.0),
              "1": R(status="failed", error="exited with code 3", error_kind="exit", ended=12.0)}
@@ -131,9 +131,9 @@ def test_root_cause_prefers_a_rank_that_died_on_its_own_over_its_peers_errors():
 
 
 def stuck(kind, location, stalled_s, ended, waiting):
-    return rundir.RankRecord(status="failed", error=f"{kind} ...", error_kind=kind, ended=ended,
-                             stalled_s=stalled_s, location=location, waiting_on_peers=waiting,
-                             where=rundir.Where(step=0, step_kind="unprofiled", phase="compute"))
+    return run_record.RankRecord(status="failed", error=f"{kind} ...", error_kind=kind, ended=ended,
+                                 stalled_s=stalled_s, location=location, waiting_on_peers=waiting,
+                                 where=run_record.Where(step=0, step_kind="unprofiled", phase="compute"))
 
 
 def test_a_hang_is_blamed_on_the_rank_stalled_in_its_own_code_whichever_watchdog_fired():
@@ -154,22 +154,22 @@ def test_a_hang_is_blamed_on_the_rank_stalled_in_its_own_code_whichever_watchdog
     ranks["1"] = stuck("terminated", own, 0.2, 100.5, False)
     assert root_cause(ranks)[0] == 0
     # a rank that died (NCCL peers then time out waiting) comes before the timeouts
-    ranks["1"] = rundir.RankRecord(status="failed", error="killed by signal SIGKILL",
-                                   error_kind="exit", ended=130.0)
+    ranks["1"] = run_record.RankRecord(status="failed", error="killed by signal SIGKILL",
+                                       error_kind="exit", ended=130.0)
     assert root_cause(ranks)[:3] == (1, "killed by signal SIGKILL", "exit")
 
 
 def test_status_interrupted_unless_a_rank_failed_of_its_own_first():
     from overlapprof.launch.blame import run_status, status_note
-    node = rundir.NodeRecord(status="failed", error="interrupted (SIGINT)")
-    peer = rundir.RankRecord(status="interrupted", error_kind="interrupted")
+    node = run_record.NodeRecord(status="failed", error="interrupted (SIGINT)")
+    peer = run_record.RankRecord(status="interrupted", error_kind="interrupted")
     assert run_status([peer], [node], None, []) == "interrupted"
-    own = rundir.Failure(rank=1, error="ValueError: boom", error_kind="exception")
+    own = run_record.Failure(rank=1, error="ValueError: boom", error_kind="exception")
     assert run_status([peer], [node], own, []) == "failed"
-    run = rundir.RunRecord(name="x-sync", status="interrupted")
+    run = run_record.RunRecord(name="x-sync", status="interrupted")
     assert status_note(run) == ("run.json: run x-sync was interrupted (Ctrl-C): its traces end "
                                 "where it stopped")
-    assert status_note(rundir.RunRecord(status="ok")) == ""
+    assert status_note(run_record.RunRecord(status="ok")) == ""
 
 
 def test_an_old_run_json_still_loads(tmp_path):

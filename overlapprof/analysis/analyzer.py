@@ -345,7 +345,7 @@ def analyze(
     ranks = sorted((r.report for r in results), key=lambda r: r.rank)
     run = None
     if inputs.run:
-        from overlapprof.launch.rundir import missing_ranks, to_builtins  # run directories only
+        from overlapprof.launch.run_record import missing_ranks, to_builtins  # run directories only
 
         if missing := missing_ranks(inputs.run.world_size, {r.rank for r in ranks}):
             warnings.append(f"run.json: world_size {inputs.run.world_size} but no trace for ranks {missing}")

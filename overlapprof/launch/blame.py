@@ -1,7 +1,7 @@
 """Which rank a failed run is blamed on, and the run's status, from its rank and node records.
 
-No torch here. The records are ``rundir.RankRecord`` and ``rundir.NodeRecord`` (anything with
-their attributes). A rank's ``error_kind`` (see ``rundir.RankRecord``) says whether its failure
+No torch here. The records are ``run_record.RankRecord`` and ``run_record.NodeRecord``
+(anything with their attributes). A rank's ``error_kind`` (see ``run_record.RankRecord``) says whether its failure
 was its own (an exception, a timeout, a death by exit code or signal) or a consequence (a peer's
 death, being stopped by the launcher, Ctrl-C).
 
@@ -58,7 +58,7 @@ def root_cause(ranks):
 def run_status(ranks, nodes, failure, missing_ranks):
     """"interrupted" (Ctrl-C, unless a rank failed of its own first), "failed", "running" (a
     rank or node has not ended), "incomplete" (ranks missing here) or "ok". ``ranks`` and
-    ``nodes`` are records; ``failure`` a ``rundir.Failure`` or None."""
+    ``nodes`` are records; ``failure`` a ``run_record.Failure`` or None."""
     states = {r.status for r in ranks} | {n.status for n in nodes}
     interrupted = "interrupted" in states or any(
         (n.error or "").startswith("interrupted") for n in nodes)
@@ -72,7 +72,8 @@ def run_status(ranks, nodes, failure, missing_ranks):
 
 
 def where_text(where):
-    """", in phase 'compute' of ProfilerStep#0 (unprofiled)" from a ``rundir.Where`` (or None)."""
+    """", in phase 'compute' of ProfilerStep#0 (unprofiled)" from a ``run_record.Where`` (or
+    None)."""
     if where is None or where.step is None:
         return f", in phase '{where.phase}'" if where is not None and where.phase else ""
     step = (f"warmup step {where.step}" if where.step_kind == "warmup"

@@ -51,7 +51,7 @@ import torch.distributed as dist  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
 from overlapprof import workload as workload_api  # noqa: E402
-from overlapprof.launch import blame, rundir  # noqa: E402
+from overlapprof.launch import blame, run_record, rundir  # noqa: E402
 from overlapprof.launch.watchdog import (Watchdog, describe_stack, describe_traceback,  # noqa: E402
                                          first_line, main_thread_location, waiting_on_peers)
 
@@ -91,7 +91,7 @@ class Stopped:
 
 
 def stall_fields(stalled_s, location):
-    """The fragment's account of where a stuck or stopped rank was (see rundir.RankRecord)."""
+    """The fragment's account of where a stuck or stopped rank was (see run_record.RankRecord)."""
     return {"stalled_s": None if stalled_s is None else round(stalled_s, 3),
             "location": location or None,
             "waiting_on_peers": waiting_on_peers(location) if location else None}
@@ -107,7 +107,7 @@ def schedule_kinds(unprofiled, wait, warmup, active, repeat):
 class Harness:
     def __init__(self, run_dir, node_rank):
         self.run_dir = run_dir
-        self.config = rundir.read_node(rundir.node_file(run_dir, node_rank)).config
+        self.config = run_record.read_node(rundir.node_file(run_dir, node_rank)).config
         self.rank = int(os.environ["RANK"])
         self.local_rank = int(os.environ["LOCAL_RANK"])
         self.world_size = int(os.environ["WORLD_SIZE"])
@@ -231,7 +231,7 @@ class Harness:
 
     def _where_text(self):
         """", in phase 'comm' of ProfilerStep#3 (profiled)" for the error line."""
-        return blame.where_text(rundir.Where(**self._where()))
+        return blame.where_text(run_record.Where(**self._where()))
 
     def _on_signal(self, signum, frame):
         """SIGTERM (the launcher stops the ranks) or SIGINT (Ctrl-C): the first raises in the main
@@ -306,7 +306,7 @@ class Harness:
                     ended=time.time(), **fields, **self._results())
 
     def _write(self, **fields):
-        rundir.update_rank(self.fragment_path, **fields)
+        run_record.update_rank(self.fragment_path, **fields)
 
     def _summary(self):
         parts = [f"{kind} median {statistics.median(v):.2f} ms" for kind, v in self.times.items()

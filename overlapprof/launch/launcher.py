@@ -30,7 +30,7 @@ from pathlib import Path
 
 from overlapprof import __version__
 from overlapprof.errors import LaunchError
-from overlapprof.launch import netns, rundir
+from overlapprof.launch import netns, run_record, rundir
 from overlapprof.launch.watchdog import first_line
 
 _SHUTDOWN_TIMEOUT_S = 10  # how long a rank may take to save its traces after SIGTERM
@@ -99,7 +99,7 @@ class RunRequest:
 class VariantResult:
     variant: str
     run_dir: Path
-    run: rundir.RunRecord  # the merged run.json
+    run: run_record.RunRecord  # the merged run.json
     seconds: float
     local_ranks: list  # the global ranks this node ran
 
@@ -260,7 +260,7 @@ def launch_variant(request, variant, run_dir, device, backend):
         rundir.open_run_dir(run_dir, header, request.node_rank, local_ranks)
         node_path = rundir.node_file(run_dir, request.node_rank)
         try:
-            rundir.write_record(node_path, rundir.NodeRecord(
+            run_record.write_record(node_path, run_record.NodeRecord(
                 node_rank=request.node_rank, host=rundir.host(), pid=os.getpid(),
                 command=[str(a) for a in request.command], started=started, status="running",
                 config=header))
@@ -269,8 +269,8 @@ def launch_variant(request, variant, run_dir, device, backend):
             failures, error = {}, "interrupted (SIGINT)"
     for rank in local_ranks:
         _finalize_rank(run_dir, rank, failures.get(rank), error)
-    rundir.update_node(node_path, ended=time.time(), error=error,
-                       status="failed" if error or failures else "ok")
+    run_record.update_node(node_path, ended=time.time(), error=error,
+                           status="failed" if error or failures else "ok")
     run = _merge_when_nodes_end(run_dir, wait_s=min(_NODES_END_WAIT_S, request.timeout_s))
     return VariantResult(variant, Path(run_dir), run, time.time() - started, local_ranks)
 
@@ -289,14 +289,14 @@ def _merge_when_nodes_end(run_dir, wait_s):
 
 def _header(request, variant, run_dir, device, backend):
     """The run-level part of run.json (a RunConfig), also the config every rank reads."""
-    return rundir.RunConfig(
+    return run_record.RunConfig(
         name=Path(run_dir).name, run_id=request.run_id or None,
-        workload=rundir.Workload(name=request.workload.name, path=str(request.workload.path)),
+        workload=run_record.Workload(name=request.workload.name, path=str(request.workload.path)),
         variant=variant, options=request.options,
         world_size=request.nnodes * request.nproc, nnodes=request.nnodes,
         nproc_per_node=request.nproc, backend=backend, device=device,
         timeout_s=request.timeout_s, link=request.link,
-        profiler=rundir.ProfilerConfig(
+        profiler=run_record.ProfilerConfig(
             warmup_steps=request.warmup_steps, unprofiled_steps=request.active,
             wait=request.wait, warmup=request.warmup, active=request.active,
             repeat=request.repeat, with_stack=request.with_stack, gzip=request.gzip),
@@ -353,15 +353,15 @@ def _finalize_rank(run_dir, rank, failure, node_error):
     after Ctrl-C, a rank that failed because of it (its peer stopped, or the launcher stopped
     it) was interrupted."""
     path = rundir.rank_file(run_dir, rank)
-    fragment = rundir.read_rank(path)
+    fragment = run_record.read_rank(path)
     interrupted = bool(node_error) and node_error.startswith("interrupted")
     if interrupted and fragment.status != "ok" and fragment.error_kind not in (
             "exception", "timeout"):
-        rundir.update_rank(path, status="interrupted", error_kind="interrupted",
-                           error=fragment.error or node_error,
-                           ended=fragment.ended or time.time())
+        run_record.update_rank(path, status="interrupted", error_kind="interrupted",
+                               error=fragment.error or node_error,
+                               ended=fragment.ended or time.time())
         return
-    if fragment.status in rundir.FINAL_RANK_STATES:
+    if fragment.status in run_record.FINAL_RANK_STATES:
         return
     if failure is not None and failure.exitcode != 0:
         how = (f"killed by signal {failure.signal_name()}" if failure.exitcode < 0
@@ -371,8 +371,8 @@ def _finalize_rank(run_dir, rank, failure, node_error):
         how, kind = f"never finished: {node_error}", "exit"
     else:
         how, kind = "terminated by the launcher (another rank failed)", "terminated"
-    rundir.update_rank(path, status="failed", error=how, error_kind=kind,
-                       ended=fragment.ended or time.time())
+    run_record.update_rank(path, status="failed", error=how, error_kind=kind,
+                           ended=fragment.ended or time.time())
 
 
 def step_summary(run):

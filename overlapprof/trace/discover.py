@@ -2,7 +2,7 @@
 
 - A **run directory** of ``overlapprof run`` has a ``run.json`` whose ``"traces"`` maps each rank
   to its trace files (``{"0": ["rank0.<ns>.pt.trace.json", ...]}``, relative to the directory;
-  see ``overlapprof/launch/rundir.py``). With ``--repeat`` a rank has several files, one per
+  see ``overlapprof/launch/run_record.py``). With ``--repeat`` a rank has several files, one per
   profiler cycle: they are one rank, analyzed together. While run.json lists none (a run cut
   short), the directory's ``rank<N>.*.pt.trace.json[.gz]`` files are grouped by rank instead.
 - A **folder** is searched recursively (hidden entries skipped). A subfolder holding a
@@ -42,7 +42,7 @@ import msgspec
 from overlapprof.errors import InputError
 
 if TYPE_CHECKING:  # imported where a run directory is read: traces given alone do not need it
-    from overlapprof.launch import rundir
+    from overlapprof.launch import run_record
 
 RUN_FILE = "run.json"  # rundir.RUN_FILE
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)(?!\d)", re.IGNORECASE)
@@ -69,7 +69,7 @@ class Inputs:
     """What the paths given to ``analyze`` amount to."""
 
     groups: list[TraceGroup] = field(default_factory=list)
-    run: rundir.RunRecord | None = None  # the run.json of the run directory (or its node parts)
+    run: run_record.RunRecord | None = None  # the run.json of the run directory (or its node parts)
     notes: list[str] = field(default_factory=list)  # what was skipped, and why
 
 
@@ -136,8 +136,8 @@ def _one_process_each(groups: list[TraceGroup], base: Path | None) -> None:
     )
 
 
-def _read_run(run_dir: Path) -> rundir.RunRecord:
-    from overlapprof.launch.rundir import decode_run
+def _read_run(run_dir: Path) -> run_record.RunRecord:
+    from overlapprof.launch.run_record import decode_run
 
     path = run_dir / RUN_FILE
     try:
@@ -146,7 +146,7 @@ def _read_run(run_dir: Path) -> rundir.RunRecord:
         raise InputError(f"{path}: unreadable run description ({exc})") from None
 
 
-def _run_groups(run_dir: Path, run: rundir.RunRecord) -> list[TraceGroup] | None:
+def _run_groups(run_dir: Path, run: run_record.RunRecord) -> list[TraceGroup] | None:
     """The groups run.json lists, or None when it lists none (then the folder is searched)."""
     traces = run.traces
     if not traces:
@@ -195,14 +195,14 @@ def search(folder: str | Path) -> tuple[list[Path], list[Path]]:
     return sorted(runs), sorted(files)
 
 
-def _job(run_dir: Path, run: rundir.RunRecord):
+def _job(run_dir: Path, run: run_record.RunRecord):
     """What identifies the job of a run directory: the parts of a multi-node run share it."""
     if run.run_id and run.nnodes > 1:
         return ("run_id", run.run_id, run_dir.name)
     return ("dir", run_dir.resolve())
 
 
-def _one_job(runs: list[tuple[Path, rundir.RunRecord]], base: Path | None = None) -> None:
+def _one_job(runs: list[tuple[Path, run_record.RunRecord]], base: Path | None = None) -> None:
     """InputError unless the run directories are (the node parts of) one run; ``base``: the
     folder they were found in (they are named relative to it)."""
     jobs = {}
@@ -220,10 +220,10 @@ def _one_job(runs: list[tuple[Path, rundir.RunRecord]], base: Path | None = None
     )
 
 
-def _merged_run(runs: list[tuple[Path, rundir.RunRecord]]) -> rundir.RunRecord:
+def _merged_run(runs: list[tuple[Path, run_record.RunRecord]]) -> run_record.RunRecord:
     """run.json of one run; for the node parts of a multi-node run, theirs with the per-node and
     per-rank records (nodes, ranks, traces) merged and the missing ranks recomputed."""
-    from overlapprof.launch.rundir import missing_ranks
+    from overlapprof.launch.run_record import missing_ranks
 
     run = runs[0][1]
     if len(runs) > 1:

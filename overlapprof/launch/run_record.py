@@ -1,0 +1,252 @@
+"""The run directory's record, ``run.json``, and its fragments: typed records (msgspec), read and
+written atomically. No torch here: the analyzer reads them.
+
+``run.json`` (schema_version 1) is one typed record, :class:`RunRecord` (its fields documented
+there; :class:`RankRecord` and :class:`NodeRecord` are the fragments, :class:`ProfilerConfig`
+the profiler settings the launcher hands the harness). ``rundir.load_run`` is its one reader
+and ``rundir.merge`` (through :func:`write_record`) its one writer; fields added since a run directory was
+written take their defaults, so old run directories still load. It is written atomically (temp
+file + ``os.replace``) when the run starts and again, merged from the fragments, when a launcher
+ends. Its parts: the run's config (workload, variant, options, world size, nodes, backend,
+device, ``--timeout``, the ``--link-rate`` link, the profiler settings, versions, environment),
+then ``status``, ``created``, ``nodes`` and ``ranks`` (the fragments, by number), ``traces``
+(each rank's trace files), ``missing_ranks`` and ``failure`` (the root cause and its
+consequences, from ``overlapprof.launch.blame``).
+
+Step times are host wall times in milliseconds around one call of the workload's step (on CUDA
+after ``torch.cuda.synchronize()``). "warmup" steps run first, unprofiled (NCCL builds its
+communicators then; the first one shows it). Then each profiler cycle runs "unprofiled" steps
+(profiler off: the baseline of its overhead, ``unprofiled_steps`` = ``active`` per cycle), then
+"profiler_wait", "profiler_warmup" and "profiled" steps, the ones in the trace.
+"""
+
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+SCHEMA_VERSION = 1
+FINAL_RANK_STATES = ("ok", "failed", "interrupted")
+
+
+# Every field has a default, so that a run.json of an earlier version (or a hand-made one) loads;
+# msgspec checks the types of what is there and skips fields it does not know.
+
+
+class ProfilerConfig(msgspec.Struct, kw_only=True):
+    """The profiler settings the launcher hands every rank's harness (``run.json`` "profiler")."""
+
+    warmup_steps: int = 2
+    """Unprofiled steps before the first cycle (``--warmup-steps``): NCCL builds its
+    communicators, and its first ``recv`` blocks the host, during these."""
+    unprofiled_steps: int = 3
+    """Steps with the profiler off at the start of each cycle, the baseline of its overhead
+    (as many as ``active``)."""
+    wait: int = 1
+    """``torch.profiler.schedule`` wait: steps skipped after the unprofiled ones (``--wait``)."""
+    warmup: int = 1
+    """Steps traced and discarded before the active ones (``--warmup``)."""
+    active: int = 3
+    """Steps recorded per cycle: the ProfilerSteps in each trace file (``--active``)."""
+    repeat: int = 1
+    """Cycles, one trace file per rank each (``--repeat``)."""
+    record_shapes: bool = True
+    """Record input shapes (message sizes of the collectives come from them)."""
+    with_stack: bool = False
+    """Record Python stacks in the traces (``--with-stack``; costly)."""
+    gzip: bool = False
+    """Write ``.pt.trace.json.gz`` (``--gzip``)."""
+
+
+class Workload(msgspec.Struct, kw_only=True):
+    name: str = ""
+    """The workload file's name without ``.py`` (``ring``)."""
+    path: str = ""
+    """Its absolute path."""
+
+
+class RunConfig(msgspec.Struct, kw_only=True):
+    """The run-level part of run.json, fixed when a run starts; also each node's config."""
+
+    schema_version: int = SCHEMA_VERSION
+    name: str = ""
+    """The run directory's name."""
+    run_id: str | None = None
+    """``--run-id``; null when the directory is named by the time."""
+    workload: Workload = msgspec.field(default_factory=Workload)
+    variant: str = ""
+    """The workload variant this directory ran."""
+    options: dict[str, Any] = {}
+    """Every workload option, defaults applied."""
+    world_size: int | None = None
+    """Ranks over all nodes."""
+    nnodes: int = 1
+    nproc_per_node: int | None = None
+    backend: str | None = None
+    """"gloo" or "nccl"."""
+    device: str | None = None
+    """"cpu" or "cuda"."""
+    timeout_s: float | None = None
+    """``--timeout``: the longest a rank may make no progress."""
+    link: dict[str, Any] | None = None
+    """The ``--link-rate`` link (overlapprof.launch.netns), null for plain loopback."""
+    profiler: ProfilerConfig = msgspec.field(default_factory=ProfilerConfig)
+    versions: dict[str, str | None] = {}
+    """python, torch, overlapprof, cuda, nccl, gloo (null: absent)."""
+    env: dict[str, str] = {}
+    """The relevant environment variables the ranks started with (CUDA_*, NCCL_*, ...)."""
+
+
+class Where(msgspec.Struct, kw_only=True):
+    """Where in the loop a rank was when it failed or stopped."""
+
+    step: int | None = None
+    """The step index: ProfilerStep#N, or the N-th warm-up step; null before the steps."""
+    step_kind: str | None = None
+    """"warmup", "unprofiled", "profiler_wait", "profiler_warmup", "profiled" or "setup"."""
+    phase: str | None = None
+    """The workload's ``ctx.phase`` it was in, if any."""
+
+
+class RankRecord(msgspec.Struct, kw_only=True):
+    """What a rank wrote about itself (``ranks/rank<N>.json``), completed by the launcher."""
+
+    rank: int | None = None
+    node_rank: int | None = None
+    local_rank: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    device: str | None = None
+    status: str = "starting"
+    """"starting", "running", "ok", "failed" or "interrupted"."""
+    error: str | None = None
+    """One line: what went wrong, where (workload line, phase, step)."""
+    error_kind: str | None = None
+    """"exception" or "timeout" (its own failure), "exit" (died without reporting: exit code or
+    signal, from torchelastic), "peer" (an error because a peer died), "terminated" (stopped by
+    the launcher), "interrupted" (Ctrl-C), or null."""
+    where: Where | None = None
+    stalled_s: float | None = None
+    """A rank that timed out or was stopped: seconds since its last step or phase boundary."""
+    location: str | None = None
+    """... and the call it was in (``in torch.distributed.recv at ring.py:41 `...```)."""
+    waiting_on_peers: bool | None = None
+    """... and whether that call waits on other ranks (a torch.distributed call)."""
+    started: float | None = None
+    """Unix seconds."""
+    ended: float | None = None
+    step_times_ms: dict[str, list[float]] = {}
+    """Host milliseconds of each step, by kind of step (see the module docstring)."""
+    profiled_steps: list[int] = []
+    """The ProfilerStep#N in the traces."""
+    metrics: dict[str, dict[str, list[float]]] = {}
+    """``ctx.metric`` values: {name_unit: {step kind: [values]}}."""
+    traces: list[str] = []
+    """Its trace files, one per profiler cycle, in order."""
+
+
+class NodeRecord(msgspec.Struct, kw_only=True):
+    """What node K's launcher wrote (``nodes/node<K>.json``); run.json's copy has config null."""
+
+    node_rank: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    command: list[str] | None = None
+    """The launcher's argv."""
+    started: float | None = None
+    ended: float | None = None
+    status: str = "claimed"
+    """"claimed", "running", "ok" or "failed"."""
+    error: str | None = None
+    """The launch's own error ("interrupted (SIGINT)", a rendezvous timeout), else null."""
+    config: RunConfig | None = None
+
+
+class Failure(msgspec.Struct, kw_only=True):
+    """The root cause of a failed run (overlapprof.launch.blame.root_cause)."""
+
+    rank: int
+    error: str | None = None
+    error_kind: str | None = None
+    """The rank's error_kind, or "stalled": no progress in its own code while others waited."""
+    consequences: list[int] = []
+    """The other ranks that failed, because of it."""
+
+
+class RunRecord(RunConfig, kw_only=True):
+    """``run.json``: the run's config and what became of it."""
+
+    status: str = "running"
+    """"running", "ok", "failed", "interrupted" or "incomplete" (blame.run_status)."""
+    created: float | None = None
+    """Unix seconds when the directory was created."""
+    nodes: dict[str, NodeRecord] = {}
+    ranks: dict[str, RankRecord] = {}
+    traces: dict[str, list[str] | str] = {}
+    """Each rank's trace files, relative to the directory."""
+    missing_ranks: list[int] = []
+    """Ranks of world_size with no record here (:func:`missing_ranks`)."""
+    failure: Failure | None = None
+
+
+def missing_ranks(world_size, present):
+    """The ranks of ``world_size`` not among ``present`` (ints or digit strings), sorted; [] when
+    the world size is unknown."""
+    if not isinstance(world_size, int):
+        return []
+    return sorted(set(range(world_size)) - {int(r) for r in present if str(r).isdigit()})
+
+
+def decode_run(data):
+    """A RunRecord from run.json's bytes; raises ValueError (with msgspec's reason) if they are
+    not one."""
+    try:
+        return msgspec.json.decode(data, type=RunRecord)
+    except msgspec.DecodeError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def run_from_builtins(run):
+    """A RunRecord from run.json as a dict (a saved report's ``run``), or None if it is not."""
+    try:
+        return msgspec.convert(run, RunRecord) if isinstance(run, dict) else None
+    except msgspec.ValidationError:
+        return None
+
+
+def to_builtins(record):
+    """A record as plain dicts and lists (what run.json holds)."""
+    return msgspec.to_builtins(record)
+
+
+def write_record(path, record):
+    """Write a record as indented JSON, atomically (see :func:`write_json_atomic`)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(msgspec.json.format(msgspec.json.encode(record), indent=1) + b"\n")
+    os.replace(tmp, path)
+
+
+def read_rank(path):
+    return msgspec.json.decode(Path(path).read_bytes(), type=RankRecord)
+
+
+def read_node(path):
+    return msgspec.json.decode(Path(path).read_bytes(), type=NodeRecord)
+
+
+def update_rank(path, **fields):
+    """Set ``fields`` (plain values: a ``where`` may be a dict) of a rank's record, atomically;
+    returns the new record."""
+    data = to_builtins(read_rank(path))
+    data.update(to_builtins(fields))
+    record = msgspec.convert(data, RankRecord)
+    write_record(path, record)
+    return record
+
+
+def update_node(path, **fields):
+    record = msgspec.structs.replace(read_node(path), **fields)
+    write_record(path, record)
+    return record
