@@ -4,8 +4,8 @@ written atomically. No torch here: the analyzer reads them.
 ``run.json`` (schema_version 1) is one typed record, :class:`RunRecord` (its fields documented
 there; :class:`RankRecord` and :class:`NodeRecord` are the fragments, :class:`ProfilerConfig`
 the profiler settings the launcher hands the harness). ``rundir.load_run`` is its one reader
-and ``rundir.merge`` (through :func:`write_record`) its one writer; fields added since a run directory was
-written take their defaults, so old run directories still load. It is written atomically (temp
+and ``rundir.merge`` (through :func:`write_record`) its one writer; fields added since a run
+directory was written take their defaults, so old run directories still load. It is written atomically (temp
 file + ``os.replace``) when the run starts and again, merged from the fragments, when a launcher
 ends. Its parts: the run's config (workload, variant, options, world size, nodes, backend,
 device, ``--timeout``, the ``--link-rate`` link, the profiler settings, versions, environment),
