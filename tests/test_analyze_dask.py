@@ -144,6 +144,26 @@ def test_scheduler_file_and_progress_from_python(cluster):
     assert {name for _, _, name in seen} == {p.name for p in MULTI_RANK.iterdir()}
 
 
+def test_one_large_rank_is_read_in_ranges_across_the_workers(cluster):
+    """One rank (mtia: 87 MB of JSON, gzip) and a worker to spare: the file's byte ranges are tasks
+    of the cluster, and a worker other than the one running the rank's task reads one; the report
+    equals the local one. With as many ranks as worker threads (trace_filter), no range task."""
+    client = cluster.client
+    client.get_task_stream()  # turns on the scheduler's record of which worker ran what
+    start = time.time()
+    report = overlapprof.analyze([str(DATA / "mtia")], dask_scheduler=cluster.address)
+    stream = client.get_task_stream(start=start)
+    assert json.loads(report.to_json()) == local_report([DATA / "mtia"])
+    rank = {t["worker"] for t in stream if t["key"].startswith("overlapprof-rank-")}
+    ranges = {t["worker"] for t in stream if t["key"].startswith("overlapprof-range-")}
+    assert len(rank) == 1 and ranges - rank, stream
+    start = time.time()
+    overlapprof.analyze([str(MULTI_RANK)], dask_scheduler=cluster.address)
+    keys = [t["key"] for t in client.get_task_stream(start=start)]
+    assert sum(k.startswith("overlapprof-rank-") for k in keys) == 2
+    assert not any(k.startswith("overlapprof-range-") for k in keys), keys
+
+
 def test_cli_scheduler_file_table(cluster):
     proc = overlapprof_cli("analyze", MULTI_RANK, "--dask-scheduler-file", cluster.scheduler_file)
     local = overlapprof_cli("analyze", MULTI_RANK)
@@ -232,20 +252,23 @@ def big_ranks(tmp_path_factory):
     return root
 
 
-def _kill_a_busy_worker(cluster, proc, timeout=120):
-    """SIGKILL the worker process that is running one of the ranks; its address."""
+def _kill_a_busy_worker(cluster, proc, timeout=120, task="overlapprof-rank-"):
+    """SIGKILL a worker process that is running a task whose key starts with ``task`` (and no
+    rank's task, when that is a range); its address."""
     pids = cluster.worker_pids()
     by_pid = {p.pid: p for p in cluster.workers}
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"the analysis ended before a worker could be killed: {proc.communicate()}"
         for addr, keys in cluster.client.processing().items():
-            if any(str(k).startswith("overlapprof-rank-") for k in keys) and pids.get(addr) in by_pid:
+            keys = [str(k) for k in keys]
+            spare = task == "overlapprof-rank-" or not any(k.startswith("overlapprof-rank-") for k in keys)
+            if any(k.startswith(task) for k in keys) and spare and pids.get(addr) in by_pid:
                 by_pid[pids[addr]].send_signal(signal.SIGKILL)
                 by_pid[pids[addr]].wait(timeout=10)
                 return addr
         time.sleep(0.01)
-    raise AssertionError("no worker ran a rank")
+    raise AssertionError(f"no worker ran a {task}* task")
 
 
 def _analyze_in_background(cluster, paths, out: Path):
@@ -285,6 +308,34 @@ def test_worker_deaths_past_the_retries_are_one_error_line(tmp_path, big_ranks):
     assert len(lines) == 1 and lines[0].startswith("Error: ") and "kept dying" in lines[0], stderr
     assert any(lines[0].startswith(f"Error: {big_ranks / f'rank{r}.json'}:") for r in range(6)), lines[0]
     assert not (tmp_path / "report.json").exists()
+
+
+@pytest.fixture(scope="module")
+def big_rank(tmp_path_factory):
+    """One generated rank of 150 MB of JSON: read in ranges, each long enough to kill its worker."""
+    root = tmp_path_factory.mktemp("big_rank")
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_traces.py"), str(root), "--size", "150"],
+                   check=True, capture_output=True)
+    (root / "expected.txt").unlink()
+    return root
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("retries", ["3", "0"])
+def test_a_worker_killed_mid_range(tmp_path, big_rank, retries):
+    """A worker killed while it reads one of a rank's ranges: Dask runs the range again elsewhere
+    (the rank's task gives up its thread while it waits, so even on its own worker); with no
+    retry allowed, the rank's task reads the whole file itself. Either way, the local report."""
+    cluster = Cluster(tmp_path / "cluster", env={"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": retries})
+    try:
+        proc = _analyze_in_background(cluster, [big_rank], tmp_path / "report.json")
+        killed = _kill_a_busy_worker(cluster, proc, task="overlapprof-range-")
+        _, stderr = proc.communicate(timeout=200)
+        assert proc.returncode == 0, stderr
+        assert killed not in cluster.worker_pids()
+    finally:
+        cluster.stop()
+    assert json.loads((tmp_path / "report.json").read_text()) == local_report([big_rank])
 
 
 def test_without_distributed_installed_one_line():

@@ -89,14 +89,15 @@ def _window(ev: RankEvents, base_ns: int | None) -> tuple[float, float] | None:
     return lo + offset, hi + offset
 
 
-def analyze_group(files: list[str], options: Options, decode_workers: int = 1) -> RankResult:
+def analyze_group(files: list[str], options: Options, decode_workers: int = 1, range_pool=None) -> RankResult:
     """Decode, classify and measure one rank's files (a large file in ``decode_workers``
-    processes). Errors come back in ``error``."""
+    processes: forked here, or ``range_pool``'s, see :func:`~overlapprof.analysis.rank.parallel_scan.read`).
+    Errors come back in ``error``."""
     result = RankResult(files=[str(f) for f in files])
     try:
         ev = rank_events(files, compile_comm_kernels(options.comm_kernels), records=options.comm_records or options.crossrank,
                          record_own_args=options.comm_records, comm_ann=compile_comm_annotations(options.comm_backends),
-                         workers=decode_workers)
+                         workers=decode_workers, range_pool=range_pool)
         infos = [t.distributedInfo for t in ev.headers if t.distributedInfo is not None]
         ranks = {i.rank for i in infos if i.rank is not None}
         if len(ranks) > 1:
@@ -171,7 +172,7 @@ def _run_groups(
             finish(k, result)
 
         run_on_dask(dask_scheduler, analyze_group, [[os.path.abspath(p) for p in files] for files in jobs], sizes,
-                    (options,), as_given)
+                    (options,), as_given, ranges=True)
         return results
     if workers > 1 and total > 1 and sum(sizes) >= PARALLEL_MIN_BYTES:
         import multiprocessing  # here: process pools cost import time that one rank does not need

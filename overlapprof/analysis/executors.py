@@ -19,6 +19,13 @@ naming the rank's first file. Nothing waits forever: connecting to the scheduler
 its first worker, and a cluster left with no worker at all are each bounded by ``timeout``; a lost
 scheduler cancels the tasks, which is one error line too.
 
+A rank whose file is large, on a cluster with worker threads to spare (more than one per rank),
+has its file's byte ranges read as tasks of the cluster too (:class:`DaskRanges`, given to
+:func:`overlapprof.analysis.rank.parallel_scan.read`): its task reads some ranges itself, other
+workers the rest, and their arrays come back to it to be merged, so the report is the one a
+single process gives. A range task that fails past Dask's retries makes the rank's task read
+the whole file itself.
+
 ``distributed`` is the optional extra ``[cluster]``; it is imported here, and only when a
 scheduler is given.
 """
@@ -119,12 +126,15 @@ def _import_distributed():
     return distributed
 
 
-def run_on_dask(scheduler: DaskScheduler | str, work, jobs: list[list[str]], sizes: list[int], args: tuple, finish) -> None:
+def run_on_dask(scheduler: DaskScheduler | str, work, jobs: list[list[str]], sizes: list[int], args: tuple, finish,
+                ranges: bool = False) -> None:
     """Run ``work(jobs[k], *args)`` for every k on the Dask cluster, largest job first, calling
     ``finish(k, result)`` as each completes. Raises InputError when the scheduler cannot be
     reached, no worker joins, or a worker cannot read a trace; ClusterError when a rank's task
     failed on the cluster (its workers kept dying, or it raised). A str ``scheduler`` is an
-    address."""
+    address. ``ranges``: when the cluster has at least one worker thread per job beyond the
+    jobs' own, each job also gets ``(processes, DaskRanges)`` as arguments: a large file of
+    its rank is read in ``processes`` byte ranges, the others as tasks of the cluster."""
     if isinstance(scheduler, str):
         scheduler = DaskScheduler(address=scheduler)
     distributed = _import_distributed()
@@ -133,7 +143,7 @@ def run_on_dask(scheduler: DaskScheduler | str, work, jobs: list[list[str]], siz
     with _quiet_dask():
         client = _connect(distributed, address, where, scheduler.timeout)
         with client:
-            _run(client, where, scheduler.timeout, distributed, work, jobs, sizes, args, finish)
+            _run(client, where, scheduler.timeout, distributed, work, jobs, sizes, args, finish, ranges)
 
 
 def _connect(distributed, address: str, where: str, timeout: float):
@@ -167,7 +177,7 @@ def _connect(distributed, address: str, where: str, timeout: float):
     return box["client"]
 
 
-def _run(client, where, timeout, distributed, work, jobs, sizes, args, finish) -> None:
+def _run(client, where, timeout, distributed, work, jobs, sizes, args, finish, ranges=False) -> None:
     try:
         client.wait_for_workers(1, timeout=timeout)
     except (TimeoutError, distributed.TimeoutError, OSError):
@@ -186,6 +196,12 @@ def _run(client, where, timeout, distributed, work, jobs, sizes, args, finish) -
     if bad is not None:
         raise InputError(f"Dask worker {bad[2]} cannot read {bad[0]} ({bad[1]}): the workers read the traces at "
                          "these paths, so they must be on a filesystem every worker mounts at the same place")
+    if ranges and jobs:
+        # Threads the ranks' own tasks leave free, shared among them: every range task then
+        # finds a thread, and no rank's task waits on ranges that cannot start.
+        spare = (sum(client.nthreads().values()) - len(jobs)) // len(jobs)
+        if spare >= 1:
+            args = (*args, spare + 1, DaskRanges)
     order = sorted(range(len(jobs)), key=lambda k: -sizes[k])  # largest first: none starts last
     # submitted in this order, so Dask starts them in this order (first submitted, first run)
     futures = {client.submit(work, jobs[k], *args, key=f"overlapprof-rank-{k}-{tag}"): k for k in order}
@@ -235,3 +251,60 @@ def _collect(future, k: int, jobs, where: str, distributed, finish) -> None:
                            f"({exc.__class__.__name__}: {text})") from None
     finish(k, result)
 
+
+class DaskRanges:
+    """The pool that reads a large file's byte ranges (:func:`overlapprof.analysis.rank.parallel_scan.read`)
+    when its rank's analysis runs as a task of a Dask cluster: each range is another task of that
+    cluster, on whichever worker is free, which opens the trace at its path and sends back the
+    range's arrays. Runs on a Dask worker (``get_client``: the cluster of the running task).
+    ``processes``: the ranges read at once (the schedule submits no more than that)."""
+
+    def __init__(self, processes: int):
+        from distributed import get_client
+
+        self.client = get_client()
+        self.tag, self.count, self.futures = uuid.uuid4().hex, 0, []
+
+    def submit(self, fn, *args) -> _DaskTask:
+        future = self.client.submit(fn, *args, key=f"overlapprof-range-{self.count}-{self.tag}", pure=False)
+        self.count += 1
+        self.futures.append(future)
+        return _DaskTask(future)
+
+    def shutdown(self, cancel_futures: bool = False) -> None:
+        left = [f for f in self.futures if not f.done()]
+        if left:
+            self.client.cancel(left)
+        self.futures = []
+
+    def __enter__(self) -> DaskRanges:
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        self.shutdown()
+
+
+class _DaskTask:
+    """A range's Dask future, as the range schedule asks a task."""
+
+    def __init__(self, future):
+        self.future = future
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def result(self):
+        if self.future.done():
+            return self.future.result()
+        from distributed import rejoin, secede
+
+        # While this thread waits it leaves its worker's thread pool: a range that Dask moved
+        # onto this worker (the one it was on died) can then run here, not wait for this task.
+        secede()
+        try:
+            return self.future.result()
+        finally:
+            rejoin()
+
+    def cancel(self) -> bool:
+        return False  # whether a Dask task has started cannot be told here: it is left to run

@@ -277,7 +277,7 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
 
 
 def rank_events(files: list[str | Path], comm_re, records: bool = False, record_own_args: bool = False,
-                comm_ann=None, workers: int = 1) -> RankEvents:
+                comm_ann=None, workers: int = 1, range_pool=None) -> RankEvents:
     """Read and classify the complete events of one rank's trace files (one or several
     profiler cycles).
 
@@ -286,13 +286,15 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
     rank's :class:`~overlapprof.analysis.records.table.CommTable` (``RankEvents.comm_records``;
     None otherwise), with the events' own args when ``record_own_args`` (for CommRecord
     structs). The files' top levels (``distributedInfo`` ...) are in ``RankEvents.headers``.
-    ``workers``: processes that decode one large file (the result is the same with any number).
+    ``workers``: processes that decode one large file (the result is the same with any number);
+    ``range_pool``: where the processes beyond this one come from (None: forked here; see
+    :func:`overlapprof.analysis.rank.parallel_scan.read`).
     """
     comm_ann = comm_ann if comm_ann is not None else C.compile_comm_annotations()
     values = Values() if records else None
     names = values.index if values is not None else Index()
-    scans = [_scan(path, names, CommRecorder(comm_re, values, record_own_args) if records else None, workers)
-             for path in files]
+    scans = [_scan(path, names, CommRecorder(comm_re, values, record_own_args) if records else None, workers,
+                   range_pool) for path in files]
     gpu = any(bool((s.codes == C.KERNEL).any()) for s in scans)
     unclassified: dict[str, int] = {}
     for scan in scans:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from functools import partial
 
 from overlapprof.analysis.columns import Index
 from overlapprof.analysis.rank.claims import Claims, can_share
@@ -219,36 +220,48 @@ def _drain(pending: deque, limit: int):
             yield head.result()
 
 
-def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: str | None = None):
+def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: str | None = None, pool=None):
     """``(arrays, unclassified, header, threads)`` of the file as :func:`scan._read_chunks`
     gives them (and its top level, and the keys of its thread codes), read by ``workers``
     processes (which checked every ``ts`` and ``dur``: there are no problems to report); None
     when the file is small, not in the line layout, or anything went wrong (the caller then
-    reads it in this process)."""
+    reads it in this process).
+
+    ``pool``: where the ``workers - 1`` other processes come from: None, forked here
+    (:class:`~overlapprof.analysis.forks.ForkPool`); else a callable that makes a pool of them
+    (``pool(processes)``: a context manager with ``submit(fn, *args)``, whose tasks have
+    ``done()`` and ``result()``, and ``shutdown()``), such as
+    :class:`~overlapprof.analysis.executors.DaskRanges`, whose processes may be on other
+    machines: then the ranges are read as plain ranges (gzip: ``skip``), their parts come back as
+    results, and nothing is shared (no work stealing)."""
     mode = mode or GZIP_MODE
     try:
         probe = TR.probe(path)
     except (LayoutError, OverlapprofError, OSError):
         return None
-    if probe.size - probe.first < PARALLEL_MIN_TEXT or not can_share():
+    if probe.size - probe.first < PARALLEL_MIN_TEXT or (pool is None and not can_share()):
         return None
     from overlapprof.analysis.forks import ForkPool, PoolBroken, make_folder, remove_folder  # a small file needs no pool
 
     base = Job(str(path), recorder is not None, recorder.comm_re if recorder else None,
                 recorder.own if recorder else False, header=probe.header)
     merged = Merge(names, recorder, rows_hint(probe.size - probe.first))
-    jobs = _jobs_of_ranges(probe, workers, base) if not probe.gzip or mode == "skip" else None
-    tail, claims, top, last = None, None, None, None
+    jobs = _jobs_of_ranges(probe, workers, base) if not probe.gzip or mode == "skip" or pool is not None else None
+    tail, claims, top, last, spool = None, None, None, None, None
+    if pool is None:
+        try:
+            spool = make_folder()
+        except OSError:
+            return None
+        base.spool = spool
+        for job in jobs or ():
+            job.spool = spool
     try:
-        spool = make_folder()
-    except OSError:
-        return None
-    base.spool = spool
-    for job in jobs or ():
-        job.spool = spool
-    try:
-        claims = Claims(spool, len(jobs)) if jobs is not None else None
-        with ForkPool(workers - 1, initializer=share_claims, initargs=(claims,)) as pool:
+        make_pool = pool
+        if make_pool is None:
+            claims = Claims(spool, len(jobs)) if jobs is not None else None
+            make_pool = partial(ForkPool, initializer=share_claims, initargs=(claims,))
+        with make_pool(workers - 1) as pool:
             for part in _parts(probe, pool, workers, base, jobs, claims):
                 if part.failed:
                     return None
@@ -266,7 +279,8 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
     finally:
         if claims is not None:
             claims.close()
-        remove_folder(spool)
+        if spool is not None:
+            remove_folder(spool)
     if top is None:
         if tail is None or (read := read_tail(base, probe.header, tail)) is None:
             return None

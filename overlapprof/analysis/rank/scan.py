@@ -240,14 +240,15 @@ def _file_rows_hint(path) -> int:
         return rows_hint(0)
 
 
-def _scan(path, names: Index, recorder: CommRecorder | None = None, workers: int = 1) -> _Scan:
+def _scan(path, names: Index, recorder: CommRecorder | None = None, workers: int = 1, range_pool=None) -> _Scan:
     """Read a file's events chunk by chunk (:mod:`overlapprof.trace.reader`) into arrays; with
-    ``workers`` > 1, a large file in that many processes (:mod:`overlapprof.analysis.rank.parallel_scan`)."""
+    ``workers`` > 1, a large file in that many processes (:mod:`overlapprof.analysis.rank.parallel_scan`;
+    ``range_pool``: where the other processes come from, None: forked here)."""
     got = None
     if workers > 1:
         from overlapprof.analysis.rank import parallel_scan  # it imports this module
 
-        got = parallel_scan.read(path, names, recorder, workers)
+        got = parallel_scan.read(path, names, recorder, workers, pool=range_pool)
         if got is None and recorder is not None:
             recorder = recorder.fresh()  # it may hold the parts read before the workers gave up
     if got is not None:
