@@ -4,7 +4,8 @@ The file's text is cut at event boundaries (:mod:`overlapprof.trace.ranges`); th
 ``workers - 1`` worker processes each read some of the pieces as
 :mod:`overlapprof.analysis.rank.scan` reads a file, into parts that come together in file order
 (:mod:`overlapprof.analysis.rank.parts`): the report is the same with any number of workers.
-This module decides who reads what.
+This module decides who reads what. The worker processes are forked here, or are the workers
+of a Dask cluster (:func:`read`'s ``pool``; then only the plain ranges below, without stealing).
 
 How the text reaches the workers:
 
