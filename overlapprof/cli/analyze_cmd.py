@@ -66,9 +66,9 @@ def _cluster(address, scheduler_file, timeout, workers):
               help="Processes that analyze ranks in parallel, or that decode the pieces of one large "
                    "trace file (default: one per CPU).")
 @click.option("--dask-scheduler", metavar="tcp://HOST:PORT", default=None,
-              help="Analyze the ranks on this Dask distributed cluster (pip install 'overlapprof[cluster]'). "
-                   "The workers read the traces at their paths: they must be on a filesystem every worker "
-                   "shares.")
+              help="Analyze the ranks on this Dask distributed cluster (pip install 'overlapprof[cluster]'); "
+                   "with threads to spare, a large file's byte ranges too. The workers read the traces at "
+                   "their paths: they must be on a filesystem every worker shares.")
 @click.option("--dask-scheduler-file", type=click.Path(path_type=str), default=None, metavar="PATH",
               help="Like --dask-scheduler, with the address from the file that `dask scheduler "
                    "--scheduler-file`, dask-mpi or dask-jobqueue writes.")
