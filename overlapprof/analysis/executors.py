@@ -271,7 +271,7 @@ class DaskRanges:
         self.futures.append(future)
         return _DaskTask(future)
 
-    def shutdown(self, cancel_futures: bool = False) -> None:
+    def shutdown(self) -> None:
         left = [f for f in self.futures if not f.done()]
         if left:
             self.client.cancel(left)

@@ -12,8 +12,8 @@ are enabled) whose loopback is brought up and paced by a token-bucket qdisc::
 
 The filesystem, the working directory and the environment are shared, so run directories are
 the same as a normal run's; only the network is private, and ``/etc/hosts``, which there also
-names the IPv6 loopback ``localhost`` (:func:`_loopback_hosts` says why). ``tbf`` paces the bytes leaving ``lo``:
-every rank's traffic goes through that one queue, so the link is a **shared medium** of RATE
+names the IPv6 loopback ``localhost`` (:func:`_loopback_hosts` says why). ``tbf`` paces the
+bytes leaving ``lo``: every rank's traffic goes through that one queue, so the link is a **shared medium** of RATE
 (the total of all ranks' traffic), not a switch with a port of RATE per rank. It adds no
 propagation latency (``netem`` would; this kernel has none, and nothing here depends on it), and
 it does not model switches, NIC offload (the cores still copy every byte through the kernel's
@@ -120,7 +120,7 @@ def _command(link, tools, then=(), hosts=None):
     """unshare + the setup script, then ``then`` (exec'd inside; nothing: only set up). With
     ``hosts`` (see :func:`_loopback_hosts`), the namespace has a mount namespace of its own too,
     where that file is bind-mounted on /etc/hosts (if the mount fails, the run goes on without)."""
-    mount = hosts is not None and tools.get("mount")
+    mount = hosts is not None  # _loopback_hosts gives one only where mount is found
     script = ((f"{tools['mount']} --bind {hosts} /etc/hosts 2>/dev/null; " if mount else "")
               + f"{tools['ip']} link set lo up || exit {_IP_FAILED}; "
               f"{tools['tc']} qdisc add dev lo root tbf rate {link['rate']} "
@@ -143,9 +143,12 @@ def _loopback_hosts(tools):
         if subprocess.run([tools["unshare"], "--user", "--map-root-user", "--net", "--mount", "--", "true"],
                           capture_output=True, timeout=30).returncode != 0:
             return None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    try:
         with open("/etc/hosts", encoding="utf-8", errors="replace") as f:
             text = f.read()
-    except (OSError, subprocess.TimeoutExpired):
+    except OSError:
         text = "127.0.0.1 localhost\n"
     import tempfile
 
