@@ -300,7 +300,7 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
     for scan in scans:
         for cat, count in scan.unclassified.items():
             unclassified[cat] = unclassified.get(cat, 0) + count
-    events = sum(s.ts.size for s in scans)
+    events = sum(s.events for s in scans)
     negative = sum(s.negative for s in scans)
     headers = [scan.header for scan in scans]
     parts = []

@@ -7,8 +7,9 @@ complete events' ``ts``, ``dur``, category code, name id, thread and (GPU events
 calls, their args decoded in one batch) correlation; the chunk's values are copied into the file's columns
 (:class:`~overlapprof.analysis.columns.GrowingColumns`) and the chunk is dropped. The times are
 checked a chunk at a time and a problem is raised, naming the event, once the file is read
-(:class:`_Problems`). At the end the correlations are replaced by each GPU event's launching
-runtime call (:func:`_launches`). When asked, a
+(:class:`_Problems`). At the end a file with kernels keeps only the rows GPU mode reads
+(:func:`_gpu_mode_rows`: on real GPU traces about half), and the correlations are replaced by
+each GPU event's launching runtime call (:func:`_launches`). When asked, a
 :class:`~overlapprof.analysis.records.recorder.CommRecorder` reads the communication records from
 the same chunks. The result is a :class:`_Scan`, classified by :mod:`overlapprof.analysis.rank.events`.
 """
@@ -72,6 +73,8 @@ class _Scan:
     ``launch``: the row of the launching runtime call of each GPU event (the rows of a GPU
     category, in row order; -1: not found, matched by correlation). ``name_ids``: ids
     in the rank's name index. ``records``: what communication records need, when asked for.
+    ``events``: the file's complete events; in a file with kernels the rows are fewer, only
+    those GPU mode reads (:func:`_gpu_mode_rows`).
     """
 
     path: str
@@ -83,6 +86,7 @@ class _Scan:
     thread: np.ndarray  # int32 (pid, tid) codes of GPU events, cpu_ops, annotations, runtime calls; -1 elsewhere
     collective: np.ndarray  # record_param_comms: the kind code of its `Collective name`; -1 elsewhere
     negative: int
+    events: int
     header: TraceFile
     unclassified: dict[str, int] = field(default_factory=dict)
     records: Records | None = None
@@ -148,6 +152,7 @@ SCAN_COLUMNS = {"ts": np.float64, "dur": np.float64, "codes": np.int8, "name_ids
 _IS_CORRELATED = np.isin(np.arange(8), _CORRELATED)  # by category code
 _IS_THREADED = np.isin(np.arange(8), _THREADED)
 _IS_GPU = np.isin(np.arange(8), C.GPU_CATEGORIES)
+_KEPT_IN_GPU_MODE = np.isin(np.arange(8), (*C.GPU_CATEGORIES, C.RUNTIME, C.ANNOTATION))  # and some CPU ops
 
 
 @dataclass
@@ -232,6 +237,24 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
     return ({**columns.arrays(), **links.arrays()} if columns.size else None), unclassified, problems
 
 
+def _gpu_mode_rows(arrays: dict, names: list[str]) -> np.ndarray | None:
+    """A file with kernels puts its rank in GPU mode, which reads only GPU events, runtime calls,
+    annotations, and the CPU ops that are a ``ProfilerStep#N`` or a communication call: the
+    other rows (most CPU ops, other categories) are dropped from ``arrays`` now, a column at a
+    time, before the launch join and classification (in the 2 GB generated trace, half the rows).
+    Rows keep their order. Returns which rows were kept (None: the file has no kernels, nothing
+    is dropped)."""
+    codes = arrays["codes"]
+    if not (codes == C.KERNEL).any():
+        return None
+    wanted = np.array([bool(C.STEP_NAME.match(n)) or C.is_comm_call(n) for n in names], dtype=bool)
+    keep = _KEPT_IN_GPU_MODE[codes]
+    keep |= wanted[arrays["name_ids"]] & (codes == C.CPU_OP)  # masks, not row lists: a byte per row
+    for name in SCAN_COLUMNS:
+        arrays[name] = arrays[name][keep]  # the column before is freed here
+    return keep
+
+
 def _file_rows_hint(path) -> int:
     """:func:`rows_hint` of a file's text (gzip: about 10 times the file)."""
     try:
@@ -269,7 +292,11 @@ def _scan(path, names: Index, recorder: CommRecorder | None = None, workers: int
     if arrays is None:
         raise TraceError(path, "no complete ('X') events: nothing to measure")
     negative = int(np.count_nonzero(arrays["dur"] < 0))
-    launch = _launches(arrays["codes"], arrays.pop("corr"))
+    events = arrays["ts"].size
+    kept = _gpu_mode_rows(arrays, names.order)
+    launch = _launches(arrays["codes"], arrays.pop("corr"))  # correlated rows are all kept: corr is unchanged
     records = recorder.records(arrays["thread"], list(threads)) if recorder is not None else None
-    return _Scan(str(path), **arrays, launch=launch, negative=negative, header=header, unclassified=unclassified,
-                 records=records)
+    if records is not None and kept is not None:
+        records.rows = np.searchsorted(np.flatnonzero(kept), records.rows)  # every record row is a kept row
+    return _Scan(str(path), **arrays, launch=launch, negative=negative, events=events, header=header,
+                 unclassified=unclassified, records=records)
