@@ -1,8 +1,12 @@
-"""A file with kernels keeps only the rows GPU mode reads (scan._gpu_mode_rows), and its report
-is the one every row gives: metrics, steps, kinds, timeline and communication records alike."""
+"""A file keeps only the rows its rank's classification reads (scan._rows_read: in a file with
+kernels, the rows GPU mode reads), and its report is the one every row gives: metrics, steps,
+kinds, timeline and communication records alike."""
 
 from __future__ import annotations
 
+import gzip
+import json
+import re
 from pathlib import Path
 
 import msgspec
@@ -25,7 +29,7 @@ REAL = sorted(DATA.glob("*/*.json.gz"))
 def _report(paths, monkeypatch, *, every_row: bool) -> str:
     with monkeypatch.context() as m:
         if every_row:
-            m.setattr(SC, "_gpu_mode_rows", lambda arrays, names: None)
+            m.setattr(SC, "_rows_read", lambda arrays, names: None)
         return json_renderer.render(overlapprof.analyze(paths, workers=1, comm_ops=True))
 
 
@@ -51,16 +55,28 @@ def _gpu_events() -> list[dict]:
     return events
 
 
+def _rows_read_reference(path) -> int:
+    """The complete events the classification reads, counted from the JSON itself: in a file with
+    kernels, GPU events, runtime calls, user annotations and the ``ProfilerStep#N``,
+    ``record_param_comms`` and ``c10d::*`` CPU ops; else every event of a known category."""
+    events = [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"] if e.get("ph") == "X"]
+    codes = [C.category_code(e.get("cat", "")) for e in events]
+    if C.KERNEL not in codes:
+        return sum(c not in (C.OTHER, C.DEVICE_OTHER) for c in codes)
+    step_or_call = re.compile(r"^(ProfilerStep#\d+|record_param_comms|c10d::.*)$")
+    return sum(c in (*C.GPU_CATEGORIES, C.RUNTIME, C.ANNOTATION)
+               or (c == C.CPU_OP and bool(step_or_call.match(e["name"]))) for c, e in zip(codes, events))
+
+
 def test_real_traces_same_report_and_fewer_rows(monkeypatch):
-    checked = 0
+    fewer = 0
     for path in REAL:
         scan = SC._scan(path, Index())
-        has_kernels = bool((scan.codes == C.KERNEL).any())
-        assert (scan.ts.size < scan.events) == has_kernels, path  # every real GPU trace has CPU ops to drop
+        assert scan.ts.size == _rows_read_reference(path), path
+        fewer += scan.ts.size < scan.events
         got = _report([path], monkeypatch, every_row=False)
         assert got == _report([path], monkeypatch, every_row=True), path
-        checked += has_kernels
-    assert checked >= 5  # amd_trace, nccl_parser_config, negative_queue_length, ns_resolution, trace_filter
+    assert fewer >= 6  # the five GPU traces, and mtia's unclassified device activity
 
 
 @pytest.mark.parametrize("cpu_file_first", [False, True])
@@ -81,7 +97,7 @@ def test_synthetic_rank_same_report(tmp_path, monkeypatch, cpu_file_first):
     def one_rank(every_row: bool) -> bytes:
         with monkeypatch.context() as m:
             if every_row:
-                m.setattr(SC, "_gpu_mode_rows", lambda arrays, names: None)
+                m.setattr(SC, "_rows_read", lambda arrays, names: None)
             ev = rank_events(files, C.compile_comm_kernels(()), records=True, record_own_args=True)
             return msgspec.json.encode(rank_report(ev, keep_records=True))
 
