@@ -128,14 +128,25 @@ def _p2p(kind, ts, dur, peer):
 
 
 def test_send_recv_pairs_by_peer(tmp_path):
+    """A pair is measured at the receiver: the transfer is its end − the later start (a send may
+    end once its data is buffered, before the data arrives), a rank waits from its start to the
+    later start when it ends after it, and the later start is the last rank."""
     rank0 = _p2p("send", 0, 50, 1) + _p2p("send", 1000, 40, 1) + _p2p("recv", 2000, 700, 1)
     rank1 = _p2p("recv", 10, 500, 0) + _p2p("recv", 1010, 30, 0) + _p2p("send", 2600, 60, 0)
+    rank0 += _p2p("send", 3000, 50, 1)  # buffered, done before the receiver came: no wait
+    rank1 += _p2p("recv", 3500, 10, 0)
     rank1 += [S.annotation("gloo:send", 5000, 20)]  # no c10d op around it: no peer
     c = overlapprof.analyze(write_ranks(tmp_path, [rank0, rank1]), workers=1).crossrank
-    assert [(m.kind, m.method, m.instances) for m in c.matching] == [("send_recv", "pair-order", 3)]
+    assert [(m.kind, m.method, m.instances) for m in c.matching] == [("send_recv", "pair-order", 4)]
     got = sorted((i.ranks, i.durations_us, i.transfer_us, i.last_rank) for i in c.instances)
-    assert got == [([0, 1], [40.0, 30.0], 30.0, 1), ([0, 1], [50.0, 500.0], 50.0, 0), ([1, 0], [60.0, 700.0], 60.0, 1)]
-    assert c.rank(1).wait_us == 450 and c.rank(0).wait_us == 10 + 640
+    assert got == [([0, 1], [40.0, 30.0], 30.0, 1), ([0, 1], [50.0, 10.0], 10.0, 1),
+                   ([0, 1], [50.0, 500.0], 500.0, 1), ([1, 0], [60.0, 700.0], 100.0, 1)]
+    # Rank 1's first transfer (500 µs) is 20x its median: warm-up, left out of the sums below.
+    assert [(w.rank, w.transfer_us) for w in c.warmups] == [(1, 500.0)]
+    assert c.rank(1).wait_us == 0 and c.rank(0).wait_us == 10 + 600 + 0
+    # A rank's own transfer is the rest of its operation, at most the pair's.
+    assert c.rank(0).transfer_us == 30 + 100 + 10 and c.rank(1).transfer_us == 30 + 60 + 10
+    assert c.stragglers[0].rank == 1 and c.stragglers[0].caused_wait_us == 610
     assert [(u.rank, u.count) for u in c.unmatched] == [(1, 1)] and "peer" in c.unmatched[0].reason
     assert all(b.bus_factor == 1.0 and b.bytes == 4000 for b in c.bandwidth if b.transfer == "matched")
 

@@ -9,6 +9,9 @@ unmatched operations and how matching and clocks were done. Definitions are thos
 from __future__ import annotations
 
 from overlapprof.renderers.format import (
+    RANK_SUMS,
+    TRANSFER_RULE,
+    WAIT_RULE,
     PLACEHOLDER, count, factor, gbps, human_bytes, ms, percent, rank_list, text_table, times,
 )
 from overlapprof.report import Report
@@ -97,10 +100,10 @@ def render(report: Report) -> str:
         off = not report.options.crossrank
         return "(cross-rank analysis off: --no-comms)\n" if off else "(no communication operations to match)\n"
     parts = [
-        "collectives: medians per kind and size (transfer = shortest duration across ranks; wait = duration − transfer)",
+        f"collectives: medians per kind and size ({TRANSFER_RULE}; {WAIT_RULE})",
         text_table(BANDWIDTH_HEAD, bandwidth_rows(report)) if report.crossrank.bandwidth else "(none)",
         "",
-        "ranks: wait vs transfer (sums over matched instances; wait share = exposed wait / exposed comm)",
+        f"ranks: wait vs transfer ({RANK_SUMS}; wait share = exposed wait / exposed comm)",
         text_table(RANK_HEAD, rank_rows(report)),
         "",
         *detail_lines(report),

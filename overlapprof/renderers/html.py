@@ -20,7 +20,7 @@ from typing import Callable
 
 from overlapprof.renderers import collectives_table as ct
 from overlapprof.renderers import compare_table
-from overlapprof.renderers.format import PLACEHOLDER, factor, ms, percent, saved_ms
+from overlapprof.renderers.format import PLACEHOLDER, RANK_SUMS, TRANSFER_RULE, WAIT_RULE, factor, ms, percent, saved_ms
 from overlapprof.report import PER_STEP, Comparison, Report
 
 
@@ -201,7 +201,8 @@ def _timeline(page: Page, label: str, report: Report) -> str | None:
     from overlapprof.renderers import plots
 
     truncated = any(r.timeline and r.timeline.truncated for r in report.ranks)
-    caption = ("Each rank's step of median length. Compute on one lane, communication on the next: "
+    caption = ("One ProfilerStep, the same on every rank: the middle one by number (the last step left out "
+               "when there are three or more). Compute on one lane, communication on the next: "
                "green where it ran under compute (hidden), vermillion where it did not (exposed).")
     if truncated:
         caption += " Some lanes hold only the first intervals of the step (capped)."
@@ -234,8 +235,8 @@ def _stragglers(page: Page, label: str, report: Report) -> str | None:
     if not has_chart(report):
         return None
     fig = straggler_figure(report, title=f"{label}: waiting vs transferring per rank")
-    caption = ("Collectives matched across ranks: transfer = the shortest duration among their ranks, "
-               "wait = a rank's duration − transfer; right, the wait a rank's late arrivals caused the others.")
+    caption = (f"Collectives matched across ranks: {TRANSFER_RULE}, {WAIT_RULE}; left, {RANK_SUMS}; "
+               "right, the wait a rank's late arrivals caused the others.")
     rows = [[str(s.rank), ms(s.caused_wait_us), percent(s.share), str(s.last_arrivals)]
             for s in report.crossrank.stragglers[:8]]
     body = figure(fig, f"{label} stragglers", _e(caption))

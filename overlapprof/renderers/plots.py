@@ -119,7 +119,7 @@ def timeline_figure(report, *, title: str | None = None, xmax_ms: float | None =
         ax.set_xlim(0, (xmax_ms or max(timeline_span_ms(report), 1e-3)) * 1.12)
         ax.set_xlabel("time since the step's start (ms)")
         ax.spines["left"].set_visible(False)
-        ax.set_title(title or "One step per rank (the step of median length)")
+        ax.set_title(title or "One step per rank (the middle ProfilerStep by number)")
         if not ranks:
             ax.text(0.5, 0.5, "no timeline: no communication or compute events", transform=ax.transAxes,
                     ha="center", va="center", color="#777777")

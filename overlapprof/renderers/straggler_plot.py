@@ -2,8 +2,10 @@
 
 Reads only ``Report.crossrank`` (:mod:`overlapprof.report.crossrank`). Two panels sharing the rank
 axis: left, each rank's time in matched collectives split into transfer (blue) and wait
-(vermillion), labelled with the wait and the total; right, the wait the rank's late arrivals
-caused the other ranks, the top straggler in wine, with a legend. Same style and palette as :mod:`overlapprof.renderers.plots`.
+(vermillion), labelled with both (sums over operations: ones in flight at once each count, so
+they may add up to more than the rank's communication time); right, the wait the rank's late
+arrivals caused the other ranks, the top straggler in wine. One legend below both panels. Same
+style and palette as :mod:`overlapprof.renderers.plots`.
 """
 
 from __future__ import annotations
@@ -31,15 +33,15 @@ def straggler_figure(report, *, title: str | None = None):
         left, right = fig.subplots(1, 2, sharey=True, width_ratios=(3, 2))
         transfer = [to_ms(r.transfer_us) for r in ranks]
         wait = [to_ms(r.wait_us) for r in ranks]
-        left.barh(ys, transfer, color=COMPUTE, height=0.62, label="transfer (shortest duration across ranks)")
+        left.barh(ys, transfer, color=COMPUTE, height=0.62, label="transfer")
         left.barh(ys, wait, left=transfer, color=EXPOSED, height=0.62, label="wait (duration − transfer)")
         span = max([t + w for t, w in zip(transfer, wait)] + [1e-3])
         for y, t, w, r in zip(ys, transfer, wait, ranks):
-            label = f"{ms(r.wait_us)} ms wait of {ms(r.wait_us + r.transfer_us)} ms"
+            label = f"{ms(r.wait_us)} ms wait + {ms(r.transfer_us)} ms transfer"
             left.text(t + w + span * 0.01, y, label, va="center", fontsize=7.5,
                       color="#444444")
         left.set_xlim(0, span * 1.45)
-        left.set_xlabel("time in matched collectives (ms)")
+        left.set_xlabel("time in matched collectives, summed over operations (ms)")
         left.set_title(title or "Waiting vs transferring per rank")
         caused = [to_ms(r.caused_wait_us) for r in ranks]
         colors = [TOP if r.rank == top else CAUSED for r in ranks]
@@ -49,7 +51,6 @@ def straggler_figure(report, *, title: str | None = None):
         handles = [Patch(color=CAUSED, label="wait caused to others")]
         if top is not None:
             handles.append(Patch(color=TOP, label=f"top straggler (rank {top})"))
-        right.legend(handles=handles, loc="lower right", fontsize=7.5, frameon=False)
         most = max(caused + [1e-3])
         for y, c, r in zip(ys, caused, ranks):
             if r.last_arrivals:
@@ -64,5 +65,8 @@ def straggler_figure(report, *, title: str | None = None):
             ax.set_axisbelow(True)
             ax.tick_params(axis="y", length=0)
         left.set_yticks(ys, [f"rank {r.rank}" for r in ranks])
-        fig.legend(*left.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize=8)
+        # One legend below both panels: inside the right one it covered the bar labels.
+        lines, labels = left.get_legend_handles_labels()
+        fig.legend(lines + handles, labels + [h.get_label() for h in handles], loc="outside lower center",
+                   ncols=len(labels) + len(handles), fontsize=8)
     return fig

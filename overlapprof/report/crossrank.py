@@ -10,6 +10,12 @@ ranks that recorded it; ``d_r`` is rank r's duration of its operation in the ins
 - ``transfer_us`` = min over the instance's ranks of ``d_r``: the time the data moved, once the
   last rank had arrived (every rank ends together, so the last to arrive waited least).
 - ``wait_us`` of rank r = ``d_r − transfer_us`` (equivalently the latest arrival − r's arrival).
+- A send/recv pair whose ranks share a clock is measured at the receiver instead (a send may end
+  as soon as its data is buffered, with the data still on its way: gloo over TCP, any eager
+  protocol): ``transfer_us`` = the receiver's end − the later start; r's wait = the later start
+  − r's start when r's operation ends after the later start, else 0 (it did not wait for its
+  partner); r's own transfer (what its sums add) = ``d_r`` − its wait, at most ``transfer_us``;
+  ``last_rank`` = the later start (ties: the shorter operation).
 - ``skew_us`` = latest start − earliest start of the instance (needs comparable clocks).
 - ``last_rank``: the rank with the shortest duration (it did not wait: the others waited for it);
   ties go to the latest start.

@@ -100,14 +100,14 @@ def build_crossrank(inputs: list[CrossRankInput], align_clocks: bool = False) ->
     row_shift = _row_shift(shift, ops)
     m = match(ops, present, shared, row_shift)
     start = ops.ts + row_shift
-    x = measure(ops, m, start)
-    # Skew needs one clock: across unaligned hosts it is left out.
+    # Skew, and send/recv measured at the receiver, need one clock: across unaligned hosts they are not.
     domain_index = {name: k for k, name in enumerate(sorted(set(domain_of.values())))}
     rank_domain = np.zeros(max(domain_of) + 1, dtype=np.int64)
     rank_domain[list(domain_of)] = [domain_index[d] for d in domain_of.values()]
-    doms = rank_domain[ops.rank[x.rows]]
-    one_clock = (np.maximum.reduceat(doms, x.bounds) == np.minimum.reduceat(doms, x.bounds)) if x.rows.size else []
-    one_clock = np.ones(m.sizes.size, bool) if clocks != "unaligned" else one_clock
+    doms = rank_domain[ops.rank[m.rows]]
+    one_clock = (np.maximum.reduceat(doms, m.bounds) == np.minimum.reduceat(doms, m.bounds)) if m.rows.size else []
+    one_clock = np.ones(m.sizes.size, bool) if clocks != "unaligned" else np.asarray(one_clock, bool)
+    x = measure(ops, m, start, one_clock)
     origin = float(start.min())
     sizes = instance_sizes(ops, m, x)
     with _gc_paused():  # thousands of small lists kept: collections would only slow this down

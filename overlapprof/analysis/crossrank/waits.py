@@ -15,6 +15,7 @@ from overlapprof.analysis import intervals as iv
 from overlapprof.analysis.crossrank.clocks import UNKNOWN_HOST
 from overlapprof.analysis.crossrank.inputs import CrossRankInput
 from overlapprof.analysis.crossrank.matching import Matched
+from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.records.operations import CommOperations
 from overlapprof.analysis.stats import median
 from overlapprof.report import RankWaits, Straggler, WarmupOp
@@ -22,6 +23,8 @@ from overlapprof.report import RankWaits, Straggler, WarmupOp
 WARMUP_FACTOR = 10.0  # a first op this many times the kind's median transfer is warm-up
 
 WARMUP_MIN_OTHERS = 2  # ... judged only against at least this many other ops of its kind
+_SEND_RECV = KINDS.index("send_recv")
+_SEND, _RECV = 1, 2  # CommOperations.direction
 
 
 def _warmup(ops: CommOperations, inst_of: np.ndarray, transfer_of_row: np.ndarray) -> tuple[np.ndarray, list[WarmupOp]]:
@@ -71,7 +74,36 @@ class Measured:
     warmups: list[WarmupOp]
 
 
-def measure(ops: CommOperations, m: Matched, start: np.ndarray) -> Measured:
+def _pairs_by_receiver(ops: CommOperations, m: Matched, start: np.ndarray, one_clock: np.ndarray,
+                       transfer, transfer_of, op_wait, last_rank) -> None:
+    """Send/recv pairs whose two ranks share a clock, measured at the receiver (in place): a send
+    may end as soon as its data is buffered (gloo over TCP, any eager protocol) while the data is
+    still on its way, so the shortest duration is not the transfer. The transfer is the receiver's
+    end − the later start; a rank waits from its start to the later start if its operation
+    ends after that (one that ended before its partner arrived did not wait for it), and its
+    own transfer is the rest of its duration, at most the pair's. The last rank is the later
+    start (ties: the shorter operation). A pair whose receiver ends before the later start (odd
+    clocks) keeps the durations' rule."""
+    pick = np.flatnonzero((m.sizes == 2) & (ops.kind[m.rows[m.bounds]] == _SEND_RECV) & np.asarray(one_clock, bool))
+    a, b = m.rows[m.bounds[pick]], m.rows[m.bounds[pick] + 1]
+    a_recv = ops.direction[a] == _RECV
+    recv, send = np.where(a_recv, a, b), np.where(a_recv, b, a)
+    latest = np.maximum(start[recv], start[send])
+    t = start[recv] + ops.dur[recv] - latest
+    ok = (ops.direction[recv] == _RECV) & (ops.direction[send] == _SEND) & (t >= 0)
+    pick, recv, send, latest, t = pick[ok], recv[ok], send[ok], latest[ok], t[ok]
+    transfer[pick] = t
+    for row in (recv, send):
+        wait = np.where(start[row] + ops.dur[row] > latest, latest - start[row], 0.0)
+        op_wait[row] = wait
+        transfer_of[row] = np.minimum(t, ops.dur[row] - wait)
+    later = (start[send] > start[recv]) | ((start[send] == start[recv]) & (ops.dur[send] <= ops.dur[recv]))
+    last_rank[pick] = ops.rank[np.where(later, send, recv)]
+
+
+def measure(ops: CommOperations, m: Matched, start: np.ndarray, one_clock=None) -> Measured:
+    """The metrics of the matched instances; ``start``: each operation's start on the common clock;
+    ``one_clock``: per instance, whether its ranks' starts are comparable (None: all are)."""
     n, sizes, rows, bounds = len(ops), m.sizes, m.rows, m.bounds
     ids = np.repeat(np.arange(sizes.size), sizes)
     inst_of = np.full(n, -1, dtype=np.int64)
@@ -85,6 +117,8 @@ def measure(ops: CommOperations, m: Matched, start: np.ndarray) -> Measured:
         # Last arrival: the shortest duration in the instance (ties: the latest start).
         order = np.lexsort((-start[rows], ops.dur[rows], ids))
         last_rank = ops.rank[rows[order][np.concatenate(([True], ids[order][1:] != ids[order][:-1]))]]
+        _pairs_by_receiver(ops, m, start, np.ones(sizes.size, bool) if one_clock is None else one_clock,
+                           transfer, transfer_of, op_wait, last_rank)
     else:
         transfer = skew = np.empty(0)
         last_rank = np.empty(0, dtype=np.int64)
