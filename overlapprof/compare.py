@@ -262,22 +262,12 @@ def compare(reports: list[Report], labels: list[str] | None = None) -> Compariso
     )
 
 
-def is_saved_comparison(path: Path) -> bool:
-    """Does the file start like a saved Comparison (first key ``schema``)?"""
-    try:
-        with Path(path).open("rb") as f:
-            head = f.read(64)
-    except OSError:
-        return False
-    return b"".join(head.split()).startswith(b'{"schema":"overlapprof.comparison/')
-
-
 def load_reports(paths, progress=None, **analyze_options) -> tuple[list[Report], list[str] | None]:
     """The Reports of command-line inputs, one per path: a saved report is loaded, a saved
     comparison gives back its reports (and labels), anything else is analyzed as one run or
     trace set (``analyze_options`` go to :func:`overlapprof.analyze`). ``progress(k, n, path)``
     is called before each input. Returns (reports, labels or None)."""
-    from overlapprof.trace.discover import is_saved_report
+    from overlapprof.trace.discover import is_saved_comparison, is_saved_report
 
     paths = [Path(p) for p in paths]
     if len(paths) == 1 and paths[0].is_file() and is_saved_comparison(paths[0]):

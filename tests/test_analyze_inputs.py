@@ -333,6 +333,8 @@ def test_folder_of_several_runs_is_refused_with_their_list(runs):
     assert len(names) == 3
     result = cli(runs.root)
     assert_one_line_error(result, str(runs.root), "3 different runs", "overlapprof compare", *names)
+    # The suggested compare lists them in the order they ran: its first is the baseline.
+    assert f"overlapprof compare {runs.ring['sync']} {runs.ring['async']} ..." in result.stderr
     with pytest.raises(InputError, match="not ranks of one job"):
         overlapprof.analyze([runs.ring["sync"], runs.ring["async"]], workers=1)
 
@@ -371,3 +373,23 @@ def test_node_parts_of_one_multinode_run_are_one_job(runs, tmp_path):
     assert _numbers(report) == _numbers(overlapprof.analyze(source, workers=1))
     assert sorted(report.run["traces"]) == ["0", "1"] and report.run["missing_ranks"] == []
     assert not any("no trace for ranks" in w for w in report.warnings)
+
+
+def test_own_outputs_are_not_traces(tmp_path):
+    """A saved comparison and an exported timeline (trace-event JSON of unions already measured)
+    are refused by name, and skipped when found in a folder of traces."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for rank in (0, 1):
+        S.write(traces / f"rank{rank}.pt.trace.json", S.trace(GOOD, rank=rank, world_size=2))
+    timeline = tmp_path / "timeline.json"
+    exported = CliRunner().invoke(main, ["export", str(traces), "-o", str(timeline)])
+    assert exported.exit_code == 0, exported.output
+    comparison = tmp_path / "cmp.json"
+    saved = CliRunner().invoke(main, ["compare", str(traces / "rank0.pt.trace.json"), str(traces / "rank1.pt.trace.json"),
+                                      "--json", str(comparison)])
+    assert saved.exit_code == 0, saved.output
+    assert_one_line_error(cli(timeline), "overlapprof export", "Perfetto")
+    assert_one_line_error(cli(comparison), "saved comparison", f"overlapprof compare {comparison}")
+    (traces / "timeline.json").write_bytes(timeline.read_bytes())
+    assert [r.rank for r in overlapprof.analyze(traces, workers=1).ranks] == [0, 1]  # the timeline is no third rank

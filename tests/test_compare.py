@@ -94,6 +94,10 @@ def test_cli_table_json_csv(runs, tmp_path):
     assert [r["label"] for r in rows] == ["sync", "async"] == [v.label for v in saved.variants]
     assert float(rows[1]["speedup"]) == pytest.approx(saved.variants[1].speedup)
     assert rows[0]["speedup"] == "" and rows[0]["basis"] == PER_STEP
+    # An interval is two number columns, not one cell of text.
+    low, high = saved.variants[1].speedup_ci
+    assert (float(rows[1]["speedup_ci_low"]), float(rows[1]["speedup_ci_high"])) == pytest.approx((low, high))
+    assert rows[0]["speedup_ci_low"] == rows[0]["speedup_ci_high"] == "" and "speedup_ci" not in rows[0]
     assert len(saved.reports) == 2 and saved.reports[0].run["variant"] == "sync"
     # A saved comparison re-renders alone, without traces.
     again = cli.invoke(main, ["compare", str(tmp_path / "c.json"), "-q"])

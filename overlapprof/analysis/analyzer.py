@@ -37,7 +37,8 @@ FILTER_TEXT = {
     "rank's last ProfilerStep are left out",
     "require_launch": "--require-launch: GPU events whose launching runtime call is not in the trace are left out",
     "like_hta": "--like-hta: HolisticTraceAnalysis 0.5.0's get_comm_comp_overlap (times rounded to whole µs, last "
-    "step and unlaunched kernels left out when there are two or more ProfilerSteps, kernels classified by name)",
+    "step and unlaunched kernels left out when there are two or more ProfilerSteps, kernels classified by name) "
+    "for each rank's totals; the cross-rank columns (wait, transfer) still cover every matched operation",
 }
 
 

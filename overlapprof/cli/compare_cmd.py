@@ -26,7 +26,7 @@ def compare(paths, json_out, csv_out, labels, quiet, **kw):
     each), saved reports (`analyze --json FILE`), or one saved comparison (`compare --json FILE`).
     Values are per-step medians when the traces have ProfilerSteps, else whole-trace values.
     """
-    from overlapprof.compare import is_saved_comparison
+    from overlapprof.trace.discover import is_saved_comparison
     from overlapprof.renderers import compare_csv, compare_json, compare_table
 
     if len(paths) < 2 and not (Path(paths[0]).is_file() and is_saved_comparison(Path(paths[0]))):

@@ -105,6 +105,30 @@ def is_saved_report(path: Path) -> bool:
     return head.lstrip().replace(b" ", b"").replace(b"\n", b"").startswith(b'{"schema":"overlapprof.report/')
 
 
+def is_saved_comparison(path: Path) -> bool:
+    """Does the file start like a saved Comparison (first key ``schema``)?"""
+    head = _head(path, 64)
+    return head is not None and b"".join(head.split()).startswith(b'{"schema":"overlapprof.comparison/')
+
+
+def is_exported_timeline(path: Path) -> bool:
+    """Does the file start like ``overlapprof export``'s timeline (``otherData.producer`` first)?
+    It is trace-event JSON, but of unions already measured, not of a profiler's events."""
+    head = _head(path, 256)
+    return head is not None and b'"otherData":{"producer":"overlapprof' in b"".join(head.split())
+
+
+def own_output_error(path: Path) -> str | None:
+    """Why an output of overlapprof's is not a trace to analyze (None: it is not one)."""
+    if is_saved_comparison(path):
+        return (f"{path}: a saved comparison (overlapprof compare --json), not a trace: re-render it with "
+                f"`overlapprof compare {path}` or `overlapprof report {path}`")
+    if is_exported_timeline(path):
+        return (f"{path}: a timeline written by `overlapprof export`, not a profiler trace: open it in Perfetto "
+                "or chrome://tracing, and analyze the traces it was made from")
+    return None
+
+
 def is_execution_trace(path: Path, sniff: int = _ET_SNIFF) -> bool:
     """Is the file a Chakra / PARAM execution trace (an object with ``"schema"`` and ``"nodes"``
     in its first ``sniff`` bytes and no ``"traceEvents"``)? Gzipped ones are not sniffed."""
@@ -191,7 +215,7 @@ def search(folder: str | Path) -> tuple[list[Path], list[Path]]:
             continue
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         files += [root / n for n in names if _is_trace_name(n)]
-    files = [f for f in files if f.is_file() and not is_saved_report(f)]
+    files = [f for f in files if f.is_file() and not is_saved_report(f) and own_output_error(f) is None]
     return sorted(runs), sorted(files)
 
 
@@ -207,10 +231,12 @@ def _one_job(runs: list[tuple[Path, run_record.RunRecord]], base: Path | None = 
     folder they were found in (they are named relative to it)."""
     jobs = {}
     for run_dir, run in runs:
-        jobs.setdefault(_job(run_dir, run), run_dir)
+        jobs.setdefault(_job(run_dir, run), (run_dir, run))
     if len(jobs) < 2:
         return
-    dirs = list(jobs.values())
+    # In the order they ran: the suggested compare takes the first as its baseline (sync before async).
+    firsts = sorted(jobs.values(), key=lambda dr: (dr[1].created is None, dr[1].created or 0.0))
+    dirs = [run_dir for run_dir, _ in firsts]
     names = [str(d.relative_to(base)) if base else str(d) for d in dirs]
     listed = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     what = f"{base}: holds {len(dirs)} different runs" if base else f"{len(dirs)} different runs given"
@@ -249,6 +275,8 @@ def discover(paths) -> Inputs:
         if not path.exists():
             raise InputError(f"{path}: no such file or directory")
         if not path.is_dir():
+            if (why := own_output_error(path)) is not None:
+                raise InputError(why)
             if is_execution_trace(path):
                 raise InputError(f"{path}: an execution trace (Chakra/PARAM 'schema'/'nodes'), not a PyTorch "
                                  "profiler trace: give the Kineto trace (*.pt.trace.json) recorded beside it")
