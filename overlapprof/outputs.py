@@ -60,8 +60,10 @@ def check_output(dest: str | Path, what: str, named: bool = True) -> Path:
     dest = Path(dest)
     real = dest.resolve()  # a link is judged by what it points to
     for path in dict.fromkeys((dest, real)):
-        if path.name == RUN_FILE or _is_trace(path):
+        if path.name == RUN_FILE:
             raise OutputError(f"refusing to write the {what} over {dest}, which holds a run's data")
+        if _is_trace(path):
+            raise OutputError(f"refusing to write the {what} over {dest}, which is a trace")
     run_dir = run_dir_above(dest) or run_dir_above(real)
     if run_dir is not None:
         raise OutputError(f"refusing to write the {what} to {dest}: it is inside run directory {run_dir}, "

@@ -75,11 +75,13 @@ def test_never_over_a_trace_or_a_run_json_anywhere(run_copy, tmp_path):
     run_json = Path(shutil.copy(a / "run.json", outside / "run.json"))
     before = _snapshot(tmp_path)
     cli = CliRunner()
-    for args in (["analyze", str(a), "--json", str(loose)], ["compare", str(a), str(b), "--csv", str(loose)],
-                 ["report", str(a), "-o", str(named)], ["plot", str(a), "-o", str(run_json)],
-                 ["analyze", str(a), "--json", str(trace)]):
+    for args, why in ((["analyze", str(a), "--json", str(loose)], "which is a trace"),
+                      (["compare", str(a), str(b), "--csv", str(loose)], "which is a trace"),
+                      (["report", str(a), "-o", str(named)], "which is a trace"),
+                      (["plot", str(a), "-o", str(run_json)], "which holds a run's data"),
+                      (["analyze", str(a), "--json", str(trace)], "which is a trace")):
         line = _one_line_error(cli.invoke(main, args))
-        assert "refusing to write the" in line and "which holds a run's data" in line, line
+        assert "refusing to write the" in line and why in line, line
     assert _snapshot(tmp_path) == before and not named.exists()
 
 

@@ -48,7 +48,8 @@ def _step_rows(report: Report):
 
 
 def _kind_rows(report: Report):
-    header = ["rank", "kind", "ops", *_METRIC_HEAD]
+    # Each kind is measured against the rank's whole compute, so that column repeats per rank.
+    header = ["rank", "kind", "ops", *_METRIC_HEAD[:-1], "rank compute ms"]
     rows = [[str(r.rank), k.kind, str(k.count), *_metric_cells(k)] for r in report.ranks for k in r.kinds]
     return header, rows
 
