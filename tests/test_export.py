@@ -183,7 +183,7 @@ def _listing(folder: Path):
 @pytest.mark.parametrize("args, message", [
     (["-o", "{run}/timeline.json"], "inside run directory"),
     (["-o", "{run}/logs/timeline.json"], "inside run directory"),
-    (["-o", "{trace}"], "holds a run's data"),
+    (["-o", "{trace}"], "which is a trace"),
     (["-o", "{tmp}"], "is a folder"),
     (["-o", "{tmp}/t.json", "--step", "999"], "no ProfilerStep#999"),
     (["-o", "{tmp}/t.json", "--window", "5"], "START:END"),

@@ -18,7 +18,7 @@ PLACEHOLDER = "-"
 
 # How the cross-rank section splits time (overlapprof.report.crossrank), said the same way by
 # the table, the chart and the page.
-TRANSFER_RULE = "transfer = the shortest duration across ranks (a send/recv pair: the receiver's end − the later start)"
+TRANSFER_RULE = "transfer = the shortest duration across ranks, or of a send/recv pair the receiver's end − the later start"
 WAIT_RULE = "wait = duration − transfer"
 RANK_SUMS = "sums over matched instances; operations in flight at once each count"
 
