@@ -121,3 +121,14 @@ def test_never_writes_over_traces_or_unnamed_files(runs, tmp_path, monkeypatch):
     assert Path("report.html").read_text() == "mine"
     out = cli.invoke(main, ["report", str(sync), "-o", "report.html", "-q"])
     assert out.exit_code == 0 and Path("report.html").read_text().startswith("<!DOCTYPE html>")
+
+
+def test_header_chips_say_what_is_known(runs):
+    """A run's page names its workload, device and backend; a page of profiler traces says they
+    are not a run, and gives the backend their distributedInfo records without calling it a device."""
+    chips = lambda page: dict(re.findall(r'<span class="chip"><b>([^<]*)</b> ([^<]*)</span>', page))  # noqa: E731
+    run = chips(html.render(compare([analyze([str(runs.ring["sync"])])])))
+    assert run["workload"] == "ring" and run["device"] == "cpu" and run["backend"] == "gloo"
+    traces = chips(html.render(compare([analyze([str(Path(__file__).parent / "data" / "trace_filter")])])))
+    assert "workload" not in traces and "not an overlapprof run" in traces["inputs"]
+    assert traces["device"] == "-" and traces["backend"] == "nccl"

@@ -69,9 +69,10 @@ def _header(page: Page) -> str:
     c = page.comparison
     first = c.variants[0]
     facts = [
-        ("workload", first.workload or "traces"),
+        ("workload", first.workload) if first.workload else ("inputs", "profiler traces (not an overlapprof run)"),
         ("ranks", first.ranks),
-        ("device", " · ".join(x for x in (first.device, first.backend) if x) or PLACEHOLDER),
+        ("device", first.device or PLACEHOLDER),  # a run's; traces do not say
+        ("backend", first.backend or PLACEHOLDER),
         ("basis", c.basis),
     ]
     chips = "".join(f'<span class="chip"><b>{_e(k)}</b> {_e(v)}</span>' for k, v in facts)
