@@ -266,6 +266,8 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
         launched = launch >= 0
         launch_ts = np.where(launched, ts[np.maximum(launch, 0)], np.nan)
         host_thread = rec.thread_of(np.where(launched, launch, rows))
+        if gpu:  # GPU activity that is not communication is no record's (a table row's, or its call's)
+            rec.drop(np.concatenate((compute_rows, memory_rows)))
         rec.gather(ts, scan.dur, codes, name_ids)
         # The file's columns are not needed any more: their memory is free for the table's.
         del ts, codes, name_ids

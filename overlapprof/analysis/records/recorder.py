@@ -73,6 +73,17 @@ class Records:
         """The rank's thread code of each row (before :meth:`gather`)."""
         return self.thread_codes[self.row_thread[rows]]
 
+    def drop(self, rows: np.ndarray) -> None:
+        """Forget these rows (before :meth:`gather`; any that are not record rows are ignored):
+        GPU activity the classification found not to be communication, which no table row and no
+        enclosing call needs. Their argument values stay, unreferenced."""
+        if rows.size == 0 or self.rows.size == 0:
+            return
+        rows = np.sort(rows)
+        at = np.minimum(np.searchsorted(rows, self.rows), rows.size - 1)
+        keep = rows[at] != self.rows
+        self.rows, self.args_at = self.rows[keep], self.args_at[keep]
+
     def gather(self, ts: np.ndarray, dur: np.ndarray, codes: np.ndarray, name_ids: np.ndarray) -> None:
         """Keep the record rows' values of the file's columns, and let go of the file's threads."""
         self.ts, self.dur, self.code, self.name = ts[self.rows], dur[self.rows], codes[self.rows], name_ids[self.rows]
