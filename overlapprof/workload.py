@@ -248,7 +248,7 @@ def load(path):
     sys.modules[module_name] = module  # dataclasses in the file look their module up here
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a file that calls sys.exit() on import does not load either
         del sys.modules[module_name]
         if isinstance(exc, SyntaxError):
             where, message = f" (line {exc.lineno})", exc.msg

@@ -130,10 +130,10 @@ def test_root_cause_prefers_a_rank_that_died_on_its_own_over_its_peers_errors():
     assert root_cause(ranks)[0] == 0
 
 
-def stuck(kind, location, stalled_s, ended, waiting):
+def stuck(kind, location, stalled_s, ended, waiting, step=0, step_kind="unprofiled"):
     return run_record.RankRecord(status="failed", error=f"{kind} ...", error_kind=kind, ended=ended,
                                  stalled_s=stalled_s, location=location, waiting_on_peers=waiting,
-                                 where=run_record.Where(step=0, step_kind="unprofiled", phase="compute"))
+                                 where=run_record.Where(step=step, step_kind=step_kind, phase="compute"))
 
 
 def test_a_hang_is_blamed_on_the_rank_stalled_in_its_own_code_whichever_watchdog_fired():
@@ -150,6 +150,15 @@ def test_a_hang_is_blamed_on_the_rank_stalled_in_its_own_code_whichever_watchdog
     # a deadlock: every rank waits on the others, the earliest timeout is the cause
     ranks["1"] = stuck("timeout", comm, 10.0, 100.2, True)
     assert root_cause(ranks)[:3] == (0, "timeout ...", "timeout")
+    # ... unless one is behind: rank 1 blocked in a recv at step 7 holds up rank 0 at step 9's barrier
+    recv = "in torch.distributed.recv at w.py:25 `dist.recv(x, src=0)`"
+    ranks = {"0": stuck("timeout", comm, 10.1, 100.0, True, step=9, step_kind="profiled"),
+             "1": stuck("timeout", recv, 10.0, 100.2, True, step=7, step_kind="profiled")}
+    assert root_cause(ranks)[0] == 1
+    ranks["1"] = stuck("timeout", recv, 10.0, 100.2, True, step=3, step_kind="warmup")  # warm-up comes first
+    ranks["0"] = stuck("timeout", comm, 10.1, 100.0, True, step=0, step_kind="unprofiled")
+    assert root_cause(ranks)[0] == 1
+    ranks = {"0": stuck("timeout", comm, 10.0, 100.0, True), "1": stuck("terminated", own, 10.1, 100.5, False)}
     # a rank stopped a moment after it left its last boundary did not stall
     ranks["1"] = stuck("terminated", own, 0.2, 100.5, False)
     assert root_cause(ranks)[0] == 0

@@ -103,6 +103,7 @@ def test_unknown_variant_is_a_clear_error(user_workload):
     ("VARIANTS = {'a': ''}\nOPTIONS = {'sizes': [1, 2]}\ndef step(c, s): pass\n",
      "option 'sizes': default must be bool, int, float or str, not list"),
     ("import nonexistent_module_xyz\n", "ModuleNotFoundError: No module named"),
+    ("import sys\nsys.exit(3)\n", "cannot load workload"),  # not a silent exit 3 of the launcher
 ])
 def test_bad_declarations_are_clear_errors(tmp_path, text, message):
     with pytest.raises(WorkloadError) as err:

@@ -25,6 +25,17 @@ def stalled_in_own_code(rank):
             and (rank.stalled_s or 0) >= _STALL_MIN_S)
 
 
+# Where a rank is in its loop, for ordering: set-up, then warm-up steps, then ProfilerSteps.
+_LOOP_ORDER = {"setup": 0, "warmup": 1}
+
+
+def _progress(where) -> tuple[int, int]:
+    """How far a rank got (smaller: further behind): its step kind's place, then its step."""
+    if where is None or where.step is None:
+        return (0, -1)
+    return (_LOOP_ORDER.get(where.step_kind, 2), where.step)
+
+
 def root_cause(ranks):
     """The failure that started it, of ``ranks`` ({rank: RankRecord}), as
     ``(rank, error, error_kind, consequences)``, or None when no rank failed.
@@ -32,8 +43,9 @@ def root_cause(ranks):
     Preference, then the earliest: a rank's own error (exception), or a rank that stalled in its
     own code (dated by the start of its stall); then a death of its own (exit code, signal: its
     "ended" is when the launcher noticed, later than the peers' errors it caused); then a
-    timeout while waiting on peers (a deadlock: all wait); then the rest. ``consequences`` are
-    the other failed ranks."""
+    timeout while waiting on peers (a deadlock: all wait), the rank furthest behind first (a
+    rank blocked in a recv at step 7 holds up one waiting at step 9, not the other way round),
+    then the earliest; then the rest. ``consequences`` are the other failed ranks."""
     failed = [(int(rank), info) for rank, info in ranks.items() if info.status == "failed"]
     if not failed:
         return None
@@ -44,7 +56,8 @@ def root_cause(ranks):
         order = 0 if stalled or info.error_kind == "exception" else {
             "exit": 1, "timeout": 2}.get(info.error_kind, 3)
         ended = info.ended if info.ended is not None else float("inf")
-        return order, ended - (info.stalled_s or 0) if stalled else ended, rank
+        behind = _progress(info.where) if order == 2 else (0, 0)
+        return order, behind, ended - (info.stalled_s or 0) if stalled else ended, rank
 
     rank, info = min(failed, key=preference)
     kind, error = info.error_kind, info.error
