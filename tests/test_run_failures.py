@@ -63,7 +63,12 @@ def test_crash_keeps_traces_and_logs_and_records_the_failure(crashed):
         assert (run_dir / "logs" / f"rank{rank}.stderr.log").is_file()
     assert "ValueError: boom on rank 1" in (run_dir / "logs" / "rank1.stderr.log").read_text()
     error_file = json.loads((run_dir / "logs" / "rank1.error.json").read_text())
-    assert "boom on rank 1" in error_file["message"]["message"]  # torchelastic's @record
+    assert "boom on rank 1" in error_file["message"]["message"]  # as torchelastic's @record writes it
+    assert "harness.py" in error_file["message"]["extraInfo"]["py_callstack"]  # every frame, there
+    # On the console, the traceback holds the workload's frames only.
+    shown = [line for line in proc.stderr.splitlines() if 'File "' in line]
+    assert shown and all("crash.py" in line for line in shown), shown
+    assert "Traceback of rank 1 (its workload's frames" in proc.stderr
     assert len(bad["step_times_ms"]["profiled"]) == 1  # ProfilerStep#2 completed
 
 

@@ -44,6 +44,7 @@ import json  # noqa: E402
 import re  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
+import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
@@ -316,15 +317,30 @@ class Harness:
         return ", ".join(parts)
 
 
-def _write_elastic_error_file(message):
-    """What ``@record`` writes for an exception, for the watchdog's exit (no exception there)."""
+def _write_elastic_error_file(message, callstack=None):
+    """What ``@record`` writes for an exception (``callstack``: its whole traceback; the
+    watchdog's exit has no exception, and gives the message alone)."""
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if path:
         data = {"message": {"message": message,
-                            "extraInfo": {"py_callstack": message,
+                            "extraInfo": {"py_callstack": callstack or message,
                                           "timestamp": str(int(time.time()))}}}
         with open(path, "w") as f:
             json.dump(data, f)
+
+
+_PACKAGE = str(Path(workload_api.__file__).parent) + os.sep
+
+
+def _workload_traceback(rank, exc) -> str:
+    """The exception with the frames outside overlapprof (the workload's, and what it called):
+    the harness's frames are noise to the workload's author, and stay in the error file. All
+    of them when none is left (then the failure is overlapprof's own)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in frames if not f.filename.startswith(_PACKAGE)] or frames
+    head = (f"Traceback of rank {rank} (its workload's frames; every frame is in logs/rank{rank}.error.json):\n"
+            if len(own) < len(frames) else "Traceback (most recent call last):\n")
+    return head + "".join(traceback.format_list(own) + traceback.format_exception_only(type(exc), exc)).rstrip()
 
 
 @record
@@ -347,7 +363,10 @@ def main(argv=None):
         if harness._interrupted():
             sys.exit(_INTERRUPTED_EXIT_CODE)  # a peer's error after Ctrl-C: recorded, no noise
         if not _PEER_GONE.search(first_line(exc)):
-            raise  # the root cause, probably: @record writes the error file, with traceback
+            # The root cause, probably: the error file as @record writes it, with the whole traceback.
+            _write_elastic_error_file(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            print(_workload_traceback(harness.rank, exc), file=sys.stderr)
+            sys.exit(1)
         print(f"rank {harness.rank}: {type(exc).__name__}: {first_line(exc)}", file=sys.stderr)
         sys.exit(1)
 
