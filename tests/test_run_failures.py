@@ -43,7 +43,17 @@ def test_crash_names_the_rank_and_its_error(crashed):
     line = last_line(proc.stderr)
     assert line.startswith("Error: crash/sync failed: rank 1: ValueError: boom on rank 1")
     assert "crash.py:" in line and "phase 'compute'" in line and "ProfilerStep#5" in line
-    assert str(run_dir) in line
+    assert line.endswith(f"; logs and traces kept in {run_dir}")
+
+
+def test_a_failed_setup_says_no_trace_was_written(tmp_path):
+    proc = _overlapprof("run", TEST_WORKLOADS / "crash.py", "--nproc", 2, "--run-id", "s", "--out", tmp_path,
+                        "--opt", "in_setup=true")
+    assert proc.returncode == 1
+    line = last_line(proc.stderr)
+    assert "rank 1: RuntimeError: setup failed on rank 1" in line and "phase 'setup'" in line
+    assert line.endswith(f"; logs (no trace was written) kept in {tmp_path / 's-sync'}")
+    assert (tmp_path / "s-sync" / "logs" / "rank1.stderr.log").is_file()
 
 
 def test_crash_keeps_traces_and_logs_and_records_the_failure(crashed):

@@ -4,7 +4,7 @@ import torch
 import torch.distributed as dist
 
 VARIANTS = {"sync": "all_reduce then matmul; rank `bad_rank` raises at profiled step `at_step`"}
-OPTIONS = {"bad_rank": 1, "at_step": 1}
+OPTIONS = {"bad_rank": 1, "at_step": 1, "in_setup": False}
 
 
 def step(ctx, x):
@@ -18,4 +18,6 @@ def step(ctx, x):
 
 
 def setup(ctx):
+    if ctx.opts.in_setup and ctx.rank == ctx.opts.bad_rank:
+        raise RuntimeError(f"setup failed on rank {ctx.rank}")
     return torch.ones(64, 64, device=ctx.device)
