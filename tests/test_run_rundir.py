@@ -177,7 +177,8 @@ def test_status_interrupted_unless_a_rank_failed_of_its_own_first():
     assert run_status([peer], [node], own, []) == "failed"
     run = run_record.RunRecord(name="x-sync", status="interrupted")
     assert status_note(run) == ("run.json: run x-sync was interrupted (Ctrl-C): its traces end "
-                                "where it stopped")
+                                "where it stopped; the step it stopped in counts as long as it ran "
+                                "(--drop-last-step leaves each rank's last step out)")
     assert status_note(run_record.RunRecord(status="ok")) == ""
 
 

@@ -98,9 +98,10 @@ def status_note(run):
     """A one-line note for the readers of a run (analyze, compare, report) whose run.json says
     it did not end well; "" for a run that is ok (or running, or from elsewhere)."""
     which = f"run {run.name}" if run.name else "the run"
+    cut = "; the step it stopped in counts as long as it ran (--drop-last-step leaves each rank's last step out)"
     if run.status == "interrupted":
-        return f"run.json: {which} was interrupted (Ctrl-C): its traces end where it stopped"
+        return f"run.json: {which} was interrupted (Ctrl-C): its traces end where it stopped{cut}"
     if run.status == "failed":
         why = f" (rank {run.failure.rank}: {run.failure.error})" if run.failure else ""
-        return f"run.json: {which} failed{why}: its traces end where it stopped"
+        return f"run.json: {which} failed{why}: its traces end where it stopped{cut}"
     return ""

@@ -367,7 +367,9 @@ def main(argv=None):
             _write_elastic_error_file(f"{type(exc).__name__}: {exc}", traceback.format_exc())
             print(_workload_traceback(harness.rank, exc), file=sys.stderr)
             sys.exit(1)
-        print(f"rank {harness.rank}: {type(exc).__name__}: {first_line(exc)}", file=sys.stderr)
+        # gloo's "[.../pair.cc:553] Connection closed by peer [addr]. This is typically caused by ...": its first sentence
+        said = re.sub(r"^\[[^\]]*\]\s*", "", first_line(exc)).split(". ")[0]
+        print(f"rank {harness.rank}: stopped, a peer went away ({type(exc).__name__}: {said})", file=sys.stderr)
         sys.exit(1)
 
 
