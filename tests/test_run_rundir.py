@@ -200,3 +200,15 @@ def test_an_old_run_json_still_loads(tmp_path):
     assert run.ranks["0"].where.phase == "comm" and run.ranks["0"].stalled_s is None
     assert run.failure.rank == 0 and run.failure.consequences == []
     assert run.ranks["0"].step_times_ms == {"warmup": [1.5]}
+
+
+def test_step_summary_says_an_overhead_below_one_is_spread():
+    from overlapprof.launch.launcher import step_summary
+    R = run_record.RankRecord
+
+    def run(unprofiled, profiled):
+        times = {"warmup": [9.0], "unprofiled": unprofiled, "profiled": profiled}
+        return run_record.RunRecord(ranks={"0": R(status="ok", step_times_ms=times)})
+
+    assert step_summary(run([2.0, 2.0], [3.0, 3.0])).endswith("profiled step 3.00 ms, profiler overhead x1.50")
+    assert step_summary(run([4.0], [3.0])).endswith("profiler overhead x0.75 (below 1: the steps' own spread)")

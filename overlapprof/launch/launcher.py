@@ -394,7 +394,9 @@ def step_summary(run):
     if profiled is not None:
         parts.append(f"profiled step {profiled:.2f} ms")
     if unprofiled and profiled:
-        parts.append(f"overhead x{profiled / unprofiled:.3f}")
+        ratio = profiled / unprofiled
+        # A profiler cannot make steps faster: below 1 is the spread between steps (a loaded machine).
+        parts.append(f"profiler overhead x{ratio:.2f}" + (" (below 1: the steps' own spread)" if ratio < 1 else ""))
     return ", ".join(parts) if parts else "no step completed"
 
 
