@@ -156,13 +156,10 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         sys.stderr.flush()
         os._exit(130)
     if failed is not None:
-        kept = "logs and traces" if _has_traces(failed.run_dir) else "logs (no trace was written)"
+        kept = "logs and traces" if failed.has_traces else "logs (no trace was written)"
         fail(f"{loaded.name}/{failed.variant} failed: {failed.failure_line()}; "
              f"{kept} kept in {failed.run_dir}", exit_code=1)
 
-
-def _has_traces(run_dir) -> bool:
-    return any(Path(run_dir).rglob("*.pt.trace.json*"))
 
 
 def _after_run(runs, quiet: bool = False) -> None:

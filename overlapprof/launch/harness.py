@@ -362,13 +362,14 @@ def main(argv=None):
     except Exception as exc:
         if harness._interrupted():
             sys.exit(_INTERRUPTED_EXIT_CODE)  # a peer's error after Ctrl-C: recorded, no noise
-        if not _PEER_GONE.search(first_line(exc)):
+        said = first_line(exc)
+        if not _PEER_GONE.search(said):
             # The root cause, probably: the error file as @record writes it, with the whole traceback.
             _write_elastic_error_file(f"{type(exc).__name__}: {exc}", traceback.format_exc())
             print(_workload_traceback(harness.rank, exc), file=sys.stderr)
             sys.exit(1)
         # gloo's "[.../pair.cc:553] Connection closed by peer [addr]. This is typically caused by ...": its first sentence
-        said = re.sub(r"^\[[^\]]*\]\s*", "", first_line(exc)).split(". ")[0]
+        said = re.sub(r"^\[[^\]]*\]\s*", "", said).split(". ")[0]
         print(f"rank {harness.rank}: stopped, a peer went away ({type(exc).__name__}: {said})", file=sys.stderr)
         sys.exit(1)
 

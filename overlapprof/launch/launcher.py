@@ -113,6 +113,11 @@ class VariantResult:
                         for r in self.local_ranks))
 
     @property
+    def has_traces(self):
+        """Whether any rank's trace was written (run.json lists them)."""
+        return any(self.run.traces.values())
+
+    @property
     def interrupted(self):
         """Stopped by Ctrl-C (a signal to the launcher), not by a failure of its own."""
         return self.run.status == "interrupted"

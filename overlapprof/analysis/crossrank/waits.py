@@ -84,7 +84,7 @@ def _pairs_by_receiver(ops: CommOperations, m: Matched, start: np.ndarray, one_c
     own transfer is the rest of its duration, at most the pair's. The last rank is the later
     start (ties: the shorter operation). A pair whose receiver ends before the later start (odd
     clocks) keeps the durations' rule."""
-    pick = np.flatnonzero((m.sizes == 2) & (ops.kind[m.rows[m.bounds]] == _SEND_RECV) & np.asarray(one_clock, bool))
+    pick = np.flatnonzero((m.sizes == 2) & (ops.kind[m.rows[m.bounds]] == _SEND_RECV) & one_clock)
     a, b = m.rows[m.bounds[pick]], m.rows[m.bounds[pick] + 1]
     a_recv = ops.direction[a] == _RECV
     recv, send = np.where(a_recv, a, b), np.where(a_recv, b, a)
@@ -101,9 +101,9 @@ def _pairs_by_receiver(ops: CommOperations, m: Matched, start: np.ndarray, one_c
     last_rank[pick] = ops.rank[np.where(later, send, recv)]
 
 
-def measure(ops: CommOperations, m: Matched, start: np.ndarray, one_clock=None) -> Measured:
+def measure(ops: CommOperations, m: Matched, start: np.ndarray, one_clock: np.ndarray) -> Measured:
     """The metrics of the matched instances; ``start``: each operation's start on the common clock;
-    ``one_clock``: per instance, whether its ranks' starts are comparable (None: all are)."""
+    ``one_clock``: per instance, whether its ranks' starts are comparable (bool)."""
     n, sizes, rows, bounds = len(ops), m.sizes, m.rows, m.bounds
     ids = np.repeat(np.arange(sizes.size), sizes)
     inst_of = np.full(n, -1, dtype=np.int64)
@@ -117,8 +117,7 @@ def measure(ops: CommOperations, m: Matched, start: np.ndarray, one_clock=None) 
         # Last arrival: the shortest duration in the instance (ties: the latest start).
         order = np.lexsort((-start[rows], ops.dur[rows], ids))
         last_rank = ops.rank[rows[order][np.concatenate(([True], ids[order][1:] != ids[order][:-1]))]]
-        _pairs_by_receiver(ops, m, start, np.ones(sizes.size, bool) if one_clock is None else one_clock,
-                           transfer, transfer_of, op_wait, last_rank)
+        _pairs_by_receiver(ops, m, start, one_clock, transfer, transfer_of, op_wait, last_rank)
     else:
         transfer = skew = np.empty(0)
         last_rank = np.empty(0, dtype=np.int64)
