@@ -31,6 +31,8 @@ HTA's numbers as HTA reports them (percent rounded to 2 decimals) and prints the
 prints a Markdown table of overlapprof vs HTA vs ``--like-hta``. Targets: ≥20x faster than HTA end
 to end on mtia (issue 12; issue 3 asked 10x), ≤1/4 of its peak memory, within 2x of the typed
 decoder; the big trace under 1 GiB of peak memory and ≥1.6x faster with 2 workers than with 1.
+``--bounded-memory`` is measured on the big trace too (1 and 2 workers), and beside a trace of
+half its size (:func:`bounded_growth`): its peak must not grow with the size.
 Benchmarks print; they do not assert.
 """
 
@@ -60,8 +62,9 @@ _RUSAGE = (
 
 CHILD_OVERLAPPROF = (
     "import json, sys, time\nRES = {}\nimport overlapprof, overlapprof.analysis.analyzer\nt = time.perf_counter()\n"
-    "w, comms, *like = sys.argv[1].split(',')\n"
-    "r = overlapprof.analyze(sys.argv[2:], workers=int(w) or None, comms=comms == 'comms', like_hta=like == ['like'])\n"
+    "w, comms, *flags = sys.argv[1].split(',')\n"
+    "r = overlapprof.analyze(sys.argv[2:], workers=int(w) or None, comms=comms == 'comms', like_hta='like' in flags,\n"
+    "                        bounded_memory='bounded' in flags)\n"
     "RES['work_s'] = time.perf_counter() - t\n"
     "RES['ratios'] = {x.rank: x.metrics.overlap_ratio for x in r.ranks}\n" + _RUSAGE
 )
@@ -325,11 +328,16 @@ def big_trace(work: Path, size_mb: float, hta: bool, hta_mem_mb: float, hta_time
                                                               env={"OVERLAPPROF_GZIP_MODE": mode})
             else:
                 runs["overlapprof -w2"] = measure(CHILD_OVERLAPPROF, ["2,comms", str(d)])
+            for w in (1, 2):
+                runs[f"--bounded-memory -w{w}"] = measure(CHILD_OVERLAPPROF, [f"{w},none,bounded", str(d)])
             if hta:
                 runs["HTA 0.5.0"] = measure_once(CHILD_HTA, [str(d)], mem_limit_mb=hta_mem_mb, timeout_s=hta_timeout_s)
             one = runs["overlapprof -w1"]
             for name, res in runs.items():
                 line = _row(name, res)
+                if name == "--bounded-memory -w2" and "work_s" in res and "work_s" in runs["--bounded-memory -w1"]:
+                    b1 = runs["--bounded-memory -w1"]
+                    line += f"  {b1['wall_s'] / res['wall_s']:.2f}x, {b1['work_s'] / res['work_s']:.2f}x over its -w1"
                 if name.startswith("overlapprof -w2") and "work_s" in res and "work_s" in one:
                     line += f"  {one['wall_s'] / res['wall_s']:.2f}x, {one['work_s'] / res['work_s']:.2f}x"
                     # the targets are the default's: feed is measured beside it, not used
@@ -348,8 +356,31 @@ def big_trace(work: Path, size_mb: float, hta: bool, hta_mem_mb: float, hta_time
             same = {json.dumps(r.get("ratios")) for r in runs.values() if "ratios" in r and r is not h}
             print(f"  overlap ratio {want:.2%} expected; every overlapprof run agrees with it: "
                   f"{'yes' if same == {json.dumps({'0': want})} else f'NO {same}'}")
+            if label == "plain JSON":
+                bounded_growth(folder / "half", size_mb, runs)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def bounded_growth(half: Path, size_mb: float, full: dict) -> None:
+    """Issue 12's bounded memory: the peaks on a trace of half the size beside ``full``'s (the
+    runs of the plain trace). Bounded, the peak does not grow with the size (ratio about 1);
+    the default grows with it (about 2)."""
+    gen_traces.generate_size(half, int(size_mb * 1e6 / 2))
+    try:
+        print(f"\n== peak memory, {size_mb / 2:.0f} MB of JSON vs {size_mb:.0f} MB (plain)")
+        print(f"  {'':<22} {'half MB':>9} {'full MB':>9} {'full/half':>9}")
+        for name, args in (("overlapprof -w2", "2,comms"), ("overlapprof --no-comms", "2,none"),
+                           ("--bounded-memory -w2", "2,none,bounded")):
+            res = measure(CHILD_OVERLAPPROF, [args, str(half)])
+            big = full.get(name) or measure(CHILD_OVERLAPPROF, [args, str(half.parent / "plain")])
+            if "peak_mb" not in res or "peak_mb" not in big:
+                print(f"  {name:<22} failed: {res.get('error') or big.get('error')}")
+                continue
+            note = "  [bounded: about 1]" if "bounded" in name else ""
+            print(f"  {name:<22} {res['peak_mb']:9.0f} {big['peak_mb']:9.0f} {big['peak_mb'] / res['peak_mb']:9.2f}{note}")
+    finally:
+        shutil.rmtree(half, ignore_errors=True)
 
 
 def compile_bytecode() -> None:

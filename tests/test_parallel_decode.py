@@ -67,11 +67,7 @@ def _tricky_events(blocks: int) -> list[dict]:
     return events
 
 
-def _kineto_text(events: list[dict], rank: int = 0) -> bytes:
-    """Kineto's layout: a top level before and after the events, one event per ``\\n  {`` line."""
-    head = json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": 2, "backend": "nccl"}})
-    body = ",\n  ".join(json.dumps(e, ensure_ascii=False) for e in events)
-    return (head[:-1] + ', "traceEvents": [\n  ' + body + '\n], "traceName": "x{\\"y\\"}", "baseTimeNanoseconds": 5}\n').encode()
+_kineto_text = S.kineto_text
 
 
 @pytest.mark.parametrize("path", REAL, ids=[p.parent.name for p in REAL])

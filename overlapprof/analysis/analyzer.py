@@ -29,6 +29,8 @@ from overlapprof.trace.discover import TraceGroup, discover, rank_from_name
 
 # Below this many bytes of traces in all, starting worker processes costs more than it saves.
 PARALLEL_MIN_BYTES = 8 << 20
+BOUNDED_NO_CROSSRANK = ("--bounded-memory: no cross-rank section (wait, transfer, stragglers, bandwidth): it matches "
+                        "every operation of every rank in memory; each rank's numbers are complete")
 # Ranks whose recorded windows are further apart than this are from different runs.
 SAME_RUN_GAP_US = 3600e6
 
@@ -76,13 +78,20 @@ def _apply_filters(ev: RankEvents, options: Options, label: str, warnings: list[
         ev.steps = type(ev.steps)(ev.steps.number[:-1], ev.steps.start[:-1], ev.steps.end[:-1])
 
 
-def _window(ev: RankEvents, base_ns: int | None) -> tuple[float, float] | None:
-    """The rank's recorded window on an absolute clock (µs), when the trace allows it."""
-    starts = [s.start for s in (ev.comm, ev.compute, ev.memory) if len(s)]
-    if not starts:
+def _bounds(ev: RankEvents) -> tuple[float, float] | None:
+    """The classified events' earliest start and latest end (µs; None: none)."""
+    sets = [s for s in (ev.comm, ev.compute, ev.memory) if len(s)]
+    if not sets:
         return None
-    lo = min(float(a.min()) for a in starts)
-    hi = max(float(s.end.max()) for s in (ev.comm, ev.compute, ev.memory) if len(s))
+    return min(float(s.start.min()) for s in sets), max(float(s.end.max()) for s in sets)
+
+
+def _window(bounds: tuple[float, float] | None, base_ns: int | None) -> tuple[float, float] | None:
+    """The rank's recorded window on an absolute clock (µs), when the trace allows it; ``bounds``:
+    its events' earliest start and latest end on the trace's clock."""
+    if bounds is None:
+        return None
+    lo, hi = bounds
     offset = base_ns / 1000 if base_ns else 0.0
     # Without baseTimeNanoseconds, only Unix-epoch timestamps (after 2001) are absolute.
     if not base_ns and lo < 1e15:
@@ -95,10 +104,17 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
     processes: forked here, or ``range_pool``'s, see :func:`~overlapprof.analysis.rank.parallel_scan.read`).
     Errors come back in ``error``."""
     result = RankResult(files=[str(f) for f in files])
+    label = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} files)"
+    comm_re, comm_ann = compile_comm_kernels(options.comm_kernels), compile_comm_annotations(options.comm_backends)
     try:
-        ev = rank_events(files, compile_comm_kernels(options.comm_kernels), records=options.comm_records or options.crossrank,
-                         record_own_args=options.comm_records, comm_ann=compile_comm_annotations(options.comm_backends),
-                         workers=decode_workers, range_pool=range_pool)
+        if options.bounded_memory:
+            from overlapprof.analysis.rank import bounded
+
+            ev = bounded.measure([str(f) for f in files], comm_re, comm_ann, options, label, decode_workers)
+        else:
+            ev = rank_events(files, comm_re, records=options.comm_records or options.crossrank,
+                             record_own_args=options.comm_records, comm_ann=comm_ann, workers=decode_workers,
+                             range_pool=range_pool)
         infos = [t.distributedInfo for t in ev.headers if t.distributedInfo is not None]
         ranks = {i.rank for i in infos if i.rank is not None}
         if len(ranks) > 1:
@@ -109,14 +125,18 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
         base = next((t.baseTimeNanoseconds for t in ev.headers if t.baseTimeNanoseconds), None)
         if options.crossrank:
             result.crossrank_input = crossrank_input(ev.headers, base)
-        result.window = _window(ev, base)
-        label = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} files)"
+        result.window = _window(ev.bounds if options.bounded_memory else _bounds(ev), base)
         if ev.unclassified:
             shown = ", ".join(f"{cat} ({n} events)" for cat, n in sorted(ev.unclassified.items()))
             result.warnings.append(f"{label}: device activity of categories OVERLAP.md does not classify left out "
                                    f"(read in {ev.mode.upper()} mode): {shown}")
         if ev.negative_durations:
             result.warnings.append(f"{label}: {ev.negative_durations} events with a negative 'dur' count as zero-length")
+        if options.bounded_memory:
+            result.warnings += ev.warnings
+            result.report = ev.report
+            result.report.world_size, result.report.backend = result.world_size, result.backend
+            return result
         _apply_filters(ev, options, label, result.warnings)
         unions = class_unions(ev)
         report = rank_report(ev, keep_records=options.comm_records, unions=unions)
@@ -256,13 +276,18 @@ def _check_one_run(results: list[RankResult]) -> None:
 
 
 def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms=True, align_clocks=False,
-             like_hta=False, comm_backends=(), lanes=False) -> Options:
+             like_hta=False, comm_backends=(), lanes=False, bounded_memory=False) -> Options:
     patterns = [comm_kernels] if isinstance(comm_kernels, str) else list(comm_kernels or ())
     for p in patterns:
         try:
             re.compile(p)
         except re.error as exc:
             raise InputError(f"comm kernel pattern {p!r} is not a valid regular expression ({exc})") from None
+    if bounded_memory:
+        for on, what in ((comm_ops, "--comm-ops (a record per operation)"), (like_hta, "--like-hta"),
+                         (lanes, "export's lanes (every step's unions)"), (align_clocks, "--align-clocks")):
+            if on:
+                raise InputError(f"--bounded-memory cannot be used with {what}: that needs every operation in memory")
     backends = [comm_backends] if isinstance(comm_backends, str) else list(comm_backends or ())
     for b in backends:
         if not re.fullmatch(r"[A-Za-z0-9_]+", b):
@@ -275,9 +300,10 @@ def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_o
         like_hta=like_hta,
         allow_partial=allow_partial,
         comm_records=comm_ops,
-        crossrank=comms,
+        crossrank=comms and not bounded_memory,
         align_clocks=align_clocks,
         lanes=lanes,
+        bounded_memory=bounded_memory,
     )
 
 
@@ -294,6 +320,7 @@ def analyze(
     comms: bool = True,
     align_clocks: bool = False,
     lanes: bool = False,
+    bounded_memory: bool = False,
     workers: int | None = None,
     progress=None,
     dask_scheduler=None,
@@ -327,9 +354,11 @@ def analyze(
     the problem) on bad input.
     """
     options = _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms, align_clocks,
-                       like_hta, comm_backends, lanes)
+                       like_hta, comm_backends, lanes, bounded_memory)
     inputs = discover(paths)
     warnings: list[str] = list(inputs.notes)
+    if bounded_memory and comms:
+        warnings.append(BOUNDED_NO_CROSSRANK)
     results = _run_groups(inputs.groups, options, workers, progress, warnings, dask_scheduler)
     warnings += [w for r in results for w in r.warnings]
     good = [(r, g) for r, g in zip(results, inputs.groups) if r.error is None]

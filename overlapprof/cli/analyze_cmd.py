@@ -62,6 +62,10 @@ def _cluster(address, scheduler_file, timeout, workers):
 @click.option("--like-hta", is_flag=True,
               help="Each rank's numbers exactly as HolisticTraceAnalysis 0.5.0's get_comm_comp_overlap computes "
                    "them (implies --drop-last-step --require-launch).")
+@click.option("--bounded-memory", is_flag=True,
+              help="Keep each rank's events on disk (in $TMPDIR) while they are measured: the memory does not "
+                   "grow with the traces' size. The same per-rank numbers; no cross-rank section, and not with "
+                   "--comm-ops or --like-hta. Each file is read by one process.")
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Processes that analyze ranks in parallel, or that decode the pieces of one large "
                    "trace file (default: one per CPU).")
@@ -75,7 +79,7 @@ def _cluster(address, scheduler_file, timeout, workers):
 @click.option("--dask-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
               metavar="SECONDS", help="How long to wait for the Dask scheduler, then for its first worker.")
 @reading_options
-def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, workers, dask_scheduler,
+def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, bounded_memory, workers, dask_scheduler,
             dask_scheduler_file, dask_timeout, quiet, **kw):
     """Overlap ratio and exposed communication of PyTorch profiler traces.
 
@@ -97,7 +101,7 @@ def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, wor
         progress = _Progress(enabled=not quiet and sys.stderr.isatty())
         try:
             report = run_analysis(list(paths), comm_backends=comm_backends, like_hta=like_hta,
-                                  comm_ops=comm_ops, workers=workers, progress=progress, dask_scheduler=cluster,
+                                  comm_ops=comm_ops, bounded_memory=bounded_memory, workers=workers, progress=progress, dask_scheduler=cluster,
                                   **reading_kwargs(kw))
         finally:
             progress.close()

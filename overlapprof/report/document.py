@@ -78,6 +78,7 @@ class Options(msgspec.Struct, kw_only=True):
     crossrank: bool = msgspec.field(default=True, name="comms")
     align_clocks: bool = False
     lanes: bool = False  # give each rank its Lanes (overlapprof export)
+    bounded_memory: bool = False  # each rank measured with its events on disk (--bounded-memory)
 
 
 class Report(msgspec.Struct, kw_only=True):

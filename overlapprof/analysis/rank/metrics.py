@@ -144,6 +144,16 @@ def _pairs(u: iv.Intervals, origin: float) -> tuple[list[tuple[float, float]], b
     return list(zip(starts.tolist(), ends.tolist())), cut
 
 
+def timeline_step(numbers: list[int]) -> int | None:
+    """Which of the steps (their numbers, in time order) the timeline shows (see :func:`timeline`;
+    None without steps)."""
+    if not numbers:
+        return None
+    candidates = numbers[:-1] if len(numbers) >= 3 else numbers
+    ranked = sorted(range(len(candidates)), key=lambda k: candidates[k])
+    return ranked[(len(ranked) - 1) // 2]
+
+
 def timeline(events: RankEvents, steps: list[StepMetrics]) -> Timeline | None:
     """The unions of the representative step: the middle one (by number) of the candidates.
 
@@ -152,12 +162,10 @@ def timeline(events: RankEvents, steps: list[StepMetrics]) -> Timeline | None:
     rank of one run draws the same ProfilerStep on the report's shared axis. Without steps, the
     whole trace.
     """
-    if steps:
-        candidates = steps[:-1] if len(steps) >= 3 else steps
-        ranked = sorted(range(len(candidates)), key=lambda k: candidates[k].step)
-        k = ranked[(len(ranked) - 1) // 2]
+    k = timeline_step([s.step for s in steps])
+    if k is not None:
         sets = [s.select(events.steps.index_of(s.anchor) == k) for s in (events.comm, events.compute)]
-        origin, span, step = candidates[k].start_us, candidates[k].step_us, candidates[k].step
+        origin, span, step = steps[k].start_us, steps[k].step_us, steps[k].step
     else:
         sets = [events.comm, events.compute]
         ends = [s.end for s in sets if len(s)]
@@ -193,20 +201,29 @@ def rank_report(ev: RankEvents, *, keep_records: bool = False, unions=None) -> R
     ``median_step_us`` interpolates like the Summary's (numpy's median)."""
     comm, compute, memory = unions if unions is not None else class_unions(ev)
     steps = step_metrics(ev)
+    records = ev.comm_records.records() if keep_records and ev.comm_records is not None else None
+    return assemble(ev.files, ev.mode, metrics_of(comm, compute, memory), steps, kind_metrics(ev, compute), ev.events,
+                    (len(ev.comm), len(ev.compute), len(ev.memory)), timeline(ev, steps), records)
+
+
+def assemble(files, mode, metrics: Metrics, steps: list[StepMetrics], kinds: list[KindMetrics], events: int, counts,
+             timeline: Timeline | None, records=None) -> RankReport:
+    """A RankReport of these parts (``counts``: of comm, compute and memory events); the rank
+    number is settled later (-1)."""
     return RankReport(
         rank=-1,
         rank_source="",
-        files=ev.files,
-        mode=ev.mode,
-        metrics=metrics_of(comm, compute, memory),
+        files=files,
+        mode=mode,
+        metrics=metrics,
         steps=steps,
-        kinds=kind_metrics(ev, compute),
-        events=ev.events,
-        comm_events=len(ev.comm),
-        compute_events=len(ev.compute),
-        memory_events=len(ev.memory),
-        timeline=timeline(ev, steps),
-        comm_records=ev.comm_records.records() if keep_records and ev.comm_records is not None else None,
+        kinds=kinds,
+        events=events,
+        comm_events=counts[0],
+        compute_events=counts[1],
+        memory_events=counts[2],
+        timeline=timeline,
+        comm_records=records,
         partition=mean_partition(steps),
         median_step_us=_percentile([s.step_us for s in steps], 50),
     )

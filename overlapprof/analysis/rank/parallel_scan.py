@@ -96,12 +96,14 @@ def _jobs_of_ranges(probe: TR.Probe, workers: int, base: Job) -> list[Job]:
             for k, (a, b) in enumerate(cuts)]
 
 
-def _parts(probe: TR.Probe, pool, workers: int, base: Job, jobs: list[Job] | None, claims: Claims | None):
+def _parts(probe: TR.Probe, pool, workers: int, base: Job, jobs: list[Job] | None, claims: Claims | None,
+           spill_own: bool = False):
     """The parts of the file in file order (a generator: they are merged as they come): of the
-    ranges ``jobs``, or (None: gzip ``feed``) of the pieces this process inflates."""
+    ranges ``jobs``, or (None: gzip ``feed``) of the pieces this process inflates.
+    ``spill_own``: the parts this process reads ahead of their turn wait in files too."""
     pending: deque = deque()  # [job, its future or, once read here, its part], in file order
     if jobs is not None:
-        yield from _Schedule(jobs, pool, workers - 1, claims, SKIP_COST if probe.gzip else 0.0).parts()
+        yield from _Schedule(jobs, pool, workers - 1, claims, SKIP_COST if probe.gzip else 0.0, spill_own).parts()
         return
     source = TR.RangeText(base.path, probe.first)  # this process inflates and cuts
     for text in source.pieces():
@@ -120,8 +122,10 @@ class _Schedule:
     (:class:`Claims`), again and again while one is large enough, then waits for the pool."""
 
     def __init__(self, jobs: list[Job], pool, processes: int, claims: Claims | None = None,
-                 skip_cost: float = 0.0):
+                 skip_cost: float = 0.0, spill_own: bool = False):
         self.jobs, self.pool, self.processes, self.claims = list(jobs), pool, processes, claims
+        # This process's parts wait for those before them: in memory, or (bounded memory) in files.
+        self.read_here = partial(pool_read, between=self.refill) if spill_own else partial(read_part, between=self.refill)
         self.skip_cost = skip_cost  # gzip: what a thief pays to reach its range (Claims.steal)
         # gzip: the end of each range but the last, kept as this process inflates its way to its
         # own (the last ranges): a thief of it then reads it from memory
@@ -163,7 +167,7 @@ class _Schedule:
             self.results.insert(k + 1, None)
             self.front += 1
             self.back += 1
-            self.results[k + 1] = read_part(thief, self.refill)
+            self.results[k + 1] = self.read_here(thief)
             self.stolen += 1
             return True
         return False
@@ -182,7 +186,7 @@ class _Schedule:
                     break
                 self.back -= 1
                 self.jobs[self.back].kept = self.kept
-                self.results[self.back] = read_part(self.jobs[self.back], self.refill)
+                self.results[self.back] = self.read_here(self.jobs[self.back])
             self.results[head] = None
             parts = unspool(got if isinstance(got, Part) else got.result())
             if not self.released and self.front == self.back and not any(_running(r) for r in self.results):
@@ -221,7 +225,8 @@ def _drain(pending: deque, limit: int):
             yield head.result()
 
 
-def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: str | None = None, pool=None):
+def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: str | None = None, pool=None,
+         sink=None):
     """``(arrays, unclassified, header, threads)`` of the file as :func:`scan._read_chunks`
     gives them (and its top level, and the keys of its thread codes), read by ``workers``
     processes (which checked every ``ts`` and ``dur``: there are no problems to report); None
@@ -234,7 +239,9 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
     ``done()`` and ``result()``, and ``shutdown()``), such as
     :class:`~overlapprof.analysis.executors.DaskRanges`, whose processes may be on other
     machines: then the ranges are read as plain ranges (gzip: ``skip``), their parts come back as
-    results, and nothing is shared (no work stealing)."""
+    results, and nothing is shared (no work stealing). ``sink``: makes where the columns go
+    (see :func:`scan._read_chunks`; its ``result()`` is the first item), and then this process's
+    own parts wait in files as the pool's do."""
     mode = mode or GZIP_MODE
     try:
         probe = TR.probe(path)
@@ -246,7 +253,7 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
 
     base = Job(str(path), recorder is not None, recorder.comm_re if recorder else None,
                 recorder.own if recorder else False, header=probe.header)
-    merged = Merge(names, recorder, rows_hint(probe.size - probe.first))
+    merged = Merge(names, recorder, rows_hint(probe.size - probe.first), sink() if sink is not None else None)
     jobs = _jobs_of_ranges(probe, workers, base) if not probe.gzip or mode == "skip" or pool is not None else None
     tail, claims, top, last, spool = None, None, None, None, None
     if pool is None:
@@ -263,7 +270,7 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
             claims = Claims(spool, len(jobs)) if jobs is not None else None
             make_pool = partial(ForkPool, initializer=share_claims, initargs=(claims,))
         with make_pool(workers - 1) as pool:
-            for part in _parts(probe, pool, workers, base, jobs, claims):
+            for part in _parts(probe, pool, workers, base, jobs, claims, spill_own=sink is not None):
                 if part.failed:
                     return None
                 if part.tail is not None:

@@ -20,9 +20,9 @@ from functools import partial
 
 import numpy as np
 
-from overlapprof.analysis.columns import GrowingColumns, Index
+from overlapprof.analysis.columns import Index
 from overlapprof.analysis.rank.claims import Claims
-from overlapprof.analysis.rank.scan import SCAN_COLUMNS, _Problems, _read_chunks, _Threads, rows_hint
+from overlapprof.analysis.rank.scan import FileColumns, _Problems, _read_chunks, _Threads, rows_hint
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
 from overlapprof.errors import OverlapprofError
@@ -81,7 +81,7 @@ def share_claims(claims: Claims | None) -> None:
 SUBPART_BYTES = 64 << 20  # text per part a pool process sends back as it goes (see pool_read)
 
 
-def pool_read(job: Job) -> Part:
+def pool_read(job: Job, between=None) -> Part:
     """:func:`read_part` in a pool process. With ``job.spool``, the parts go through files there
     and only their names through the pool's pipe: this process reads the pipe only between its
     own pieces, and a part written to the pipe would hold the pool's process until then. A range
@@ -89,7 +89,7 @@ def pool_read(job: Job) -> Part:
     written at the end, the 1 GB range of the 2 GB trace took the pool's process 0.45 s after its
     last piece, while this process waited for it."""
     if job.spool is None:
-        return read_part(job)
+        return read_part(job, between)
     paths = []
 
     def spool(part: Part) -> None:
@@ -97,7 +97,7 @@ def pool_read(job: Job) -> Part:
         with open(paths[-1], "wb") as f:
             pickle.dump(part, f, protocol=pickle.HIGHEST_PROTOCOL)
 
-    last = read_part(job, flush=spool)
+    last = read_part(job, between, flush=spool)
     if last.failed:
         return last
     spool(last)
@@ -197,9 +197,9 @@ class Merge:
     """Parts, in file order, renumbered into the file's tables (see the module docstring) and
     copied into the file's columns as they come."""
 
-    def __init__(self, names: Index, recorder: CommRecorder | None, rows: int):
+    def __init__(self, names: Index, recorder: CommRecorder | None, rows: int, sink=None):
         self.names, self.recorder, self.threads = names, recorder, _Threads()
-        self.columns, self.links = GrowingColumns(SCAN_COLUMNS, rows), GrowingColumns({"corr": np.float64}, rows // 2)
+        self.columns = sink if sink is not None else FileColumns(rows)  # see scan._read_chunks
         self.unclassified: dict = {}
         self.events = 0
 
@@ -210,13 +210,11 @@ class Merge:
             thread_codes = np.array([self.threads[k] for k in part.threads] + [-1], dtype=np.int32)
             if self.recorder is not None:
                 self.recorder.absorb(part.records, self.columns.size)
-            self.columns.append(ts=a["ts"], dur=a["dur"], codes=a["codes"], name_ids=name_codes[a["name_ids"]],
-                                thread=thread_codes[a["thread"]], collective=a["collective"])
-            if a["corr"].size:
-                self.links.append(corr=a["corr"])
+            self.columns.append(dict(ts=a["ts"], dur=a["dur"], codes=a["codes"], name_ids=name_codes[a["name_ids"]],
+                                     thread=thread_codes[a["thread"]], collective=a["collective"]), a["corr"])
         self.events += part.events
         for cat, n in part.unclassified.items():
             self.unclassified[cat] = self.unclassified.get(cat, 0) + n
 
     def result(self):
-        return ({**self.columns.arrays(), **self.links.arrays()} if self.columns.size else None), self.unclassified
+        return self.columns.result(), self.unclassified

@@ -188,11 +188,39 @@ def rows_hint(text_bytes: int) -> int:
     return max(text_bytes // 100, 1 << 16)
 
 
-def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threads: _Threads, rows: int):
+class FileColumns:
+    """Where :func:`_read_chunks` puts a file's columns by default: in memory, growing a chunk at
+    a time. (:class:`overlapprof.analysis.rank.bounded.SpilledRows` takes their place to keep
+    them on disk.)"""
+
+    def __init__(self, rows: int):
+        self.columns, self.links = GrowingColumns(SCAN_COLUMNS, rows), GrowingColumns({"corr": np.float64}, rows // 2)
+
+    @property
+    def size(self) -> int:
+        return self.columns.size
+
+    def append(self, columns: dict, corr: np.ndarray) -> None:
+        """A chunk's :data:`SCAN_COLUMNS` and the correlations of its correlated rows, in row order."""
+        self.columns.append(**columns)
+        if corr.size:
+            self.links.append(corr=corr)
+
+    def result(self) -> dict | None:
+        """The columns and ``corr`` (None: no rows)."""
+        return {**self.columns.arrays(), **self.links.arrays()} if self.size else None
+
+
+_NO_CORR = np.empty(0, dtype=np.float64)
+
+
+def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threads: _Threads, rows: int,
+                 sink=None):
     """The complete events of ``chunks`` as the columns :data:`SCAN_COLUMNS` and ``corr`` (None:
     there are none), the counts of the device categories left out, and the :class:`_Problems` of their
-    times. ``names``/``threads``: the ids given to names and threads; ``rows``: room reserved."""
-    columns, links = GrowingColumns(SCAN_COLUMNS, rows), GrowingColumns({"corr": np.float64}, rows // 2)
+    times. ``names``/``threads``: the ids given to names and threads; ``rows``: room reserved;
+    ``sink``: where the columns go (default :class:`FileColumns`; what is returned is its ``result()``)."""
+    sink = sink if sink is not None else FileColumns(rows)
     problems = _Problems()
     unclassified = {}
     params_id = names[C.PARAM_COMMS]
@@ -210,8 +238,7 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
         codes = np.array([_CATEGORY[e.cat] for e in xe], dtype=np.int8)
         name_ids = np.array([names[e.name] for e in xe], dtype=np.int32)
         linked = np.flatnonzero(_IS_CORRELATED[codes])
-        if linked.size:
-            links.append(corr=_correlations(path, xe, linked, index))
+        corr = _correlations(path, xe, linked, index) if linked.size else _NO_CORR
         thread = np.full(len(xe), -1, dtype=np.int32)
         located = np.flatnonzero(_IS_THREADED[codes])
         if located.size:
@@ -232,10 +259,10 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
         with np.errstate(invalid="ignore", over="ignore"):
             end = event_ends(ts, dur)
         problems.check(ts, dur, end, index)
-        columns.append(ts=ts, dur=dur, codes=codes, name_ids=name_ids, thread=thread, collective=collective)
+        sink.append(dict(ts=ts, dur=dur, codes=codes, name_ids=name_ids, thread=thread, collective=collective), corr)
         if recorder is not None:
-            recorder.add(xe, codes, name_ids, columns.size - len(xe))
-    return ({**columns.arrays(), **links.arrays()} if columns.size else None), unclassified, problems
+            recorder.add(xe, codes, name_ids, sink.size - len(xe))
+    return sink.result(), unclassified, problems
 
 
 def _rows_read(arrays: dict, names: list[str]) -> np.ndarray | None:
@@ -268,6 +295,26 @@ def _file_rows_hint(path) -> int:
         return rows_hint(0)
 
 
+def read_serially(path, names: Index, recorder: CommRecorder | None, sink=None):
+    """Read a file in this process, a chunk at a time, into ``sink()`` (a new one each time it
+    is read: None, :class:`FileColumns`): ``(sink's result, unclassified, header, threads,
+    recorder)``. A file not in the line layout is read again with the generic reader (and a
+    fresh recorder). Raises the first problem of the times once the file is read."""
+    reader = TraceReader(path, ROWS_DECODER)
+    rows, threads = _file_rows_hint(path), _Threads()
+    make = sink or (lambda: None)
+    try:
+        got, unclassified, problems = _read_chunks(path, reader.chunks(), names, recorder, threads, rows, make())
+    except LayoutError:
+        if recorder is not None:
+            recorder = recorder.fresh()
+        threads = _Threads()
+        got, unclassified, problems = _read_chunks(path, reader.chunks(generic=True), names, recorder, threads, rows,
+                                                   make())
+    problems.raise_first(path)
+    return got, unclassified, reader.header, threads, recorder
+
+
 def _scan(path, names: Index, recorder: CommRecorder | None = None, workers: int = 1, range_pool=None) -> _Scan:
     """Read a file's events chunk by chunk (:mod:`overlapprof.trace.reader`) into arrays; with
     ``workers`` > 1, a large file in that many processes (:mod:`overlapprof.analysis.rank.parallel_scan`;
@@ -282,18 +329,7 @@ def _scan(path, names: Index, recorder: CommRecorder | None = None, workers: int
     if got is not None:
         arrays, unclassified, header, threads = got  # the workers found no problem in the times
     else:
-        reader = TraceReader(path, ROWS_DECODER)
-        rows, threads = _file_rows_hint(path), _Threads()
-        try:
-            arrays, unclassified, problems = _read_chunks(path, reader.chunks(), names, recorder, threads, rows)
-        except LayoutError:
-            if recorder is not None:
-                recorder = recorder.fresh()
-            threads = _Threads()
-            arrays, unclassified, problems = _read_chunks(path, reader.chunks(generic=True), names, recorder, threads,
-                                                          rows)
-        header = reader.header
-        problems.raise_first(path)
+        arrays, unclassified, header, threads, recorder = read_serially(path, names, recorder)
     if arrays is None:
         raise TraceError(path, "no complete ('X') events: nothing to measure")
     negative = int(np.count_nonzero(arrays["dur"] < 0))

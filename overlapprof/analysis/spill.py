@@ -1,0 +1,109 @@
+"""Rows kept on disk: records of one numpy dtype appended a chunk at a time to a file and read
+back whole or a window at a time (:class:`SpillFile`), and files that rows are routed to by a
+bucket number (:class:`Buckets`).
+
+What the bounded-memory analysis (:mod:`overlapprof.analysis.rank.bounded`) keeps of a trace
+while it reads it: memory then holds a chunk and each open file's write buffer, whatever the
+trace's size. The files are read with plain reads, not mapped (the pages of a mapped file count
+in a process's resident memory), into arrays that are let go of once used.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+# Each open file's write buffer (bytes): a few dozen files are open at once.
+WRITE_BUFFER = 1 << 16
+
+
+class SpillFile:
+    """Records of ``dtype`` appended in order to the file ``path`` (created here)."""
+
+    def __init__(self, path: str, dtype: np.dtype):
+        self.path, self.dtype, self.rows = path, np.dtype(dtype), 0
+        self._out = open(path, "xb", buffering=WRITE_BUFFER)  # noqa: SIM115 - closed by read, windows or remove
+
+    def append(self, records: np.ndarray) -> None:
+        if records.size:
+            self._out.write(np.ascontiguousarray(records, self.dtype).data)
+            self.rows += records.size
+
+    def _close(self) -> None:
+        if not self._out.closed:
+            self._out.close()
+
+    def read(self) -> np.ndarray:
+        """Every record (the file stays)."""
+        self._close()
+        return np.fromfile(self.path, dtype=self.dtype)
+
+    def windows(self, rows: int):
+        """The records, at most ``rows`` at a time, in order."""
+        self._close()
+        with open(self.path, "rb") as f:
+            while True:
+                got = np.fromfile(f, dtype=self.dtype, count=rows)
+                if got.size == 0:
+                    return
+                yield got
+
+    def remove(self) -> None:
+        self._close()
+        try:
+            os.remove(self.path)
+        except OSError:
+            pass  # the folder is removed after
+
+
+class Buckets:
+    """``count`` spill files ``<name>.<k>`` in ``folder``; :meth:`route` sends each record to
+    the file of its bucket number, keeping the records' order within a bucket."""
+
+    def __init__(self, folder: str, name: str, dtype: np.dtype, count: int):
+        self.files = [SpillFile(os.path.join(folder, f"{name}.{k}"), dtype) for k in range(count)]
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __iter__(self):
+        return iter(self.files)
+
+    def route(self, bucket: np.ndarray, records: np.ndarray) -> None:
+        if len(self.files) == 1:
+            self.files[0].append(records)
+            return
+        order = np.argsort(bucket, kind="stable")
+        bounds = np.searchsorted(bucket[order], np.arange(len(self.files) + 1))
+        records = records[order]
+        for k in np.flatnonzero(np.diff(bounds)).tolist():
+            self.files[k].append(records[bounds[k] : bounds[k + 1]])
+
+    def remove(self) -> None:
+        for f in self.files:
+            f.remove()
+
+
+class Sample:
+    """An evenly thinned sample of the values added, at most ``size`` of them: every
+    ``stride``-th, the stride doubling (and every other value kept dropped) when it is full."""
+
+    def __init__(self, size: int = 1 << 16):
+        self.size, self.stride, self.offset = size, 1, 0
+        self.values = np.empty(0, dtype=np.float64)
+
+    def add(self, values: np.ndarray) -> None:
+        picked = values[(self.stride - self.offset) % self.stride :: self.stride]
+        self.offset = (self.offset + values.size) % self.stride
+        self.values = np.concatenate((self.values, picked))
+        while self.values.size > self.size:
+            self.values = self.values[::2]
+            self.offset = self.offset % (2 * self.stride)  # keeps the cadence close; exactness does not matter
+            self.stride *= 2
+
+    def quantiles(self, count: int) -> np.ndarray:
+        """``count - 1`` cut points that split the values into ``count`` parts of about equal size."""
+        if count <= 1 or self.values.size == 0:
+            return np.empty(0, dtype=np.float64)
+        return np.unique(np.quantile(self.values, np.arange(1, count) / count))

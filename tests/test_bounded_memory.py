@@ -1,0 +1,256 @@
+"""``analyze --bounded-memory`` (issue 12): the per-event data on disk, the same per-rank report
+as in memory (to float rounding), on every real trace, on real CPU runs, on random traces cut
+into many buckets and slabs, read by one process or two; and what it refuses or leaves out."""
+
+from __future__ import annotations
+
+import math
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+import overlapprof
+from overlapprof.analysis import intervals as iv
+from overlapprof.analysis.analyzer import BOUNDED_NO_CROSSRANK
+from overlapprof.analysis.rank import bounded
+from overlapprof.analysis.rank import parallel_scan as PS
+from overlapprof.analysis.rank import parts
+from overlapprof.analysis.spill import Sample
+from overlapprof.analysis.sweep import Sweep
+from overlapprof.errors import OverlapprofError
+
+import synthetic as S
+
+DATA = Path(__file__).parent / "data"
+REAL = sorted(d for d in DATA.iterdir() if d.is_dir())
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _per_rank(report) -> dict:
+    d = msgspec.to_builtins(report)
+    for key in ("options", "crossrank", "warnings", "filters"):
+        d.pop(key, None)
+    return d
+
+
+def _assert_close(a, b, where="report"):
+    """Equal, floats to 1e-9 relative (sums of the same lengths in another order)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            _assert_close(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for k, (x, y) in enumerate(zip(a, b)):
+            _assert_close(x, y, f"{where}[{k}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6), (where, a, b)
+    else:
+        assert a == b, (where, a, b)
+
+
+def _both(paths, workers=1, **kw):
+    memory = overlapprof.analyze(paths, comms=False, workers=1, **kw)
+    on_disk = overlapprof.analyze(paths, comms=False, workers=workers, bounded_memory=True, **kw)
+    return memory, on_disk
+
+
+@pytest.fixture
+def small_pieces(monkeypatch):
+    """Buckets, windows and slabs of a few hundred rows: every trace is cut into many."""
+    monkeypatch.setattr(bounded, "BUCKET_ROWS", 300)
+    monkeypatch.setattr(bounded, "SLAB_ROWS", 300)
+
+
+@pytest.mark.parametrize("folder", REAL, ids=[d.name for d in REAL])
+def test_real_traces_same_report(folder):
+    memory = overlapprof.analyze(folder, comms=False, workers=1)
+    on_disk = overlapprof.analyze(folder, workers=1, bounded_memory=True)  # the cross-rank section asked for
+    _assert_close(_per_rank(memory), _per_rank(on_disk))
+    assert on_disk.crossrank is None and BOUNDED_NO_CROSSRANK in on_disk.warnings
+    assert on_disk.options.bounded_memory and not on_disk.options.crossrank
+
+
+@pytest.mark.parametrize("folder", [d for d in REAL if d.name != "mtia"], ids=lambda d: d.name)
+def test_real_traces_in_small_pieces_and_filters(folder, small_pieces):
+    for kw in ({}, {"drop_last_step": True}, {"require_launch": True}):
+        memory, on_disk = _both(folder, **kw)
+        _assert_close(_per_rank(memory), _per_rank(on_disk))
+        assert on_disk.filters == memory.filters
+
+
+def test_real_cpu_runs(runs, small_pieces):
+    for run in runs.ring.values():
+        memory, on_disk = _both(run)
+        _assert_close(_per_rank(memory), _per_rank(on_disk))
+        assert on_disk.ranks[0].mode == "cpu" and on_disk.ranks[0].kinds
+
+
+def _random_gpu_trace(rng: random.Random, steps=6) -> list[dict]:
+    """Steps of kernels, memcpys and NCCL kernels launched inside and outside nested
+    communication calls on two threads, some without their launch, long calls, in shuffled
+    file order."""
+    events, t = [], 0.0
+    for n in range(steps):
+        length = rng.uniform(300, 900)
+        events.append(S.step(n, t, length))
+        for _ in range(rng.randint(20, 60)):
+            tid = rng.choice((S.MAIN_TID, S.MAIN_TID + 1))
+            at = t + rng.uniform(0, length)
+            if rng.random() < 0.2:  # a call, with kernels launched inside it
+                events.append(S.cpu_op("c10d::allreduce_", at, rng.uniform(5, 400), tid=tid))
+                events.append(S.cpu_op("record_param_comms", at + 1, rng.uniform(2, 30), tid=tid,
+                                       args={"Collective name": rng.choice(("allreduce", "broadcast", "send"))}))
+                for _ in range(rng.randint(0, 3)):
+                    rt, k = S.launched(rng.choice(("ampere_sgemm", "Memcpy DtoD", "elementwise")), at + 2,
+                                       at + rng.uniform(3, 200), rng.uniform(1, 80))
+                    rt["tid"] = tid
+                    if k["name"].startswith("Memcpy"):
+                        k["cat"] = "gpu_memcpy"
+                    events += [rt, k]
+            else:
+                name = rng.choice(("ampere_sgemm", "ncclDevKernel_AllGather", "fused_add", "Memcpy HtoD"))
+                rt, k = S.launched(name, at, at + rng.uniform(0, 300), rng.uniform(0, 120),
+                                   stream=rng.choice((7, 20)))
+                rt["tid"] = tid
+                if name.startswith("Memcpy"):
+                    k["cat"] = "gpu_memcpy"
+                events += [k] if rng.random() < 0.1 else [rt, k]  # a kernel whose launch is not recorded
+        t += length + rng.uniform(0, 50)
+    rng.shuffle(events)
+    return events
+
+
+def _random_cpu_trace(rng: random.Random, steps=6) -> list[dict]:
+    """gloo-style CPU ranks: compute ops, c10d calls with backend spans on the calling thread and
+    on a worker thread, ops inside the calls."""
+    events, t = [], 0.0
+    for n in range(steps):
+        length = rng.uniform(300, 900)
+        events.append(S.step(n, t, length, cat="cpu_op"))
+        for _ in range(rng.randint(20, 60)):
+            at = t + rng.uniform(0, length)
+            if rng.random() < 0.3:
+                kind = rng.choice(("allreduce", "broadcast", "recv"))
+                dur = rng.uniform(5, 200)
+                events.append(S.cpu_op(f"c10d::{kind}_", at, dur))
+                events.append(S.annotation(f"gloo:{kind}", at + rng.uniform(0, 50), rng.uniform(1, 100),
+                                           tid=rng.choice((S.MAIN_TID, S.MAIN_TID + 5))))
+                events.append(S.cpu_op("aten::copy_", at + 1, 2))  # inside the call: not compute
+            else:
+                events.append(S.cpu_op(rng.choice(("aten::mm", "aten::add")), at, rng.uniform(0, 80),
+                                       tid=rng.choice((S.MAIN_TID, S.MAIN_TID + 1))))
+        t += length
+    rng.shuffle(events)
+    return events
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_traces_in_small_pieces(tmp_path, small_pieces, seed):
+    rng = random.Random(seed)
+    make = _random_gpu_trace if seed % 2 == 0 else _random_cpu_trace
+    paths = [S.write(tmp_path / f"rank{r}.pt.trace.json", S.trace(make(rng), rank=r, world_size=2)) for r in range(2)]
+    for kw in ({}, {"drop_last_step": True}, {"require_launch": True}):
+        memory, on_disk = _both(paths, **kw)
+        _assert_close(_per_rank(memory), _per_rank(on_disk))
+
+
+def test_two_processes_read_one_file(tmp_path, monkeypatch, small_pieces):
+    """A large file is read by the parallel decoder into the spilled rows (this process's own
+    parts wait in files too): the same report as one process in memory."""
+    monkeypatch.setattr(PS, "PARALLEL_MIN_TEXT", 1 << 10)
+    monkeypatch.setattr(PS, "RANGE_MIN", 1 << 12)
+    monkeypatch.setattr(parts, "SUBPART_BYTES", 1 << 13)  # a range comes back in several parts
+    used = []
+    read = PS.read
+
+    def spy(*a, **k):
+        got = read(*a, **k)
+        used.append(got is not None and k.get("sink") is not None)
+        return got
+
+    monkeypatch.setattr(PS, "read", spy)
+    rng = random.Random(7)
+    path = S.write(tmp_path / "rank0.pt.trace.json", S.kineto_text(_random_gpu_trace(rng, steps=20)), gz=False)
+    memory, on_disk = _both([path], workers=2)
+    _assert_close(_per_rank(memory), _per_rank(on_disk))
+    assert used and all(used)
+
+
+def test_temporary_files_are_removed(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    overlapprof.analyze(DATA / "nccl_parser_config", comms=False, workers=1, bounded_memory=True)
+    (tmp_path / "in").mkdir()
+    bad = S.write(tmp_path / "in" / "rank0.json",  # no 'dur': found once the file is read
+                  b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1}]}')
+    with pytest.raises(OverlapprofError) as on_disk:
+        overlapprof.analyze(bad, bounded_memory=True, workers=1)
+    with pytest.raises(OverlapprofError) as memory:
+        overlapprof.analyze(bad, workers=1)
+    assert str(on_disk.value) == str(memory.value)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("overlapprof-")]
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "overlapprof", *map(str, args)], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+
+
+def test_cli_refuses_what_needs_every_operation(tmp_path):
+    for extra in (["--comm-ops"], ["--like-hta"], ["--align-clocks"]):
+        got = _cli("analyze", DATA / "trace_filter", "--bounded-memory", *extra)
+        assert got.returncode == 2, got.stderr
+        lines = got.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: --bounded-memory cannot be used with"), got.stderr
+        assert "Traceback" not in got.stderr
+
+
+def test_cli_table_says_what_is_left_out():
+    got = _cli("analyze", DATA / "trace_filter", "--bounded-memory", "--workers", 1)
+    assert got.returncode == 0, got.stderr
+    assert "no cross-rank section" in got.stdout
+    plain = _cli("analyze", DATA / "trace_filter", "--no-comms", "--workers", 1)
+    # the per-rank table is the same
+    assert got.stdout.split("\n\n")[0] == plain.stdout.split("\n\n")[0]
+
+
+def test_sweep_gives_the_interval_lengths(tmp_path):
+    rng = np.random.default_rng(3)
+    for trial in range(10):
+        n = int(rng.integers(1, 2000))
+        a0 = rng.uniform(0, 1000, n)
+        a1 = a0 + rng.exponential(3, n) * (rng.random(n) > 0.1)  # some of zero length
+        b0 = rng.uniform(0, 1000, n)
+        b1 = b0 + rng.exponential(3, n)
+        seg_a, seg_b = rng.integers(0, 3, n), rng.integers(0, 3, n)
+        folder = tmp_path / str(trial)
+        folder.mkdir()
+        sweep = Sweep(str(folder), np.sort(rng.uniform(0, 1000, int(rng.integers(0, 12)))), 4, 2)
+        for cls, (lo, hi, seg) in enumerate(((a0, a1, seg_a), (b0, b1, seg_b))):
+            sweep.add(lo, hi, 3, cls)
+            sweep.add(lo, hi, seg.astype(np.int32), cls)
+        runs = sweep.run({"a": (3, lambda p: (p & 1) != 0), "ab": (1, lambda p: (p & 3) == 3)}, cap=40)
+        assert not list(folder.iterdir())  # the slabs are removed as they are read
+        a_len, ab_len = sweep.totals(lambda p: (p & 1) != 0), sweep.totals(lambda p: (p & 3) == 3)
+        for seg, keep_a, keep_b in ((3, slice(None), slice(None)), *((s, seg_a == s, seg_b == s) for s in range(3))):
+            ua, ub = iv.union(a0[keep_a], a1[keep_a]), iv.union(b0[keep_b], b1[keep_b])
+            assert math.isclose(a_len[seg], iv.length(ua), rel_tol=1e-12, abs_tol=1e-9)
+            assert math.isclose(ab_len[seg], iv.overlap_length(ua, ub), rel_tol=1e-12, abs_tol=1e-9)
+        whole = iv.union(a0, a1)
+        assert np.array_equal(runs["a"][0][:40], whole[0][:40]) and np.array_equal(runs["a"][1][:40], whole[1][:40])
+        both = iv.intersection(iv.union(a0[seg_a == 1], a1[seg_a == 1]), iv.union(b0[seg_b == 1], b1[seg_b == 1]))
+        assert np.array_equal(runs["ab"][0][:40], both[0][:40]) and np.array_equal(runs["ab"][1][:40], both[1][:40])
+
+
+def test_sample_stays_small_and_even():
+    sample = Sample(size=1000)
+    for k in range(100):
+        sample.add(np.arange(k * 10_000, (k + 1) * 10_000, dtype=np.float64))
+    assert sample.values.size <= 1000
+    cuts = sample.quantiles(4)
+    assert np.allclose(cuts, [250_000, 500_000, 750_000], rtol=0.02)
