@@ -5,6 +5,7 @@ into many buckets and slabs, read by one process or two; and what it refuses or 
 from __future__ import annotations
 
 import math
+import os
 import random
 import subprocess
 import sys
@@ -254,3 +255,28 @@ def test_sample_stays_small_and_even():
     assert sample.values.size <= 1000
     cuts = sample.quantiles(4)
     assert np.allclose(cuts, [250_000, 500_000, 750_000], rtol=0.02)
+
+
+def test_no_room_for_the_files_is_one_line(tmp_path):
+    """A TMPDIR that does not exist, and one that fills up (files limited to 64 KB: EFBIG)."""
+    import resource
+    import signal
+
+    env = {**os.environ, "TMPDIR": str(tmp_path / "missing")}
+    got = subprocess.run([sys.executable, "-m", "overlapprof", "analyze", str(DATA / "nccl_parser_config"),
+                          "--bounded-memory", "--workers", "1"], capture_output=True, text=True, cwd=REPO, env=env,
+                         timeout=120)
+    assert got.returncode == 2 and got.stderr.count("\n") == 1, got.stderr
+    assert "cannot keep the events of" in got.stderr and "set TMPDIR" in got.stderr
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
+
+    env["TMPDIR"] = str(tmp_path)
+    got = subprocess.run([sys.executable, "-m", "overlapprof", "analyze", str(DATA / "nccl_parser_config"),
+                          "--bounded-memory", "--workers", "1"], capture_output=True, text=True, cwd=REPO, env=env,
+                         timeout=120, preexec_fn=small_files)
+    assert got.returncode == 2 and got.stderr.count("\n") == 1, got.stderr
+    assert "cannot keep the events of" in got.stderr and "Traceback" not in got.stderr
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("overlapprof-")]  # removed all the same

@@ -18,36 +18,60 @@ import numpy as np
 WRITE_BUFFER = 1 << 16
 
 
+class SpillError(Exception):
+    """The files cannot be made, written or read back (a full disk, too many open files): the
+    ``OSError`` with the spill's ``path``."""
+
+    def __init__(self, path: str, error: OSError):
+        self.path, self.error = path, error
+        super().__init__(f"{path}: {error.strerror or error}")
+
+
 class SpillFile:
     """Records of ``dtype`` appended in order to the file ``path`` (created here)."""
 
     def __init__(self, path: str, dtype: np.dtype):
         self.path, self.dtype, self.rows = path, np.dtype(dtype), 0
-        self._out = open(path, "xb", buffering=WRITE_BUFFER)  # noqa: SIM115 - closed by read, windows or remove
+        try:
+            self._out = open(path, "xb", buffering=WRITE_BUFFER)  # noqa: SIM115 - closed by read, windows or remove
+        except OSError as exc:
+            raise SpillError(path, exc) from None
 
     def append(self, records: np.ndarray) -> None:
         if records.size:
-            self._out.write(np.ascontiguousarray(records, self.dtype).data)
+            try:
+                self._out.write(np.ascontiguousarray(records, self.dtype).data)
+            except OSError as exc:
+                raise SpillError(self.path, exc) from None
             self.rows += records.size
 
     def _close(self) -> None:
         if not self._out.closed:
-            self._out.close()
+            try:
+                self._out.close()  # writes what is buffered
+            except OSError as exc:
+                raise SpillError(self.path, exc) from None
 
     def read(self) -> np.ndarray:
         """Every record (the file stays)."""
         self._close()
-        return np.fromfile(self.path, dtype=self.dtype)
+        try:
+            return np.fromfile(self.path, dtype=self.dtype)
+        except OSError as exc:
+            raise SpillError(self.path, exc) from None
 
     def windows(self, rows: int):
         """The records, at most ``rows`` at a time, in order."""
         self._close()
-        with open(self.path, "rb") as f:
-            while True:
-                got = np.fromfile(f, dtype=self.dtype, count=rows)
-                if got.size == 0:
-                    return
-                yield got
+        try:
+            with open(self.path, "rb") as f:
+                while True:
+                    got = np.fromfile(f, dtype=self.dtype, count=rows)
+                    if got.size == 0:
+                        return
+                    yield got
+        except OSError as exc:
+            raise SpillError(self.path, exc) from None
 
     def remove(self) -> None:
         self._close()

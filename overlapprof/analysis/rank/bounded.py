@@ -35,9 +35,9 @@ from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.rank.events import EventSet, Steps, _extract, _inside, _step_number
 from overlapprof.analysis.rank.metrics import TIMELINE_CAP, _metrics, _pairs, assemble, timeline_step
 from overlapprof.analysis.rank.scan import _IS_CORRELATED, _IS_GPU, SCAN_COLUMNS, _launches, _Scan, read_serially, rows_hint
-from overlapprof.analysis.spill import Buckets, Sample, SpillFile
+from overlapprof.analysis.spill import Buckets, Sample, SpillError, SpillFile
 from overlapprof.analysis.sweep import Sweep
-from overlapprof.errors import TraceError
+from overlapprof.errors import InputError, TraceError
 from overlapprof.report import KindMetrics, Metrics, Partition, RankReport, StepMetrics, Timeline
 from overlapprof.trace.ranges import is_gzip
 
@@ -97,10 +97,11 @@ class SpilledRows:
             for k in _CALL_ROW.names:
                 rec[k] = columns[k][is_call]
             self.calls.append(rec)
-        # GPU mode (a kernel seen) reads the calls from disk; CPU mode needs them here
-        few = (is_cpu & ((role & _STEP) != 0)) | (is_ann & ((role & (_STEP | _COMM_ANN)) != 0))
+        # GPU mode (a kernel seen) reads the calls from disk and no annotation but the steps;
+        # CPU mode needs its calls and communication annotations here
+        few = (is_cpu | is_ann) & ((role & _STEP) != 0)
         if not self.kernels:
-            few |= is_call
+            few |= is_call | (is_ann & ((role & _COMM_ANN) != 0))
         if few.any():
             self.few.append(**{k: v[few] for k, v in columns.items()})
         linked = _IS_CORRELATED[codes]
@@ -178,7 +179,10 @@ def _read(path: str, names: Index, comm_ann, folder: str, workers: int) -> _File
         for old in made:  # read again (not the line layout): what was kept goes
             old.remove()
         sub = os.path.join(folder, str(len(made)))
-        os.mkdir(sub)
+        try:
+            os.mkdir(sub)
+        except OSError as exc:
+            raise SpillError(sub, exc) from None
         made.append(SpilledRows(sub, _buckets(path), names, comm_ann))
         return made[-1]
 
@@ -336,19 +340,30 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, workers: i
     docstring); the report is :func:`~overlapprof.analysis.rank.metrics.rank_report`'s of the
     same files, to float rounding. ``options``: the analysis options (their two filters);
     ``workers``: processes that read a large file (the result is the same with any number)."""
-    folder = make_folder()
+    folder = None
     try:
+        folder = make_folder()
+        for k in range(len(files)):
+            os.mkdir(os.path.join(folder, f"file{k}"))
+        os.mkdir(os.path.join(folder, "sweep"))
         return _measure(files, comm_re, comm_ann, options, label, folder, workers)
+    except (SpillError, OSError) as exc:
+        if isinstance(exc, OSError) and folder is not None:
+            raise  # not the spill's: the trace's read words its own errors
+        error = exc.error if isinstance(exc, SpillError) else exc
+        where = folder or os.environ.get("TMPDIR") or "/tmp"
+        raise InputError(f"--bounded-memory: cannot keep the events of {label} in {where} "
+                         f"({error.strerror or error}); set TMPDIR to a folder with room") from None
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _measure(files, comm_re, comm_ann, options, label, folder, workers) -> BoundedRank:
     names = Index()
     read = []
     for k, path in enumerate(files):
-        os.mkdir(sub := os.path.join(folder, f"file{k}"))
-        read.append(_read(path, names, comm_ann, sub, workers))
+        read.append(_read(path, names, comm_ann, os.path.join(folder, f"file{k}"), workers))
     gpu = any(f.rows.kernels for f in read)
     order = names.order
     few_sets, step_parts = [], []
@@ -372,8 +387,7 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers) -> Bound
     for f in read:
         sample.add(f.rows.sample.values)
     edges = sample.quantiles(max(1, -(-4 * on_disk // SLAB_ROWS)))
-    os.mkdir(sweep_folder := os.path.join(folder, "sweep"))
-    feed.sweep = Sweep(sweep_folder, edges, steps.start.size + 1, KIND0 + len(C.KINDS))
+    feed.sweep = Sweep(os.path.join(folder, "sweep"), edges, steps.start.size + 1, KIND0 + len(C.KINDS))
     for k, (f, comm) in enumerate(zip(read, few_sets)):
         if gpu:
             buckets = sample.quantiles(len(f.rows.gpu))
