@@ -280,3 +280,19 @@ def test_no_room_for_the_files_is_one_line(tmp_path):
     assert got.returncode == 2 and got.stderr.count("\n") == 1, got.stderr
     assert "cannot keep the events of" in got.stderr and "Traceback" not in got.stderr
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("overlapprof-")]  # removed all the same
+
+
+def test_too_big_for_memory_is_measured_bounded(monkeypatch):
+    """When the traces would not fit in the memory available, analyze measures them with
+    --bounded-memory and says so; not when the user asked for what needs every operation."""
+    from overlapprof.analysis import analyzer
+
+    assert (analyzer._memory_available() or 1) > 0
+    monkeypatch.setattr(analyzer, "_memory_available", lambda: 1 << 20)  # as if 1 MiB were free
+    got = overlapprof.analyze(DATA / "nccl_parser_config", workers=1)
+    assert got.options.bounded_memory and got.crossrank is None
+    assert any(w.startswith("measured with --bounded-memory") for w in got.warnings), got.warnings
+    memory = overlapprof.analyze(DATA / "nccl_parser_config", workers=1, comms=False, comm_ops=True)
+    assert not memory.options.bounded_memory and memory.ranks[0].comm_records
+    _assert_close(_per_rank(got), {**_per_rank(memory), "ranks": [
+        {**r, "comm_ops": None} for r in _per_rank(memory)["ranks"]]})

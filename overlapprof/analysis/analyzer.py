@@ -31,6 +31,9 @@ from overlapprof.trace.discover import TraceGroup, discover, rank_from_name
 PARALLEL_MIN_BYTES = 8 << 20
 BOUNDED_NO_CROSSRANK = ("--bounded-memory: no cross-rank section (wait, transfer, stragglers, bandwidth): it matches "
                         "every operation of every rank in memory; each rank's numbers are complete")
+# The default analysis holds about this many bytes per byte of trace text while a rank is
+# measured (generated 2 GB and 4 GB traces, 2026-12-04: 0.33-0.38 with the cross-rank section).
+MEMORY_PER_TEXT_BYTE = 0.4
 # Ranks whose recorded windows are further apart than this are from different runs.
 SAME_RUN_GAP_US = 3600e6
 
@@ -359,6 +362,11 @@ def analyze(
     warnings: list[str] = list(inputs.notes)
     if bounded_memory and comms:
         warnings.append(BOUNDED_NO_CROSSRANK)
+    elif not (bounded_memory or comm_ops or like_hta or lanes or align_clocks or dask_scheduler is not None) and (
+            why := _too_big_for_memory(inputs.groups, workers)):
+        warnings.append(why)  # a report without the cross-rank section beats a process killed for memory
+        options = _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms, align_clocks,
+                           like_hta, comm_backends, lanes, bounded_memory=True)
     results = _run_groups(inputs.groups, options, workers, progress, warnings, dask_scheduler)
     warnings += [w for r in results for w in r.warnings]
     good = [(r, g) for r, g in zip(results, inputs.groups) if r.error is None]
@@ -401,6 +409,36 @@ def analyze(
         run=run,
         crossrank=crossrank,
     )
+
+
+def _memory_available() -> int | None:
+    """Bytes of memory available to new work (Linux's MemAvailable; None elsewhere)."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _too_big_for_memory(groups: list[TraceGroup], workers: int | None) -> str | None:
+    """Why the ranks should be measured with ``--bounded-memory`` (None: they fit): the
+    largest ranks measured at once would need more than 80% of the memory available."""
+    from overlapprof.trace.ranges import is_gzip
+
+    def text(group: TraceGroup) -> int:  # gzip: about 10 times the file
+        return sum(f.stat().st_size * (10 if is_gzip(f) else 1) for f in group.files if f.is_file())
+
+    at_once = min(workers or os.cpu_count() or 1, len(groups)) if len(groups) > 1 else 1
+    need = MEMORY_PER_TEXT_BYTE * sum(sorted(text(g) for g in groups)[-at_once:])
+    have = _memory_available()
+    if have is None or need <= 0.8 * have:
+        return None
+    return (f"measured with --bounded-memory: in memory, the largest traces would need about {need / 2**30:.1f} GiB "
+            f"and {have / 2**30:.1f} GiB is available (no cross-rank section; --comm-ops or --like-hta keep the "
+            f"analysis in memory)")
 
 
 def _cross_rank(results: list[RankResult], options: Options):
