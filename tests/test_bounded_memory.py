@@ -18,7 +18,7 @@ import pytest
 import overlapprof
 from overlapprof.analysis import intervals as iv
 from overlapprof.analysis.analyzer import BOUNDED_NO_CROSSRANK
-from overlapprof.analysis.rank import bounded
+from overlapprof.analysis.rank import bounded, spilled
 from overlapprof.analysis.rank import parallel_scan as PS
 from overlapprof.analysis.rank import parts
 from overlapprof.analysis.spill import Sample
@@ -64,7 +64,7 @@ def _both(paths, workers=1, **kw):
 @pytest.fixture
 def small_pieces(monkeypatch):
     """Buckets, windows and slabs of a few hundred rows: every trace is cut into many."""
-    monkeypatch.setattr(bounded, "BUCKET_ROWS", 300)
+    monkeypatch.setattr(spilled, "BUCKET_ROWS", 300)
     monkeypatch.setattr(bounded, "SLAB_ROWS", 300)
 
 

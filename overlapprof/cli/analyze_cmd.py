@@ -65,7 +65,7 @@ def _cluster(address, scheduler_file, timeout, workers):
 @click.option("--bounded-memory", is_flag=True,
               help="Keep each rank's events on disk (in $TMPDIR) while they are measured: the memory does not "
                    "grow with the traces' size. The same per-rank numbers; no cross-rank section, and not with "
-                   "--comm-ops or --like-hta. Each file is read by one process.")
+                   "--comm-ops, --like-hta or --align-clocks.")
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Processes that analyze ranks in parallel, or that decode the pieces of one large "
                    "trace file (default: one per CPU).")

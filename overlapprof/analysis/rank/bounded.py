@@ -2,23 +2,20 @@
 :mod:`~overlapprof.analysis.rank.events` and :mod:`~overlapprof.analysis.rank.metrics` give,
 with the per-event data on disk.
 
-1. Each file is read a chunk at a time (:func:`~overlapprof.analysis.rank.scan.read_serially`)
-   into :class:`SpilledRows`: in memory only the few rows every event's class may depend on
-   (communication calls, ``ProfilerStep#N`` spans, CPU-mode communication annotations); on disk
-   the GPU activity and runtime calls, in buckets of correlation ids, and the CPU ops that may be
-   compute.
-2. The few rows give the steps and, in CPU mode, the communication (classified as in memory,
-   by :func:`~overlapprof.analysis.rank.events._extract` on a scan of those rows alone).
-3. Each bucket holds every GPU event with its launching runtime call (same correlation), so one
-   bucket and the calls classify its events exactly as the whole file does. CPU ops are
-   classified a window at a time against the calls.
-4. Each classified interval goes to a :class:`~overlapprof.analysis.sweep.Sweep` under its
-   step and the whole rank; the sweep gives every metric as a time per coverage pattern.
+1. Each file is read (by several processes when it is large) into
+   :class:`~overlapprof.analysis.rank.spilled.SpilledRows`: the steps in memory, the rest on disk.
+2. The steps come from the rows kept in memory and, in CPU mode, so does the communication
+   (classified by :func:`~overlapprof.analysis.rank.events._extract` on a scan of those rows).
+3. GPU mode: each GPU event joined to its launch, a correlation bucket at a time, then each time
+   bucket with every call that overlaps it, classified by ``_extract`` as a whole file is. CPU
+   mode: the CPU ops a window at a time against the calls.
+4. Each classified interval goes to a :class:`~overlapprof.analysis.sweep.Sweep` under its step
+   and under the whole rank; the sweep gives every metric as a time per coverage pattern.
 
-Memory holds a chunk, one bucket or window, one slab of the sweep, and what is per operation
-or per step (the few rows, the sweep's totals); nothing per event. The cross-rank section, the
-per-operation records (``--comm-ops``), ``--like-hta`` and ``export``'s lanes need every
-operation or event in memory: they are not computed here (``analyze`` says so).
+Memory holds a chunk, one bucket or window, one slab of the sweep and what is per step (and in
+CPU mode per operation); nothing per event. The cross-rank section, the per-operation records
+(``--comm-ops``), ``--like-hta`` and ``export``'s lanes need every operation or event in
+memory: they are not computed here (``analyze`` refuses them or says so).
 """
 
 from __future__ import annotations
@@ -29,123 +26,24 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from overlapprof.analysis.columns import GrowingColumns, Index
+from overlapprof.analysis.columns import Index
 from overlapprof.analysis.forks import make_folder
 from overlapprof.analysis.rank import classify as C
-from overlapprof.analysis.rank.events import EventSet, Steps, _extract, _inside, _step_number
+from overlapprof.analysis.rank.events import EventSet, Steps, _extract, _inside
 from overlapprof.analysis.rank.metrics import TIMELINE_CAP, _metrics, _pairs, assemble, timeline_step
-from overlapprof.analysis.rank.scan import _IS_CORRELATED, _IS_GPU, SCAN_COLUMNS, _launches, _Scan, read_serially, rows_hint
-from overlapprof.analysis.spill import Buckets, Sample, SpillError, SpillFile
+from overlapprof.analysis.rank.scan import SCAN_COLUMNS, _Scan
+from overlapprof.analysis.rank import spilled
+from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, read_spilled
+from overlapprof.analysis.spill import Sample, SpillError
 from overlapprof.analysis.sweep import Sweep
-from overlapprof.errors import InputError, TraceError
+from overlapprof.errors import InputError
 from overlapprof.report import KindMetrics, Metrics, Partition, RankReport, StepMetrics, Timeline
-from overlapprof.trace.ranges import is_gzip
 
-# GPU events and runtime calls classified at once (a bucket), and CPU ops (a window); and the
-# boundaries swept at once (a slab). Each row costs about 200 bytes while it is worked on.
-BUCKET_ROWS = 1 << 19
-SLAB_ROWS = 1 << 20
-MAX_BUCKETS = 512  # open files: past ~50 GB of JSON the buckets grow instead
+SLAB_ROWS = 1 << 20  # boundaries swept at once (a slab)
 
 # Sweep classes (bits of a pattern): the three classes, a step's window, then one per comm kind.
 COMM, COMPUTE, MEMORY, WINDOW, KIND0 = 0, 1, 2, 3, 4
 _BIT = {c: 1 << c for c in (COMM, COMPUTE, MEMORY, WINDOW)}
-
-_GPU_ROW = np.dtype([("corr", "<f8"), ("ts", "<f8"), ("dur", "<f8"), ("codes", "i1"), ("name_ids", "<i4"),
-                     ("thread", "<i4")])
-_CPU_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("thread", "<i4")])
-_CALL_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("thread", "<i4"), ("name_ids", "<i4"), ("collective", "i1")])
-_JOINED_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("codes", "i1"), ("name_ids", "<i4"), ("launch_ts", "<f8"),
-                        ("launch_thread", "<i4")])
-# Roles of a name, for the few rows and the CPU ops kept (bits).
-_CALL, _STEP, _COMM_ANN, _CPU_COMPUTE = 1, 2, 4, 8
-
-
-def _role(name: str, comm_ann) -> int:
-    return ((_CALL if C.is_comm_call(name) else 0) | (_STEP if _step_number(name) >= 0 else 0)
-            | (_COMM_ANN if comm_ann.match(name) else 0) | (_CPU_COMPUTE if C.is_cpu_compute(name) else 0))
-
-
-class SpilledRows:
-    """A file's complete events as :func:`~overlapprof.analysis.rank.scan._read_chunks` gives
-    them (its ``sink``), kept as the module docstring says: ``few`` (the scan's columns, in row
-    order), ``gpu`` (GPU events and runtime calls, bucket ``corr mod len(gpu)``, row order within
-    a bucket; no correlation: bucket 0) and ``cpu`` (CPU ops that may be compute)."""
-
-    def __init__(self, folder: str, buckets: int, names: Index, comm_ann):
-        self.folder, self.names, self.comm_ann = folder, names, comm_ann
-        self.size = self.negative = 0
-        self.kernels = False
-        self.roles = np.zeros(0, dtype=np.int8)
-        self.few = GrowingColumns(SCAN_COLUMNS, 1 << 12)
-        self.gpu = Buckets(folder, "gpu", _GPU_ROW, buckets)
-        self.cpu = SpillFile(os.path.join(folder, "cpu"), _CPU_ROW)
-        self.calls = SpillFile(os.path.join(folder, "calls"), _CALL_ROW)
-        self.sample = Sample()  # of the times kept on disk: where the sweep's slabs are cut
-
-    def append(self, columns: dict, corr: np.ndarray) -> None:
-        codes, name_ids = columns["codes"], columns["name_ids"]
-        if len(self.names.order) > self.roles.size:
-            new = [_role(n, self.comm_ann) for n in self.names.order[self.roles.size :]]
-            self.roles = np.concatenate((self.roles, np.array(new, dtype=np.int8)))
-        role = self.roles[name_ids]
-        is_cpu, is_ann = codes == C.CPU_OP, codes == C.ANNOTATION
-        self.kernels = self.kernels or bool((codes == C.KERNEL).any())
-        is_call = is_cpu & ((role & _CALL) != 0)
-        if is_call.any():
-            rec = np.empty(int(np.count_nonzero(is_call)), dtype=_CALL_ROW)
-            for k in _CALL_ROW.names:
-                rec[k] = columns[k][is_call]
-            self.calls.append(rec)
-        # GPU mode (a kernel seen) reads the calls from disk and no annotation but the steps;
-        # CPU mode needs its calls and communication annotations here
-        few = (is_cpu | is_ann) & ((role & _STEP) != 0)
-        if not self.kernels:
-            few |= is_call | (is_ann & ((role & _COMM_ANN) != 0))
-        if few.any():
-            self.few.append(**{k: v[few] for k, v in columns.items()})
-        linked = _IS_CORRELATED[codes]
-        if corr.size:
-            rec = np.empty(corr.size, dtype=_GPU_ROW)
-            rec["corr"] = corr
-            for k in ("ts", "dur", "codes", "name_ids", "thread"):
-                rec[k] = columns[k][linked]
-            bucket = np.where(np.isfinite(corr), np.remainder(np.floor(np.nan_to_num(corr)), len(self.gpu)), 0)
-            self.gpu.route(bucket.astype(np.int64), rec)
-            self.sample.add(rec["ts"])
-        compute = is_cpu & ((role & _CPU_COMPUTE) != 0)
-        if compute.any():
-            rec = np.empty(int(np.count_nonzero(compute)), dtype=_CPU_ROW)
-            for k in ("ts", "dur", "thread"):
-                rec[k] = columns[k][compute]
-            self.cpu.append(rec)
-            self.sample.add(rec["ts"])
-        self.negative += int(np.count_nonzero(columns["dur"] < 0))
-        self.size += codes.size
-
-    def result(self):
-        return self if self.size else None
-
-    def few_scan(self, path: str, extra: dict | None = None) -> _Scan:
-        """A scan of the few rows (and ``extra``: more columns of rows after them)."""
-        cols = self.few.arrays()
-        if extra is not None:
-            cols = {k: np.concatenate((cols[k], extra[k])) for k in SCAN_COLUMNS}
-        return _Scan(path, **{k: cols[k] for k in SCAN_COLUMNS}, launch=np.empty(0, dtype=np.int64), negative=0,
-                     events=0, header=None)
-
-    def remove(self) -> None:
-        self.gpu.remove()
-        self.cpu.remove()
-        self.calls.remove()
-
-
-@dataclass
-class _File:
-    path: str
-    rows: SpilledRows
-    header: object
-    unclassified: dict
 
 
 @dataclass
@@ -160,44 +58,6 @@ class BoundedRank:
     headers: list
     bounds: tuple[float, float] | None  # the events' earliest start and latest end, before any filter (µs)
     warnings: list[str] = field(default_factory=list)
-
-
-def _buckets(path) -> int:
-    try:
-        text = os.path.getsize(path) * (10 if is_gzip(path) else 1)
-    except OSError:
-        text = 0
-    return int(min(MAX_BUCKETS, max(1, -(-rows_hint(text) // BUCKET_ROWS))))
-
-
-def _read(path: str, names: Index, comm_ann, folder: str, workers: int) -> _File:
-    """A file read into :class:`SpilledRows`: by ``workers`` processes when it is large
-    (:func:`~overlapprof.analysis.rank.parallel_scan.read`), else by this one."""
-    made: list[SpilledRows] = []
-
-    def sink():
-        for old in made:  # read again (not the line layout): what was kept goes
-            old.remove()
-        sub = os.path.join(folder, str(len(made)))
-        try:
-            os.mkdir(sub)
-        except OSError as exc:
-            raise SpillError(sub, exc) from None
-        made.append(SpilledRows(sub, _buckets(path), names, comm_ann))
-        return made[-1]
-
-    got = None
-    if workers > 1:
-        from overlapprof.analysis.rank import parallel_scan
-
-        got = parallel_scan.read(path, names, None, workers, sink=sink)
-    if got is not None:
-        rows, unclassified, header, _ = got
-    else:
-        rows, unclassified, header, _, _ = read_serially(path, names, None, sink)
-    if rows is None:
-        raise TraceError(path, "no complete ('X') events: nothing to measure")
-    return _File(str(path), rows, header, unclassified)
 
 
 class _Feed:
@@ -242,44 +102,10 @@ class _Feed:
                 self.sweep.add(s.start[mine], s.end[mine], self.rank_seg, KIND0 + code)
 
 
-def _joined(f: _File, edges: np.ndarray, folder: str) -> Buckets:
-    """The file's GPU events with their launch (time and thread, NaN and -1: none), in buckets of
-    the time that places them among the calls (the launch's, else their own start): each
-    correlation bucket holds every event with its runtime call, so the join is exact."""
-    out = Buckets(folder, "joined", _JOINED_ROW, edges.size + 1)
-    for bucket in f.rows.gpu:
-        rec = bucket.read()
-        bucket.remove()
-        launch = _launches(rec["codes"], rec["corr"])  # rows of rec, for its GPU rows
-        gpu = rec[_IS_GPU[rec["codes"]]]
-        joined = np.empty(gpu.size, dtype=_JOINED_ROW)
-        for k in ("ts", "dur", "codes", "name_ids"):
-            joined[k] = gpu[k]
-        found = launch >= 0
-        joined["launch_ts"] = np.where(found, rec["ts"][np.maximum(launch, 0)], np.nan)
-        joined["launch_thread"] = np.where(found, rec["thread"][np.maximum(launch, 0)], -1)
-        del rec, gpu
-        out.route(np.searchsorted(edges, np.where(found, joined["launch_ts"], joined["ts"]), "right"), joined)
-    return out
-
-
-def _calls_by_time(f: _File, edges: np.ndarray, folder: str) -> Buckets:
-    """The file's communication calls, each in every time bucket it overlaps (in file order)."""
-    out = Buckets(folder, "calls", _CALL_ROW, edges.size + 1)
-    for rec in f.rows.calls.windows(BUCKET_ROWS):
-        first = np.searchsorted(edges, rec["ts"], "right")
-        last = np.searchsorted(edges, rec["ts"] + np.maximum(rec["dur"], 0), "right")
-        for k in range(int((last - first).max()) + 1):  # a call longer than a bucket: in each
-            at = np.flatnonzero(last - first >= k)
-            out.route(first[at] + k, rec[at])
-    f.rows.calls.remove()
-    return out
-
-
-def _classify_gpu(f: _File, comm_re, comm_ann, names: list[str], feed: _Feed, edges: np.ndarray, folder: str):
+def _classify_gpu(f: SpilledFile, comm_re, comm_ann, names: list[str], feed: _Feed, edges: np.ndarray, folder: str):
     """The GPU events of a time bucket with the calls around it, classified as a whole file is:
     a small scan of the calls, a runtime row per launch found, and the events."""
-    joined, calls = _joined(f, edges, folder), _calls_by_time(f, edges, folder)
+    joined, calls = joined_by_time(f, edges, folder), calls_by_time(f, edges, folder)
     for events, around in zip(joined, calls):
         ev, c = events.read(), around.read()
         events.remove()
@@ -307,13 +133,13 @@ def _classify_gpu(f: _File, comm_re, comm_ann, names: list[str], feed: _Feed, ed
             feed.add(s, cls)
 
 
-def _classify_cpu_ops(f: _File, names: list[str], feed: _Feed) -> None:
+def _classify_cpu_ops(f: SpilledFile, names: list[str], feed: _Feed) -> None:
     """CPU mode: the CPU ops kept are compute unless inside a communication call (a window at a time)."""
     few = f.rows.few_scan(f.path)
     calls = np.flatnonzero((few.codes == C.CPU_OP)
                            & np.array([C.is_comm_call(n) for n in names], dtype=bool)[few.name_ids])
     c = {k: getattr(few, k)[calls] for k in ("ts", "dur", "thread")}
-    for rec in f.rows.cpu.windows(BUCKET_ROWS):
+    for rec in f.rows.cpu.windows(spilled.BUCKET_ROWS):
         scan = _Scan(f.path, ts=np.concatenate((c["ts"], rec["ts"])), dur=np.concatenate((c["dur"], rec["dur"])),
                      codes=None, launch=None, name_ids=None, thread=np.concatenate((c["thread"], rec["thread"])),
                      collective=None, negative=0, events=0, header=None)
@@ -363,7 +189,7 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers) -> Bound
     names = Index()
     read = []
     for k, path in enumerate(files):
-        read.append(_read(path, names, comm_ann, os.path.join(folder, f"file{k}"), workers))
+        read.append(read_spilled(path, names, comm_ann, os.path.join(folder, f"file{k}"), workers))
     gpu = any(f.rows.kernels for f in read)
     order = names.order
     few_sets, step_parts = [], []

@@ -1,0 +1,202 @@
+"""A trace file read into files on disk, for :mod:`overlapprof.analysis.rank.bounded`.
+
+:class:`SpilledRows` takes the place of the in-memory columns while a file is read (the
+``sink`` of :func:`~overlapprof.analysis.rank.scan._read_chunks`, in this process or from the
+parts of a parallel read): in memory it keeps only the ``ProfilerStep#N`` spans and, until a
+kernel is seen (CPU mode), the communication calls and annotations; on disk the GPU activity
+and runtime calls in buckets of correlation id (:data:`BUCKET_ROWS` rows each, about), the
+communication calls in file order and the CPU ops that may be compute. :func:`joined_by_time`
+then joins each GPU event to its launch a correlation bucket at a time and puts the result in
+buckets of time; :func:`calls_by_time` puts each call in every time bucket it overlaps.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from overlapprof.analysis.columns import GrowingColumns, Index
+from overlapprof.analysis.rank import classify as C
+from overlapprof.analysis.rank.events import _step_number
+from overlapprof.analysis.rank.scan import _IS_CORRELATED, _IS_GPU, SCAN_COLUMNS, _launches, _Scan, read_serially, rows_hint
+from overlapprof.analysis.spill import Buckets, Sample, SpillError, SpillFile
+from overlapprof.errors import TraceError
+from overlapprof.trace.ranges import is_gzip
+
+# GPU events and runtime calls joined and classified at once (a bucket), and CPU ops (a window).
+# Each row costs about 200 bytes while it is worked on.
+BUCKET_ROWS = 1 << 19
+MAX_BUCKETS = 512  # open files: past ~50 GB of JSON the buckets grow instead
+
+_GPU_ROW = np.dtype([("corr", "<f8"), ("ts", "<f8"), ("dur", "<f8"), ("codes", "i1"), ("name_ids", "<i4"),
+                     ("thread", "<i4")])
+_CPU_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("thread", "<i4")])
+_CALL_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("thread", "<i4"), ("name_ids", "<i4"), ("collective", "i1")])
+_JOINED_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("codes", "i1"), ("name_ids", "<i4"), ("launch_ts", "<f8"),
+                        ("launch_thread", "<i4")])
+# Roles of a name, for the few rows and the CPU ops kept (bits).
+_CALL, _STEP, _COMM_ANN, _CPU_COMPUTE = 1, 2, 4, 8
+
+
+def _role(name: str, comm_ann) -> int:
+    return ((_CALL if C.is_comm_call(name) else 0) | (_STEP if _step_number(name) >= 0 else 0)
+            | (_COMM_ANN if comm_ann.match(name) else 0) | (_CPU_COMPUTE if C.is_cpu_compute(name) else 0))
+
+
+class SpilledRows:
+    """A file's complete events as :func:`~overlapprof.analysis.rank.scan._read_chunks` gives
+    them (its ``sink``), kept as the module docstring says: ``few`` (the scan's columns, in row
+    order), ``gpu`` (GPU events and runtime calls, bucket ``corr mod len(gpu)``, row order within
+    a bucket; no correlation: bucket 0) and ``cpu`` (CPU ops that may be compute)."""
+
+    def __init__(self, folder: str, buckets: int, names: Index, comm_ann):
+        self.folder, self.names, self.comm_ann = folder, names, comm_ann
+        self.size = self.negative = 0
+        self.kernels = False
+        self.roles = np.zeros(0, dtype=np.int8)
+        self.few = GrowingColumns(SCAN_COLUMNS, 1 << 12)
+        self.gpu = Buckets(folder, "gpu", _GPU_ROW, buckets)
+        self.cpu = SpillFile(os.path.join(folder, "cpu"), _CPU_ROW)
+        self.calls = SpillFile(os.path.join(folder, "calls"), _CALL_ROW)
+        self.sample = Sample()  # of the times kept on disk: where the sweep's slabs are cut
+
+    def append(self, columns: dict, corr: np.ndarray) -> None:
+        codes, name_ids = columns["codes"], columns["name_ids"]
+        if len(self.names.order) > self.roles.size:
+            new = [_role(n, self.comm_ann) for n in self.names.order[self.roles.size :]]
+            self.roles = np.concatenate((self.roles, np.array(new, dtype=np.int8)))
+        role = self.roles[name_ids]
+        is_cpu, is_ann = codes == C.CPU_OP, codes == C.ANNOTATION
+        self.kernels = self.kernels or bool((codes == C.KERNEL).any())
+        is_call = is_cpu & ((role & _CALL) != 0)
+        if is_call.any():
+            rec = np.empty(int(np.count_nonzero(is_call)), dtype=_CALL_ROW)
+            for k in _CALL_ROW.names:
+                rec[k] = columns[k][is_call]
+            self.calls.append(rec)
+        # GPU mode (a kernel seen) reads the calls from disk and no annotation but the steps;
+        # CPU mode needs its calls and communication annotations here
+        few = (is_cpu | is_ann) & ((role & _STEP) != 0)
+        if not self.kernels:
+            few |= is_call | (is_ann & ((role & _COMM_ANN) != 0))
+        if few.any():
+            self.few.append(**{k: v[few] for k, v in columns.items()})
+        linked = _IS_CORRELATED[codes]
+        if corr.size:
+            rec = np.empty(corr.size, dtype=_GPU_ROW)
+            rec["corr"] = corr
+            for k in ("ts", "dur", "codes", "name_ids", "thread"):
+                rec[k] = columns[k][linked]
+            bucket = np.where(np.isfinite(corr), np.remainder(np.floor(np.nan_to_num(corr)), len(self.gpu)), 0)
+            self.gpu.route(bucket.astype(np.int64), rec)
+            self.sample.add(rec["ts"])
+        compute = is_cpu & ((role & _CPU_COMPUTE) != 0)
+        if compute.any():
+            rec = np.empty(int(np.count_nonzero(compute)), dtype=_CPU_ROW)
+            for k in ("ts", "dur", "thread"):
+                rec[k] = columns[k][compute]
+            self.cpu.append(rec)
+            self.sample.add(rec["ts"])
+        self.negative += int(np.count_nonzero(columns["dur"] < 0))
+        self.size += codes.size
+
+    def result(self):
+        return self if self.size else None
+
+    def few_scan(self, path: str) -> _Scan:
+        """A scan of the rows kept in memory."""
+        cols = self.few.arrays()
+        return _Scan(path, **{k: cols[k] for k in SCAN_COLUMNS}, launch=np.empty(0, dtype=np.int64), negative=0,
+                     events=0, header=None)
+
+    def remove(self) -> None:
+        self.gpu.remove()
+        self.cpu.remove()
+        self.calls.remove()
+
+
+@dataclass
+class SpilledFile:
+    """A file read into :class:`SpilledRows`, with its top level and the counts of the device
+    categories left out."""
+
+    path: str
+    rows: SpilledRows
+    header: object
+    unclassified: dict
+
+
+def _buckets(path) -> int:
+    """How many correlation buckets a file's GPU events and runtime calls go to: about
+    :data:`BUCKET_ROWS` rows each, by the file's size (a guess on the high side)."""
+    try:
+        text = os.path.getsize(path) * (10 if is_gzip(path) else 1)
+    except OSError:
+        text = 0
+    return int(min(MAX_BUCKETS, max(1, -(-rows_hint(text) // BUCKET_ROWS))))
+
+
+def read_spilled(path: str, names: Index, comm_ann, folder: str, workers: int) -> SpilledFile:
+    """A file read into :class:`SpilledRows`: by ``workers`` processes when it is large
+    (:func:`~overlapprof.analysis.rank.parallel_scan.read`), else by this one."""
+    made: list[SpilledRows] = []
+
+    def sink():
+        for old in made:  # read again (not the line layout): what was kept goes
+            old.remove()
+        sub = os.path.join(folder, str(len(made)))
+        try:
+            os.mkdir(sub)
+        except OSError as exc:
+            raise SpillError(sub, exc) from None
+        made.append(SpilledRows(sub, _buckets(path), names, comm_ann))
+        return made[-1]
+
+    got = None
+    if workers > 1:
+        from overlapprof.analysis.rank import parallel_scan
+
+        got = parallel_scan.read(path, names, None, workers, sink=sink)
+    if got is not None:
+        rows, unclassified, header, _ = got
+    else:
+        rows, unclassified, header, _, _ = read_serially(path, names, None, sink)
+    if rows is None:
+        raise TraceError(path, "no complete ('X') events: nothing to measure")
+    return SpilledFile(str(path), rows, header, unclassified)
+
+
+def joined_by_time(f: SpilledFile, edges: np.ndarray, folder: str) -> Buckets:
+    """The file's GPU events with their launch (time and thread, NaN and -1: none), in buckets of
+    the time that places them among the calls (the launch's, else their own start): each
+    correlation bucket holds every event with its runtime call, so the join is exact."""
+    out = Buckets(folder, "joined", _JOINED_ROW, edges.size + 1)
+    for bucket in f.rows.gpu:
+        rec = bucket.read()
+        bucket.remove()
+        launch = _launches(rec["codes"], rec["corr"])  # rows of rec, for its GPU rows
+        gpu = rec[_IS_GPU[rec["codes"]]]
+        joined = np.empty(gpu.size, dtype=_JOINED_ROW)
+        for k in ("ts", "dur", "codes", "name_ids"):
+            joined[k] = gpu[k]
+        found = launch >= 0
+        joined["launch_ts"] = np.where(found, rec["ts"][np.maximum(launch, 0)], np.nan)
+        joined["launch_thread"] = np.where(found, rec["thread"][np.maximum(launch, 0)], -1)
+        del rec, gpu
+        out.route(np.searchsorted(edges, np.where(found, joined["launch_ts"], joined["ts"]), "right"), joined)
+    return out
+
+
+def calls_by_time(f: SpilledFile, edges: np.ndarray, folder: str) -> Buckets:
+    """The file's communication calls, each in every time bucket it overlaps (in file order)."""
+    out = Buckets(folder, "calls", _CALL_ROW, edges.size + 1)
+    for rec in f.rows.calls.windows(BUCKET_ROWS):
+        first = np.searchsorted(edges, rec["ts"], "right")
+        last = np.searchsorted(edges, rec["ts"] + np.maximum(rec["dur"], 0), "right")
+        for k in range(int((last - first).max()) + 1):  # a call longer than a bucket: in each
+            at = np.flatnonzero(last - first >= k)
+            out.route(first[at] + k, rec[at])
+    f.rows.calls.remove()
+    return out
