@@ -49,3 +49,11 @@ class ClusterError(OverlapprofError):
     work failed, not the input, so a command ends with exit code 1."""
 
     exit_code = 1
+
+
+class SpillError(OverlapprofError):
+    """``--bounded-memory`` cannot keep its files (no such ``$TMPDIR``, a full disk): the
+    machine, not the trace, so no ``--allow-partial`` skips a rank for it, and a command ends
+    with exit code 1."""
+
+    exit_code = 1

@@ -23,14 +23,14 @@ from overlapprof.analysis.crossrank.section import build_crossrank
 from overlapprof.analysis.rank.classify import compile_comm_annotations, compile_comm_kernels
 from overlapprof.analysis.rank.events import RankEvents, rank_events
 from overlapprof.analysis.rank.metrics import class_unions, rank_report, summarize
-from overlapprof.errors import InputError, OverlapprofError
+from overlapprof.errors import InputError, OverlapprofError, SpillError
 from overlapprof.report import Options, RankReport, Report
 from overlapprof.trace.discover import TraceGroup, discover, rank_from_name
 
 # Below this many bytes of traces in all, starting worker processes costs more than it saves.
 PARALLEL_MIN_BYTES = 8 << 20
-BOUNDED_NO_CROSSRANK = ("--bounded-memory: no cross-rank section (wait, transfer, stragglers, bandwidth): it matches "
-                        "every operation of every rank in memory; each rank's numbers are complete")
+BOUNDED_NO_CROSSRANK = ("--bounded-memory leaves out the cross-rank section (wait vs transfer, stragglers, bandwidth), "
+                        "which needs every operation of every rank in memory; each rank's own numbers are complete")
 # The default analysis holds about this many bytes per byte of trace text while a rank is
 # measured (generated 2 GB and 4 GB traces, 2026-12-04: 0.33-0.38 with the cross-rank section).
 MEMORY_PER_TEXT_BYTE = 0.4
@@ -287,10 +287,13 @@ def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_o
         except re.error as exc:
             raise InputError(f"comm kernel pattern {p!r} is not a valid regular expression ({exc})") from None
     if bounded_memory:
-        for on, what in ((comm_ops, "--comm-ops (a record per operation)"), (like_hta, "--like-hta"),
-                         (lanes, "export's lanes (every step's unions)"), (align_clocks, "--align-clocks")):
+        for on, what, why in ((comm_ops, "--comm-ops", "it keeps a record per operation"),
+                              (like_hta, "--like-hta", "it computes HTA's way, from every event in memory"),
+                              (lanes, "export's lanes", "they are every step's unions"),
+                              (align_clocks, "--align-clocks", "it aligns the clocks of the cross-rank section, "
+                               "which --bounded-memory leaves out")):
             if on:
-                raise InputError(f"--bounded-memory cannot be used with {what}: that needs every operation in memory")
+                raise InputError(f"--bounded-memory cannot be used with {what}: {why}")
     backends = [comm_backends] if isinstance(comm_backends, str) else list(comm_backends or ())
     for b in backends:
         if not re.fullmatch(r"[A-Za-z0-9_]+", b):
@@ -323,7 +326,7 @@ def analyze(
     comms: bool = True,
     align_clocks: bool = False,
     lanes: bool = False,
-    bounded_memory: bool = False,
+    bounded_memory: bool | None = None,
     workers: int | None = None,
     progress=None,
     dask_scheduler=None,
@@ -346,6 +349,10 @@ def analyze(
     rank) on their matched collectives first. ``lanes``: give each rank its
     :class:`~overlapprof.report.Lanes` (every step's unions on the common clock, for
     ``overlapprof export``).
+    ``bounded_memory``: True, measure each rank with its events on disk
+    (:mod:`overlapprof.analysis.rank.bounded`: the same per-rank numbers in memory that does not
+    grow with the traces, and no cross-rank section); None (default), only when the traces would
+    not fit in the memory available (with a warning); False, never.
     ``workers``: processes for ranks, or for the pieces of a single large file (default: one
     per CPU; 1: everything in this process). The report is the same with any number.
     ``progress``: called as ``progress(done, total, path)`` as ranks finish.
@@ -357,12 +364,12 @@ def analyze(
     the problem) on bad input.
     """
     options = _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms, align_clocks,
-                       like_hta, comm_backends, lanes, bounded_memory)
+                       like_hta, comm_backends, lanes, bool(bounded_memory))
     inputs = discover(paths)
     warnings: list[str] = list(inputs.notes)
     if bounded_memory and comms:
         warnings.append(BOUNDED_NO_CROSSRANK)
-    elif not (bounded_memory or comm_ops or like_hta or lanes or align_clocks or dask_scheduler is not None) and (
+    elif bounded_memory is None and not (comm_ops or like_hta or lanes or align_clocks or dask_scheduler is not None) and (
             why := _too_big_for_memory(inputs.groups, workers)):
         warnings.append(why)  # a report without the cross-rank section beats a process killed for memory
         options = _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms, align_clocks,
@@ -373,6 +380,8 @@ def analyze(
     failed = [r for r in results if r.error is not None]
     if failed and (not allow_partial or not good):
         raise failed[0].error
+    if spill := next((r.error for r in failed if isinstance(r.error, SpillError)), None):
+        raise spill  # the machine's problem, not a bad trace's: no rank is skipped for it
     warnings += [f"skipped {r.error}" for r in failed]
     results, groups = [r for r, _ in good], [g for _, g in good]
     _settle_ranks(results, groups)
@@ -426,19 +435,22 @@ def _memory_available() -> int | None:
 def _too_big_for_memory(groups: list[TraceGroup], workers: int | None) -> str | None:
     """Why the ranks should be measured with ``--bounded-memory`` (None: they fit): the
     largest ranks measured at once would need more than 80% of the memory available."""
-    from overlapprof.trace.ranges import is_gzip
+    from overlapprof.trace.ranges import text_bytes
 
-    def text(group: TraceGroup) -> int:  # gzip: about 10 times the file
-        return sum(f.stat().st_size * (10 if is_gzip(f) else 1) for f in group.files if f.is_file())
+    def text(group: TraceGroup) -> int:
+        return sum(text_bytes(f) for f in group.files if f.is_file())
 
     at_once = min(workers or os.cpu_count() or 1, len(groups)) if len(groups) > 1 else 1
     need = MEMORY_PER_TEXT_BYTE * sum(sorted(text(g) for g in groups)[-at_once:])
     have = _memory_available()
     if have is None or need <= 0.8 * have:
         return None
-    return (f"measured with --bounded-memory: in memory, the largest traces would need about {need / 2**30:.1f} GiB "
-            f"and {have / 2**30:.1f} GiB is available (no cross-rank section; --comm-ops or --like-hta keep the "
-            f"analysis in memory)")
+    return (f"measured with --bounded-memory: in memory, the largest traces would need about {_size(need)} and "
+            f"{_size(have)} is available; so no cross-rank section (--in-memory analyzes them in memory all the same)")
+
+
+def _size(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 def _cross_rank(results: list[RankResult], options: Options):

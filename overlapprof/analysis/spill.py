@@ -18,7 +18,7 @@ import numpy as np
 WRITE_BUFFER = 1 << 16
 
 
-class SpillError(Exception):
+class SpillFailed(Exception):
     """The files cannot be made, written or read back (a full disk, too many open files): the
     ``OSError`` with the spill's ``path``."""
 
@@ -35,14 +35,14 @@ class SpillFile:
         try:
             self._out = open(path, "xb", buffering=WRITE_BUFFER)  # noqa: SIM115 - closed by read, windows or remove
         except OSError as exc:
-            raise SpillError(path, exc) from None
+            raise SpillFailed(path, exc) from None
 
     def append(self, records: np.ndarray) -> None:
         if records.size:
             try:
                 self._out.write(np.ascontiguousarray(records, self.dtype).data)
             except OSError as exc:
-                raise SpillError(self.path, exc) from None
+                raise SpillFailed(self.path, exc) from None
             self.rows += records.size
 
     def _close(self) -> None:
@@ -50,7 +50,7 @@ class SpillFile:
             try:
                 self._out.close()  # writes what is buffered
             except OSError as exc:
-                raise SpillError(self.path, exc) from None
+                raise SpillFailed(self.path, exc) from None
 
     def read(self) -> np.ndarray:
         """Every record (the file stays)."""
@@ -58,7 +58,7 @@ class SpillFile:
         try:
             return np.fromfile(self.path, dtype=self.dtype)
         except OSError as exc:
-            raise SpillError(self.path, exc) from None
+            raise SpillFailed(self.path, exc) from None
 
     def windows(self, rows: int):
         """The records, at most ``rows`` at a time, in order."""
@@ -71,7 +71,7 @@ class SpillFile:
                         return
                     yield got
         except OSError as exc:
-            raise SpillError(self.path, exc) from None
+            raise SpillFailed(self.path, exc) from None
 
     def remove(self) -> None:
         self._close()

@@ -127,7 +127,8 @@ class Sweep:
         keys = np.array(list(self.lengths), dtype=np.int64).reshape(-1, 2)
         values = np.array(list(self.lengths.values()), dtype=np.float64)
         hit = test(keys[:, 1]) if values.size else np.zeros(0, dtype=bool)
-        return np.bincount(keys[hit, 0], weights=values[hit], minlength=self.count.shape[0])
+        out = np.bincount(keys[hit, 0], weights=values[hit], minlength=self.count.shape[0])
+        return out.astype(np.float64, copy=False)  # no weight at all gives ints
 
     def remove(self) -> None:
         self.slabs.remove()

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import check_data_outputs, command, emit_data, reading_kwargs, reading_options
+from overlapprof.cli.common import (check_data_outputs, command, emit_data, reading_kwargs, reading_options,
+                                    unwind_on_sigterm)
 
 
 class _Progress:
@@ -45,7 +46,8 @@ def _cluster(address, scheduler_file, timeout, workers):
 
 
 @command("analyze", epilog="Exit codes: 0 success; 2 bad input, or an output path refused (one 'Error: ...' "
-         "line on stderr); 1 the work failed on a Dask cluster; 130 interrupted (Ctrl-C).")
+         "line on stderr); 1 the work failed on a Dask cluster, or no room for --bounded-memory's files; "
+         "130 interrupted (Ctrl-C); 143 terminated (SIGTERM).")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--by", type=click.Choice(["rank", "step", "kind", "collective"]), default="rank", show_default=True,
               help="Rows of the table and CSV: one per rank, per ProfilerStep or per kind of communication; "
@@ -62,10 +64,11 @@ def _cluster(address, scheduler_file, timeout, workers):
 @click.option("--like-hta", is_flag=True,
               help="Each rank's numbers exactly as HolisticTraceAnalysis 0.5.0's get_comm_comp_overlap computes "
                    "them (implies --drop-last-step --require-launch).")
-@click.option("--bounded-memory", is_flag=True,
-              help="Keep each rank's events on disk (in $TMPDIR) while they are measured: the memory does not "
-                   "grow with the traces' size. The same per-rank numbers; no cross-rank section, and not with "
-                   "--comm-ops, --like-hta or --align-clocks.")
+@click.option("--bounded-memory/--in-memory", "bounded_memory", default=None,
+              help="Keep each rank's events on disk (in $TMPDIR, about 15% of the JSON's size) while they are "
+                   "measured: the memory does not grow with the traces' size. The same per-rank numbers; no "
+                   "cross-rank section; not with --comm-ops, --like-hta or --align-clocks. Default: only when the "
+                   "traces would not fit in the memory available (with a warning); --in-memory: never.")
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Processes that analyze ranks in parallel, or that decode the pieces of one large "
                    "trace file (default: one per CPU).")
@@ -98,6 +101,7 @@ def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, bou
         from overlapprof.analysis import analyze as run_analysis
 
         cluster = _cluster(dask_scheduler, dask_scheduler_file, dask_timeout, workers)
+        unwind_on_sigterm()
         progress = _Progress(enabled=not quiet and sys.stderr.isatty())
         try:
             report = run_analysis(list(paths), comm_backends=comm_backends, like_hta=like_hta,

@@ -7,7 +7,8 @@ import click
 
 # The "Exit codes" paragraph of each command's help.
 EXIT_CODES_READING = ("Exit codes: 0 success; 2 bad input, or an output path refused (one 'Error: ...' "
-                      "line on stderr); 130 interrupted (Ctrl-C).")
+                      "line on stderr); 1 no room for --bounded-memory's files; 130 interrupted (Ctrl-C); "
+                      "143 terminated (SIGTERM).")
 
 
 class CommandError(click.ClickException):
@@ -41,8 +42,28 @@ class OneLineErrors:
             raise _converted(exc) from None
         except OverlapprofError as exc:  # bad input (2), unless the error says the work failed
             raise CommandError(exc, getattr(exc, "exit_code", 2)) from None
+        except Terminated:
+            raise CommandError("terminated", 143) from None
         except KeyboardInterrupt:
             raise CommandError("interrupted", 130) from None
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a job scheduler's), raised where the work is, so that it unwinds as Ctrl-C does:
+    temporary files removed, worker processes ended."""
+
+
+def unwind_on_sigterm() -> None:
+    """Make SIGTERM raise :class:`Terminated` in this (the main) thread, for the commands that
+    analyze traces."""
+    import signal
+    import threading
+
+    def terminated(signum, frame):
+        raise Terminated
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, terminated)
 
 
 def _converted(exc: click.UsageError) -> click.ClickException:
@@ -122,6 +143,7 @@ def load_comparison(paths, labels, quiet, **reading):
         if n > 1:
             note(f"analyzing {path} ({k + 1}/{n})", quiet)
 
+    unwind_on_sigterm()
     reports, saved_labels = load_reports(paths, progress=progress, **reading)
     return compare(reports, list(labels) or saved_labels)
 

@@ -12,7 +12,7 @@ from overlapprof.renderers.format import (
     RANK_SUMS,
     TRANSFER_RULE,
     WAIT_RULE,
-    PLACEHOLDER, count, factor, gbps, human_bytes, ms, percent, rank_list, text_table, times,
+    PLACEHOLDER, crossrank_off, count, factor, gbps, human_bytes, ms, percent, rank_list, text_table, times,
 )
 from overlapprof.report import Report
 
@@ -97,8 +97,9 @@ def detail_lines(report: Report) -> list[str]:
 def render(report: Report) -> str:
     """The --by collective text: bandwidth table, per-rank table, then the details."""
     if report.crossrank is None:
-        off = not report.options.crossrank
-        return "(cross-rank analysis off: --no-comms)\n" if off else "(no communication operations to match)\n"
+        off = crossrank_off(report.options)
+        text = f"(cross-rank analysis off: {off})" if off else "(no communication operations to match)"
+        return "\n".join([text, *(f"warning: {w}" for w in report.warnings)]) + "\n"
     parts = [
         f"collectives: medians per kind and size ({TRANSFER_RULE}; {WAIT_RULE})",
         text_table(BANDWIDTH_HEAD, bandwidth_rows(report)) if report.crossrank.bandwidth else "(none)",
@@ -107,6 +108,7 @@ def render(report: Report) -> str:
         text_table(RANK_HEAD, rank_rows(report)),
         "",
         *detail_lines(report),
+        *(f"warning: {w}" for w in report.warnings),
     ]
     return "\n".join(parts) + "\n"
 

@@ -34,9 +34,9 @@ from overlapprof.analysis.rank.metrics import TIMELINE_CAP, _metrics, _pairs, as
 from overlapprof.analysis.rank.scan import SCAN_COLUMNS, _Scan
 from overlapprof.analysis.rank import spilled
 from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, read_spilled
-from overlapprof.analysis.spill import Sample, SpillError
+from overlapprof.analysis.spill import Sample, SpillFailed
 from overlapprof.analysis.sweep import Sweep
-from overlapprof.errors import InputError
+from overlapprof.errors import SpillError
 from overlapprof.report import KindMetrics, Metrics, Partition, RankReport, StepMetrics, Timeline
 
 SLAB_ROWS = 1 << 20  # boundaries swept at once (a slab)
@@ -173,12 +173,12 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, workers: i
             os.mkdir(os.path.join(folder, f"file{k}"))
         os.mkdir(os.path.join(folder, "sweep"))
         return _measure(files, comm_re, comm_ann, options, label, folder, workers)
-    except (SpillError, OSError) as exc:
+    except (SpillFailed, OSError) as exc:
         if isinstance(exc, OSError) and folder is not None:
             raise  # not the spill's: the trace's read words its own errors
-        error = exc.error if isinstance(exc, SpillError) else exc
-        where = folder or os.environ.get("TMPDIR") or "/tmp"
-        raise InputError(f"--bounded-memory: cannot keep the events of {label} in {where} "
+        error = exc.error if isinstance(exc, SpillFailed) else exc
+        base = os.environ.get("TMPDIR") or "/tmp"
+        raise SpillError(f"--bounded-memory: cannot keep the events of {label} in {base} "
                          f"({error.strerror or error}); set TMPDIR to a folder with room") from None
     finally:
         if folder is not None:

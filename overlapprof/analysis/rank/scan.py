@@ -16,7 +16,6 @@ the same chunks. The result is a :class:`_Scan`, classified by :mod:`overlapprof
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from itertools import compress
 
@@ -29,7 +28,7 @@ from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.records.recorder import CommRecorder, Records, hashable
 from overlapprof.errors import TraceError
 from overlapprof.trace.decode import LAUNCH_ARGS, ROWS_DECODER, TraceFile, decode_checked
-from overlapprof.trace.ranges import is_gzip
+from overlapprof.trace.ranges import text_bytes
 from overlapprof.trace.reader import LayoutError, TraceReader
 
 
@@ -287,10 +286,10 @@ def _rows_read(arrays: dict, names: list[str]) -> np.ndarray | None:
     return keep
 
 
-def _file_rows_hint(path) -> int:
-    """:func:`rows_hint` of a file's text (gzip: about 10 times the file)."""
+def file_rows_hint(path) -> int:
+    """:func:`rows_hint` of a file's text (:func:`~overlapprof.trace.ranges.text_bytes`)."""
     try:
-        return rows_hint(os.path.getsize(path) * (10 if is_gzip(path) else 1))
+        return rows_hint(text_bytes(path))
     except OSError:  # the reader words the error
         return rows_hint(0)
 
@@ -301,7 +300,7 @@ def read_serially(path, names: Index, recorder: CommRecorder | None, sink=None):
     recorder)``. A file not in the line layout is read again with the generic reader (and a
     fresh recorder). Raises the first problem of the times once the file is read."""
     reader = TraceReader(path, ROWS_DECODER)
-    rows, threads = _file_rows_hint(path), _Threads()
+    rows, threads = file_rows_hint(path), _Threads()
     make = sink or (lambda: None)
     try:
         got, unclassified, problems = _read_chunks(path, reader.chunks(), names, recorder, threads, rows, make())

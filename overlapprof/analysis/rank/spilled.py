@@ -20,10 +20,10 @@ import numpy as np
 from overlapprof.analysis.columns import GrowingColumns, Index
 from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.rank.events import _step_number
-from overlapprof.analysis.rank.scan import _IS_CORRELATED, _IS_GPU, SCAN_COLUMNS, _launches, _Scan, read_serially, rows_hint
-from overlapprof.analysis.spill import Buckets, Sample, SpillError, SpillFile
+from overlapprof.analysis.rank.scan import (_IS_CORRELATED, _IS_GPU, SCAN_COLUMNS, _launches, _Scan, file_rows_hint,
+                                            read_serially)
+from overlapprof.analysis.spill import Buckets, Sample, SpillFailed, SpillFile
 from overlapprof.errors import TraceError
-from overlapprof.trace.ranges import is_gzip
 
 # GPU events and runtime calls joined and classified at once (a bucket), and CPU ops (a window).
 # Each row costs about 200 bytes while it is worked on.
@@ -130,12 +130,8 @@ class SpilledFile:
 
 def _buckets(path) -> int:
     """How many correlation buckets a file's GPU events and runtime calls go to: about
-    :data:`BUCKET_ROWS` rows each, by the file's size (a guess on the high side)."""
-    try:
-        text = os.path.getsize(path) * (10 if is_gzip(path) else 1)
-    except OSError:
-        text = 0
-    return int(min(MAX_BUCKETS, max(1, -(-rows_hint(text) // BUCKET_ROWS))))
+    :data:`BUCKET_ROWS` rows each, by the file's text (a guess on the high side)."""
+    return int(min(MAX_BUCKETS, max(1, -(-file_rows_hint(path) // BUCKET_ROWS))))
 
 
 def read_spilled(path: str, names: Index, comm_ann, folder: str, workers: int) -> SpilledFile:
@@ -150,7 +146,7 @@ def read_spilled(path: str, names: Index, comm_ann, folder: str, workers: int) -
         try:
             os.mkdir(sub)
         except OSError as exc:
-            raise SpillError(sub, exc) from None
+            raise SpillFailed(sub, exc) from None
         made.append(SpilledRows(sub, _buckets(path), names, comm_ann))
         return made[-1]
 
