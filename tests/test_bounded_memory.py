@@ -1,6 +1,7 @@
-"""``analyze --bounded-memory`` (issue 12): the per-event data on disk, the same per-rank report
-as in memory (to float rounding), on every real trace, on real CPU runs, on random traces cut
-into many buckets and slabs, read by one process or two; and what it refuses or leaves out."""
+"""``analyze --bounded-memory`` (issue 12): the per-event data on disk, the same report as in
+memory (to float rounding: per rank, the cross-rank section, ``--comm-ops`` records), on every
+real trace, on real CPU runs, on random traces cut into many buckets and slabs, read by one
+process or two; what it refuses; and what happens when its files find no room."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import pytest
 
 import overlapprof
 from overlapprof.analysis import intervals as iv
-from overlapprof.analysis.analyzer import BOUNDED_NO_CROSSRANK
 from overlapprof.analysis.rank import bounded, spilled
 from overlapprof.analysis.rank import parallel_scan as PS
 from overlapprof.analysis.rank import parts
@@ -34,8 +34,14 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _per_rank(report) -> dict:
     d = msgspec.to_builtins(report)
-    for key in ("options", "crossrank", "warnings", "filters"):
+    for key in ("options", "comms", "warnings", "filters"):
         d.pop(key, None)
+    return d
+
+
+def _whole(report) -> dict:
+    d = msgspec.to_builtins(report)
+    d.pop("options")
     return d
 
 
@@ -70,11 +76,12 @@ def small_pieces(monkeypatch):
 
 @pytest.mark.parametrize("folder", REAL, ids=[d.name for d in REAL])
 def test_real_traces_same_report(folder):
-    memory = overlapprof.analyze(folder, comms=False, workers=1)
-    on_disk = overlapprof.analyze(folder, workers=1, bounded_memory=True)  # the cross-rank section asked for
-    _assert_close(_per_rank(memory), _per_rank(on_disk))
-    assert on_disk.crossrank is None and BOUNDED_NO_CROSSRANK in on_disk.warnings
-    assert on_disk.options.bounded_memory and not on_disk.options.crossrank
+    """The whole report: each rank, the cross-rank section and the --comm-ops records."""
+    for kw in ({}, {"comm_ops": True}):
+        memory = overlapprof.analyze(folder, workers=1, bounded_memory=False, **kw)
+        on_disk = overlapprof.analyze(folder, workers=1, bounded_memory=True, **kw)
+        _assert_close(_whole(memory), _whole(on_disk))
+        assert on_disk.options.bounded_memory
 
 
 @pytest.mark.parametrize("folder", [d for d in REAL if d.name != "mtia"], ids=lambda d: d.name)
@@ -83,13 +90,17 @@ def test_real_traces_in_small_pieces_and_filters(folder, small_pieces):
         memory, on_disk = _both(folder, **kw)
         _assert_close(_per_rank(memory), _per_rank(on_disk))
         assert on_disk.filters == memory.filters
+    memory = overlapprof.analyze(folder, workers=1, bounded_memory=False, drop_last_step=True)
+    on_disk = overlapprof.analyze(folder, workers=1, bounded_memory=True, drop_last_step=True)
+    _assert_close(_whole(memory), _whole(on_disk))
 
 
 def test_real_cpu_runs(runs, small_pieces):
     for run in runs.ring.values():
-        memory, on_disk = _both(run)
-        _assert_close(_per_rank(memory), _per_rank(on_disk))
-        assert on_disk.ranks[0].mode == "cpu" and on_disk.ranks[0].kinds
+        memory = overlapprof.analyze(run, workers=1, bounded_memory=False, comm_ops=True)
+        on_disk = overlapprof.analyze(run, workers=1, bounded_memory=True, comm_ops=True)
+        _assert_close(_whole(memory), _whole(on_disk))
+        assert on_disk.ranks[0].mode == "cpu" and on_disk.ranks[0].kinds and on_disk.crossrank.bandwidth
 
 
 def _random_gpu_trace(rng: random.Random, steps=6) -> list[dict]:
@@ -159,6 +170,9 @@ def test_random_traces_in_small_pieces(tmp_path, small_pieces, seed):
     for kw in ({}, {"drop_last_step": True}, {"require_launch": True}):
         memory, on_disk = _both(paths, **kw)
         _assert_close(_per_rank(memory), _per_rank(on_disk))
+    memory = overlapprof.analyze(paths, workers=1, bounded_memory=False, comm_ops=True)
+    on_disk = overlapprof.analyze(paths, workers=1, bounded_memory=True, comm_ops=True)
+    _assert_close(_whole(memory), _whole(on_disk))
 
 
 def test_two_processes_read_one_file(tmp_path, monkeypatch, small_pieces):
@@ -202,8 +216,8 @@ def _cli(*args):
                           cwd=REPO, timeout=120)
 
 
-def test_cli_refuses_what_needs_every_operation(tmp_path):
-    for extra in (["--comm-ops"], ["--like-hta"], ["--align-clocks"]):
+def test_cli_refuses_what_needs_every_event(tmp_path):
+    for extra in (["--like-hta"],):
         got = _cli("analyze", DATA / "trace_filter", "--bounded-memory", *extra)
         assert got.returncode == 2, got.stderr
         lines = got.stderr.strip().splitlines()
@@ -211,16 +225,14 @@ def test_cli_refuses_what_needs_every_operation(tmp_path):
         assert "Traceback" not in got.stderr
 
 
-def test_cli_table_says_what_is_left_out():
-    got = _cli("analyze", DATA / "trace_filter", "--bounded-memory", "--workers", 1)
-    assert got.returncode == 0, got.stderr
-    assert "leaves out the cross-rank section" in got.stdout
-    collective = _cli("analyze", DATA / "trace_filter", "--bounded-memory", "--by", "collective")
-    assert collective.returncode == 0 and "(cross-rank analysis off: --bounded-memory)" in collective.stdout
-    assert "warning: --bounded-memory leaves out the cross-rank section" in collective.stdout
-    plain = _cli("analyze", DATA / "trace_filter", "--no-comms", "--workers", 1)
-    # the per-rank table is the same
-    assert got.stdout.split("\n\n")[0] == plain.stdout.split("\n\n")[0]
+def test_cli_tables_are_the_same():
+    for by in ("rank", "collective"):
+        got = _cli("analyze", DATA / "trace_filter", "--bounded-memory", "--workers", 1, "--by", by)
+        plain = _cli("analyze", DATA / "trace_filter", "--in-memory", "--workers", 1, "--by", by)
+        assert got.returncode == 0 and plain.returncode == 0, got.stderr + plain.stderr
+        assert got.stdout == plain.stdout
+    off = _cli("analyze", DATA / "trace_filter", "--bounded-memory", "--no-comms", "--by", "collective")
+    assert off.returncode == 0 and "(cross-rank analysis off: --no-comms)" in off.stdout
 
 
 def test_sweep_gives_the_interval_lengths(tmp_path):
@@ -238,7 +250,8 @@ def test_sweep_gives_the_interval_lengths(tmp_path):
         for cls, (lo, hi, seg) in enumerate(((a0, a1, seg_a), (b0, b1, seg_b))):
             sweep.add(lo, hi, 3, cls)
             sweep.add(lo, hi, seg.astype(np.int32), cls)
-        runs = sweep.run({"a": (3, lambda p: (p & 1) != 0), "ab": (1, lambda p: (p & 3) == 3)}, cap=40)
+        runs = sweep.run({"a": (3, lambda p: (p & 1) != 0, 40), "ab": (1, lambda p: (p & 3) == 3, 40),
+                          "a-b": (3, lambda p: ((p & 1) != 0) & ((p & 2) == 0), None)})
         assert not list(folder.iterdir())  # the slabs are removed as they are read
         a_len, ab_len = sweep.totals(lambda p: (p & 1) != 0), sweep.totals(lambda p: (p & 3) == 3)
         for seg, keep_a, keep_b in ((3, slice(None), slice(None)), *((s, seg_a == s, seg_b == s) for s in range(3))):
@@ -246,6 +259,8 @@ def test_sweep_gives_the_interval_lengths(tmp_path):
             assert math.isclose(a_len[seg], iv.length(ua), rel_tol=1e-12, abs_tol=1e-9)
             assert math.isclose(ab_len[seg], iv.overlap_length(ua, ub), rel_tol=1e-12, abs_tol=1e-9)
         whole = iv.union(a0, a1)
+        exposed = iv.difference(whole, iv.union(b0, b1))
+        assert np.array_equal(runs["a-b"][0], exposed[0]) and np.array_equal(runs["a-b"][1], exposed[1])
         assert np.array_equal(runs["a"][0][:40], whole[0][:40]) and np.array_equal(runs["a"][1][:40], whole[1][:40])
         both = iv.intersection(iv.union(a0[seg_a == 1], a1[seg_a == 1]), iv.union(b0[seg_b == 1], b1[seg_b == 1]))
         assert np.array_equal(runs["ab"][0][:40], both[0][:40]) and np.array_equal(runs["ab"][1][:40], both[1][:40])
@@ -293,14 +308,13 @@ def test_too_big_for_memory_is_measured_bounded(monkeypatch):
     assert (analyzer._memory_available() or 1) > 0
     monkeypatch.setattr(analyzer, "_memory_available", lambda: 1 << 20)  # as if 1 MiB were free
     got = overlapprof.analyze(DATA / "nccl_parser_config", workers=1)
-    assert got.options.bounded_memory and got.crossrank is None
+    assert got.options.bounded_memory and got.crossrank is not None
     assert any(w.startswith("measured with --bounded-memory") for w in got.warnings), got.warnings
     kept = overlapprof.analyze(DATA / "nccl_parser_config", workers=1, bounded_memory=False)  # --in-memory
-    assert not kept.options.bounded_memory and kept.crossrank is not None
-    memory = overlapprof.analyze(DATA / "nccl_parser_config", workers=1, comms=False, comm_ops=True)
-    assert not memory.options.bounded_memory and memory.ranks[0].comm_records
-    _assert_close(_per_rank(got), {**_per_rank(memory), "ranks": [
-        {**r, "comm_ops": None} for r in _per_rank(memory)["ranks"]]})
+    assert not kept.options.bounded_memory
+    _assert_close(_whole(kept), {**_whole(got), "warnings": kept.warnings})
+    hta = overlapprof.analyze(DATA / "nccl_parser_config", workers=1, like_hta=True)  # needs every event
+    assert not hta.options.bounded_memory
 
 
 def test_no_room_is_not_a_bad_trace(tmp_path):

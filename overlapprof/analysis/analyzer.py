@@ -29,8 +29,6 @@ from overlapprof.trace.discover import TraceGroup, discover, rank_from_name
 
 # Below this many bytes of traces in all, starting worker processes costs more than it saves.
 PARALLEL_MIN_BYTES = 8 << 20
-BOUNDED_NO_CROSSRANK = ("--bounded-memory leaves out the cross-rank section (wait vs transfer, stragglers, bandwidth), "
-                        "which needs every operation of every rank in memory; each rank's own numbers are complete")
 # The default analysis holds about this many bytes per byte of trace text while a rank is
 # measured (generated 2 GB and 4 GB traces, 2026-12-04: 0.33-0.38 with the cross-rank section).
 MEMORY_PER_TEXT_BYTE = 0.4
@@ -137,26 +135,29 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
             result.warnings.append(f"{label}: {ev.negative_durations} events with a negative 'dur' count as zero-length")
         if options.bounded_memory:
             result.warnings += ev.warnings
-            result.report = ev.report
-            result.report.world_size, result.report.backend = result.world_size, result.backend
-            return result
-        _apply_filters(ev, options, label, result.warnings)
-        unions = class_unions(ev)
-        report = rank_report(ev, keep_records=options.comm_records, unions=unions)
-        heap.release(ev.events)
+            report, table, exposed = ev.report, ev.table, ev.exposed
+            if options.comm_records:
+                report.comm_records = table.records()
+        else:
+            _apply_filters(ev, options, label, result.warnings)
+            unions = class_unions(ev)
+            report = rank_report(ev, keep_records=options.comm_records, unions=unions)
+            heap.release(ev.events)
+            table, exposed = ev.comm_records, None
+            if result.crossrank_input is not None:
+                exposed = iv.difference(unions[0], unions[1])  # U(comm) − U(compute)
+            if options.lanes:
+                from overlapprof.analysis.lanes import rank_lanes
+
+                report.lanes = rank_lanes(ev, report.steps, base)
+            if options.like_hta:  # the rank's numbers as HolisticTraceAnalysis 0.5.0 computes them
+                from overlapprof.analysis import like_hta
+
+                report.metrics, result.hta_steps = like_hta.rank_metrics(files)
         report.world_size, report.backend = result.world_size, result.backend
-        if options.lanes:
-            from overlapprof.analysis.lanes import rank_lanes
-
-            report.lanes = rank_lanes(ev, report.steps, base)
-        if options.like_hta:  # the rank's numbers as HolisticTraceAnalysis 0.5.0 computes them
-            from overlapprof.analysis import like_hta
-
-            report.metrics, result.hta_steps = like_hta.rank_metrics(files)
         if result.crossrank_input is not None:
-            comm, compute, _ = unions
             result.crossrank_input.world_size = result.world_size
-            result.crossrank_input.attach(ev.comm_records, iv.difference(comm, compute), report.metrics.exposed_comm_us)
+            result.crossrank_input.attach(table, exposed, report.metrics.exposed_comm_us)
         result.report = report
     except OverlapprofError as exc:
         result.error = exc
@@ -287,11 +288,8 @@ def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_o
         except re.error as exc:
             raise InputError(f"comm kernel pattern {p!r} is not a valid regular expression ({exc})") from None
     if bounded_memory:
-        for on, what, why in ((comm_ops, "--comm-ops", "it keeps a record per operation"),
-                              (like_hta, "--like-hta", "it computes HTA's way, from every event in memory"),
-                              (lanes, "export's lanes", "they are every step's unions"),
-                              (align_clocks, "--align-clocks", "it aligns the clocks of the cross-rank section, "
-                               "which --bounded-memory leaves out")):
+        for on, what, why in ((like_hta, "--like-hta", "it computes HTA's way, from every event in memory"),
+                              (lanes, "export's lanes", "they are every step's unions")):
             if on:
                 raise InputError(f"--bounded-memory cannot be used with {what}: {why}")
     backends = [comm_backends] if isinstance(comm_backends, str) else list(comm_backends or ())
@@ -306,7 +304,7 @@ def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_o
         like_hta=like_hta,
         allow_partial=allow_partial,
         comm_records=comm_ops,
-        crossrank=comms and not bounded_memory,
+        crossrank=comms,
         align_clocks=align_clocks,
         lanes=lanes,
         bounded_memory=bounded_memory,
@@ -367,9 +365,7 @@ def analyze(
                        like_hta, comm_backends, lanes, bool(bounded_memory))
     inputs = discover(paths)
     warnings: list[str] = list(inputs.notes)
-    if bounded_memory and comms:
-        warnings.append(BOUNDED_NO_CROSSRANK)
-    elif bounded_memory is None and not (comm_ops or like_hta or lanes or align_clocks or dask_scheduler is not None) and (
+    if bounded_memory is None and not (like_hta or lanes or dask_scheduler is not None) and (
             why := _too_big_for_memory(inputs.groups, workers)):
         warnings.append(why)  # a report without the cross-rank section beats a process killed for memory
         options = _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms, align_clocks,
@@ -446,7 +442,7 @@ def _too_big_for_memory(groups: list[TraceGroup], workers: int | None) -> str | 
     if have is None or need <= 0.8 * have:
         return None
     return (f"measured with --bounded-memory: in memory, the largest traces would need about {_size(need)} and "
-            f"{_size(have)} is available; so no cross-rank section (--in-memory analyzes them in memory all the same)")
+            f"{_size(have)} is available (--in-memory analyzes them in memory all the same)")
 
 
 def _size(n: float) -> str:

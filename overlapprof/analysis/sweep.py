@@ -54,11 +54,11 @@ class Sweep:
         rec["cls"], rec["delta"][:n], rec["delta"][n:] = cls, 1, -1
         self.slabs.route(np.searchsorted(self.edges, rec["pos"], "right"), rec)
 
-    def run(self, follow: dict | None = None, cap: int = 0) -> dict[str, iv.Intervals]:
+    def run(self, follow: dict | None = None) -> dict[str, iv.Intervals]:
         """Sweep every slab (filling :attr:`lengths`); removes them. ``follow``: ``{name: (seg,
-        test)}``, where ``test(patterns)`` says which patterns to keep as intervals: their union
-        in that segment, its first ``cap + 1`` intervals (the first ``cap`` exact: only the last may
-        still grow)."""
+        test, cap)}``, where ``test(patterns)`` says which patterns to keep as intervals: their
+        union in that segment, its first ``cap + 1`` intervals (the first ``cap`` exact: only the
+        last may still grow; None: all)."""
         follow = follow or {}
         runs = {name: iv.EMPTY for name in follow}
         for slab in self.slabs:
@@ -68,7 +68,8 @@ class Sweep:
             del rec
             if pieces is None:
                 continue
-            for name, (seg, test) in follow.items():
+            for name, (seg, test, cap) in follow.items():
+                cap = cap if cap is not None else 1 << 62
                 if runs[name][0].size > cap:
                     continue
                 pos, length, segs, pattern = pieces

@@ -25,9 +25,7 @@ RANK_SUMS = "sums over matched instances; operations in flight at once each coun
 
 def crossrank_off(options) -> str | None:
     """The option that left the cross-rank section out of a report (None: it was asked for)."""
-    if options.crossrank:
-        return None
-    return "--bounded-memory" if getattr(options, "bounded_memory", False) else "--no-comms"
+    return None if options.crossrank else "--no-comms"
 
 
 def to_ms(us: float) -> float:

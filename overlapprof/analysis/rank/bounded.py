@@ -35,6 +35,8 @@ from overlapprof.analysis.rank.scan import SCAN_COLUMNS, _Scan
 from overlapprof.analysis.rank import spilled
 from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, read_spilled
 from overlapprof.analysis.spill import Sample, SpillFailed
+from overlapprof.analysis.intervals import Intervals
+from overlapprof.analysis.records.table import CommTable
 from overlapprof.analysis.sweep import Sweep
 from overlapprof.errors import SpillError
 from overlapprof.report import KindMetrics, Metrics, Partition, RankReport, StepMetrics, Timeline
@@ -58,6 +60,8 @@ class BoundedRank:
     headers: list
     bounds: tuple[float, float] | None  # the events' earliest start and latest end, before any filter (µs)
     warnings: list[str] = field(default_factory=list)
+    table: CommTable | None = None  # the communication records (cross-rank section, --comm-ops)
+    exposed: Intervals | None = None  # U(comm) − U(compute) (cross-rank section)
 
 
 class _Feed:
@@ -75,6 +79,7 @@ class _Feed:
         self.spans = [[np.inf, -np.inf] for _ in range(3)]  # per class, after them
         self.rank_seg = n
         self.sweep: Sweep | None = None  # set once the files are read (its slabs are cut at their times)
+        self.comm_corr: list[np.ndarray] | None = None  # GPU mode, records asked for: the comm events' correlations
 
     def add(self, s: EventSet, cls: int) -> None:
         if len(s) == 0:
@@ -125,10 +130,13 @@ def _classify_gpu(f: SpilledFile, comm_re, comm_ann, names: list[str], feed: _Fe
         }
         launch = np.full(ev.size, -1, dtype=np.int64)
         launch[found] = n_calls + np.arange(n_launch)
+        corr = ev["corr"]
         del ev, c
         scan = _Scan(f.path, **cols, launch=launch, negative=0, events=0, header=None)
         del cols
-        sets, _, _ = _extract(scan, True, comm_re, comm_ann, names, None)
+        sets, _, _, comm_rows = _extract(scan, True, comm_re, comm_ann, names, None)
+        if feed.comm_corr is not None:  # what the communication records are read again for
+            feed.comm_corr.append(np.unique(corr[comm_rows - n_calls - n_launch]))
         for cls, s in zip((COMM, COMPUTE, MEMORY), sets):
             feed.add(s, cls)
 
@@ -194,12 +202,13 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers) -> Bound
     order = names.order
     few_sets, step_parts = [], []
     for f in read:
-        sets, steps, _ = _extract(f.rows.few_scan(f.path), gpu, comm_re, comm_ann, order, None)
+        sets, steps, _, _ = _extract(f.rows.few_scan(f.path), gpu, comm_re, comm_ann, order, None)
         few_sets.append(sets[0])
         step_parts.append(steps)
     numbers, starts, ends = (np.concatenate([p[k] for p in step_parts]) for k in range(3))
     by_start = np.argsort(starts, kind="stable")
     steps = Steps(numbers[by_start], starts[by_start], ends[by_start])
+    all_steps, records = steps, options.crossrank or options.comm_records  # the records' steps: before filters
     warnings, cutoff = [], None
     if options.drop_last_step:
         if steps.start.size < 2:
@@ -214,10 +223,14 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers) -> Bound
         sample.add(f.rows.sample.values)
     edges = sample.quantiles(max(1, -(-4 * on_disk // SLAB_ROWS)))
     feed.sweep = Sweep(os.path.join(folder, "sweep"), edges, steps.start.size + 1, KIND0 + len(C.KINDS))
+    comm_corr = [] if records and gpu else None
     for k, (f, comm) in enumerate(zip(read, few_sets)):
         if gpu:
+            feed.comm_corr = [] if records else None
             buckets = sample.quantiles(len(f.rows.gpu))
             _classify_gpu(f, comm_re, comm_ann, order, feed, buckets, os.path.join(folder, f"file{k}"))
+            if records:
+                comm_corr.append(np.concatenate([np.empty(0), *feed.comm_corr]))
         else:
             feed.add(comm, COMM)
             _classify_cpu_ops(f, order, feed)
@@ -226,10 +239,19 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers) -> Bound
     feed.sweep.add(steps.start.astype(np.float64), feed.last_end, np.arange(n, dtype=np.int32), WINDOW)
     shown = timeline_step(steps.number.tolist())
     seg = shown if shown is not None else feed.rank_seg
-    runs = feed.sweep.run({"comm": (seg, _has(_C)), "compute": (seg, _has(_K)), "both": (seg, _has(_C, _K))},
-                          cap=TIMELINE_CAP)
+    follow = {"comm": (seg, _has(_C), TIMELINE_CAP), "compute": (seg, _has(_K), TIMELINE_CAP),
+              "both": (seg, _has(_C, _K), TIMELINE_CAP)}
+    if options.crossrank:  # U(comm) − U(compute): what the cross-rank section attributes to operations
+        follow["exposed"] = (feed.rank_seg, _has(_C, without=_K), None)
+    runs = feed.sweep.run(follow)
     bounds = tuple(feed.bounds) if np.isfinite(feed.bounds[0]) else None
+    table = None
+    if records:
+        from overlapprof.analysis.rank.bounded_records import comm_table
+
+        table = comm_table([f.path for f in read], gpu, comm_re, comm_ann, options.comm_records, comm_corr, all_steps)
     return BoundedRank(
+        table=table, exposed=runs.get("exposed"),
         report=_report(feed, steps, [f.path for f in read], "gpu" if gpu else "cpu", sum(f.rows.size for f in read),
                        shown, runs),
         mode="gpu" if gpu else "cpu", events=sum(f.rows.size for f in read),

@@ -186,7 +186,8 @@ def _operations(scan: _Scan, comm_rows: np.ndarray, kinds: np.ndarray, calls: np
 
 def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: Values | None):
     """Classify one file's complete events (the scan's thread, collective and launch columns
-    are dropped once read). Returns (EventSets, steps arrays, CommTable or None).
+    are dropped once read). Returns (EventSets, steps arrays, CommTable or None, the rows of
+    the comm EventSet).
 
     Rows are picked with masks over the file's rows and per-name tables (one lookup per row),
     and the launch and anchor of GPU events are kept per GPU event (the CommTable takes its
@@ -275,7 +276,16 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
         table = comm_table(rec, values, gpu=gpu, rows=rows, kinds=kind_codes[ops], launch_ts=launch_ts,
                            host_thread=host_thread, anchor=anchor)
     scan.thread = None
-    return sets, steps, table
+    return sets, steps, table, comm_rows
+
+
+def place_in_steps(table: CommTable | None, steps: Steps) -> None:
+    """Each record's step (``table.step``; -1: none), by its own anchor: its launch, else its
+    start (the records are not the comm EventSet's rows: v2 also counts c10d calls and activity
+    launched inside them)."""
+    if table is not None and steps.start.size:
+        idx = steps.index_of(np.where(np.isnan(table.launch_ts), table.ts, table.launch_ts))
+        table.step = np.where(idx >= 0, steps.number[np.maximum(idx, 0)], -1)
 
 
 def rank_events(files: list[str | Path], comm_re, records: bool = False, record_own_args: bool = False,
@@ -314,11 +324,7 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
     order = np.argsort(starts, kind="stable")
     steps = Steps(numbers[order], starts[order], ends[order])
     table = CommTable.concat([p[2] for p in parts]) if records else None
-    if table is not None and steps.start.size:
-        # Each record's own anchor (its launch, else its start): the records are not the comm
-        # EventSet's rows (v2 also counts c10d calls and activity launched inside them).
-        idx = steps.index_of(np.where(np.isnan(table.launch_ts), table.ts, table.launch_ts))
-        table.step = np.where(idx >= 0, steps.number[np.maximum(idx, 0)], -1)
+    place_in_steps(table, steps)
     return RankEvents(
         mode="gpu" if gpu else "cpu",
         comm=comm,

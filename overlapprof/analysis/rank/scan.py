@@ -214,11 +214,13 @@ _NO_CORR = np.empty(0, dtype=np.float64)
 
 
 def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threads: _Threads, rows: int,
-                 sink=None):
+                 sink=None, keep=None):
     """The complete events of ``chunks`` as the columns :data:`SCAN_COLUMNS` and ``corr`` (None:
     there are none), the counts of the device categories left out, and the :class:`_Problems` of their
     times. ``names``/``threads``: the ids given to names and threads; ``rows``: room reserved;
-    ``sink``: where the columns go (default :class:`FileColumns`; what is returned is its ``result()``)."""
+    ``sink``: where the columns go (default :class:`FileColumns`; what is returned is its ``result()``);
+    ``keep(codes, name_ids, linked, corr)``: which of a chunk's complete events go to the sink
+    and the recorder (None: all; ``linked``: the correlated rows, ``corr`` their correlations)."""
     sink = sink if sink is not None else FileColumns(rows)
     problems = _Problems()
     unclassified = {}
@@ -258,7 +260,12 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
         with np.errstate(invalid="ignore", over="ignore"):
             end = event_ends(ts, dur)
         problems.check(ts, dur, end, index)
-        sink.append(dict(ts=ts, dur=dur, codes=codes, name_ids=name_ids, thread=thread, collective=collective), corr)
+        columns = dict(ts=ts, dur=dur, codes=codes, name_ids=name_ids, thread=thread, collective=collective)
+        if keep is not None and not (mask := keep(codes, name_ids, linked, corr)).all():
+            corr = corr[mask[linked]]
+            columns = {k: v[mask] for k, v in columns.items()}
+            xe, codes, name_ids = list(compress(xe, mask.tolist())), columns["codes"], columns["name_ids"]
+        sink.append(columns, corr)
         if recorder is not None:
             recorder.add(xe, codes, name_ids, sink.size - len(xe))
     return sink.result(), unclassified, problems
@@ -294,22 +301,23 @@ def file_rows_hint(path) -> int:
         return rows_hint(0)
 
 
-def read_serially(path, names: Index, recorder: CommRecorder | None, sink=None):
+def read_serially(path, names: Index, recorder: CommRecorder | None, sink=None, keep=None):
     """Read a file in this process, a chunk at a time, into ``sink()`` (a new one each time it
     is read: None, :class:`FileColumns`): ``(sink's result, unclassified, header, threads,
     recorder)``. A file not in the line layout is read again with the generic reader (and a
-    fresh recorder). Raises the first problem of the times once the file is read."""
+    fresh recorder). Raises the first problem of the times once the file is read. ``keep``:
+    see :func:`_read_chunks`."""
     reader = TraceReader(path, ROWS_DECODER)
     rows, threads = file_rows_hint(path), _Threads()
     make = sink or (lambda: None)
     try:
-        got, unclassified, problems = _read_chunks(path, reader.chunks(), names, recorder, threads, rows, make())
+        got, unclassified, problems = _read_chunks(path, reader.chunks(), names, recorder, threads, rows, make(), keep)
     except LayoutError:
         if recorder is not None:
             recorder = recorder.fresh()
         threads = _Threads()
         got, unclassified, problems = _read_chunks(path, reader.chunks(generic=True), names, recorder, threads, rows,
-                                                   make())
+                                                   make(), keep)
     problems.raise_first(path)
     return got, unclassified, reader.header, threads, recorder
 

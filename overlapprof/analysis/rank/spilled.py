@@ -35,7 +35,7 @@ _GPU_ROW = np.dtype([("corr", "<f8"), ("ts", "<f8"), ("dur", "<f8"), ("codes", "
 _CPU_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("thread", "<i4")])
 _CALL_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("thread", "<i4"), ("name_ids", "<i4"), ("collective", "i1")])
 _JOINED_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("codes", "i1"), ("name_ids", "<i4"), ("launch_ts", "<f8"),
-                        ("launch_thread", "<i4")])
+                        ("launch_thread", "<i4"), ("corr", "<f8")])
 # Roles of a name, for the few rows and the CPU ops kept (bits).
 _CALL, _STEP, _COMM_ANN, _CPU_COMPUTE = 1, 2, 4, 8
 
@@ -175,7 +175,7 @@ def joined_by_time(f: SpilledFile, edges: np.ndarray, folder: str) -> Buckets:
         launch = _launches(rec["codes"], rec["corr"])  # rows of rec, for its GPU rows
         gpu = rec[_IS_GPU[rec["codes"]]]
         joined = np.empty(gpu.size, dtype=_JOINED_ROW)
-        for k in ("ts", "dur", "codes", "name_ids"):
+        for k in ("ts", "dur", "codes", "name_ids", "corr"):
             joined[k] = gpu[k]
         found = launch >= 0
         joined["launch_ts"] = np.where(found, rec["ts"][np.maximum(launch, 0)], np.nan)

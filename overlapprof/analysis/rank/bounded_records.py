@@ -1,0 +1,80 @@
+"""The communication records of a rank measured in bounded memory (``--bounded-memory`` with
+the cross-rank section or ``--comm-ops``): each file read again, keeping only the rows records
+need, then classified and tabled as in memory.
+
+The first pass (:mod:`overlapprof.analysis.rank.bounded`) finds each file's communication GPU
+events. On the second read, their correlations keep those events and the runtime calls that
+launched them; with every communication call, every ``a:b`` annotation (what a record's fields
+come from) and every kernel named as communication, that is a scan of a size per operation,
+not per event. :func:`~overlapprof.analysis.rank.events._extract` classifies it (the same events
+come out as communication: their launches and every call are there) and builds the rank's
+:class:`~overlapprof.analysis.records.table.CommTable` as from the whole file: the other GPU
+activity is no record's (:meth:`~overlapprof.analysis.records.recorder.Records.drop`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from overlapprof.analysis.rank import classify as C
+from overlapprof.analysis.rank.events import Steps, _extract, place_in_steps
+from overlapprof.analysis.rank.scan import _IS_GPU, SCAN_COLUMNS, _launches, _Scan, read_serially
+from overlapprof.analysis.records.fields import Values
+from overlapprof.analysis.records.recorder import CommRecorder
+from overlapprof.analysis.records.table import CommTable
+
+_CALL, _ANNOTATION, _KERNEL = 1, 2, 4  # roles of a name: what a row of the right category may be
+
+
+class KeepRecordRows:
+    """Which rows of a chunk the second read keeps (``scan._read_chunks``' ``keep``): the
+    communication calls, ``a:b`` annotations, kernels named as communication, and the GPU events
+    and runtime calls of the correlations ``corr``."""
+
+    def __init__(self, names, comm_re, corr: np.ndarray):
+        self.names, self.comm_re, self.corr = names, comm_re, np.sort(corr)
+        self.roles = np.zeros(0, dtype=np.int8)
+
+    def _role(self, name: str) -> int:
+        return ((_CALL if C.is_comm_call(name) else 0) | (_ANNOTATION if C.COMM_ANNOTATION.match(name) else 0)
+                | (_KERNEL if self.comm_re.search(name) else 0))
+
+    def __call__(self, codes, name_ids, linked, corr) -> np.ndarray:
+        if len(self.names.order) > self.roles.size:
+            new = [self._role(n) for n in self.names.order[self.roles.size :]]
+            self.roles = np.concatenate((self.roles, np.array(new, dtype=np.int8)))
+        role = self.roles[name_ids]
+        keep = (((codes == C.CPU_OP) & ((role & _CALL) != 0)) | ((codes == C.ANNOTATION) & ((role & _ANNOTATION) != 0))
+                | (_IS_GPU[codes] & ((role & _KERNEL) != 0)))
+        if self.corr.size and linked.size:
+            at = np.minimum(np.searchsorted(self.corr, corr), self.corr.size - 1)
+            keep[linked[self.corr[at] == corr]] = True  # NaN matches nothing
+        return keep
+
+
+def _empty_scan() -> dict:
+    return {k: np.empty(0, dtype=dtype) for k, dtype in
+            (("ts", np.float64), ("dur", np.float64), ("codes", np.int8), ("name_ids", np.int32), ("thread", np.int32),
+             ("collective", np.int8), ("corr", np.float64))}
+
+
+def comm_table(files: list[str], gpu: bool, comm_re, comm_ann, own: bool, comm_corr: list[np.ndarray] | None,
+               steps: Steps) -> CommTable:
+    """The rank's CommTable, its files read again (see the module docstring). ``comm_corr``:
+    per file, the correlations of its communication GPU events (None: CPU mode); ``own``: keep
+    the events' own fields (``--comm-ops``); ``steps``: the rank's, before any filter."""
+    values = Values()
+    names = values.index
+    tables = []
+    for k, path in enumerate(files):
+        keep = KeepRecordRows(names, comm_re, comm_corr[k] if comm_corr is not None else np.empty(0))
+        arrays, _, _, threads, recorder = read_serially(path, names, CommRecorder(comm_re, values, own), None, keep)
+        arrays = arrays if arrays is not None else _empty_scan()
+        launch = _launches(arrays["codes"], arrays.pop("corr"))
+        records = recorder.records(arrays["thread"], list(threads))
+        scan = _Scan(path, **{c: arrays[c] for c in SCAN_COLUMNS}, launch=launch, negative=0, events=0, header=None,
+                     records=records)
+        tables.append(_extract(scan, gpu, comm_re, comm_ann, names.order, values)[2])
+    table = CommTable.concat(tables)
+    place_in_steps(table, steps)
+    return table
