@@ -348,9 +348,9 @@ def analyze(
     :class:`~overlapprof.report.Lanes` (every step's unions on the common clock, for
     ``overlapprof export``).
     ``bounded_memory``: True, measure each rank with its events on disk
-    (:mod:`overlapprof.analysis.rank.bounded`: the same per-rank numbers in memory that does not
-    grow with the traces, and no cross-rank section); None (default), only when the traces would
-    not fit in the memory available (with a warning); False, never.
+    (:mod:`overlapprof.analysis.rank.bounded`: the same report, in memory that grows with the
+    operations, not the events); None (default), only when the traces would not fit in the
+    memory available (with a warning); False, never.
     ``workers``: processes for ranks, or for the pieces of a single large file (default: one
     per CPU; 1: everything in this process). The report is the same with any number.
     ``progress``: called as ``progress(done, total, path)`` as ranks finish.

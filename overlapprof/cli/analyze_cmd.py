@@ -66,9 +66,9 @@ def _cluster(address, scheduler_file, timeout, workers):
                    "them (implies --drop-last-step --require-launch).")
 @click.option("--bounded-memory/--in-memory", "bounded_memory", default=None,
               help="Keep each rank's events on disk (in $TMPDIR, about 15% of the JSON's size) while they are "
-                   "measured: the memory does not grow with the traces' size. The same per-rank numbers; no "
-                   "cross-rank section; not with --comm-ops, --like-hta or --align-clocks. Default: only when the "
-                   "traces would not fit in the memory available (with a warning); --in-memory: never.")
+                   "measured: memory grows with the operations (the cross-rank section; none with --no-comms), not "
+                   "with the events. The same report; not with --like-hta. Default: only when the traces would not "
+                   "fit in the memory available (with a warning); --in-memory: never.")
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Processes that analyze ranks in parallel, or that decode the pieces of one large "
                    "trace file (default: one per CPU).")

@@ -11,11 +11,13 @@ with the per-event data on disk.
    mode: the CPU ops a window at a time against the calls.
 4. Each classified interval goes to a :class:`~overlapprof.analysis.sweep.Sweep` under its step
    and under the whole rank; the sweep gives every metric as a time per coverage pattern.
+5. For the cross-rank section and ``--comm-ops``, the files are read again for the rows the
+   communication records need (:mod:`overlapprof.analysis.rank.bounded_records`).
 
 Memory holds a chunk, one bucket or window, one slab of the sweep and what is per step (and in
-CPU mode per operation); nothing per event. The cross-rank section, the per-operation records
-(``--comm-ops``), ``--like-hta`` and ``export``'s lanes need every operation or event in
-memory: they are not computed here (``analyze`` refuses them or says so).
+CPU mode per operation); nothing per event. The records are per operation, as the cross-rank
+section is. ``--like-hta`` and ``export``'s lanes need every event or every step's unions:
+``analyze`` refuses them here.
 """
 
 from __future__ import annotations
@@ -249,7 +251,8 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers) -> Bound
     if records:
         from overlapprof.analysis.rank.bounded_records import comm_table
 
-        table = comm_table([f.path for f in read], gpu, comm_re, comm_ann, options.comm_records, comm_corr, all_steps)
+        table = comm_table([f.path for f in read], gpu, comm_re, comm_ann, options.comm_records, comm_corr, all_steps,
+                           workers)
     return BoundedRank(
         table=table, exposed=runs.get("exposed"),
         report=_report(feed, steps, [f.path for f in read], "gpu" if gpu else "cpu", sum(f.rows.size for f in read),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from overlapprof.analysis.rank import classify as C
+from overlapprof.analysis.rank import parallel_scan
 from overlapprof.analysis.rank.events import Steps, _extract, place_in_steps
 from overlapprof.analysis.rank.scan import _IS_GPU, SCAN_COLUMNS, _launches, _Scan, read_serially
 from overlapprof.analysis.records.fields import Values
@@ -31,17 +32,19 @@ class KeepRecordRows:
     communication calls, ``a:b`` annotations, kernels named as communication, and the GPU events
     and runtime calls of the correlations ``corr``."""
 
-    def __init__(self, names, comm_re, corr: np.ndarray):
-        self.names, self.comm_re, self.corr = names, comm_re, np.sort(corr)
-        self.roles = np.zeros(0, dtype=np.int8)
+    def __init__(self, comm_re, corr: np.ndarray):
+        self.comm_re, self.corr = comm_re, np.sort(corr)
+        self.names, self.roles = None, np.zeros(0, dtype=np.int8)
 
     def _role(self, name: str) -> int:
         return ((_CALL if C.is_comm_call(name) else 0) | (_ANNOTATION if C.COMM_ANNOTATION.match(name) else 0)
                 | (_KERNEL if self.comm_re.search(name) else 0))
 
-    def __call__(self, codes, name_ids, linked, corr) -> np.ndarray:
-        if len(self.names.order) > self.roles.size:
-            new = [self._role(n) for n in self.names.order[self.roles.size :]]
+    def __call__(self, codes, name_ids, names: list[str], linked, corr) -> np.ndarray:
+        if names is not self.names:  # another reader's names (a part of a parallel read)
+            self.names, self.roles = names, np.zeros(0, dtype=np.int8)
+        if len(names) > self.roles.size:
+            new = [self._role(n) for n in names[self.roles.size :]]
             self.roles = np.concatenate((self.roles, np.array(new, dtype=np.int8)))
         role = self.roles[name_ids]
         keep = (((codes == C.CPU_OP) & ((role & _CALL) != 0)) | ((codes == C.ANNOTATION) & ((role & _ANNOTATION) != 0))
@@ -59,16 +62,23 @@ def _empty_scan() -> dict:
 
 
 def comm_table(files: list[str], gpu: bool, comm_re, comm_ann, own: bool, comm_corr: list[np.ndarray] | None,
-               steps: Steps) -> CommTable:
+               steps: Steps, workers: int = 1) -> CommTable:
     """The rank's CommTable, its files read again (see the module docstring). ``comm_corr``:
     per file, the correlations of its communication GPU events (None: CPU mode); ``own``: keep
-    the events' own fields (``--comm-ops``); ``steps``: the rank's, before any filter."""
+    the events' own fields (``--comm-ops``); ``steps``: the rank's, before any filter;
+    ``workers``: processes that read a large file."""
     values = Values()
     names = values.index
     tables = []
     for k, path in enumerate(files):
-        keep = KeepRecordRows(names, comm_re, comm_corr[k] if comm_corr is not None else np.empty(0))
-        arrays, _, _, threads, recorder = read_serially(path, names, CommRecorder(comm_re, values, own), None, keep)
+        keep = KeepRecordRows(comm_re, comm_corr[k] if comm_corr is not None else np.empty(0))
+        recorder = CommRecorder(comm_re, values, own)
+        got = parallel_scan.read(path, names, recorder, workers, keep=keep) if workers > 1 else None
+        if got is not None:
+            arrays, _, _, threads = got
+        else:
+            recorder = recorder.fresh()  # it may hold the parts read before the workers gave up
+            arrays, _, _, threads, recorder = read_serially(path, names, recorder, None, keep)
         arrays = arrays if arrays is not None else _empty_scan()
         launch = _launches(arrays["codes"], arrays.pop("corr"))
         records = recorder.records(arrays["thread"], list(threads))

@@ -44,6 +44,7 @@ from functools import partial
 
 from overlapprof.analysis.columns import Index
 from overlapprof.analysis.rank.claims import Claims, can_share
+from overlapprof.analysis.rank import parts
 from overlapprof.analysis.rank.parts import Job, Merge, Part, pool_read, read_part, read_tail, share_claims, unspool
 from overlapprof.analysis.rank.scan import rows_hint
 from overlapprof.analysis.records.recorder import CommRecorder
@@ -226,7 +227,7 @@ def _drain(pending: deque, limit: int):
 
 
 def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: str | None = None, pool=None,
-         sink=None):
+         sink=None, keep=None):
     """``(arrays, unclassified, header, threads)`` of the file as :func:`scan._read_chunks`
     gives them (and its top level, and the keys of its thread codes), read by ``workers``
     processes (which checked every ``ts`` and ``dur``: there are no problems to report); None
@@ -241,7 +242,16 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
     machines: then the ranges are read as plain ranges (gzip: ``skip``), their parts come back as
     results, and nothing is shared (no work stealing). ``sink``: makes where the columns go
     (see :func:`scan._read_chunks`; its ``result()`` is the first item), and then this process's
-    own parts wait in files as the pool's do."""
+    own parts wait in files as the pool's do. ``keep``: only the rows it keeps (see
+    :func:`scan._read_chunks`; the forked pool inherits it: not with ``pool``)."""
+    parts.KEEP = keep  # before the pool is forked, so that its processes have it
+    try:
+        return _read(path, names, recorder, workers, mode, pool, sink, keep)
+    finally:
+        parts.KEEP = None
+
+
+def _read(path, names, recorder, workers, mode, pool, sink, keep):
     mode = mode or GZIP_MODE
     try:
         probe = TR.probe(path)
@@ -249,10 +259,12 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
         return None
     if probe.size - probe.first < PARALLEL_MIN_TEXT or (pool is None and not can_share()):
         return None
+    if keep is not None and pool is not None:
+        return None  # a keep is inherited by forked processes, not sent
     from overlapprof.analysis.forks import ForkPool, PoolBroken, make_folder, remove_folder  # a small file needs no pool
 
     base = Job(str(path), recorder is not None, recorder.comm_re if recorder else None,
-                recorder.own if recorder else False, header=probe.header)
+                recorder.own if recorder else False, header=probe.header, keep=keep is not None)
     merged = Merge(names, recorder, rows_hint(probe.size - probe.first), sink() if sink is not None else None)
     jobs = _jobs_of_ranges(probe, workers, base) if not probe.gzip or mode == "skip" or pool is not None else None
     tail, claims, top, last, spool = None, None, None, None, None

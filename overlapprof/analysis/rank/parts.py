@@ -67,9 +67,11 @@ class Job:
     slot: int | None = None  # its place in the shared Claims, when a thief may take its end
     kept: TR.Kept | None = None  # gzip text kept on the way (this process's ranges only: never sent)
     header: bytes | None = None  # the text before the first event: a range that holds the tail reads it
+    keep: bool = False  # only the rows KEEP keeps
 
 
 _CLAIMS: Claims | None = None  # in a pool process: the shared claims
+KEEP = None  # the rows a read keeps (scan._read_chunks' keep), set before the pool is forked: never sent
 
 
 def share_claims(claims: Claims | None) -> None:
@@ -153,7 +155,8 @@ def read_part(job: Job, between=None, flush=None) -> Part:
         part = Part()
         try:
             rows = rows_hint(min(len(job.text) if job.text is not None else job.bytes, budget or 1 << 62))
-            arrays, part.unclassified, problems = _read_chunks(job.path, chunks(part), names, recorder, threads, rows)
+            arrays, part.unclassified, problems = _read_chunks(job.path, chunks(part), names, recorder, threads, rows,
+                                                               keep=KEEP if job.keep else None)
         except (LayoutError, OverlapprofError, OSError):
             return Part(failed=True)
         if problems != _Problems():  # a missing or odd time: worded by one process

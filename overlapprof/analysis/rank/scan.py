@@ -219,8 +219,9 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
     there are none), the counts of the device categories left out, and the :class:`_Problems` of their
     times. ``names``/``threads``: the ids given to names and threads; ``rows``: room reserved;
     ``sink``: where the columns go (default :class:`FileColumns`; what is returned is its ``result()``);
-    ``keep(codes, name_ids, linked, corr)``: which of a chunk's complete events go to the sink
-    and the recorder (None: all; ``linked``: the correlated rows, ``corr`` their correlations)."""
+    ``keep(codes, name_ids, names, linked, corr)``: which of a chunk's complete events go to the
+    sink and the recorder (None: all; ``names``: the names by id, ``linked``: the correlated
+    rows, ``corr`` their correlations)."""
     sink = sink if sink is not None else FileColumns(rows)
     problems = _Problems()
     unclassified = {}
@@ -261,7 +262,7 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
             end = event_ends(ts, dur)
         problems.check(ts, dur, end, index)
         columns = dict(ts=ts, dur=dur, codes=codes, name_ids=name_ids, thread=thread, collective=collective)
-        if keep is not None and not (mask := keep(codes, name_ids, linked, corr)).all():
+        if keep is not None and not (mask := keep(codes, name_ids, names.order, linked, corr)).all():
             corr = corr[mask[linked]]
             columns = {k: v[mask] for k, v in columns.items()}
             xe, codes, name_ids = list(compress(xe, mask.tolist())), columns["codes"], columns["name_ids"]
