@@ -31,7 +31,7 @@ HTA's numbers as HTA reports them (percent rounded to 2 decimals) and prints the
 prints a Markdown table of overlapprof vs HTA vs ``--like-hta``. Targets: ≥20x faster than HTA end
 to end on mtia (issue 12; issue 3 asked 10x), ≤1/4 of its peak memory, within 2x of the typed
 decoder; the big trace under 1 GiB of peak memory and ≥1.6x faster with 2 workers than with 1.
-``--bounded-memory`` is measured on the big trace too (1 and 2 workers), and beside a trace of
+``--bounded-memory --no-comms`` is measured on the big trace too (1 and 2 workers), and beside a trace of
 half its size (:func:`bounded_growth`): its peak must not grow with the size.
 Benchmarks print; they do not assert.
 """
@@ -329,14 +329,14 @@ def big_trace(work: Path, size_mb: float, hta: bool, hta_mem_mb: float, hta_time
             else:
                 runs["overlapprof -w2"] = measure(CHILD_OVERLAPPROF, ["2,comms", str(d)])
             for w in (1, 2):
-                runs[f"--bounded-memory -w{w}"] = measure(CHILD_OVERLAPPROF, [f"{w},none,bounded", str(d)])
+                runs[f"bounded --no-comms -w{w}"] = measure(CHILD_OVERLAPPROF, [f"{w},none,bounded", str(d)])
             if hta:
                 runs["HTA 0.5.0"] = measure_once(CHILD_HTA, [str(d)], mem_limit_mb=hta_mem_mb, timeout_s=hta_timeout_s)
             one = runs["overlapprof -w1"]
             for name, res in runs.items():
                 line = _row(name, res)
-                if name == "--bounded-memory -w2" and "work_s" in res and "work_s" in runs["--bounded-memory -w1"]:
-                    b1 = runs["--bounded-memory -w1"]
+                if name == "bounded --no-comms -w2" and "work_s" in res and "work_s" in runs["bounded --no-comms -w1"]:
+                    b1 = runs["bounded --no-comms -w1"]
                     line += f"  {b1['wall_s'] / res['wall_s']:.2f}x, {b1['work_s'] / res['work_s']:.2f}x over its -w1"
                 if name.startswith("overlapprof -w2") and "work_s" in res and "work_s" in one:
                     line += f"  {one['wall_s'] / res['wall_s']:.2f}x, {one['work_s'] / res['work_s']:.2f}x"
@@ -371,7 +371,7 @@ def bounded_growth(half: Path, size_mb: float, full: dict) -> None:
         print(f"\n== peak memory, {size_mb / 2:.0f} MB of JSON vs {size_mb:.0f} MB (plain)")
         print(f"  {'':<22} {'half MB':>9} {'full MB':>9} {'full/half':>9}")
         for name, args in (("overlapprof -w2", "2,comms"), ("overlapprof --no-comms", "2,none"),
-                           ("--bounded-memory -w2", "2,none,bounded")):
+                           ("bounded --no-comms -w2", "2,none,bounded")):
             res = measure(CHILD_OVERLAPPROF, [args, str(half)])
             big = full.get(name) or measure(CHILD_OVERLAPPROF, [args, str(half.parent / "plain")])
             if "peak_mb" not in res or "peak_mb" not in big:
