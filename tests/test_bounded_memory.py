@@ -345,3 +345,16 @@ def test_sigterm_removes_the_files(tmp_path):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 143 and err.strip() == "Error: terminated", (proc.returncode, err)
     assert not list((tmp_path / "tmp").iterdir())
+
+
+def test_compare_report_and_plot_take_the_flag(runs, tmp_path):
+    """The commands that analyze runs take --bounded-memory/--in-memory too (what the automatic
+    switch's warning names); export (lanes: every step's unions) does not."""
+    pair = [runs.ring["sync"], runs.ring["async"]]
+    on_disk = _cli("compare", *pair, "--bounded-memory", "-q")
+    memory = _cli("compare", *pair, "--in-memory", "-q")
+    assert on_disk.returncode == 0 and on_disk.stdout == memory.stdout, on_disk.stderr
+    for cmd, out in (("report", tmp_path / "r.html"), ("plot", tmp_path / "p.png")):
+        got = _cli(cmd, runs.ring["async"], "--bounded-memory", "-o", out, "-q")
+        assert got.returncode == 0 and out.stat().st_size > 0, got.stderr
+    assert "--bounded-memory" not in _cli("export", "--help").stdout

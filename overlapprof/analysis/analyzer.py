@@ -367,7 +367,7 @@ def analyze(
     warnings: list[str] = list(inputs.notes)
     if bounded_memory is None and not (like_hta or lanes or dask_scheduler is not None) and (
             why := _too_big_for_memory(inputs.groups, workers)):
-        warnings.append(why)  # a report without the cross-rank section beats a process killed for memory
+        warnings.append(why)  # slower, but not a process killed for memory
         options = _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms, align_clocks,
                            like_hta, comm_backends, lanes, bounded_memory=True)
     results = _run_groups(inputs.groups, options, workers, progress, warnings, dask_scheduler)
@@ -417,15 +417,28 @@ def analyze(
 
 
 def _memory_available() -> int | None:
-    """Bytes of memory available to new work (Linux's MemAvailable; None elsewhere)."""
+    """Bytes of memory available to new work: Linux's MemAvailable, or less when this process's
+    cgroup (a container, a Slurm job) has a limit closer (cgroup v2); None elsewhere."""
+    have = None
     try:
         with open("/proc/meminfo", "rb") as f:
             for line in f:
                 if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    have = int(line.split()[1]) * 1024
+                    break
     except (OSError, ValueError, IndexError):
         pass
-    return None
+    try:
+        with open("/sys/fs/cgroup/memory.max", "rb") as f:
+            limit = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current", "rb") as f:
+            used = int(f.read())
+        if limit != b"max":
+            room = max(0, int(limit) - used)
+            have = room if have is None else min(have, room)
+    except (OSError, ValueError):
+        pass
+    return have
 
 
 def _too_big_for_memory(groups: list[TraceGroup], workers: int | None) -> str | None:

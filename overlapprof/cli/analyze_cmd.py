@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import (check_data_outputs, command, emit_data, reading_kwargs, reading_options,
-                                    unwind_on_sigterm)
+from overlapprof.cli.common import (BOUNDED_MEMORY, check_data_outputs, command, emit_data, reading_kwargs,
+                                    reading_options, unwind_on_sigterm)
 
 
 class _Progress:
@@ -64,11 +64,7 @@ def _cluster(address, scheduler_file, timeout, workers):
 @click.option("--like-hta", is_flag=True,
               help="Each rank's numbers exactly as HolisticTraceAnalysis 0.5.0's get_comm_comp_overlap computes "
                    "them (implies --drop-last-step --require-launch).")
-@click.option("--bounded-memory/--in-memory", "bounded_memory", default=None,
-              help="Keep each rank's events on disk (in $TMPDIR, about 15% of the JSON's size) while they are "
-                   "measured: memory grows with the operations (the cross-rank section; none with --no-comms), not "
-                   "with the events. The same report; not with --like-hta. Default: only when the traces would not "
-                   "fit in the memory available (with a warning); --in-memory: never.")
+@BOUNDED_MEMORY
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Processes that analyze ranks in parallel, or that decode the pieces of one large "
                    "trace file (default: one per CPU).")

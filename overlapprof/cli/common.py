@@ -9,6 +9,15 @@ import click
 EXIT_CODES_READING = ("Exit codes: 0 success; 2 bad input, or an output path refused (one 'Error: ...' "
                       "line on stderr); 1 no room for --bounded-memory's files; 130 interrupted (Ctrl-C); "
                       "143 terminated (SIGTERM).")
+EXIT_CODES_PLAIN = ("Exit codes: 0 success; 2 bad input, or an output path refused (one 'Error: ...' "
+                    "line on stderr); 130 interrupted (Ctrl-C).")
+
+BOUNDED_MEMORY = click.option(
+    "--bounded-memory/--in-memory", "bounded_memory", default=None,
+    help="Keep each rank's events on disk (in $TMPDIR, about 15% of the JSON's size) while they are measured: "
+         "memory grows with the operations (the cross-rank section; none with --no-comms), not with the events. "
+         "The same report; not with --like-hta. Default: only when the traces would not fit in the memory "
+         "available (with a warning); --in-memory: never.")
 
 
 class CommandError(click.ClickException):
@@ -117,15 +126,20 @@ def reading_options(command):
 
 
 def reading_kwargs(kw: dict) -> dict:
-    """The analyze() keywords of :func:`reading_options` popped from a command's ``kw`` (-q stays)."""
-    return {"comm_kernels": kw.pop("comm_kernels"), "drop_last_step": kw.pop("drop_last_step"),
-            "require_launch": kw.pop("require_launch"), "allow_partial": kw.pop("allow_partial"),
-            "align_clocks": kw.pop("align_clocks"), "comms": not kw.pop("no_comms")}
+    """The analyze() keywords of :func:`reading_options` (and :data:`BOUNDED_MEMORY`, where a
+    command has it) popped from a command's ``kw`` (-q stays)."""
+    out = {"comm_kernels": kw.pop("comm_kernels"), "drop_last_step": kw.pop("drop_last_step"),
+           "require_launch": kw.pop("require_launch"), "allow_partial": kw.pop("allow_partial"),
+           "align_clocks": kw.pop("align_clocks"), "comms": not kw.pop("no_comms")}
+    if "bounded_memory" in kw:
+        out["bounded_memory"] = kw.pop("bounded_memory")
+    return out
 
 
 def analysis_options(command):
-    """The options of the commands that take several runs: --label, then :func:`reading_options`."""
-    command = reading_options(command)
+    """The options of the commands that take several runs: --label, then :func:`reading_options`
+    and :data:`BOUNDED_MEMORY`."""
+    command = BOUNDED_MEMORY(reading_options(command))
     return click.option("--label", "labels", multiple=True, metavar="NAME",
                         help="Name of each input, in order (default: run.json's variant, else the "
                              "input's name). Give one per input.")(command)

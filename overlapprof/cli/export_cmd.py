@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import check_output, command, emit, fail, note, reading_kwargs, reading_options
+from overlapprof.cli.common import EXIT_CODES_PLAIN, check_output, command, emit, fail, note, reading_kwargs, reading_options
 
 
 def parse_window(text: str) -> tuple[float, float]:
@@ -24,7 +24,7 @@ def parse_window(text: str) -> tuple[float, float]:
     return start * 1000, end * 1000
 
 
-@command("export")
+@command("export", epilog=EXIT_CODES_PLAIN)
 @click.argument("run", type=click.Path(path_type=str))
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, metavar="FILE",
               help="The JSON file to write (e.g. timeline.json); never inside a run directory or over a trace.")
