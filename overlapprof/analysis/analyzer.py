@@ -21,7 +21,7 @@ from overlapprof.analysis import intervals as iv
 from overlapprof.analysis.crossrank.inputs import CrossRankInput, crossrank_input
 from overlapprof.analysis.crossrank.section import build_crossrank
 from overlapprof.analysis.rank.classify import compile_comm_annotations, compile_comm_kernels
-from overlapprof.analysis.rank.events import RankEvents, rank_events
+from overlapprof.analysis.rank.events import RankEvents, filtered, last_step_dropped, rank_events
 from overlapprof.analysis.rank.metrics import class_unions, rank_report, summarize
 from overlapprof.errors import InputError, OverlapprofError, SpillError
 from overlapprof.report import Options, RankReport, Report
@@ -63,20 +63,10 @@ class RankResult:
 
 def _apply_filters(ev: RankEvents, options: Options, label: str, warnings: list[str]) -> None:
     """The HTA-style filters of the options, in place (OVERLAP.md section 2: off by default)."""
-    sets = ("comm", "compute", "memory")
-    if options.require_launch and ev.mode == "gpu":
-        for name in sets:
-            s = getattr(ev, name)
-            setattr(ev, name, s.select(s.launched))
-    if options.drop_last_step:
-        if ev.steps.start.size < 2:
-            warnings.append(f"{label}: fewer than 2 ProfilerSteps, --drop-last-step changes nothing")
-            return
-        cutoff = ev.steps.start[-1]
-        for name in sets:
-            s = getattr(ev, name)
-            setattr(ev, name, s.select(s.anchor < cutoff))
-        ev.steps = type(ev.steps)(ev.steps.number[:-1], ev.steps.start[:-1], ev.steps.end[:-1])
+    ev.steps, cutoff = last_step_dropped(ev.steps, options.drop_last_step, label, warnings)
+    launch = options.require_launch and ev.mode == "gpu"
+    for name in ("comm", "compute", "memory"):
+        setattr(ev, name, filtered(getattr(ev, name), launch, cutoff))
 
 
 def _bounds(ev: RankEvents) -> tuple[float, float] | None:

@@ -39,6 +39,7 @@ class Sweep:
         self.count = np.zeros((segments, classes), dtype=np.int64)  # carried counts
         self.last = np.zeros(segments, dtype=np.float64)  # where each segment's last boundary was
         self.lengths: dict[tuple[int, int], float] = {}
+        self._table = None  # lengths as (segment, pattern) and value arrays, for totals()
 
     def add(self, start: np.ndarray, end: np.ndarray, seg, cls: int) -> None:
         """Intervals ``[start, end)`` of class ``cls``, in segment ``seg`` (one, or one each)."""
@@ -124,9 +125,12 @@ class Sweep:
         return pos, length, seg, pattern
 
     def totals(self, test) -> np.ndarray:
-        """Per segment, the time whose pattern passes ``test(patterns) -> bool array`` (µs)."""
-        keys = np.array(list(self.lengths), dtype=np.int64).reshape(-1, 2)
-        values = np.array(list(self.lengths.values()), dtype=np.float64)
+        """Per segment, the time whose pattern passes ``test(patterns) -> bool array`` (µs), once
+        :meth:`run` is done."""
+        if self._table is None:
+            self._table = (np.array(list(self.lengths), dtype=np.int64).reshape(-1, 2),
+                           np.array(list(self.lengths.values()), dtype=np.float64))
+        keys, values = self._table
         hit = test(keys[:, 1]) if values.size else np.zeros(0, dtype=bool)
         out = np.bincount(keys[hit, 0], weights=values[hit], minlength=self.count.shape[0])
         return out.astype(np.float64, copy=False)  # no weight at all gives ints

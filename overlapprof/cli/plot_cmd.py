@@ -31,7 +31,6 @@ def plot(paths, output, chart, dpi, labels, quiet, **kw):
     chart needs two or more (the first is the baseline).
     """
     from overlapprof.renderers import plots, straggler_plot
-    from overlapprof.renderers.format import crossrank_off
 
     if chart == "comparison" and len(paths) < 2:
         fail("--chart comparison needs at least two inputs")
@@ -44,8 +43,8 @@ def plot(paths, output, chart, dpi, labels, quiet, **kw):
     elif chart == "exposure":
         fig = plots.exposure_figure(first, title=f"{label}: exposed vs hidden communication")
     elif chart == "straggler":
-        if first.crossrank is None and (off := crossrank_off(first.options)):
-            fail(f"{paths[0]}: no cross-rank section ({off} leaves it out), so no straggler chart")
+        if first.crossrank is None and not first.options.crossrank:
+            fail(f"{paths[0]}: no cross-rank section (--no-comms leaves it out), so no straggler chart")
         if not straggler_plot.has_chart(first):
             fail(f"{paths[0]}: no collective matched across ranks, so no straggler chart "
                  "(it needs traces of two or more ranks of one job)")

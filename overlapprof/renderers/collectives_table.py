@@ -12,7 +12,7 @@ from overlapprof.renderers.format import (
     RANK_SUMS,
     TRANSFER_RULE,
     WAIT_RULE,
-    PLACEHOLDER, crossrank_off, count, factor, gbps, human_bytes, ms, percent, rank_list, text_table, times,
+    PLACEHOLDER, count, factor, gbps, human_bytes, ms, percent, rank_list, text_table, times,
 )
 from overlapprof.report import Report
 
@@ -97,8 +97,8 @@ def detail_lines(report: Report) -> list[str]:
 def render(report: Report) -> str:
     """The --by collective text: bandwidth table, per-rank table, then the details."""
     if report.crossrank is None:
-        off = crossrank_off(report.options)
-        text = f"(cross-rank analysis off: {off})" if off else "(no communication operations to match)"
+        text = "(no communication operations to match)" if report.options.crossrank else \
+            "(cross-rank analysis off: --no-comms)"
         return "\n".join([text, *(f"warning: {w}" for w in report.warnings)]) + "\n"
     parts = [
         f"collectives: medians per kind and size ({TRANSFER_RULE}; {WAIT_RULE})",

@@ -23,11 +23,6 @@ WAIT_RULE = "wait = duration − transfer"
 RANK_SUMS = "sums over matched instances; operations in flight at once each count"
 
 
-def crossrank_off(options) -> str | None:
-    """The option that left the cross-rank section out of a report (None: it was asked for)."""
-    return None if options.crossrank else "--no-comms"
-
-
 def to_ms(us: float) -> float:
     """Microseconds as a number of milliseconds (a plot's axis unit)."""
     return us / 1000.0

@@ -31,7 +31,8 @@ import numpy as np
 from overlapprof.analysis.columns import Index
 from overlapprof.analysis.forks import make_folder
 from overlapprof.analysis.rank import classify as C
-from overlapprof.analysis.rank.events import EventSet, Steps, _extract, _inside
+from overlapprof.analysis.rank.events import (EventSet, Steps, _extract, _inside, filtered, last_step_dropped,
+                                              merged_counts)
 from overlapprof.analysis.rank.metrics import TIMELINE_CAP, _metrics, _pairs, assemble, timeline_step
 from overlapprof.analysis.rank.scan import SCAN_COLUMNS, _Scan
 from overlapprof.analysis.rank import spilled
@@ -68,7 +69,7 @@ class BoundedRank:
 
 class _Feed:
     """Classified intervals into the sweep, with the counts the report needs (the filters of
-    ``analyze`` applied as :func:`~overlapprof.analysis.analyzer._apply_filters` does)."""
+    ``analyze`` applied by :func:`~overlapprof.analysis.rank.events.filtered`)."""
 
     def __init__(self, steps: Steps, require_launch: bool, cutoff: float | None):
         self.steps, self.require_launch, self.cutoff = steps, require_launch, cutoff
@@ -87,10 +88,7 @@ class _Feed:
         if len(s) == 0:
             return
         self.bounds = [min(self.bounds[0], float(s.start.min())), max(self.bounds[1], float(s.end.max()))]
-        if self.require_launch:
-            s = s.select(s.launched)
-        if self.cutoff is not None:
-            s = s.select(s.anchor < self.cutoff)
+        s = filtered(s, self.require_launch, self.cutoff)
         if len(s) == 0:
             return
         self.counts[cls] += len(s)
@@ -207,17 +205,10 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers) -> Bound
         sets, steps, _, _ = _extract(f.rows.few_scan(f.path), gpu, comm_re, comm_ann, order, None)
         few_sets.append(sets[0])
         step_parts.append(steps)
-    numbers, starts, ends = (np.concatenate([p[k] for p in step_parts]) for k in range(3))
-    by_start = np.argsort(starts, kind="stable")
-    steps = Steps(numbers[by_start], starts[by_start], ends[by_start])
+    steps = Steps.of_files(step_parts)
     all_steps, records = steps, options.crossrank or options.comm_records  # the records' steps: before filters
-    warnings, cutoff = [], None
-    if options.drop_last_step:
-        if steps.start.size < 2:
-            warnings.append(f"{label}: fewer than 2 ProfilerSteps, --drop-last-step changes nothing")
-        else:
-            cutoff = steps.start[-1]
-            steps = Steps(steps.number[:-1], steps.start[:-1], steps.end[:-1])
+    warnings = []
+    steps, cutoff = last_step_dropped(steps, options.drop_last_step, label, warnings)
     feed = _Feed(steps, options.require_launch and gpu, cutoff)
     on_disk = sum(f.rows.cpu.rows + sum(b.rows for b in f.rows.gpu) for f in read)
     sample = Sample()
@@ -253,21 +244,12 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers) -> Bound
 
         table = comm_table([f.path for f in read], gpu, comm_re, comm_ann, options.comm_records, comm_corr, all_steps,
                            workers)
+    mode, events = "gpu" if gpu else "cpu", sum(f.rows.size for f in read)
     return BoundedRank(
         table=table, exposed=runs.get("exposed"),
-        report=_report(feed, steps, [f.path for f in read], "gpu" if gpu else "cpu", sum(f.rows.size for f in read),
-                       shown, runs),
-        mode="gpu" if gpu else "cpu", events=sum(f.rows.size for f in read),
-        negative_durations=sum(f.rows.negative for f in read), unclassified=_merged([f.unclassified for f in read]),
+        report=_report(feed, steps, [f.path for f in read], mode, events, shown, runs), mode=mode, events=events,
+        negative_durations=sum(f.rows.negative for f in read), unclassified=merged_counts([f.unclassified for f in read]),
         headers=[f.header for f in read], bounds=bounds, warnings=warnings)
-
-
-def _merged(counts: list[dict]) -> dict:
-    out: dict = {}
-    for c in counts:
-        for k, v in c.items():
-            out[k] = out.get(k, 0) + v
-    return out
 
 
 def _report(feed: _Feed, steps: Steps, files, mode, events, shown, runs) -> RankReport:

@@ -17,9 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from overlapprof.analysis.rank import classify as C
-from overlapprof.analysis.rank import parallel_scan
 from overlapprof.analysis.rank.events import Steps, _extract, place_in_steps
-from overlapprof.analysis.rank.scan import _IS_GPU, SCAN_COLUMNS, _launches, _Scan, read_serially
+from overlapprof.analysis.rank.scan import _IS_GPU, SCAN_COLUMNS, _launches, _Scan, read_file
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
 from overlapprof.analysis.records.table import CommTable
@@ -55,12 +54,6 @@ class KeepRecordRows:
         return keep
 
 
-def _empty_scan() -> dict:
-    return {k: np.empty(0, dtype=dtype) for k, dtype in
-            (("ts", np.float64), ("dur", np.float64), ("codes", np.int8), ("name_ids", np.int32), ("thread", np.int32),
-             ("collective", np.int8), ("corr", np.float64))}
-
-
 def comm_table(files: list[str], gpu: bool, comm_re, comm_ann, own: bool, comm_corr: list[np.ndarray] | None,
                steps: Steps, workers: int = 1) -> CommTable:
     """The rank's CommTable, its files read again (see the module docstring). ``comm_corr``:
@@ -72,14 +65,10 @@ def comm_table(files: list[str], gpu: bool, comm_re, comm_ann, own: bool, comm_c
     tables = []
     for k, path in enumerate(files):
         keep = KeepRecordRows(comm_re, comm_corr[k] if comm_corr is not None else np.empty(0))
-        recorder = CommRecorder(comm_re, values, own)
-        got = parallel_scan.read(path, names, recorder, workers, keep=keep) if workers > 1 else None
-        if got is not None:
-            arrays, _, _, threads = got
-        else:
-            recorder = recorder.fresh()  # it may hold the parts read before the workers gave up
-            arrays, _, _, threads, recorder = read_serially(path, names, recorder, None, keep)
-        arrays = arrays if arrays is not None else _empty_scan()
+        arrays, _, _, threads, recorder = read_file(path, names, CommRecorder(comm_re, values, own), workers,
+                                                    keep=keep)
+        if arrays is None:  # no row kept
+            arrays = {k: np.empty(0, dtype) for k, dtype in {**SCAN_COLUMNS, "corr": np.float64}.items()}
         launch = _launches(arrays["codes"], arrays.pop("corr"))
         records = recorder.records(arrays["thread"], list(threads))
         scan = _Scan(path, **{c: arrays[c] for c in SCAN_COLUMNS}, launch=launch, negative=0, events=0, header=None,

@@ -61,6 +61,13 @@ class Steps:
     start: np.ndarray
     end: np.ndarray
 
+    @classmethod
+    def of_files(cls, parts: list[tuple]) -> Steps:
+        """The steps of a rank's files (each file's (numbers, starts, ends)), sorted by start."""
+        numbers, starts, ends = (np.concatenate([p[k] for p in parts]) for k in range(3))
+        order = np.argsort(starts, kind="stable")
+        return cls(numbers[order], starts[order], ends[order])
+
     def index_of(self, times: np.ndarray) -> np.ndarray:
         """The step each time falls in (``start <= t < end``), or -1."""
         if self.start.size == 0:
@@ -279,6 +286,36 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
     return sets, steps, table, comm_rows
 
 
+def merged_counts(counts: list[dict[str, int]]) -> dict[str, int]:
+    """Counts by key (the device categories left out of each file) added up, in order of first appearance."""
+    out: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+def last_step_dropped(steps: Steps, drop: bool, label: str, warnings: list[str]) -> tuple[Steps, float | None]:
+    """``--drop-last-step``: the steps without the last, and the anchor time from which events
+    are left out (None: nothing dropped, with a warning when there are fewer than 2 steps)."""
+    if not drop:
+        return steps, None
+    if steps.start.size < 2:
+        warnings.append(f"{label}: fewer than 2 ProfilerSteps, --drop-last-step changes nothing")
+        return steps, None
+    return Steps(steps.number[:-1], steps.start[:-1], steps.end[:-1]), steps.start[-1]
+
+
+def filtered(s: EventSet, require_launch: bool, cutoff: float | None) -> EventSet:
+    """The events the HTA-style filters keep: launched ones (``require_launch``), anchored
+    before ``cutoff`` (see :func:`last_step_dropped`)."""
+    if require_launch:
+        s = s.select(s.launched)
+    if cutoff is not None:
+        s = s.select(s.anchor < cutoff)
+    return s
+
+
 def place_in_steps(table: CommTable | None, steps: Steps) -> None:
     """Each record's step (``table.step``; -1: none), by its own anchor: its launch, else its
     start (the records are not the comm EventSet's rows: v2 also counts c10d calls and activity
@@ -308,10 +345,7 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
     scans = [_scan(path, names, CommRecorder(comm_re, values, record_own_args) if records else None, workers,
                    range_pool) for path in files]
     gpu = any(bool((s.codes == C.KERNEL).any()) for s in scans)
-    unclassified: dict[str, int] = {}
-    for scan in scans:
-        for cat, count in scan.unclassified.items():
-            unclassified[cat] = unclassified.get(cat, 0) + count
+    unclassified = merged_counts([s.unclassified for s in scans])
     events = sum(s.events for s in scans)
     negative = sum(s.negative for s in scans)
     headers = [scan.header for scan in scans]
@@ -320,9 +354,7 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
         parts.append(_extract(scans.pop(0), gpu, comm_re, comm_ann, names.order, values))
         heap.release(events)
     comm, compute, memory = (EventSet.concat([p[0][k] for p in parts]) for k in range(3))
-    numbers, starts, ends = (np.concatenate([p[1][k] for p in parts]) for k in range(3))
-    order = np.argsort(starts, kind="stable")
-    steps = Steps(numbers[order], starts[order], ends[order])
+    steps = Steps.of_files([p[1] for p in parts])
     table = CommTable.concat([p[2] for p in parts]) if records else None
     place_in_steps(table, steps)
     return RankEvents(

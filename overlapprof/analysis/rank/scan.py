@@ -323,21 +323,28 @@ def read_serially(path, names: Index, recorder: CommRecorder | None, sink=None, 
     return got, unclassified, reader.header, threads, recorder
 
 
+def read_file(path, names: Index, recorder: CommRecorder | None, workers: int = 1, range_pool=None, sink=None,
+              keep=None):
+    """:func:`read_serially`'s result, the file read by ``workers`` processes when it is large
+    (:func:`~overlapprof.analysis.rank.parallel_scan.read`, which checked every time: no problem
+    to raise), else, or when they give up, by this one."""
+    if workers > 1:
+        from overlapprof.analysis.rank import parallel_scan  # it imports this module
+
+        got = parallel_scan.read(path, names, recorder, workers, pool=range_pool, sink=sink, keep=keep)
+        if got is not None:
+            arrays, unclassified, header, threads = got
+            return arrays, unclassified, header, threads, recorder
+        if recorder is not None:
+            recorder = recorder.fresh()  # it may hold the parts read before the workers gave up
+    return read_serially(path, names, recorder, sink, keep)
+
+
 def _scan(path, names: Index, recorder: CommRecorder | None = None, workers: int = 1, range_pool=None) -> _Scan:
     """Read a file's events chunk by chunk (:mod:`overlapprof.trace.reader`) into arrays; with
     ``workers`` > 1, a large file in that many processes (:mod:`overlapprof.analysis.rank.parallel_scan`;
     ``range_pool``: where the other processes come from, None: forked here)."""
-    got = None
-    if workers > 1:
-        from overlapprof.analysis.rank import parallel_scan  # it imports this module
-
-        got = parallel_scan.read(path, names, recorder, workers, pool=range_pool)
-        if got is None and recorder is not None:
-            recorder = recorder.fresh()  # it may hold the parts read before the workers gave up
-    if got is not None:
-        arrays, unclassified, header, threads = got  # the workers found no problem in the times
-    else:
-        arrays, unclassified, header, threads, recorder = read_serially(path, names, recorder)
+    arrays, unclassified, header, threads, recorder = read_file(path, names, recorder, workers, range_pool)
     if arrays is None:
         raise TraceError(path, "no complete ('X') events: nothing to measure")
     negative = int(np.count_nonzero(arrays["dur"] < 0))

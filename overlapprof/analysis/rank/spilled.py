@@ -21,7 +21,7 @@ from overlapprof.analysis.columns import GrowingColumns, Index
 from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.rank.events import _step_number
 from overlapprof.analysis.rank.scan import (_IS_CORRELATED, _IS_GPU, SCAN_COLUMNS, _launches, _Scan, file_rows_hint,
-                                            read_serially)
+                                            read_file)
 from overlapprof.analysis.spill import Buckets, Sample, SpillFailed, SpillFile
 from overlapprof.errors import TraceError
 
@@ -150,15 +150,7 @@ def read_spilled(path: str, names: Index, comm_ann, folder: str, workers: int) -
         made.append(SpilledRows(sub, _buckets(path), names, comm_ann))
         return made[-1]
 
-    got = None
-    if workers > 1:
-        from overlapprof.analysis.rank import parallel_scan
-
-        got = parallel_scan.read(path, names, None, workers, sink=sink)
-    if got is not None:
-        rows, unclassified, header, _ = got
-    else:
-        rows, unclassified, header, _, _ = read_serially(path, names, None, sink)
+    rows, unclassified, header, _, _ = read_file(path, names, None, workers, sink=sink)
     if rows is None:
         raise TraceError(path, "no complete ('X') events: nothing to measure")
     return SpilledFile(str(path), rows, header, unclassified)
