@@ -20,6 +20,8 @@ from overlapprof.analysis import heap
 from overlapprof.analysis import intervals as iv
 from overlapprof.analysis.crossrank.inputs import CrossRankInput, crossrank_input
 from overlapprof.analysis.crossrank.section import build_crossrank
+from overlapprof.analysis.exposure import explain
+from overlapprof.analysis.exposure.inputs import ExposureInput, exposure_input
 from overlapprof.analysis.rank.classify import compile_comm_annotations, compile_comm_kernels
 from overlapprof.analysis.rank.events import RankEvents, filtered, last_step_dropped, rank_events
 from overlapprof.analysis.rank.metrics import class_unions, rank_report, summarize
@@ -59,6 +61,7 @@ class RankResult:
     error: OverlapprofError | None = None
     crossrank_input: CrossRankInput | None = None  # the rank's share of the cross-rank analysis (rank not settled)
     hta_steps: frozenset[str] | None = None  # --like-hta: the rank's ProfilerStep names
+    exposure_input: ExposureInput | None = None  # the rank's share of the causes of exposure (with crossrank_input)
 
 
 def _apply_filters(ev: RankEvents, options: Options, label: str, warnings: list[str]) -> None:
@@ -131,7 +134,10 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
         else:
             _apply_filters(ev, options, label, result.warnings)
             unions = class_unions(ev)
-            report = rank_report(ev, keep_records=options.comm_records, unions=unions)
+            sets = {} if result.crossrank_input is not None else None
+            report = rank_report(ev, keep_records=options.comm_records, unions=unions, exposed_out=sets)
+            if sets is not None:
+                result.exposure_input = exposure_input(ev.mode, unions, ev.host_sync, sets)
             heap.release(ev.events)
             table, exposed = ev.comm_records, None
             if result.crossrank_input is not None:
@@ -270,7 +276,7 @@ def _check_one_run(results: list[RankResult]) -> None:
 
 
 def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms=True, align_clocks=False,
-             like_hta=False, comm_backends=(), lanes=False, bounded_memory=False) -> Options:
+             like_hta=False, comm_backends=(), lanes=False, bounded_memory=False, reference_bandwidth=None) -> Options:
     patterns = [comm_kernels] if isinstance(comm_kernels, str) else list(comm_kernels or ())
     for p in patterns:
         try:
@@ -282,6 +288,14 @@ def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_o
                               (lanes, "export's lanes", "they are every step's unions")):
             if on:
                 raise InputError(f"--bounded-memory cannot be used with {what}: {why}")
+    reference = None
+    if reference_bandwidth is not None:
+        from overlapprof.units import HELP, bits_per_s
+
+        bits = bits_per_s(reference_bandwidth) if isinstance(reference_bandwidth, str) else float(reference_bandwidth) * 8
+        if bits is None or bits <= 0:
+            raise InputError(f"--reference-bandwidth {reference_bandwidth!r}: not a rate; use {HELP}")
+        reference = bits / 8
     backends = [comm_backends] if isinstance(comm_backends, str) else list(comm_backends or ())
     for b in backends:
         if not re.fullmatch(r"[A-Za-z0-9_]+", b):
@@ -298,6 +312,7 @@ def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_o
         align_clocks=align_clocks,
         lanes=lanes,
         bounded_memory=bounded_memory,
+        reference_bandwidth=reference,
     )
 
 
@@ -315,6 +330,7 @@ def analyze(
     align_clocks: bool = False,
     lanes: bool = False,
     bounded_memory: bool | None = None,
+    reference_bandwidth: str | float | None = None,
     workers: int | None = None,
     progress=None,
     dask_scheduler=None,
@@ -341,6 +357,9 @@ def analyze(
     (:mod:`overlapprof.analysis.rank.bounded`: the same report, in memory that grows with the
     operations, not the events); None (default), only when the traces would not fit in the
     memory available (with a warning); False, never.
+    ``reference_bandwidth``: the bus bandwidth a transfer should reach (a rate such as
+    ``"25GB/s"`` or ``"2gbit"``, or bytes/s), for slow transfers (default: the shared link of a
+    ``--link-rate`` run).
     ``workers``: processes for ranks, or for the pieces of a single large file (default: one
     per CPU; 1: everything in this process). The report is the same with any number.
     ``progress``: called as ``progress(done, total, path)`` as ranks finish.
@@ -352,14 +371,14 @@ def analyze(
     the problem) on bad input.
     """
     options = _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms, align_clocks,
-                       like_hta, comm_backends, lanes, bool(bounded_memory))
+                       like_hta, comm_backends, lanes, bool(bounded_memory), reference_bandwidth)
     inputs = discover(paths)
     warnings: list[str] = list(inputs.notes)
     if bounded_memory is None and not (like_hta or lanes or dask_scheduler is not None) and (
             why := _too_big_for_memory(inputs.groups, workers)):
         warnings.append(why)  # slower, but not a process killed for memory
         options = _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms, align_clocks,
-                           like_hta, comm_backends, lanes, bounded_memory=True)
+                           like_hta, comm_backends, lanes, bounded_memory=True, reference_bandwidth=reference_bandwidth)
     results = _run_groups(inputs.groups, options, workers, progress, warnings, dask_scheduler)
     warnings += [w for r in results for w in r.warnings]
     good = [(r, g) for r, g in zip(results, inputs.groups) if r.error is None]
@@ -388,12 +407,13 @@ def analyze(
     if len(modes) > 1:
         cpu = [r.rank for r in ranks if r.mode == "cpu"]
         warnings.append(f"ranks {cpu} have no GPU kernels and are read in CPU mode, the others in GPU mode")
-    crossrank = _cross_rank(results, options)
+    matching = []
+    crossrank = _cross_rank(results, options, matching)
     if options.lanes:
         from overlapprof.analysis.lanes import place
 
         place(ranks, crossrank)
-    return Report(
+    report = Report(
         version=__version__,
         inputs=[str(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)],
         options=options,
@@ -404,6 +424,17 @@ def analyze(
         run=run,
         crossrank=crossrank,
     )
+    inputs = {r.report.rank: r.exposure_input for r in results if r.exposure_input is not None}
+    if options.like_hta:
+        inputs = {}  # the causes split overlapprof's exposed communication, not HTA's
+        report.exposure_notes.append("--like-hta: the causes of exposure and the overlap bound are left out (they "
+                                     "split overlapprof's exposed communication, not HolisticTraceAnalysis's)")
+    elif options.bounded_memory:
+        report.exposure_notes.append("--bounded-memory: the causes of exposure and the overlap bound are left out "
+                                     "(they need each rank's unions in memory)")
+    report.exposure_notes += explain(report, inputs, matching[0] if matching and inputs else None, run,
+                                     options.reference_bandwidth, options.comm_records)
+    return report
 
 
 def _memory_available() -> int | None:
@@ -452,8 +483,9 @@ def _size(n: float) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
-def _cross_rank(results: list[RankResult], options: Options):
-    """The cross-rank section from the workers' shares, now that ranks are settled."""
+def _cross_rank(results: list[RankResult], options: Options, matching_out: list | None = None):
+    """The cross-rank section from the workers' shares, now that ranks are settled
+    (``matching_out``: see :func:`~overlapprof.analysis.crossrank.section.build_crossrank`)."""
     if not options.crossrank:
         return None
     shares = []
@@ -461,5 +493,5 @@ def _cross_rank(results: list[RankResult], options: Options):
         if r.crossrank_input is not None:
             r.crossrank_input.rank = r.report.rank
             shares.append(r.crossrank_input)
-    return build_crossrank(shares, align_clocks=options.align_clocks) if shares else None
+    return build_crossrank(shares, align_clocks=options.align_clocks, matching_out=matching_out) if shares else None
 

@@ -93,6 +93,24 @@ def difference(a: Intervals, b: Intervals) -> Intervals:
     return _where(a, b, 1, 2, 1)
 
 
+def covered(u: Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """|[starts[i], ends[i]) ∩ U| for each query interval, U a union: the difference of the
+    cumulative length of U before each end and before each start (one sorted search each)."""
+    starts, ends = np.asarray(starts, dtype=np.float64), np.asarray(ends, dtype=np.float64)
+    us, ue = u
+    if us.size == 0 or starts.size == 0:
+        return np.zeros(starts.size)
+    before = np.concatenate(([0.0], np.cumsum(ue - us)))  # length of U's intervals 0 .. k-1
+
+    def upto(t):  # |U ∩ (-inf, t)|
+        j = np.searchsorted(us, t, "right")  # U's intervals that start at or before t
+        k = np.maximum(j - 1, 0)
+        inside = np.where(j > 0, np.minimum(t, ue[k]) - us[k], 0.0)
+        return np.where(j > 0, before[k], 0.0) + inside
+
+    return np.maximum(upto(ends) - upto(np.minimum(starts, ends)), 0.0)
+
+
 def overlap_length(a: Intervals, b: Intervals) -> float:
     """|A ∩ B| of two unions, as |A| + |B| − |A ∪ B| (cheaper than building A ∩ B)."""
     if a[0].size == 0 or b[0].size == 0:

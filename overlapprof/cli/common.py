@@ -103,7 +103,8 @@ def note(message: str, quiet: bool = False) -> None:
 
 def reading_options(command):
     """The options that change how traces are read, shared by analyze, compare, report and plot:
-    --comm-kernel, the HTA filters, --no-comms, --align-clocks, --allow-partial, -q."""
+    --comm-kernel, the HTA filters, --no-comms, --align-clocks, --allow-partial,
+    --reference-bandwidth, -q."""
     for decorator in reversed([
         click.option("--comm-kernel", "comm_kernels", multiple=True, metavar="REGEX",
                      help="Also count kernels matching REGEX (any case) as communication. Repeatable."),
@@ -119,6 +120,10 @@ def reading_options(command):
                           "matched collectives end together; the offsets are reported."),
         click.option("--allow-partial", is_flag=True,
                      help="Report the good ranks when some traces are bad (each bad one becomes a warning)."),
+        click.option("--reference-bandwidth", metavar="RATE", default=None,
+                     help="The bus bandwidth a rank's transfer should reach (nccl-tests' busbw, e.g. 25GB/s, or a "
+                          "link rate, e.g. 2gbit): transfer time beyond it is reported as slow transfer. Default: "
+                          "the shared link of a --link-rate run."),
         click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr."),
     ]):
         command = decorator(command)
@@ -130,7 +135,8 @@ def reading_kwargs(kw: dict) -> dict:
     command has it) popped from a command's ``kw`` (-q stays)."""
     out = {"comm_kernels": kw.pop("comm_kernels"), "drop_last_step": kw.pop("drop_last_step"),
            "require_launch": kw.pop("require_launch"), "allow_partial": kw.pop("allow_partial"),
-           "align_clocks": kw.pop("align_clocks"), "comms": not kw.pop("no_comms")}
+           "align_clocks": kw.pop("align_clocks"), "comms": not kw.pop("no_comms"),
+           "reference_bandwidth": kw.pop("reference_bandwidth")}
     if "bounded_memory" in kw:
         out["bounded_memory"] = kw.pop("bounded_memory")
     return out

@@ -34,7 +34,6 @@ analyzer imports ``describe``).
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -48,20 +47,18 @@ BURST_MIN = 2 * LOOPBACK_MTU  # 128 KiB
 BURST_TIME_S = 0.0005  # the default bucket holds half a millisecond of the link, at least BURST_MIN
 LATENCY_MS = 100
 MEDIUM = "one loopback shared by all ranks: RATE is their total, not a port per rank"
-_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
-          "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}
-_RATE = re.compile(r"^(\d+(?:\.\d+)?)([a-z]+)$")
 _IP_FAILED, _TC_FAILED = 11, 12  # exit codes of the setup script (unshare's own failures: 1)
 
 
 def parse_rate(text):
     """Bits per second of a tc rate (``500mbit``, ``2gbit``, ``10gbit``; ``bps`` units are
     bytes per second, as in tc). Raises LaunchError (one line) when it does not parse."""
-    match = _RATE.match(str(text).strip().lower())
-    if not match or match.group(2) not in _UNITS or float(match.group(1)) <= 0:
-        raise LaunchError(f"--link-rate {text!r}: not a rate; use a number and a tc unit, e.g. "
-                          "500mbit, 2gbit, 10gbit (bit, kbit, mbit, gbit; bps, mbps = bytes/s)")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+    from overlapprof.units import HELP, bits_per_s
+
+    bits = bits_per_s(text)
+    if bits is None:
+        raise LaunchError(f"--link-rate {text!r}: not a rate; use {HELP}")
+    return bits
 
 
 def default_burst(bits_per_s):

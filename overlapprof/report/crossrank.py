@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import msgspec
 
+from overlapprof.report.exposure import Exposure
 from overlapprof.report.metrics import by_rank
 
 class CollectiveInstance(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -173,6 +174,7 @@ class BandwidthRow(msgspec.Struct, kw_only=True):
     bus_factor: float | None
     method: str
     transfer: str
+    exposure: Exposure | None = None  # its operations' exposed time by cause, summed over ranks
 
 
 class ClockDomain(msgspec.Struct, kw_only=True):

@@ -79,6 +79,8 @@ class Options(msgspec.Struct, kw_only=True):
     align_clocks: bool = False
     lanes: bool = False  # give each rank its Lanes (overlapprof export)
     bounded_memory: bool = False  # each rank measured with its events on disk (--bounded-memory)
+    # the bandwidth (bytes/s, per rank) a transfer should reach: beyond it is slow transfer (--reference-bandwidth)
+    reference_bandwidth: float | None = None
 
 
 class Report(msgspec.Struct, kw_only=True):
@@ -87,6 +89,8 @@ class Report(msgspec.Struct, kw_only=True):
     ``filters`` describes, in words, each option that changes which events count (empty by
     default). ``warnings`` lists what the reader should know (skipped ranks, odd events).
     ``run`` is the ``run.json`` of an ``overlapprof run`` directory, when one was analyzed.
+    ``exposure_notes`` say what the causes and bounds could not see (no windows, an unknown
+    link or core count, one rank only) and how they fell back.
     """
 
     schema: str = SCHEMA
@@ -99,6 +103,7 @@ class Report(msgspec.Struct, kw_only=True):
     warnings: list[str] = []
     run: dict[str, Any] | None = None
     crossrank: CrossRank | None = msgspec.field(default=None, name="comms")
+    exposure_notes: list[str] = []
 
     def rank(self, rank: int) -> RankReport:
         """The RankReport of ``rank`` (KeyError if absent)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
+from overlapprof.report.exposure import Exposure, OperationWindow
 from overlapprof.report.records import CommRecord
 from overlapprof.report.lanes import Lanes
 
@@ -69,6 +70,12 @@ class StepMetrics(Metrics, kw_only=True):
       ProfilerStep span and of the events that belong to the step (GPU work that runs past the
       step's CPU end counts).
     - ``exposed_share`` = ``exposed_comm_us / step_us`` (None when ``step_us`` = 0).
+    - ``exposure``: ``exposed_comm_us`` split by cause (:class:`~overlapprof.report.Exposure`).
+    - ``comm_free_bound_us`` = ``step_us − exposed_comm_us``: the step if communication cost
+      nothing (the ceiling of any communication optimization).
+    - ``overlap_bound_us``: the shortest step overlap could give (OVERLAP.md section 6.2; the
+      rank's ``overlap_bound_form`` says which form). With lock-stepped ranks, every rank's
+      step of one number has the same bound.
     """
 
     step: int
@@ -76,6 +83,9 @@ class StepMetrics(Metrics, kw_only=True):
     step_us: float
     exposed_share: float | None
     partition: Partition | None = None
+    exposure: Exposure | None = None
+    comm_free_bound_us: float | None = None
+    overlap_bound_us: float | None = None
 
 
 class KindMetrics(Metrics, kw_only=True):
@@ -90,6 +100,7 @@ class KindMetrics(Metrics, kw_only=True):
 
     kind: str
     count: int
+    exposure: Exposure | None = None  # the kind's exposed communication split by cause (its own operations)
 
 
 class Timeline(msgspec.Struct, kw_only=True):
@@ -109,6 +120,8 @@ class Timeline(msgspec.Struct, kw_only=True):
     compute: list[tuple[float, float]]
     overlapped: list[tuple[float, float]]
     truncated: bool = False
+    # the exposed spans by cause (Exposure's causes; same clock and cap as the lists above)
+    exposed_by_cause: dict[str, list[tuple[float, float]]] = {}
 
 
 class RankReport(msgspec.Struct, kw_only=True):
@@ -136,6 +149,16 @@ class RankReport(msgspec.Struct, kw_only=True):
     partition: Partition | None = None  # the mean of the steps' partitions; None without steps
     median_step_us: float | None = None  # median of the steps' step_us (interpolated, as Summary's); None without steps
     lanes: Lanes | None = None  # every step's unions on the run's common clock (only when asked: export)
+    # Why communication is exposed and what overlap could buy (OVERLAP.md section 6; medians over steps):
+    exposure: Exposure | None = None  # metrics.exposed_comm_us split by cause
+    comm_free_bound_us: float | None = None  # median of the steps' comm_free_bound_us
+    comm_free_speedup: float | None = None  # median_step_us / comm_free_bound_us
+    overlap_bound_us: float | None = None  # median of the steps' overlap_bound_us
+    overlap_bound_speedup: float | None = None  # median_step_us / overlap_bound_us
+    overlap_bound_form: str | None = None  # how the bound was computed, in words (its form and floors)
+    hidden_of_hideable: float | None = None  # overlapped_us / min(comm_us, compute_us)
+    verdict: str | None = None  # one line a user can act on
+    operations: list[OperationWindow] | None = None  # per operation: window, slack, exposed (--comm-ops)
 
 
 class Summary(msgspec.Struct, kw_only=True):
@@ -147,6 +170,7 @@ class Summary(msgspec.Struct, kw_only=True):
     - ``pooled_ratio`` = Σ ``overlapped_us`` / Σ ``comm_us`` (None when Σ ``comm_us`` = 0).
     - ``comm_us``, ``overlapped_us``, ``exposed_comm_us``: the sums over ranks.
     - ``median_step_us``, ``p90_step_us``: of ``step_us`` pooled over every rank's steps.
+    - ``exposure``: the ranks' causes added up (None when no rank has them).
     """
 
     ranks: int
@@ -164,3 +188,4 @@ class Summary(msgspec.Struct, kw_only=True):
     exposed_comm_us: float = 0.0
     median_step_us: float | None = None
     p90_step_us: float | None = None
+    exposure: Exposure | None = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 from collections import defaultdict
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -84,8 +85,26 @@ def _row_shift(shift: dict[int, float], ops: CommOperations) -> np.ndarray:
     return by_rank[ops.rank]
 
 
-def build_crossrank(inputs: list[CrossRankInput], align_clocks: bool = False) -> CrossRank | None:
-    """The cross-rank section for these ranks (None when no rank has a communication operation)."""
+@dataclass
+class Matching:
+    """What the section was measured from, for the causes of exposure
+    (:mod:`overlapprof.analysis.exposure`): every rank's operations (``ops``), the instances
+    (``matched``) and their measures (``measured``: waits, transfers, last ranks), ``row_shift``
+    (µs added to each operation's own clock to put it on the common clock), ``shift`` (the same,
+    per rank) and the clock label."""
+
+    ops: CommOperations
+    matched: Matched
+    measured: Measured
+    row_shift: np.ndarray
+    shift: dict[int, float]
+    clocks: str
+
+
+def build_crossrank(inputs: list[CrossRankInput], align_clocks: bool = False,
+                    matching_out: list | None = None) -> CrossRank | None:
+    """The cross-rank section for these ranks (None when no rank has a communication operation).
+    ``matching_out``: when a list, the :class:`Matching` is appended to it."""
     inputs = sorted((r for r in inputs if r.ops is not None), key=lambda r: r.rank)
     if not any(len(r.ops) for r in inputs):
         return None
@@ -108,6 +127,8 @@ def build_crossrank(inputs: list[CrossRankInput], align_clocks: bool = False) ->
     one_clock = (np.maximum.reduceat(doms, m.bounds) == np.minimum.reduceat(doms, m.bounds)) if m.rows.size else []
     one_clock = np.ones(m.sizes.size, bool) if clocks != "unaligned" else np.asarray(one_clock, bool)
     x = measure(ops, m, start, one_clock)
+    if matching_out is not None:
+        matching_out.append(Matching(ops, m, x, row_shift, shift, clocks))
     origin = float(start.min())
     sizes = instance_sizes(ops, m, x)
     with _gc_paused():  # thousands of small lists kept: collections would only slow this down

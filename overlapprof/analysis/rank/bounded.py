@@ -134,7 +134,7 @@ def _classify_gpu(f: SpilledFile, comm_re, comm_ann, names: list[str], feed: _Fe
         del ev, c
         scan = _Scan(f.path, **cols, launch=launch, negative=0, events=0, header=None)
         del cols
-        sets, _, _, comm_rows = _extract(scan, True, comm_re, comm_ann, names, None)
+        sets, _, _, comm_rows, _ = _extract(scan, True, comm_re, comm_ann, names, None)
         if feed.comm_corr is not None:  # what the communication records are read again for
             feed.comm_corr.append(np.unique(corr[comm_rows - n_calls - n_launch]))
         for cls, s in zip((COMM, COMPUTE, MEMORY), sets):
@@ -202,7 +202,7 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers) -> Bound
     order = names.order
     few_sets, step_parts = [], []
     for f in read:
-        sets, steps, _, _ = _extract(f.rows.few_scan(f.path), gpu, comm_re, comm_ann, order, None)
+        sets, steps, _, _, _ = _extract(f.rows.few_scan(f.path), gpu, comm_re, comm_ann, order, None)
         few_sets.append(sets[0])
         step_parts.append(steps)
     steps = Steps.of_files(step_parts)

@@ -131,3 +131,20 @@ def is_cpu_compute(name: str) -> bool:
     """CPU-mode compute by name: a cpu_op that is not a communication call or a step marker
     (cpu_ops inside a communication call are taken out by time, in events.py)."""
     return not (is_comm_call(name) or name.startswith("ProfilerStep#"))
+
+
+# Calls that block the calling host thread until device work (or every rank) is done: the
+# host_blocked cause of exposed communication (OVERLAP.md section 6.3). Runtime calls of CUDA
+# and HIP, and the cpu_ops that make them.
+HOST_SYNC_RUNTIME = frozenset(
+    f"{api}{call}" for api in ("cuda", "hip")
+    for call in ("StreamSynchronize", "DeviceSynchronize", "EventSynchronize", "Memcpy", "Memcpy2D", "Memcpy3D")
+)
+HOST_SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "c10d::barrier", "c10d::monitored_barrier_"})
+
+
+def is_host_sync(name: str) -> bool:
+    """A host synchronization: a blocking CUDA/HIP runtime call (``cudaStreamSynchronize``,
+    ``cudaDeviceSynchronize``, ``cudaEventSynchronize``, a synchronous ``cudaMemcpy``), reading a
+    device value on the host (``aten::item``, ``aten::_local_scalar_dense``) or a barrier."""
+    return name in HOST_SYNC_RUNTIME or name in HOST_SYNC_OPS

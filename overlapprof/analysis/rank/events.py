@@ -93,6 +93,7 @@ class RankEvents:
     files: list[str] = field(default_factory=list)
     unclassified: dict[str, int] = field(default_factory=dict)  # device categories left out: event counts
     headers: list[TraceFile] = field(default_factory=list)  # each file's top level, without events
+    host_sync: tuple = (np.empty(0), np.empty(0))  # union of the host synchronizations (classify.is_host_sync)
 
 
 def _name_property(names: list[str], func, dtype, ids: np.ndarray) -> np.ndarray:
@@ -154,9 +155,10 @@ def _issuing_kind(scan: _Scan, names: list[str], calls: np.ndarray, q_thread, q_
     return np.where(kind >= 0, kind, out).astype(np.int8)
 
 
-def _operations(scan: _Scan, comm_rows: np.ndarray, kinds: np.ndarray, calls: np.ndarray) -> np.ndarray:
+def _operations(scan: _Scan, comm_rows: np.ndarray, kinds: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """CPU mode: whether each comm row is an operation of its own, so that a rank's count of a
-    kind is the number of operations issued, not of spans recorded for them.
+    kind is the number of operations issued, not of spans recorded for them; and the call each
+    comm row is part of (a row of the scan, -1: none), whose start is when it was issued.
 
     Each ``c10d::*`` call ``calls`` is one operation. A ``<backend>:<op>`` span that starts
     inside one on its thread is part of it (gloo's send/recv: ``c10d::recv_`` then
@@ -166,35 +168,63 @@ def _operations(scan: _Scan, comm_rows: np.ndarray, kinds: np.ndarray, calls: np
     """
     is_span = scan.codes[comm_rows] == C.ANNOTATION
     out = ~is_span
+    holder_row = np.full(comm_rows.size, -1, dtype=np.int64)
     spans = np.flatnonzero(is_span)
     if spans.size == 0 or calls.size == 0:
         out[spans] = True
-        return out
+        return out, holder_row
     ends = np.nextafter(scan.end(calls), -np.inf)  # innermost() takes closed ends
     rows = comm_rows[spans]
     holder = innermost(scan.thread[calls], scan.ts[calls], ends, scan.thread[rows], scan.ts[rows])
+    holder_row[spans[holder >= 0]] = calls[holder[holder >= 0]]
     taken = np.zeros(calls.size, dtype=bool)
     taken[holder[holder >= 0]] = True
     order = np.argsort(comm_rows, kind="stable")  # calls are comm rows: their kinds by row
     call_kind = kinds[order[np.searchsorted(comm_rows[order], calls)]]
     loose = spans[holder < 0]
     for kind in np.flatnonzero(np.bincount(kinds[loose])).tolist():
-        free = np.sort(scan.ts[calls[(call_kind == kind) & ~taken]]).tolist()
+        free = calls[(call_kind == kind) & ~taken]
+        free = free[np.argsort(scan.ts[free], kind="stable")]
+        free_ts = scan.ts[free].tolist()
         mine = loose[kinds[loose] == kind]
         mine = mine[np.argsort(scan.ts[comm_rows[mine]], kind="stable")]
         k = 0
         for q, t in zip(mine.tolist(), scan.ts[comm_rows[mine]].tolist()):
-            if k < len(free) and free[k] <= t:
-                k += 1  # part of that call
+            if k < len(free_ts) and free_ts[k] <= t:
+                holder_row[q] = free[k]  # part of that call
+                k += 1
             else:
                 out[q] = True
-    return out
+    return out, holder_row
+
+
+def _need_times(scan: _Scan, activity: np.ndarray, thread: np.ndarray, issue: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """CPU mode: when the program needed each operation's result: the end of the last host
+    activity (``activity`` rows: compute cpu_ops and communication calls) on its issuing
+    ``thread`` that started between its ``issue`` and its ``end``, clipped to ``[issue, end]``;
+    its issue when the thread did nothing else (a blocking call)."""
+    need = issue.copy()
+    if activity.size == 0 or issue.size == 0:
+        return need
+    a_thread = scan.thread[activity]
+    order = np.lexsort((scan.ts[activity], a_thread))
+    a_thread, a_start, a_end = a_thread[order], scan.ts[activity][order], scan.end(activity[order])
+    lo, hi = np.searchsorted(a_thread, thread, "left"), np.searchsorted(a_thread, thread, "right")
+    for t in np.flatnonzero(np.bincount(thread[hi > lo])).tolist():
+        q = np.flatnonzero(thread == t)
+        a, b = int(lo[q[0]]), int(hi[q[0]])
+        reach = np.maximum.accumulate(a_end[a:b])  # the latest end so far on the thread
+        j = np.searchsorted(a_start[a:b], end[q], "left") - 1  # the last activity starting before the end
+        found = j >= 0
+        last = np.where(found, reach[np.maximum(j, 0)], issue[q])
+        need[q] = np.clip(last, issue[q], end[q])
+    return need
 
 
 def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: Values | None):
     """Classify one file's complete events (the scan's thread, collective and launch columns
     are dropped once read). Returns (EventSets, steps arrays, CommTable or None, the rows of
-    the comm EventSet).
+    the comm EventSet, the union of the host synchronizations).
 
     Rows are picked with masks over the file's rows and per-name tables (one lookup per row),
     and the launch and anchor of GPU events are kept per GPU event (the CommTable takes its
@@ -248,7 +278,7 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
         kind_codes = _issuing_kind(scan, names, calls, scan.thread[comm_rows], ts[comm_rows], own_kind)
         order = np.argsort(comm_rows, kind="stable")  # file order, as the records are
         comm_rows, kind_codes = comm_rows[order], kind_codes[order]
-        operation = _operations(scan, comm_rows, kind_codes, c10d_rows)
+        operation, holders = _operations(scan, comm_rows, kind_codes, c10d_rows)
         candidates = cpu_rows[prop(C.is_cpu_compute, bool, cpu_rows)]
         compute_rows = candidates[~_inside(calls, scan, scan.thread[candidates], ts[candidates])]
         memory_rows = np.empty(0, dtype=np.int64)
@@ -262,6 +292,9 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
 
     sets = (event_set(0, comm_rows, kind_codes, operation), event_set(1, compute_rows), event_set(2, memory_rows))
     steps = (step_numbers, ts[step_rows], end(step_rows))
+    sync_rows = np.flatnonzero(np.array([C.is_host_sync(n) for n in names], dtype=bool)[name_ids]
+                               & ((codes == C.RUNTIME) | (codes == C.CPU_OP)))
+    host_sync = union(ts[sync_rows], end(sync_rows))
     table = None
     scan.collective = scan.launch = None  # read only above: their memory is free for the table's
     if scan.records is not None:
@@ -274,6 +307,16 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
         launched = launch >= 0
         launch_ts = np.where(launched, ts[np.maximum(launch, 0)], np.nan)
         host_thread = rec.thread_of(np.where(launched, launch, rows))
+        if gpu:
+            issue_ts, need_ts = np.where(launched, launch_ts, ts[rows]), np.full(rows.size, np.nan)
+        else:  # a span on a worker thread was issued by its c10d call (gloo's FIFO); one on the
+            # calling thread opens inside its call, whose overhead before it is not a wait
+            holder = holders[ops]
+            issuer = np.where(holder >= 0, holder, rows)
+            elsewhere = scan.thread[issuer] != scan.thread[rows]
+            issue_ts = np.where(elsewhere, ts[issuer], ts[rows])
+            need_ts = _need_times(scan, np.concatenate((compute_rows, calls)), scan.thread[issuer], issue_ts,
+                                  end(rows))
         if gpu:  # GPU activity that is not communication is no record's (a table row's, or its call's)
             rec.drop(np.concatenate((compute_rows, memory_rows)))
         rec.gather(ts, scan.dur, codes, name_ids)
@@ -281,9 +324,9 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
         del ts, codes, name_ids
         scan.ts = scan.dur = scan.codes = scan.name_ids = None
         table = comm_table(rec, values, gpu=gpu, rows=rows, kinds=kind_codes[ops], launch_ts=launch_ts,
-                           host_thread=host_thread, anchor=anchor)
+                           host_thread=host_thread, anchor=anchor, issue_ts=issue_ts, need_ts=need_ts)
     scan.thread = None
-    return sets, steps, table, comm_rows
+    return sets, steps, table, comm_rows, host_sync
 
 
 def merged_counts(counts: list[dict[str, int]]) -> dict[str, int]:
@@ -357,6 +400,7 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
     steps = Steps.of_files([p[1] for p in parts])
     table = CommTable.concat([p[2] for p in parts]) if records else None
     place_in_steps(table, steps)
+    host_sync = union(np.concatenate([p[4][0] for p in parts]), np.concatenate([p[4][1] for p in parts]))
     return RankEvents(
         mode="gpu" if gpu else "cpu",
         comm=comm,
@@ -369,4 +413,5 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
         files=[str(path) for path in files],
         unclassified=unclassified,
         headers=headers,
+        host_sync=host_sync,
     )

@@ -63,12 +63,14 @@ def mean_partition(steps: list[StepMetrics]) -> Partition | None:
     return Partition(**{f: sum(getattr(p, f) for p in parts) / len(parts) for f in Partition.__struct_fields__})
 
 
-def step_metrics(events: RankEvents) -> list[StepMetrics]:
+def step_metrics(events: RankEvents, exposed_out: list | None = None) -> list[StepMetrics]:
     """One StepMetrics per ProfilerStep, in time order (see StepMetrics for ``step_us``).
 
     The same formulas as :func:`metrics_of` and :class:`~overlapprof.report.Partition` for each step's events,
     computed for many steps at once with the segmented interval functions (segment = step), a
-    group of steps of about :data:`STEP_GROUP_INTERVALS` intervals at a time."""
+    group of steps of about :data:`STEP_GROUP_INTERVALS` intervals at a time. ``exposed_out``:
+    when a list, each group's U(comm) \\ U(compute) per step is appended to it (segmented,
+    segment = the step's index), the sets whose lengths are the steps' ``exposed_comm_us``."""
     steps = events.steps
     count = steps.start.size
     if count == 0:
@@ -92,16 +94,22 @@ def step_metrics(events: RankEvents) -> list[StepMetrics]:
         for seg, rows, s in classes:
             a, b = np.searchsorted(seg, (lo, hi))
             sets.append((seg[a:b] - lo, s.start[rows[a:b]], s.end[rows[a:b]]))
-        out += _step_group(sets, steps.number[lo:hi], steps.start[lo:hi].astype(np.float64), last_end[lo:hi])
+        out += _step_group(sets, steps.number[lo:hi], steps.start[lo:hi].astype(np.float64), last_end[lo:hi],
+                           exposed_out, lo)
         lo = hi
     return out
 
 
-def _step_group(sets, numbers: np.ndarray, starts: np.ndarray, last_end: np.ndarray) -> list[StepMetrics]:
+def _step_group(sets, numbers: np.ndarray, starts: np.ndarray, last_end: np.ndarray, exposed_out=None,
+                first: int = 0) -> list[StepMetrics]:
     """The StepMetrics of consecutive steps (``numbers``, their windows ``[starts, last_end)``)
-    from their comm, compute and memory intervals (segmented sets: segment k = the k-th step)."""
+    from their comm, compute and memory intervals (segmented sets: segment k = the k-th step);
+    ``exposed_out``: see :func:`step_metrics` (``first``: the index of the group's first step)."""
     count = numbers.size
     comm, compute, memory = (iv.union_by(*s) for s in sets)
+    if exposed_out is not None:
+        seg, starts_, ends_ = iv.difference_by(comm, compute)
+        exposed_out.append((seg + first, starts_, ends_))
     both = iv.union_by(*iv.concat_by(comm, compute))
     comp_w, comm_w, mem_w = (iv.clip_by(u, starts, last_end) for u in (compute, comm, memory))
     busy = iv.union_by(*iv.concat_by(comp_w, comm_w))
@@ -125,15 +133,20 @@ def _step_group(sets, numbers: np.ndarray, starts: np.ndarray, last_end: np.ndar
     return out
 
 
-def kind_metrics(events: RankEvents, compute: iv.Intervals) -> list[KindMetrics]:
+def kind_metrics(events: RankEvents, compute: iv.Intervals, exposed_out: dict | None = None) -> list[KindMetrics]:
     """One KindMetrics per kind present, in the order of classify.KINDS; ``count`` is the number
     of distinct operations of the kind (``EventSet.operation``: in CPU mode a ``c10d::*`` call
-    and the backend span recorded for it are one operation), not of comm events."""
+    and the backend span recorded for it are one operation), not of comm events.
+    ``exposed_out``: when a dict, each kind's U(comm of the kind) \\ U(compute) is put in it
+    under the kind's code."""
     out = []
     for code in np.flatnonzero(np.bincount(events.comm.kind)):
         s = events.comm.select(events.comm.kind == code)
         count = int(np.count_nonzero(s.operation))
-        out.append(metrics_of(_union(s), compute, cls=KindMetrics, kind=KINDS[code], count=count))
+        union = _union(s)
+        if exposed_out is not None:
+            exposed_out[int(code)] = iv.difference(union, compute)
+        out.append(metrics_of(union, compute, cls=KindMetrics, kind=KINDS[code], count=count))
     return out
 
 
@@ -195,14 +208,20 @@ def class_unions(ev: RankEvents) -> tuple[iv.Intervals, iv.Intervals, iv.Interva
     return tuple(iv.union(s.start, s.end) for s in (ev.comm, ev.compute, ev.memory))
 
 
-def rank_report(ev: RankEvents, *, keep_records: bool = False, unions=None) -> RankReport:
+def rank_report(ev: RankEvents, *, keep_records: bool = False, unions=None, exposed_out: dict | None = None) -> RankReport:
     """A rank's report (rank number not yet settled: -1) from its classified events
     (``unions``: their :func:`class_unions`, when the caller has them).
-    ``median_step_us`` interpolates like the Summary's (numpy's median)."""
+    ``median_step_us`` interpolates like the Summary's (numpy's median). ``exposed_out``: when
+    a dict, the exposed-communication sets the metrics measured are put in it (``"steps"``: a
+    list of segmented sets, see :func:`step_metrics`; ``"kinds"``: kind code -> set)."""
     comm, compute, memory = unions if unions is not None else class_unions(ev)
-    steps = step_metrics(ev)
+    step_sets, kind_sets = ([], {}) if exposed_out is not None else (None, None)
+    steps = step_metrics(ev, step_sets)
+    kinds = kind_metrics(ev, compute, kind_sets)
+    if exposed_out is not None:
+        exposed_out.update(steps=step_sets, kinds=kind_sets)
     records = ev.comm_records.records() if keep_records and ev.comm_records is not None else None
-    return assemble(ev.files, ev.mode, metrics_of(comm, compute, memory), steps, kind_metrics(ev, compute), ev.events,
+    return assemble(ev.files, ev.mode, metrics_of(comm, compute, memory), steps, kinds, ev.events,
                     (len(ev.comm), len(ev.compute), len(ev.memory)), timeline(ev, steps), records)
 
 

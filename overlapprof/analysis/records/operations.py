@@ -46,6 +46,9 @@ class CommOperations:
     scaled: np.ndarray  # bool
     step: np.ndarray  # int64, -1 none
     group_size: np.ndarray  # int64, 0 unknown
+    issue: np.ndarray  # when it was issued (its host call; GPU: its first launch), own clock, µs
+    need: np.ndarray  # when its result was needed (CommTable.need_ts; NaN: not known), own clock, µs
+    thread: np.ndarray  # int64, the event's (pid, tid) code in its rank (GPU: its stream)
 
     def __len__(self) -> int:
         return self.rank.size
@@ -59,7 +62,8 @@ class CommOperations:
 
 _COLUMNS = {
     "rank": np.int64, "kind": np.int8, "seq": np.int64, "direction": np.int8, "peer": np.int64, "ts": np.float64, "end": np.float64,
-    "dur": np.float64, "nbytes": np.float64, "scaled": bool, "step": np.int64, "group_size": np.int64,
+    "dur": np.float64, "nbytes": np.float64, "scaled": bool, "step": np.int64, "group_size": np.int64, "issue": np.float64,
+    "need": np.float64, "thread": np.int64,
 }
 
 
@@ -140,6 +144,8 @@ def rank_operations(table: CommTable) -> CommOperations:
         "nbytes": nbytes, "scaled": scaled,
         "step": table.step[order].astype(np.int64),
         "group_size": np.where(group_size != 0, group_size, ranks_len),
+        "issue": np.fmin(table.issue_ts[order], ts), "need": table.need_ts[order].astype(np.float64),
+        "thread": table.thread[order].astype(np.int64),
     }
     # Kernels of one host call (or one group + sequence number) become one operation.
     call_ts = table.call_ts[order]
@@ -150,6 +156,8 @@ def rank_operations(table: CommTable) -> CommOperations:
         keep = owner == np.arange(n)
         np.maximum.at(cols["end"], owner, cols["end"])
         np.fmax.at(cols["nbytes"], owner, cols["nbytes"])
+        np.fmin.at(cols["issue"], owner, cols["issue"])
+        np.fmax.at(cols["need"], owner, cols["need"])
         cols["dur"] = cols["end"] - cols["ts"]
         cols = {k: c[keep] for k, c in cols.items()}
     return CommOperations(**cols, groups=group_ids.order)

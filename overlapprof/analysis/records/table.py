@@ -34,7 +34,9 @@ class CommTable:
     ``kind``: index into classify.KINDS of the event's name. ``name``, ``annotation``, ``call``:
     event-name ids. ``thread``: the event's (pid, tid) code. ``launch_ts``, ``call_ts``: NaN
     when absent. ``strings``/``numbers``: the collective fields, merged (see MERGED_*).
-    ``peer``: NaN unknown. ``own``: the event's stream, device, correlation, external_id
+    ``peer``: NaN unknown. ``issue_ts``: when the operation was issued (its host call; GPU:
+    its launch), ``need_ts``: when the program needed its result (CPU: see
+    ``events._need_times``; NaN: not known, its end). ``own``: the event's stream, device, correlation, external_id
     (lists; only when CommRecord structs were asked for).
     """
 
@@ -51,6 +53,8 @@ class CommTable:
     call: np.ndarray
     call_ts: np.ndarray
     peer: np.ndarray
+    issue_ts: np.ndarray
+    need_ts: np.ndarray
     strings: dict[str, np.ndarray]
     numbers: dict[str, np.ndarray]
     own: dict[str, list] | None = None
@@ -65,7 +69,7 @@ class CommTable:
             return first
         arrays = {n: np.concatenate([getattr(p, n) for p in parts])
                   for n in ("kind", "name", "thread", "ts", "dur", "step", "launch_ts", "annotation", "call",
-                            "call_ts", "peer")}
+                            "call_ts", "peer", "issue_ts", "need_ts")}
         own = None if first.own is None else {k: [v for p in parts for v in p.own[k]] for k in first.own}
         return cls(source=first.source, values=first.values, **arrays,
                    strings={k: np.concatenate([p.strings[k] for p in parts]) for k in first.strings},
@@ -162,12 +166,14 @@ def _merge(column: np.ndarray, sources: list[np.ndarray], absent) -> np.ndarray:
 
 
 def comm_table(rec: Records, values: Values, *, gpu: bool, rows: np.ndarray, kinds: np.ndarray,
-               launch_ts: np.ndarray, host_thread: np.ndarray, anchor: np.ndarray) -> CommTable:
+               launch_ts: np.ndarray, host_thread: np.ndarray, anchor: np.ndarray, issue_ts: np.ndarray | None = None,
+               need_ts: np.ndarray | None = None) -> CommTable:
     """The CommTable of one file's communication events ``rows`` (record rows; ``rec``
     gathered, see :meth:`Records.gather`). Per event: ``kinds``, its classify.KINDS code;
     ``launch_ts``, the start of its launching runtime call (NaN: none); ``host_thread`` and
     ``anchor``, the thread and time where it was issued (its launch's, else its own). ``step``
-    is left -1 (the caller knows the steps)."""
+    is left -1 (the caller knows the steps). ``issue_ts`` (default: the launch, else the start)
+    and ``need_ts`` (default NaN: unknown): see :class:`CommTable`."""
     n = rows.size
     own_rec = np.searchsorted(rec.rows, rows)
     rec_role = values.roles[rec.name]
@@ -197,6 +203,8 @@ def comm_table(rec: Records, values: Values, *, gpu: bool, rows: np.ndarray, kin
         name=rec.name[own_rec].astype(np.int32), thread=rec.thread[own_rec], ts=rec.ts[own_rec],
         dur=rec.dur[own_rec], step=np.full(n, -1, dtype=np.int64), launch_ts=launch_ts,
         annotation=names[0].astype(np.int32), call=names[1].astype(np.int32), call_ts=call_ts, peer=peer,
+        issue_ts=np.where(np.isnan(launch_ts), rec.ts[own_rec], launch_ts) if issue_ts is None else issue_ts,
+        need_ts=np.full(n, np.nan) if need_ts is None else need_ts,
         strings=strings, numbers=numbers, own=own,
     )
 
