@@ -12,7 +12,7 @@ the median over the pooled (rank, step) pairs of that variant (``basis = "per-st
 Otherwise every variant falls back to *whole-trace* values: the median over ranks of each
 rank's totals (``basis = "whole trace"``), and step times, bound and speedup are None.
 
-**Spread.** Every factor below (and ``ideal_speedup``) has a ``*_ci`` = ``[low, high]``: the
+**Spread.** Every factor below (and the speedups of the bounds) has a ``*_ci`` = ``[low, high]``: the
 central ``CI_LEVEL`` (95%) bootstrap interval of the factor, recomputed ``BOOTSTRAP`` (2000)
 times on (rank, step) samples (host step times for ``host_speedup``) drawn with replacement,
 each variant independently, with a fixed seed (``SEED``) so a comparison is repeatable. A
@@ -30,7 +30,7 @@ import numpy as np
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.errors import InputError
 from overlapprof.launch.run_record import RunRecord, run_from_builtins
-from overlapprof.report import Report
+from overlapprof.report import CAUSES, Exposure, Report
 from overlapprof.report.comparison import BOOTSTRAP, CI_LEVEL, PER_STEP, SEED, WHOLE_TRACE, Comparison, VariantStats
 
 def _percentile(values, q: float) -> float | None:
@@ -99,14 +99,23 @@ def _sample_rows(report: Report, per_step: bool) -> list:
     return [s for r in report.ranks for s in r.steps] if per_step else [r.metrics for r in report.ranks]
 
 
+def _overlap_bounds(report: Report) -> list[float] | None:
+    """Every (rank, step)'s overlap bound, or None when a step has none."""
+    values = [s.overlap_bound_us for r in report.ranks for s in r.steps]
+    return None if not values or any(v is None for v in values) else values
+
+
 def _samples(report: Report, per_step: bool) -> dict[str, np.ndarray]:
-    """The per-sample values the factors' medians come from (µs): step, bound, compute, host."""
+    """The per-sample values the factors' medians come from (µs): step, comm-free and overlap
+    bounds, compute, host."""
     rows = _sample_rows(report, per_step)
     out = {"compute": np.array([s.compute_us for s in rows], dtype=float),
            "host": np.array(_host_step_times_us(report, "unprofiled"), dtype=float)}
     if per_step:
         out["step"] = np.array([s.step_us for s in rows], dtype=float)
-        out["bound"] = out["step"] - np.array([s.exposed_comm_us for s in rows], dtype=float)
+        out["comm_free"] = out["step"] - np.array([s.exposed_comm_us for s in rows], dtype=float)
+        if (bounds := _overlap_bounds(report)) is not None:
+            out["overlap"] = np.array(bounds, dtype=float)
     return out
 
 
@@ -138,14 +147,35 @@ def ratio_interval(num: np.ndarray, den: np.ndarray, seed: int = SEED) -> tuple[
 def _intervals(variants: list[VariantStats], samples: list[dict[str, np.ndarray]]) -> None:
     for v, smp in zip(variants, samples):
         if "step" in smp and smp["step"].size:
-            steps, bounds = _resampled_medians(smp["step"], np.random.default_rng(SEED), smp["bound"])
-            v.ideal_speedup_ci = _interval(steps, bounds)
+            steps, bounds = _resampled_medians(smp["step"], np.random.default_rng(SEED), smp["comm_free"])
+            v.comm_free_speedup_ci = _interval(steps, bounds)
+            if "overlap" in smp:
+                steps, bounds = _resampled_medians(smp["step"], np.random.default_rng(SEED), smp["overlap"])
+                v.overlap_bound_speedup_ci = _interval(steps, bounds)
     base = samples[0]
     for v, smp in zip(variants[1:], samples[1:]):
         if "step" in smp:
             v.speedup_ci = ratio_interval(base["step"], smp["step"])
+            if "overlap" in base and smp["step"].size:
+                v.step_vs_predicted_ci = ratio_interval(smp["step"], base["overlap"])
+                v.bound_reached_ci = _reached_interval(base["step"], base["overlap"], smp["step"])
         v.host_speedup_ci = ratio_interval(base["host"], smp["host"])
         v.compute_slowdown_ci = ratio_interval(smp["compute"], base["compute"])
+
+
+def _reached_interval(base_step, base_bound, step) -> tuple[float, float] | None:
+    """The bootstrap interval of (median(base_step) − median(step)) / (median(base_step) −
+    median(base_bound)): the baseline's steps and bounds resampled together, the variant's apart."""
+    rng = np.random.default_rng(SEED)
+    b_steps, b_bounds = _resampled_medians(base_step, rng, base_bound)
+    v_steps = _resampled_medians(step, rng)
+    room = b_steps - b_bounds
+    ok = room > 0
+    if not ok.any():
+        return None
+    values = (b_steps[ok] - v_steps[ok]) / room[ok]
+    tail = 100 * (1 - CI_LEVEL) / 2
+    return float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))
 
 
 def _fmt_ci(ci) -> str:
@@ -195,12 +225,38 @@ def _stats(report: Report, label: str, per_step: bool) -> VariantStats:
         host_step_p90_us=_percentile(host, 90),
         host_unprofiled_step_us=_median(_host_step_times_us(report, "unprofiled")),
     )
+    hideable = sum(min(s.comm_us, s.compute_us) for s in samples)
+    stats.hidden_of_hideable = sum(s.overlapped_us for s in samples) / hideable if hideable > 0 else None
+    stats.exposure = _mean_exposure([s.exposure for s in (samples if per_step else report.ranks)])
+    if report.ranks and report.summary.most_exposed_rank is not None:
+        stats.verdict = report.rank(report.summary.most_exposed_rank).verdict
     if per_step:
         stats.step_us = _median([s.step_us for s in samples])
         stats.step_p90_us = _percentile([s.step_us for s in samples], 90)
-        stats.bound_us = _median([s.step_us - s.exposed_comm_us for s in samples])
-        stats.ideal_speedup = _ratio(stats.step_us, stats.bound_us)
+        stats.comm_free_bound_us = _median([s.step_us - s.exposed_comm_us for s in samples])
+        stats.comm_free_speedup = _ratio(stats.step_us, stats.comm_free_bound_us)
+        if (bounds := _overlap_bounds(report)) is not None:
+            stats.overlap_bound_us = _median(bounds)
+            stats.overlap_bound_speedup = _ratio(stats.step_us, stats.overlap_bound_us)
+            stats.overlap_bound_form = report.ranks[0].overlap_bound_form
     return stats
+
+
+def _mean_exposure(parts: list) -> Exposure | None:
+    """The mean of each cause over the samples (None when a sample has none)."""
+    if not parts or any(p is None for p in parts):
+        return None
+    n = len(parts)
+    out = Exposure(**{f"{c}_us": sum(getattr(p, f"{c}_us") for p in parts) / n for c in CAUSES})
+    for name in ("late_peer_by_rank", "late_peer_activity"):
+        total: dict = {}
+        for p in parts:
+            for k, us in getattr(p, name).items():
+                total[k] = total.get(k, 0.0) + us / n
+        setattr(out, name, dict(sorted(total.items())))
+    slow = [p.slow_transfer_us for p in parts]
+    out.slow_transfer_us = None if any(s is None for s in slow) else sum(slow) / n
+    return out
 
 
 def _against(v: VariantStats, base: VariantStats) -> None:
@@ -209,6 +265,10 @@ def _against(v: VariantStats, base: VariantStats) -> None:
     v.exposed_saved_us = base.exposed_comm_us - v.exposed_comm_us
     v.exposed_saved_frac = _ratio(v.exposed_saved_us, base.exposed_comm_us)
     v.compute_slowdown = _ratio(v.compute_us, base.compute_us)
+    v.predicted_step_us = base.overlap_bound_us
+    v.step_vs_predicted = _ratio(v.step_us, v.predicted_step_us)
+    if None not in (base.step_us, v.step_us, base.overlap_bound_us) and base.step_us > base.overlap_bound_us:
+        v.bound_reached = (base.step_us - v.step_us) / (base.step_us - base.overlap_bound_us)
 
 
 def _mismatch_warnings(variants: list[VariantStats]) -> list[str]:

@@ -6,6 +6,11 @@ sync:  each bucket is reduced with a blocking all_reduce as soon as it is produc
 async: each bucket's all_reduce(async_op=True) is launched as soon as it is produced and all are
        waited for before the step ends, so reducing bucket i overlaps computing bucket i+1.
 
+--opt extra_numel=N issues one more all_reduce, of N float32 values, on the same group just before
+the first bucket's (blocking in sync, async in async, waited with the buckets): the buckets'
+all-reduces queue behind it (gloo runs a group's collectives on its worker threads, two by
+default, in order). analyze names that time queued.
+
 A bucket is the weight gradient of one layer, dY^T @ X: (width x width) floats, computed with
 2 * batch * width^2 flops. On CUDA the all_reduce is issued from ctx.comm_stream after it has
 waited for the compute stream (the bucket is written), and `work.wait()` makes the compute stream
@@ -27,6 +32,7 @@ OPTIONS = {
     "buckets": (4, "gradient buckets (layers) per step"),
     "width": (128, "layer width: a bucket holds width^2 float32 values"),
     "batch": (4096, "rows of the activations: compute per bucket is 2*batch*width^2 flops"),
+    "extra_numel": (0, "an extra all_reduce of this many float32 just before the first bucket's (0: none)"),
 }
 
 
@@ -35,6 +41,7 @@ class State:
     x: torch.Tensor  # input activations, (batch, width)
     dys: list  # output gradients per layer, (batch, width)
     grads: list  # weight gradients per layer = the buckets, (width, width)
+    extra: torch.Tensor  # the extra all_reduce's tensor (--opt extra_numel)
 
 
 def setup(ctx):
@@ -42,7 +49,8 @@ def setup(ctx):
     return State(x=torch.randn(batch, width, device=device),
                  dys=[torch.randn(batch, width, device=device) for _ in range(ctx.opts.buckets)],
                  grads=[torch.empty(width, width, device=device)
-                        for _ in range(ctx.opts.buckets)])
+                        for _ in range(ctx.opts.buckets)],
+                 extra=torch.ones(ctx.opts.extra_numel, device=device))
 
 
 def backward(ctx, s, layer):
@@ -54,6 +62,8 @@ def step_sync(ctx, s):
     for layer in reversed(range(ctx.opts.buckets)):
         backward(ctx, s, layer)
         with ctx.phase("comm"):
+            if s.extra.numel() and layer == ctx.opts.buckets - 1:
+                dist.all_reduce(s.extra)
             dist.all_reduce(s.grads[layer])
 
 
@@ -62,6 +72,8 @@ def step_async(ctx, s):
     for layer in reversed(range(ctx.opts.buckets)):
         backward(ctx, s, layer)
         with ctx.phase("comm"), ctx.on_comm_stream():
+            if s.extra.numel() and layer == ctx.opts.buckets - 1:
+                works.append(dist.all_reduce(s.extra, async_op=True))
             works.append(dist.all_reduce(s.grads[layer], async_op=True))
     with ctx.phase("wait"):
         for work in works:

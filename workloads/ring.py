@@ -6,6 +6,11 @@ sync:  blocking send/recv (even ranks send first, odd ranks receive first, so th
 async: isend/irecv posted before the matmul and waited after it (on NCCL as one
        batch_isend_irecv), so the transfer runs while the matmul does.
 
+--opt host_sync=true puts a host synchronization inside the async window, before the matmul
+(CUDA: torch.cuda.synchronize(), which waits for the transfer; CPU: dist.barrier(), the host sync
+gloo has: on CPU every op has finished when it returns, so .item() would block on nothing). The
+matmul then starts only once the transfer is done: analyze names the lost time host_blocked.
+
 On CUDA the communication is issued from ctx.comm_stream, which first waits for the compute
 stream (so the chunk to send has been written), and `work.wait()` makes the compute stream wait
 for the transfer before the received chunk is used. The buffers live in State for the whole run,
@@ -28,6 +33,8 @@ OPTIONS = {
     "chunk": (131072, "float32 elements sent to the next rank per round (512 KiB: 4 ranks' round "
                       "takes ~8 ms over --link-rate 2gbit, the order of 4 ranks' matmuls on 2 cores)"),
     "rounds": (4, "send/recv + matmul rounds per step (K)"),
+    "host_sync": (False, "async: a host synchronization in the window, before the matmul (CUDA "
+                         "torch.cuda.synchronize(), CPU dist.barrier())"),
 }
 
 
@@ -81,6 +88,9 @@ def step_async(ctx, s):
                                                 dist.P2POp(dist.irecv, s.recv, prev_rank)])
             else:
                 works = [dist.isend(s.send, dst=next_rank), dist.irecv(s.recv, src=prev_rank)]
+        if ctx.opts.host_sync:
+            with ctx.phase("host_sync"):
+                torch.cuda.synchronize(ctx.device) if ctx.is_cuda else dist.barrier()
         matmul(ctx, s)
         with ctx.phase("wait"):
             for work in works:

@@ -187,10 +187,13 @@ class Harness:
         schedule = torch.profiler.schedule(wait=prof_cfg.unprofiled_steps + prof_cfg.wait,
                                            warmup=prof_cfg.warmup, active=prof_cfg.active,
                                            repeat=prof_cfg.repeat)
+        extra = {}
+        if self.ctx.is_cuda and prof_cfg.cuda_sync_events:  # which stream waited for which event: the windows
+            extra["experimental_config"] = torch.profiler._ExperimentalConfig(enable_cuda_sync_events=True)
         with torch.profiler.profile(activities=activities, schedule=schedule,
                                     on_trace_ready=self._save_trace,
                                     record_shapes=prof_cfg.record_shapes,
-                                    with_stack=prof_cfg.with_stack) as prof:
+                                    with_stack=prof_cfg.with_stack, **extra) as prof:
             for i, kind in enumerate(kinds):
                 self._timed_step(kind, i, step, state)  # runs inside ProfilerStep#i
                 if kind == "profiled":

@@ -243,11 +243,25 @@ def run(request, log=None):
     return results
 
 
+def usable_cores() -> int:
+    """CPU cores this process may use: its affinity mask (else os.cpu_count()), capped by a cgroup
+    v2 CPU quota (``cpu.max``: quota/period, rounded up) when there is one."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return cores
+
+
 def oversubscription(nproc):
     """A note when CPU ranks outnumber this node's cores (ranks x OMP_NUM_THREADS > cores), else
     "": the ranks then time-share cores, so communication hidden under compute (a high overlap
     ratio) need not shorten the step, and step times are noisy."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cores()
     threads = int(os.environ.get("OMP_NUM_THREADS") or 1)
     if nproc * threads <= cores:
         return ""
@@ -268,7 +282,7 @@ def launch_variant(request, variant, run_dir, device, backend):
             run_record.write_record(node_path, run_record.NodeRecord(
                 node_rank=request.node_rank, host=rundir.host(), pid=os.getpid(),
                 command=[str(a) for a in request.command], started=started, status="running",
-                config=header))
+                cpu_cores=usable_cores(), nproc=request.nproc, config=header))
             failures, error = _elastic_launch(request, variant, run_dir)
         except KeyboardInterrupt:  # before torchelastic's own handlers were installed
             failures, error = {}, "interrupted (SIGINT)"
@@ -304,8 +318,21 @@ def _header(request, variant, run_dir, device, backend):
         profiler=run_record.ProfilerConfig(
             warmup_steps=request.warmup_steps, unprofiled_steps=request.active,
             wait=request.wait, warmup=request.warmup, active=request.active,
-            repeat=request.repeat, with_stack=request.with_stack, gzip=request.gzip),
+            repeat=request.repeat, with_stack=request.with_stack, gzip=request.gzip,
+            cuda_sync_events=device == "cuda" and cuda_sync_events_supported()),
         versions=versions(), env=relevant_env())
+
+
+def cuda_sync_events_supported() -> bool:
+    """Whether this torch's profiler can record CUDA synchronization events
+    (``_ExperimentalConfig(enable_cuda_sync_events=True)``, torch >= 2.3)."""
+    import torch
+
+    try:
+        torch.profiler._ExperimentalConfig(enable_cuda_sync_events=True)
+    except (AttributeError, TypeError):
+        return False
+    return True
 
 
 def _elastic_launch(request, variant, run_dir):

@@ -57,6 +57,10 @@ class ProfilerConfig(msgspec.Struct, kw_only=True):
     """Record Python stacks in the traces (``--with-stack``; costly)."""
     gzip: bool = False
     """Write ``.pt.trace.json.gz`` (``--gzip``)."""
+    cuda_sync_events: bool = False
+    """CUDA runs: the profiler records CUDA synchronization events (``cuda_sync``: which stream
+    waited for which event), where the installed torch can (``_ExperimentalConfig``); the causes
+    of exposure read the windows of communication from them."""
 
 
 class Workload(msgspec.Struct, kw_only=True):
@@ -160,6 +164,11 @@ class NodeRecord(msgspec.Struct, kw_only=True):
     """"claimed", "running", "ok" or "failed"."""
     error: str | None = None
     """The launch's own error ("interrupted (SIGINT)", a rendezvous timeout), else null."""
+    cpu_cores: int | None = None
+    """CPU cores this node's ranks can use: its affinity mask, capped by a cgroup CPU quota
+    (the overlap bound's host-cores floor)."""
+    nproc: int | None = None
+    """Ranks started on this node."""
     config: RunConfig | None = None
 
 

@@ -8,27 +8,47 @@ aligned text, like the analyze table.
 
 from __future__ import annotations
 
-from overlapprof.report import BOOTSTRAP, CI_LEVEL, PER_STEP, Comparison
-from overlapprof.renderers.format import PLACEHOLDER, factor, ms, percent, saved_ms, text_table
+from overlapprof.report import BOOTSTRAP, CAUSES, CI_LEVEL, PER_STEP, Comparison
+from overlapprof.renderers.format import PLACEHOLDER, factor, ms, percent, saved_ms, share, text_table
+
+
+def _cause(name: str):
+    return lambda v: ms(getattr(v.exposure, f"{name}_us")) if v.exposure is not None else PLACEHOLDER
 
 
 # (row name, cell of a variant); None rows are section headings. Per-step rows say "median".
 def _rows(c: Comparison) -> list[tuple[str, object]]:
     med = "median " if c.basis == PER_STEP else ""
+    per = "step" if c.basis == PER_STEP else "rank"
     rows = [
         ("step time, median ms", lambda v: ms(v.step_us)),
         ("step time, p90 ms", lambda v: ms(v.step_p90_us)),
         (f"communication, {med}ms", lambda v: ms(v.comm_us)),
         (f"exposed communication, {med}ms", lambda v: ms(v.exposed_comm_us)),
+    ]
+    if any(v.exposure is not None for v in c.variants):
+        rows.append((f"why exposed, mean ms per {per}:", None))
+        rows += [(f"  {name}", _cause(name)) for name in CAUSES]
+    rows += [
         ("overlap ratio", lambda v: percent(v.overlap_ratio)),
+        ("hidden of hideable (overlapped / min(comm, compute))", lambda v: percent(v.hidden_of_hideable)),
         (f"compute, {med}ms", lambda v: ms(v.compute_us)),
-        ("bound (step - exposed), median ms", lambda v: ms(v.bound_us)),
-        ("ideal-overlap speedup (step / bound)", lambda v: factor(v.ideal_speedup, v.ideal_speedup_ci)),
+        ("comm-free bound (step - exposed), median ms", lambda v: ms(v.comm_free_bound_us)),
+        ("comm-free ceiling (step / comm-free bound)", lambda v: factor(v.comm_free_speedup, v.comm_free_speedup_ci)),
+        ("overlap bound, median ms", lambda v: ms(v.overlap_bound_us)),
+        ("overlap ceiling (step / overlap bound)",
+         lambda v: factor(v.overlap_bound_speedup, v.overlap_bound_speedup_ci)),
         (f"vs baseline {c.baseline}:", None),
         ("  step-time speedup", lambda v: factor(v.speedup, v.speedup_ci)),
         ("  exposed communication saved, ms", lambda v: saved_ms(v.exposed_saved_us, v.exposed_saved_frac)),
         ("  compute slowdown (compute / baseline's)", lambda v: factor(v.compute_slowdown, v.compute_slowdown_ci)),
     ]
+    if c.variants[0].overlap_bound_us is not None:
+        rows += [
+            (f"  predicted: {c.baseline}'s overlap bound, ms", lambda v: ms(v.predicted_step_us)),
+            ("  step / predicted", lambda v: factor(v.step_vs_predicted, v.step_vs_predicted_ci)),
+            ("  share of what overlap could buy", lambda v: share(v.bound_reached, v.bound_reached_ci)),
+        ]
     if any(v.link for v in c.variants):
         rows.append(("link (one medium shared by all ranks)", lambda v: v.link or PLACEHOLDER))
     if any(v.host_step_us is not None for v in c.variants):
@@ -55,11 +75,29 @@ def notes(c: Comparison, report_warnings: bool = True) -> list[str]:
                  "  each rank's totals; no step time, bound or speedup")
     return [
         basis,
-        "bound = the step time if every exposed microsecond of communication were hidden",
+        "comm-free bound = the step if communication cost nothing (the ceiling of any communication fix);",
+        "  overlap bound = the shortest step overlap could give (OVERLAP.md section 6: windows, lock-step, link, cores)",
+        *_predictions(c),
+        *(f"verdict {v.label}: {v.verdict}" for v in c.variants if v.verdict),
         f"[low-high] = {100 * CI_LEVEL:.0f}% bootstrap interval over the samples (seeded, {BOOTSTRAP} resamples)",
         "compute slowdown > 1x: the same compute took longer (contention for cores, SMs, memory bandwidth)",
         *(f"warning: {w}" for w in c.warnings if w not in repeated),
     ]
+
+
+def _predictions(c: Comparison) -> list[str]:
+    """Predict, then check: each variant's step against the baseline's overlap bound."""
+    base, out = c.variants[0], []
+    if base.overlap_bound_us is None:
+        return out
+    for v in c.variants[1:]:
+        if v.step_us is None or v.step_vs_predicted is None:
+            continue
+        reached = (f"{v.label} reached {share(v.bound_reached, v.bound_reached_ci)} of what overlap could buy"
+                   if v.bound_reached is not None else f"{base.label} is at its overlap bound already")
+        out.append(f"predicted: {reached} (step {ms(v.step_us)} ms vs {base.label}'s overlap bound "
+                   f"{ms(base.overlap_bound_us)} ms: {factor(v.step_vs_predicted, v.step_vs_predicted_ci)})")
+    return out
 
 
 def render(c: Comparison, report_warnings: bool = True) -> str:

@@ -45,6 +45,14 @@ def factor(value: float | None, interval: tuple[float, float] | None = None) -> 
     return f"{value:.2f}x" if interval is None else f"{value:.2f}x [{interval[0]:.2f}-{interval[1]:.2f}]"
 
 
+def share(fraction: float | None, interval: tuple[float, float] | None = None) -> str:
+    """A share as a whole percentage, with its interval when given: ``97% [88-104%]``."""
+    if fraction is None:
+        return PLACEHOLDER
+    text = f"{100 * fraction:.0f}%"
+    return text if interval is None else f"{text} [{100 * interval[0]:.0f}-{100 * interval[1]:.0f}%]"
+
+
 def saved_ms(us: float | None, fraction: float | None) -> str:
     """A saving in ms with its share of the baseline: ``+1.234 (+12.34%)``."""
     if us is None:

@@ -17,9 +17,17 @@ Per variant (µs unless named otherwise; OVERLAP.md's metrics):
 - ``comm_us``, ``overlapped_us``, ``exposed_comm_us``, ``compute_us``: medians of the metric.
 - ``overlap_ratio`` = Σ ``overlapped_us`` / Σ ``comm_us`` over the same steps (or ranks);
   None without communication.
-- ``bound_us``: median of ``step_us − exposed_comm_us``: the step time if every exposed
-  microsecond of communication were hidden under compute (ideal overlap).
-- ``ideal_speedup`` = ``step_us / bound_us``: how much faster ideal overlap would make the step.
+- ``comm_free_bound_us``: median of ``step_us − exposed_comm_us``: the step if communication
+  cost nothing, the ceiling of *any* communication optimization (compression, a faster link,
+  overlap). ``comm_free_speedup`` = ``step_us / comm_free_bound_us``. (Saved comparisons of
+  earlier versions call them ``bound_us`` and ``ideal_speedup``; they load as these.)
+- ``overlap_bound_us``: median of the steps' ``overlap_bound_us`` (OVERLAP.md section 6.2): the
+  shortest step overlap could give; ``overlap_bound_speedup`` = ``step_us / overlap_bound_us``.
+- ``hidden_of_hideable`` = Σ ``overlapped_us`` / Σ min(``comm_us``, ``compute_us``) over the same
+  steps (or ranks): how much of what could hide did.
+- ``exposure``: the mean per step (or rank) of each cause of exposed communication, so the five
+  add up to the mean ``exposed_comm_us`` (a stacked bar); ``verdict``: the verdict of the rank
+  with the most exposed communication.
 - ``host_step_us``, ``host_step_p90_us``, ``host_unprofiled_step_us``: from ``run.json`` when
   the input is an ``overlapprof run`` directory: step times measured on the host around each
   step call (profiled steps; and the unprofiled ones, free of profiler overhead), pooled over
@@ -34,8 +42,14 @@ Against the baseline (None for the baseline itself, or when an operand is missin
 - ``compute_slowdown`` = ``compute_us`` / baseline ``compute_us``: > 1 means the same compute
   took longer, e.g. because overlapped communication competes for cores, SMs or memory
   bandwidth. A higher overlap ratio can hide such a slowdown; this number shows it.
+- **Predict, then check.** ``predicted_step_us`` = the baseline's ``overlap_bound_us``: the best
+  step an overlapping variant can reach. ``step_vs_predicted`` = ``step_us / predicted_step_us``
+  (1.00x: it reached the bound); ``bound_reached`` = (baseline ``step_us`` − ``step_us``) /
+  (baseline ``step_us`` − ``predicted_step_us``): the share of what overlap could buy that the
+  variant bought (None when the baseline is at its bound).
 
-Every factor (and ``ideal_speedup``) has a ``*_ci`` = ``[low, high]``: the central ``CI_LEVEL``
+Every factor (and ``comm_free_speedup``, ``overlap_bound_speedup``, ``step_vs_predicted``,
+``bound_reached``) has a ``*_ci`` = ``[low, high]``: the central ``CI_LEVEL``
 bootstrap interval of the factor over ``BOOTSTRAP`` resamples with seed ``SEED`` (how: the
 module docstring of :mod:`overlapprof.compare`).
 """
@@ -47,6 +61,7 @@ from typing import Any
 import msgspec
 
 from overlapprof.report.document import Report, decode, load, save, to_json
+from overlapprof.report.exposure import Exposure
 
 SCHEMA = "overlapprof.comparison/1"
 CI_LEVEL = 0.95
@@ -76,8 +91,14 @@ class VariantStats(msgspec.Struct, kw_only=True):
     exposed_comm_us: float
     compute_us: float
     overlap_ratio: float | None = None
-    bound_us: float | None = None
-    ideal_speedup: float | None = None
+    comm_free_bound_us: float | None = None
+    comm_free_speedup: float | None = None
+    overlap_bound_us: float | None = None
+    overlap_bound_speedup: float | None = None
+    overlap_bound_form: str | None = None
+    hidden_of_hideable: float | None = None
+    exposure: Exposure | None = None
+    verdict: str | None = None
     host_step_us: float | None = None
     host_step_p90_us: float | None = None
     host_unprofiled_step_us: float | None = None
@@ -86,8 +107,14 @@ class VariantStats(msgspec.Struct, kw_only=True):
     exposed_saved_us: float | None = None
     exposed_saved_frac: float | None = None
     compute_slowdown: float | None = None
+    predicted_step_us: float | None = None
+    step_vs_predicted: float | None = None
+    bound_reached: float | None = None
     # Bootstrap intervals [low, high] of the factors above (see "Spread" in the module docstring).
-    ideal_speedup_ci: tuple[float, float] | None = None
+    comm_free_speedup_ci: tuple[float, float] | None = None
+    overlap_bound_speedup_ci: tuple[float, float] | None = None
+    step_vs_predicted_ci: tuple[float, float] | None = None
+    bound_reached_ci: tuple[float, float] | None = None
     speedup_ci: tuple[float, float] | None = None
     host_speedup_ci: tuple[float, float] | None = None
     compute_slowdown_ci: tuple[float, float] | None = None
@@ -119,5 +146,29 @@ class Comparison(msgspec.Struct, kw_only=True):
 
     @classmethod
     def from_json(cls, text: str | bytes, source: str = "comparison") -> Comparison:
-        """A Comparison from JSON text; ReportError (one line) when it is not one."""
+        """A Comparison from JSON text; ReportError (one line) when it is not one. A comparison
+        saved before the bounds were named (``bound_us``, ``ideal_speedup``) loads with them
+        as ``comm_free_bound_us`` and ``comm_free_speedup``."""
+        if isinstance(text, str):
+            text = text.encode()
+        if b'"ideal_speedup' in text:
+            text = _renamed(text)
         return decode(cls, text, source, SCHEMA, "comparison")
+
+
+_OLD_NAMES = {"bound_us": "comm_free_bound_us", "ideal_speedup": "comm_free_speedup",
+              "ideal_speedup_ci": "comm_free_speedup_ci"}
+
+
+def _renamed(text: bytes) -> bytes:
+    """The JSON with the variants' old bound names replaced (unchanged when it does not parse:
+    decoding then says why)."""
+    try:
+        data = msgspec.json.decode(text)
+        for v in data.get("variants") or []:
+            for old, new in _OLD_NAMES.items():
+                if old in v and new not in v:
+                    v[new] = v.pop(old)
+        return msgspec.json.encode(data)
+    except (msgspec.DecodeError, AttributeError, TypeError):
+        return text

@@ -74,6 +74,8 @@ def _link_floor(matching, rate: float | None) -> tuple[dict[int, float], bool]:
     for kind, nbytes, n, step in zip(ops.kind[first].tolist(), ops.nbytes[first].tolist(), m.sizes.tolist(),
                                      ops.step[first].tolist()):
         name = KINDS[kind]
+        if name == "barrier":
+            continue  # a few bytes: nothing for the link
         factor = 1.0 if name == "send_recv" else bus_factor(name, n)
         if nbytes != nbytes or factor is None:
             complete = False
@@ -158,7 +160,7 @@ def overlap_bounds(reports: dict[int, RankReport], ops: dict[int, RankOps], comp
                 terms["link"] = link[s.step]
             if r in host and s.step in host[r]:
                 terms["cores"] = host[r][s.step]
-            rows[s.step] = dict(terms, other=other)
+            rows[s.step] = dict(terms, other=other, rank=r)
         per_rank[r] = rows
     if lock:  # a step lasts as long as its slowest rank's bound
         by_step: dict[int, dict[str, float]] = {}
@@ -270,9 +272,10 @@ def verdict(report: RankReport, terms: dict[str, float]) -> str | None:
     kind = binding(terms)
     if step - bound > 0.1 * step and cause:
         return f"overlap-limited: {ms(step - bound)} ms a step above its overlap bound ({step / bound:.2f}x possible); {cause}"
+    where = f" on rank {terms['rank']}" if terms.get("rank", report.rank) != report.rank else ""
     if kind == "host":
-        return (f"host-bound: {ms(terms['other'])} ms a step is neither compute nor communication (host code, "
-                f"launch gaps, data loading) {at}")
+        return (f"host-bound: {ms(terms['other'])} ms a step{where} is neither compute nor communication (host "
+                f"code, launch gaps, data loading, a straggler's sleep) {at}")
     if kind == "communication":
         what = "the link's bytes set" if terms.get("link", 0.0) >= terms.get("transfer", 0.0) else "the transfers set"
         return f"communication-bound: {what} the step {at}: move fewer bytes or use a faster link"

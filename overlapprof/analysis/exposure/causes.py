@@ -4,7 +4,8 @@ For one rank and a set of its operations (all of them; or one kind's, one collec
 causes are disjoint sets on the rank's clock, built in precedence order:
 
 - ``late_peer``: the operations' wait parts (:mod:`~overlapprof.analysis.exposure.late`);
-- ``host_blocked``: the rank's host synchronizations, minus the above;
+- ``host_blocked``: the rank's host synchronizations, and its barriers from their issue to their
+  end (the calling thread waits for them; the blocking wait is not a traced call), minus the above;
 - ``queued``: for each operation, from its issue to its start, the time its channel (process
   group; GPU: process group and stream) was busy with another operation; minus the above;
 - ``no_window``: the spans (from issue to end) of the operations with no compute in their
@@ -23,7 +24,10 @@ import numpy as np
 
 from overlapprof.analysis import intervals as iv
 from overlapprof.analysis.exposure.late import NONE, Labelled, overlay
+from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.report import ACTIVITIES, Exposure
+
+BARRIER = KINDS.index("barrier")
 
 
 @dataclass
@@ -93,6 +97,8 @@ def cause_sets(ops: RankOps, mask: np.ndarray, late_pieces: Labelled, host_sync:
         s, e, lab, inside = overlay(late_pieces, (waits[0], waits[1], np.zeros(waits[0].size, np.int64)))
         pieces = (s[inside >= 0], e[inside >= 0], lab[inside >= 0])
     late = iv.union(pieces[0], pieces[1])
+    barrier = ops.kind == BARRIER
+    host_sync = iv.union(*_cat(host_sync, (ops.issue[barrier], ops.end[barrier])))
     host = iv.difference(host_sync, late)
     taken = iv.union(*_cat(late, host_sync))
     queued = iv.difference(_queued(ops, mask), taken)
