@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 from overlapprof.errors import OverlapprofError
+from overlapprof.report.exposure import CAUSES
 
 SCALAR_DIR = "scalars"
 TAGS = {
@@ -57,6 +58,11 @@ TAGS = {
     "partition/exposed_comm_us": ("partition.exposed_comm_us", "|U(comm) \\ U(compute) ∩ step|, µs"),
     "partition/exposed_memory_us": ("partition.exposed_memory_us", "memory under neither compute nor comm, µs"),
     "partition/idle_us": ("partition.idle_us", "step time with none of them, µs"),
+    # Why communication is exposed (report.Exposure): the five causes sum to overlap/exposed_comm_us.
+    **{f"why/{c}_us": (f"exposure.{c}_us", f"exposed communication caused by {c}, µs") for c in CAUSES},
+    # What overlap could buy (OVERLAP.md section 6.2).
+    "bounds/comm_free_bound_us": ("comm_free_bound_us", "step − exposed communication, µs"),
+    "bounds/overlap_bound_us": ("overlap_bound_us", "the shortest step overlap could give, µs"),
 }
 
 

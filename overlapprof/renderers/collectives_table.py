@@ -107,16 +107,30 @@ def render(report: Report) -> str:
         f"ranks: wait vs transfer ({RANK_SUMS}; wait share = exposed wait / exposed comm)",
         text_table(RANK_HEAD, rank_rows(report)),
         "",
+        *_causes(report),
         *detail_lines(report),
         *(f"warning: {w}" for w in report.warnings),
     ]
     return "\n".join(parts) + "\n"
 
 
+def _causes(report: Report) -> list[str]:
+    from overlapprof.renderers.causes_table import collective_table
+
+    table = collective_table(report)
+    if table is None:
+        return []
+    return ["why exposed: the operations of each kind and size, exposed time by cause summed over ranks "
+            "(operations in flight at once each count)", table, ""]
+
+
 def csv_rows(report: Report) -> tuple[list[str], list[list]]:
     """Raw numbers (µs, bytes, GB/s) of the bandwidth rows for CSV; empty cells for unknowns."""
+    from overlapprof.renderers.causes_table import CSV_CAUSES, csv_values
+
     head = ["kind", "group_size", "bytes", "count", "median_transfer_us", "median_wait_us", "median_skew_us",
             "algbw_gbps", "busbw_gbps", "bus_factor", "method", "transfer"]
     if report.crossrank is None:
-        return head, []
-    return head, [["" if (v := getattr(b, h)) is None else v for h in head] for b in report.crossrank.bandwidth]
+        return head + CSV_CAUSES, []
+    return head + CSV_CAUSES, [["" if (v := getattr(b, h)) is None else v for h in head] + csv_values(b.exposure)
+                               for b in report.crossrank.bandwidth]

@@ -8,10 +8,13 @@ from __future__ import annotations
 import csv
 import io
 
+from overlapprof.renderers.causes_table import CSV_CAUSES, csv_values
 from overlapprof.report import Report
 
 BY = ("rank", "step", "kind", "collective")
 METRICS = ("comm_us", "compute_us", "overlapped_us", "exposed_comm_us", "overlap_ratio", "memory_us")
+RANK_BOUNDS = ("median_step_us", "comm_free_bound_us", "comm_free_speedup", "overlap_bound_us", "overlap_bound_speedup",
+               "hidden_of_hideable")
 
 
 def _values(m, names) -> list:
@@ -21,15 +24,19 @@ def _values(m, names) -> list:
 def rows(report: Report, by: str = "rank") -> tuple[list[str], list[list]]:
     """The header and rows ``render`` writes."""
     if by == "rank":
-        head = ["rank", "rank_source", "mode", *METRICS, "steps", "events"]
-        body = [[r.rank, r.rank_source, r.mode, *_values(r.metrics, METRICS), len(r.steps), r.events] for r in report.ranks]
+        head = ["rank", "rank_source", "mode", *METRICS, "steps", "events", *CSV_CAUSES, *RANK_BOUNDS]
+        body = [[r.rank, r.rank_source, r.mode, *_values(r.metrics, METRICS), len(r.steps), r.events,
+                 *csv_values(r.exposure), *_values(r, RANK_BOUNDS)] for r in report.ranks]
     elif by == "step":
         extra = ("start_us", "step_us", "exposed_share")
-        head = ["rank", "step", *extra, *METRICS]
-        body = [[r.rank, s.step, *_values(s, extra), *_values(s, METRICS)] for r in report.ranks for s in r.steps]
+        bounds = ("comm_free_bound_us", "overlap_bound_us")
+        head = ["rank", "step", *extra, *METRICS, *CSV_CAUSES, *bounds]
+        body = [[r.rank, s.step, *_values(s, extra), *_values(s, METRICS), *csv_values(s.exposure), *_values(s, bounds)]
+                for r in report.ranks for s in r.steps]
     elif by == "kind":
-        head = ["rank", "kind", "count", *METRICS]
-        body = [[r.rank, k.kind, k.count, *_values(k, METRICS)] for r in report.ranks for k in r.kinds]
+        head = ["rank", "kind", "count", *METRICS, *CSV_CAUSES]
+        body = [[r.rank, k.kind, k.count, *_values(k, METRICS), *csv_values(k.exposure)] for r in report.ranks
+                for k in r.kinds]
     elif by == "collective":  # the cross-rank section's bandwidth rows
         from overlapprof.renderers.collectives_table import csv_rows
 

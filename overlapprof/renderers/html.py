@@ -20,7 +20,8 @@ from typing import Callable
 
 from overlapprof.renderers import collectives_table as ct
 from overlapprof.renderers import compare_table
-from overlapprof.renderers.format import PLACEHOLDER, RANK_SUMS, TRANSFER_RULE, WAIT_RULE, factor, ms, percent, saved_ms
+from overlapprof.renderers.format import (PLACEHOLDER, RANK_SUMS, TRANSFER_RULE, WAIT_RULE, factor, ms, percent, saved_ms,
+                                          share)
 from overlapprof.report import PER_STEP, Comparison, Report
 
 
@@ -97,7 +98,12 @@ def _header(page: Page) -> str:
             f'<div class="card"><div class="name">{_e(v.label)}</div>'
             f'<div class="big">{percent(ratio)}</div><div class="sub">of communication hidden</div>{bar}'
             f'<div class="kv"><span>exposed comm{per}</span><b>{ms(v.exposed_comm_us)} ms</b></div>'
-            f'<div class="kv"><span>step (median)</span><b>{ms(v.step_us)} ms</b></div>{speed_row}'
+            f'<div class="kv"><span>step (median)</span><b>{ms(v.step_us)} ms</b></div>'
+            + (f'<div class="kv" title="the shortest step overlap could give (OVERLAP.md section 6)">'
+               f'<span>overlap bound</span><b>{ms(v.overlap_bound_us)} ms</b></div>'
+               if v.overlap_bound_us is not None else "")
+            + (f'<div class="kv" data-verdict><span>verdict</span><b>{_e(v.verdict.split(":")[0])}</b></div>'
+               if v.verdict else "") + f'{speed_row}'
             + (f'<div class="kv" title="one medium shared by all ranks, not a port per rank">'
                f'<span>link</span><b>{_e(v.link)}</b></div>' if v.link else "") + "</div>"
         )
@@ -113,24 +119,34 @@ def _comparison(page: Page) -> str | None:
     from overlapprof.renderers import plots
 
     header = ["variant", "step ms", "p90 step ms", "comm ms", "exposed ms", "overlap", "compute ms",
-              "bound ms", "speedup", "exposed saved ms", "compute slowdown"]
-    if any(v.host_unprofiled_step_us is not None for v in c.variants):
+              "comm-free bound ms", "overlap bound ms", "speedup", "exposed saved ms", "compute slowdown",
+              "step / predicted", "share of what overlap could buy"]
+    host = any(v.host_unprofiled_step_us is not None for v in c.variants)
+    if host:
         header += ["host step ms (unprofiled)", "host speedup"]
     rows = []
     for v in c.variants:
         saved = saved_ms(v.exposed_saved_us, v.exposed_saved_frac)
         row = [_e(v.label) + (' <span class="tag">baseline</span>' if v.label == c.baseline else ""),
                ms(v.step_us), ms(v.step_p90_us), ms(v.comm_us), ms(v.exposed_comm_us), percent(v.overlap_ratio),
-               ms(v.compute_us), ms(v.bound_us), factor(v.speedup, v.speedup_ci), saved,
-               factor(v.compute_slowdown, v.compute_slowdown_ci)]
-        if len(header) > 11:
+               ms(v.compute_us), ms(v.comm_free_bound_us), ms(v.overlap_bound_us), factor(v.speedup, v.speedup_ci),
+               saved, factor(v.compute_slowdown, v.compute_slowdown_ci),
+               factor(v.step_vs_predicted, v.step_vs_predicted_ci), share(v.bound_reached, v.bound_reached_ci)]
+        if host:
             row += [ms(v.host_unprofiled_step_us), factor(v.host_speedup, v.host_speedup_ci)]
         rows.append(row)
     body = (table(header, rows, "numbers comparison")
             + "".join(f'<p class="note">{_e(n)}</p>' for n in compare_table.notes(c))
             + figure(plots.comparison_figure(c), "variant comparison chart",
-                     "Bars: step time with its bound (the step if all exposed communication were hidden), "
-                     "communication hidden vs exposed, and compute (a slowdown shows contention)."))
+                     "Bars: step time with its overlap bound (the shortest step overlap could give; the tick: "
+                     "the comm-free bound, step − exposed; the dashed line: the baseline's overlap bound, the "
+                     "prediction), communication hidden vs exposed, and compute (a slowdown shows contention)."))
+    if any(v.exposure is not None for v in c.variants):
+        body += figure(plots.causes_figure([(v.label, v.exposure) for v in c.variants],
+                                           title="Why communication is exposed, per variant"),
+                       "exposed communication by cause per variant",
+                       "Each bar: a variant's exposed communication per step (mean), stacked by cause; "
+                       "definitions below.")
     return _section("Variants compared", body, "compare")
 
 
@@ -150,7 +166,16 @@ def _definitions(page: Page) -> str:
         ["hidden (overlapped)", "|U(comm) ∩ U(compute)|"],
         ["exposed", "comm − hidden: communication nothing else was running under"],
         ["overlap", f"hidden / comm ({PLACEHOLDER} when there is no communication)"],
-        ["bound", "step − exposed: the step time with ideal overlap"],
+        ["comm-free bound", "step − exposed: the step if communication cost nothing (the ceiling of any "
+                            "communication fix)"],
+        ["overlap bound", "the shortest step overlap could give: max(compute, transfer) + other, or with "
+                          "windows compute + the transfer that cannot hide in its window + other; floors: the "
+                          "shared link's bytes / rate, the host cores' compute (OVERLAP.md section 6)"],
+        ["late_peer", "exposed while an operation waited for a late rank (named: the one not itself waiting)"],
+        ["host_blocked", "exposed while the host was in a synchronization (cuda sync, .item(), a barrier)"],
+        ["queued", "exposed while an issued operation waited for its channel (process group, stream)"],
+        ["no_window", "exposed in an operation with no compute in its window (a blocking call)"],
+        ["window_short", "exposed after the compute in the operation's window ran out"],
         ["compute slowdown", "compute / baseline compute: &gt; 1x when overlap slows compute down"],
     ]
     version = _e(page.comparison.version)
@@ -204,7 +229,7 @@ def _timeline(page: Page, label: str, report: Report) -> str | None:
     truncated = any(r.timeline and r.timeline.truncated for r in report.ranks)
     caption = ("One ProfilerStep, the same on every rank: the middle one by number (the last step left out "
                "when there are three or more). Compute on one lane, communication on the next: "
-               "green where it ran under compute (hidden), vermillion where it did not (exposed).")
+               "green where it ran under compute (hidden); where it did not (exposed), coloured by why.")
     if truncated:
         caption += " Some lanes hold only the first intervals of the step (capped)."
     fig = plots.timeline_figure(report, title=f"{label}: one step per rank", xmax_ms=page.timeline_xmax_ms)
@@ -227,6 +252,30 @@ def _exposure(page: Page, label: str, report: Report) -> str:
     fig = plots.exposure_figure(report, title=f"{label}: exposed vs hidden communication",
                                 xmax_ms=page.exposure_xmax_ms)
     return _section("Exposed vs hidden communication", figure(fig, f"{label} exposed vs hidden"), level=3)
+
+
+def _causes(page: Page, label: str, report: Report) -> str | None:
+    """Why communication is exposed on each rank, what overlap could buy, and the verdict."""
+    from overlapprof.renderers import causes_table as ca
+    from overlapprof.renderers import plots
+
+    ranks = [r for r in report.ranks if r.exposure is not None]
+    if not ranks:
+        notes = "".join(f'<p class="note">{_e(n)}</p>' for n in report.exposure_notes)
+        return _section("Why exposed", notes, level=3) if notes else None
+    header = ["rank", "exposed ms", *ca.CAUSE_HEAD, "late ranks (ms)", "late ranks were", "overlap bound ms",
+              "ceiling", "hidden of hideable"]
+    rows = [[str(r.rank), ms(r.metrics.exposed_comm_us), *ca.cause_cells(r.exposure), _e(ca.late_cell(r.exposure)),
+             _e(ca.activity_cell(r.exposure)), ms(r.overlap_bound_us), factor(r.overlap_bound_speedup),
+             percent(r.hidden_of_hideable)] for r in ranks]
+    fig = plots.causes_figure([(f"rank {r.rank}", r.exposure) for r in ranks], unit="ms, whole trace",
+                              title=f"{label}: why communication is exposed, per rank")
+    lines = ca.summary_lines(report)
+    body = (table(header, rows, "numbers causes", f' data-variant="{_e(label)}"')
+            + "".join(f'<p class="note">{_e(x)}</p>' for x in lines)
+            + figure(fig, f"{label} causes", "Each exposed microsecond has one cause, the first that holds: "
+                     "late_peer, host_blocked, queued, no_window, window_short (OVERLAP.md section 6)."))
+    return _section("Why exposed, and what overlap could buy", body, level=3)
 
 
 def _stragglers(page: Page, label: str, report: Report) -> str | None:
@@ -294,7 +343,7 @@ PageSection = Callable[[Page], "str | None"]
 RunSection = Callable[[Page, str, Report], "str | None"]
 
 PAGE_SECTIONS: list[PageSection] = [_header, _comparison, _runs, _definitions]
-RUN_SECTIONS: list[RunSection] = [_rank_table, _partition, _timeline, _exposure, _stragglers, _run_metadata]
+RUN_SECTIONS: list[RunSection] = [_rank_table, _causes, _partition, _timeline, _exposure, _stragglers, _run_metadata]
 
 _CSS = """
 :root{--ink:#1f2328;--muted:#656d76;--line:#d8dee4;--bg:#f6f8fa;--accent:#0072B2;--warn:#9a6700}

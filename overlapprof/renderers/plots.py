@@ -7,10 +7,13 @@ colour-blindness): compute blue, hidden (overlapped) communication green, expose
 vermillion.
 
 - :func:`timeline_figure` — per rank, one step: a compute lane and a communication lane, the
-  communication split into hidden (overlapped with compute) and exposed spans.
+  communication split into hidden (overlapped with compute) and exposed spans, the exposed ones
+  coloured by their cause (OVERLAP.md section 6) when the report has them.
 - :func:`exposure_figure` — per rank, whole trace: exposed vs hidden communication.
-- :func:`comparison_figure` — per variant: step time vs its bound, communication hidden vs
-  exposed, compute (with the speedup, overlap ratio and compute slowdown written on the bars).
+- :func:`causes_figure` — per variant (or rank): exposed communication per step, stacked by cause.
+- :func:`comparison_figure` — per variant: step time vs its overlap bound (and the comm-free
+  bound, and the baseline's overlap bound as the prediction), communication hidden vs exposed,
+  compute (with the speedup, overlap ratio and compute slowdown written on the bars).
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ EXPOSED = "#D55E00"
 STEP = "#BBBBBB"
 BOUND = "#56B4E9"
 INK = "#222222"
+# The causes of exposed communication (report.exposure.CAUSES), Okabe-Ito where it has colours left.
+CAUSE_COLOURS = {"late_peer": "#CC79A7", "host_blocked": "#E69F00", "queued": "#F0E442", "no_window": EXPOSED,
+                 "window_short": "#6E6E6E"}
 FORMATS = ("png", "svg", "pdf")
 
 _STYLE = {
@@ -107,7 +113,11 @@ def timeline_figure(report, *, title: str | None = None, xmax_ms: float | None =
             ax.axhspan(y - 1.45, y + 0.45, xmin=0, xmax=1, color="#F7F7F7" if k % 2 else "white", zorder=0)
             ax.broken_barh([(0, span)], (y - 1.45, 1.9), color="#EDEDED", linewidth=0, zorder=0.5)
             _bars(ax, y, t.compute, 0.7, COMPUTE)
-            _bars(ax, y - 1, _minus(t.comm, t.overlapped), 0.7, EXPOSED)
+            if t.exposed_by_cause:
+                for cause, pairs in t.exposed_by_cause.items():
+                    _bars(ax, y - 1, pairs, 0.7, CAUSE_COLOURS.get(cause, EXPOSED))
+            else:
+                _bars(ax, y - 1, _minus(t.comm, t.overlapped), 0.7, EXPOSED)
             _bars(ax, y - 1, t.overlapped, 0.7, HIDDEN)
             mark = f"step #{t.step}" if t.step is not None else "whole trace"
             ax.text(span, y + 0.42, f" {mark} · {ms(t.span_us)} ms", fontsize=7, color="#777777", va="top")
@@ -123,9 +133,48 @@ def timeline_figure(report, *, title: str | None = None, xmax_ms: float | None =
         if not ranks:
             ax.text(0.5, 0.5, "no timeline: no communication or compute events", transform=ax.transAxes,
                     ha="center", va="center", color="#777777")
-        handles = [Patch(color=COMPUTE, label="compute"), Patch(color=HIDDEN, label="comm hidden (overlapped)"),
-                   Patch(color=EXPOSED, label="comm exposed")]
-        fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8)
+        handles = [Patch(color=COMPUTE, label="compute"), Patch(color=HIDDEN, label="comm hidden (overlapped)")]
+        causes = [c for c in CAUSE_COLOURS if any(c in r.timeline.exposed_by_cause for r in ranks)]
+        if causes:
+            handles += [Patch(color=CAUSE_COLOURS[c], label=f"exposed: {c}") for c in causes]
+        else:
+            handles.append(Patch(color=EXPOSED, label="comm exposed"))
+        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), fontsize=8)
+    return fig
+
+
+def causes_figure(rows, *, title: str | None = None, unit: str = "mean ms per step"):
+    """Exposed communication stacked by cause, one bar per ``(label, Exposure)`` of ``rows``
+    (variants, or ranks); each bar's total is its exposed communication."""
+    rows = [(label, e) for label, e in rows if e is not None]
+    with style():
+        fig = new_figure(10, 1.0 + 0.4 * max(2, len(rows)))
+        ax = fig.add_subplot()
+        ys = [-k for k in range(len(rows))]
+        left = [0.0] * len(rows)
+        for cause, colour in CAUSE_COLOURS.items():
+            values = [to_ms(getattr(e, f"{cause}_us")) for _, e in rows]
+            if any(values):
+                ax.barh(ys, values, left=left, color=colour, height=0.6, label=cause)
+                left = [a + b for a, b in zip(left, values)]
+        top = max(left + [1e-3])
+        for y, total, (_, e) in zip(ys, left, rows):
+            largest = e.largest()
+            text = f"{ms(e.total_us())} ms" + (f" · mostly {largest[0]}" if largest else "")
+            ax.text(total + top * 0.01, y, text, va="center", fontsize=8, color="#444444")
+        ax.set_yticks(ys, [label for label, _ in rows])
+        ax.tick_params(axis="y", length=0)
+        ax.set_xlim(0, top * 1.35)
+        ax.set_xlabel(f"exposed communication ({unit})")
+        ax.grid(axis="x", color="#EEEEEE", linewidth=0.8)
+        ax.set_axisbelow(True)
+        ax.set_title(title or "Why communication is exposed")
+        if not rows:
+            ax.text(0.5, 0.5, "no causes: no communication matched across ranks", transform=ax.transAxes,
+                    ha="center", va="center", color="#777777")
+        handles, labels = ax.get_legend_handles_labels()
+        if handles:
+            fig.legend(handles, labels, loc="outside lower center", ncols=len(handles), fontsize=8)
     return fig
 
 
@@ -181,8 +230,14 @@ def comparison_figure(comparison):
         if vs[0].step_us is not None:
             steps = [to_ms(v.step_us or 0) for v in vs]
             step_ax.barh(ys, steps, color=STEP, height=0.66, label="step")
-            step_ax.barh(ys, [to_ms(v.bound_us or 0) for v in vs], color=BOUND, height=0.36,
-                         label="bound: step − exposed")
+            bounds = [v.overlap_bound_us for v in vs]
+            if all(b is not None for b in bounds):
+                step_ax.barh(ys, [to_ms(b) for b in bounds], color=BOUND, height=0.36, label="overlap bound")
+            step_ax.plot([to_ms(v.comm_free_bound_us or 0) for v in vs], ys, linestyle="none", marker="|",
+                         markersize=14, color=INK, label="comm-free bound: step − exposed")
+            if vs[0].overlap_bound_us is not None and len(vs) > 1:
+                step_ax.axvline(to_ms(vs[0].overlap_bound_us), color=INK, linestyle="--", linewidth=0.8,
+                                label=f"predicted: {vs[0].label}'s overlap bound")
             texts = ["baseline" if k == 0 else (factor(v.speedup) if v.speedup else "") for k, v in enumerate(vs)]
             _annotate(step_ax, ys, steps, texts, max(steps + [1e-3]))
             step_ax.set_xlim(0, max(steps + [1e-3]) * 1.35)

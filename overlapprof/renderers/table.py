@@ -7,6 +7,7 @@ as percentages, a missing value as ``-``).
 
 from __future__ import annotations
 
+from overlapprof.renderers import causes_table
 from overlapprof.renderers import collectives_table as ct
 from overlapprof.renderers.format import PLACEHOLDER, ms, percent, text_table
 from overlapprof.report import Report
@@ -38,9 +39,12 @@ def _rank_rows(report: Report):
 
 
 def _step_rows(report: Report):
-    header = ["rank", "step", "step ms", *_METRIC_HEAD, "exposed share"]
+    causes = any(s.exposure is not None for r in report.ranks for s in r.steps)
+    header = ["rank", "step", "step ms", *_METRIC_HEAD, "exposed share",
+              *(causes_table.CAUSE_HEAD + ["overlap bound ms"] if causes else [])]
     rows = [
-        [str(r.rank), f"#{s.step}", ms(s.step_us), *_metric_cells(s), percent(s.exposed_share)]
+        [str(r.rank), f"#{s.step}", ms(s.step_us), *_metric_cells(s), percent(s.exposed_share),
+         *(causes_table.cause_cells(s.exposure) + [ms(s.overlap_bound_us)] if causes else [])]
         for r in report.ranks
         for s in r.steps
     ]
@@ -49,8 +53,10 @@ def _step_rows(report: Report):
 
 def _kind_rows(report: Report):
     # Each kind is measured against the rank's whole compute, so that column repeats per rank.
-    header = ["rank", "kind", "ops", *_METRIC_HEAD[:-1], "rank compute ms"]
-    rows = [[str(r.rank), k.kind, str(k.count), *_metric_cells(k)] for r in report.ranks for k in r.kinds]
+    causes = any(k.exposure is not None for r in report.ranks for k in r.kinds)
+    header = ["rank", "kind", "ops", *_METRIC_HEAD[:-1], "rank compute ms", *(causes_table.CAUSE_HEAD if causes else [])]
+    rows = [[str(r.rank), k.kind, str(k.count), *_metric_cells(k), *(causes_table.cause_cells(k.exposure) if causes else [])]
+            for r in report.ranks for k in r.kinds]
     return header, rows
 
 
@@ -72,6 +78,7 @@ def summary_lines(report: Report) -> list[str]:
         lines.append(f"no communication found: overlap ratio is undefined ({PLACEHOLDER})")
     if report.crossrank is not None and report.crossrank.stragglers:
         lines.append(ct.straggler_line(report))
+    lines += causes_table.summary_lines(report)
     if s.median_step_us is not None:
         lines.append(f"step time: median {ms(s.median_step_us)} ms, p90 {ms(s.p90_step_us)} ms")
     for r in report.ranks:
@@ -104,4 +111,8 @@ def render(report: Report, by: str = "rank") -> str:
         return ct.render(report)
     header, rows = {"rank": _rank_rows, "step": _step_rows, "kind": _kind_rows}[by](report)
     table = text_table(header, rows) if rows else f"(no {by}s to show)"
+    why = causes_table.rank_table(report) if by == "rank" else None
+    if why is not None:
+        table += ("\n\nwhy exposed: each exposed µs has one cause, the first that holds (OVERLAP.md section 6); "
+                  "late ranks: who was waited for, followed to the rank not waiting\n" + why)
     return "\n".join([table, "", *summary_lines(report)]) + "\n"
