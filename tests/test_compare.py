@@ -41,7 +41,14 @@ def test_numbers_follow_from_the_reports(reports):
         assert v.step_p90_us == pytest.approx(rep.summary.p90_step_us)
         for name in ("comm_us", "overlapped_us", "exposed_comm_us", "compute_us"):
             assert getattr(v, name) == pytest.approx(np.median([getattr(s, name) for s in steps])), name
-        assert v.bound_us == pytest.approx(np.median([s.step_us - s.exposed_comm_us for s in steps]))
+        assert v.comm_free_bound_us == pytest.approx(np.median([s.step_us - s.exposed_comm_us for s in steps]))
+        assert v.overlap_bound_us == pytest.approx(np.median([s.overlap_bound_us for s in steps]))
+        assert v.overlap_bound_speedup == pytest.approx(v.step_us / v.overlap_bound_us)
+        assert v.hidden_of_hideable == pytest.approx(
+            sum(s.overlapped_us for s in steps) / sum(min(s.comm_us, s.compute_us) for s in steps))
+        # the causes: each the mean over the (rank, step) samples, so they add up to the mean exposed
+        assert v.exposure.total_us() == pytest.approx(np.mean([s.exposed_comm_us for s in steps]))
+        assert v.exposure.late_peer_us == pytest.approx(np.mean([s.exposure.late_peer_us for s in steps]))
         assert v.overlap_ratio == pytest.approx(sum(s.overlapped_us for s in steps) / sum(s.comm_us for s in steps))
         host = [t * 1000 for r in rep.run["ranks"].values() for t in r["step_times_ms"]["profiled"]]
         assert v.host_step_us == pytest.approx(np.median(host))
@@ -52,7 +59,12 @@ def test_numbers_follow_from_the_reports(reports):
     assert other.exposed_saved_us == pytest.approx(base.exposed_comm_us - other.exposed_comm_us)
     assert other.exposed_saved_frac == pytest.approx(other.exposed_saved_us / base.exposed_comm_us)
     assert other.compute_slowdown == pytest.approx(other.compute_us / base.compute_us)
-    assert other.ideal_speedup == pytest.approx(other.step_us / other.bound_us)
+    assert other.comm_free_speedup == pytest.approx(other.step_us / other.comm_free_bound_us)
+    # predict, then check: the baseline's overlap bound is the prediction for the other variant
+    assert other.predicted_step_us == base.overlap_bound_us and base.predicted_step_us is None
+    assert other.step_vs_predicted == pytest.approx(other.step_us / base.overlap_bound_us)
+    if base.step_us > base.overlap_bound_us:
+        assert other.bound_reached == pytest.approx((base.step_us - other.step_us) / (base.step_us - base.overlap_bound_us))
     # gloo's waits inside c10d calls are warned, and so is noise (a short run's factors may be)
     from overlapprof.compare import noise_warnings
 
@@ -76,6 +88,27 @@ def test_save_load_round_trip(reports, tmp_path):
     back = Comparison.load(tmp_path / "c.json")
     assert back == c and back.variant("overlapped").speedup == c.variants[1].speedup
     assert compare_table.render(back) == compare_table.render(c)
+
+
+def test_a_comparison_saved_before_the_bounds_were_named_loads(reports, tmp_path):
+    """Earlier versions saved the comm-free bound as bound_us / ideal_speedup(_ci)."""
+    import json
+
+    c = compare(reports)
+    data = json.loads(c.to_json())
+    for v in data["variants"]:
+        for old, new in (("bound_us", "comm_free_bound_us"), ("ideal_speedup", "comm_free_speedup"),
+                         ("ideal_speedup_ci", "comm_free_speedup_ci")):
+            v[old] = v.pop(new)
+        for name in ("overlap_bound_us", "overlap_bound_speedup", "exposure", "verdict"):
+            v.pop(name, None)
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    back = Comparison.load(tmp_path / "old.json")
+    for old, new in zip(back.variants, c.variants):
+        assert old.comm_free_bound_us == new.comm_free_bound_us and old.comm_free_speedup == new.comm_free_speedup
+        assert old.comm_free_speedup_ci == pytest.approx(new.comm_free_speedup_ci)
+        assert old.overlap_bound_us is None and old.exposure is None
+    assert "comm-free bound" in compare_table.render(back)
 
 
 def test_cli_table_json_csv(runs, tmp_path):
@@ -132,7 +165,8 @@ def test_whole_trace_basis_without_profiler_steps(runs, tmp_path):
     c = compare(load_reports([runs.ring["sync"], plain])[0])
     assert c.basis == WHOLE_TRACE and any("no ProfilerSteps in plain" in w for w in c.warnings)
     for v, rep in zip(c.variants, c.reports):
-        assert v.step_us is None and v.bound_us is None and v.samples == len(rep.ranks) == 2
+        assert v.step_us is None and v.comm_free_bound_us is None and v.overlap_bound_us is None
+        assert v.samples == len(rep.ranks) == 2
         for name in ("comm_us", "exposed_comm_us", "compute_us"):
             assert getattr(v, name) == pytest.approx(np.median([getattr(r.metrics, name) for r in rep.ranks]))
     assert c.variants[1].speedup is None
@@ -178,7 +212,8 @@ def test_every_factor_has_a_seeded_interval_around_it(reports):
     c = compare(reports)
     again = compare(reports)
     for v, w in zip(c.variants[1:], again.variants[1:]):
-        for name in ("speedup", "compute_slowdown", "host_speedup"):
+        for name in ("speedup", "compute_slowdown", "host_speedup", "comm_free_speedup", "overlap_bound_speedup",
+                     "step_vs_predicted", "bound_reached"):
             value, ci = getattr(v, name), getattr(v, f"{name}_ci")
             if value is None:
                 continue

@@ -39,8 +39,12 @@ def test_timeline_draws_each_ranks_step(async_report):
     lines = [r.timeline for r in async_report.ranks]
     assert drawn[plots.COMPUTE] == pytest.approx(sum(length(t.compute) for t in lines))
     assert drawn[plots.HIDDEN] == pytest.approx(sum(length(t.overlapped) for t in lines))
-    assert drawn[plots.EXPOSED] == pytest.approx(sum(length(t.comm) - length(t.overlapped) for t in lines))
-    assert drawn[plots.HIDDEN] > 0
+    # Exposed spans are drawn in the colour of their cause, and together they are comm − hidden.
+    exposed = sum(drawn.get(colour, 0.0) for colour in set(plots.CAUSE_COLOURS.values()))
+    assert exposed == pytest.approx(sum(length(t.comm) - length(t.overlapped) for t in lines))
+    for cause, colour in plots.CAUSE_COLOURS.items():
+        assert drawn.get(colour, 0.0) == pytest.approx(sum(length(t.exposed_by_cause.get(cause, [])) for t in lines))
+    assert drawn[plots.HIDDEN] > 0 and exposed > 0
 
 
 def test_minus_cuts_holes_out_of_spans():

@@ -118,9 +118,8 @@ def _comparison(page: Page) -> str | None:
         return None
     from overlapprof.renderers import plots
 
-    header = ["variant", "step ms", "p90 step ms", "comm ms", "exposed ms", "overlap", "compute ms",
-              "comm-free bound ms", "overlap bound ms", "speedup", "exposed saved ms", "compute slowdown",
-              "step / predicted", "share of what overlap could buy"]
+    header = ["variant", "step ms", "exposed ms", "overlap", "compute ms", "comm-free bound ms", "overlap bound ms",
+              "speedup", "exposed saved ms", "compute slowdown"]
     host = any(v.host_unprofiled_step_us is not None for v in c.variants)
     if host:
         header += ["host step ms (unprofiled)", "host speedup"]
@@ -128,14 +127,18 @@ def _comparison(page: Page) -> str | None:
     for v in c.variants:
         saved = saved_ms(v.exposed_saved_us, v.exposed_saved_frac)
         row = [_e(v.label) + (' <span class="tag">baseline</span>' if v.label == c.baseline else ""),
-               ms(v.step_us), ms(v.step_p90_us), ms(v.comm_us), ms(v.exposed_comm_us), percent(v.overlap_ratio),
-               ms(v.compute_us), ms(v.comm_free_bound_us), ms(v.overlap_bound_us), factor(v.speedup, v.speedup_ci),
-               saved, factor(v.compute_slowdown, v.compute_slowdown_ci),
-               factor(v.step_vs_predicted, v.step_vs_predicted_ci), share(v.bound_reached, v.bound_reached_ci)]
+               ms(v.step_us), ms(v.exposed_comm_us), percent(v.overlap_ratio), ms(v.compute_us),
+               ms(v.comm_free_bound_us), ms(v.overlap_bound_us), factor(v.speedup, v.speedup_ci), saved,
+               factor(v.compute_slowdown, v.compute_slowdown_ci)]
         if host:
             row += [ms(v.host_unprofiled_step_us), factor(v.host_speedup, v.host_speedup_ci)]
         rows.append(row)
+    predicted = [[_e(v.label), ms(v.predicted_step_us), ms(v.step_us),
+                  factor(v.step_vs_predicted, v.step_vs_predicted_ci), share(v.bound_reached, v.bound_reached_ci)]
+                 for v in c.variants[1:] if v.predicted_step_us is not None]
     body = (table(header, rows, "numbers comparison")
+            + (table(["variant", f"predicted: {_e(c.baseline)}'s overlap bound ms", "step ms", "step / predicted",
+                      "share of what overlap could buy"], predicted, "numbers prediction") if predicted else "")
             + "".join(f'<p class="note">{_e(n)}</p>' for n in compare_table.notes(c))
             + figure(plots.comparison_figure(c), "variant comparison chart",
                      "Bars: step time with its overlap bound (the shortest step overlap could give; the tick: "
