@@ -161,3 +161,41 @@ def test_causes_round_trip_through_json(tmp_path):
     back = overlapprof.Report.load(tmp_path / "r.json")
     assert back.ranks[0].exposure == report.ranks[0].exposure and back.exposure_notes == report.exposure_notes
     assert back.ranks[0].timeline.exposed_by_cause == report.ranks[0].timeline.exposed_by_cause
+
+
+def test_slow_transfer_is_the_part_beyond_the_reference_bandwidth(tmp_path):
+    """A 4 MB all_reduce on 2 ranks (bus factor 1) needs 100 µs at 40 GB/s; it took 300: the last
+    200 µs of its transfer are slow (an overlay inside no_window, not a sixth cause)."""
+    args = {"Collective name": "allreduce", "In msg nelems": 1_000_000, "Out msg nelems": 1_000_000,
+            "dtype": "Float", "Group size": 2}
+    events = [S.step(1, 0, 1000), S.cpu_op("record_param_comms", 100, 300, args=args), *_allreduce(100, 300)]
+    for rank in (0, 1):
+        S.write(tmp_path / f"rank{rank}.json", S.trace(events, rank=rank, world_size=2, backend="gloo"))
+    r = overlapprof.analyze([str(tmp_path)], workers=1, reference_bandwidth="40GB/s").ranks[0]
+    assert _causes(r.exposure) == {"no_window": 300}
+    assert r.exposure.slow_transfer_us == pytest.approx(200)
+    assert overlapprof.analyze([str(tmp_path)], workers=1).ranks[0].exposure.slow_transfer_us is None
+
+
+def test_each_operation_has_its_window_and_slack(tmp_path):
+    """--comm-ops: the async all_reduce of the window_short trace, issued at 100, needed at 300
+    (the end of the compute on the issuing thread), with 195 µs of compute in its window."""
+    events = [S.step(1, 0, 1000), *_allreduce(110, 390, call_ts=100, tid=WORKER), S.cpu_op("aten::mm", 105, 195)]
+    for rank in (0, 1):
+        S.write(tmp_path / f"rank{rank}.json", S.trace(events, rank=rank, world_size=2, backend="gloo"))
+    (op,) = overlapprof.analyze([str(tmp_path)], workers=1, comm_ops=True).ranks[0].operations
+    assert (op.kind, op.issue_us, op.start_us, op.end_us, op.need_us) == ("all_reduce", 100, 110, 500, 300)
+    assert (op.window_us, op.slack_us, op.exposed_us, op.step) == (200, 195, 200, 1)
+    assert op.bytes is None and op.hide_gbps is None
+
+
+def test_a_bad_reference_bandwidth_is_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from overlapprof.cli import main
+
+    result = CliRunner().invoke(main, ["analyze", str(DATA / "trace_filter"), "--reference-bandwidth", "fast"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == ["Error: --reference-bandwidth 'fast': not a rate; use a number and "
+                                                  "a unit, e.g. 500mbit, 2gbit, 10gbit (bit, kbit, mbit, gbit; bps, "
+                                                  "mbps, GB/s = bytes/s)"]
