@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from overlapprof.analysis import intervals as iv
+from overlapprof.analysis.columns import distinct_rows
 from overlapprof.analysis.crossrank.bandwidth import bus_factor
 from overlapprof.analysis.exposure import late as L
 from overlapprof.analysis.exposure.bounds import Resources, overlap_bounds
@@ -72,7 +73,7 @@ def _rank_ops(matching, rank: int, ei: ExposureInput, slow: np.ndarray) -> RankO
     counted = (x.inst_of[rows] >= 0) & ~x.op_warm[rows]
     wait = np.where(counted, x.op_wait[rows], 0.0)
     if ei.mode == "gpu":  # a stream runs its kernels in order
-        _, channel = np.unique(np.stack((ops.group[rows], ops.thread[rows])), axis=1, return_inverse=True)
+        _, channel = distinct_rows(ops.group[rows], ops.thread[rows])
     else:
         channel = ops.group[rows]
     return RankOps(rows=rows, kind=ops.kind[rows].astype(np.int64), channel=np.asarray(channel).ravel(), issue=issue,

@@ -31,6 +31,7 @@ import numpy as np
 from overlapprof.analysis import intervals as iv
 from overlapprof.analysis.crossrank.bandwidth import bus_factor
 from overlapprof.analysis.exposure.causes import RankOps
+from overlapprof.analysis.exposure.late import distinct
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.stats import median
 from overlapprof.report import FIRST_ORDER, WINDOWS, RankReport
@@ -100,7 +101,7 @@ def _core_times(unions: dict[int, iv.Intervals], cores: int) -> dict[int, iv.Seg
     out = {}
     for r in ranks:
         parts = []
-        for k in np.unique(lv[lv > 0]).tolist():
+        for k in distinct(lv[lv > 0]):
             at = (lv == k) & (hi > lo)
             got = iv.intersection(unions[r], iv.union(lo[at], hi[at]))
             parts.append((np.full(got[0].size, k, np.int64), got[0], got[1]))

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from overlapprof.analysis import intervals as iv
-from overlapprof.analysis.exposure.late import NONE, Labelled, overlay
+from overlapprof.analysis.exposure.late import NONE, Labelled, distinct, overlay
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.report import ACTIVITIES, Exposure
 
@@ -72,7 +72,7 @@ class CauseSets:
 def _queued(ops: RankOps, mask: np.ndarray) -> iv.Intervals:
     """∪ over the operations of ``mask`` of [issue, start) ∩ the spans of their channel's operations."""
     parts_s, parts_e = [], []
-    for ch in np.unique(ops.channel[mask]).tolist():
+    for ch in distinct(ops.channel[mask]):
         mine = mask & (ops.channel == ch) & (ops.start > ops.issue)
         if not mine.any():
             continue
@@ -129,7 +129,7 @@ def measure(sets: CauseSets, domain: iv.Segmented, count: int, slow_known: bool)
     slow = per_seg(sets.slow) if slow_known else None
     by_label = {}
     p_s, p_e, p_lab = sets.late_pieces
-    for label in np.unique(p_lab).tolist():
+    for label in distinct(p_lab):
         mine = p_lab == label
         by_label[label] = per_seg((p_s[mine], p_e[mine]))
     out = []

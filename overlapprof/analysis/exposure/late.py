@@ -23,6 +23,17 @@ NONE: Labelled = (np.empty(0), np.empty(0), np.empty(0, dtype=np.int64))
 COMPUTE, COMM, OTHER = 0, 1, 2  # activity codes, in the order of report.exposure.ACTIVITIES
 
 
+def distinct(labels: np.ndarray) -> list[int]:
+    """The distinct values of non-negative int labels, ascending (np.unique would import numpy.ma)."""
+    return np.flatnonzero(np.bincount(labels)).tolist() if labels.size else []
+
+
+def cuts(*arrays: np.ndarray) -> np.ndarray:
+    """The distinct times of the arrays, sorted."""
+    s = np.sort(np.concatenate(arrays))
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if s.size else s
+
+
 def claim(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray) -> Labelled:
     """Overlapping labelled intervals made disjoint: each instant goes to the interval covering it
     that ends last (ties: the later one in input order)."""
@@ -34,8 +45,8 @@ def claim(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray) -> Labelled:
     s, e, lab = starts[order], ends[order], labels[order]
     reach = np.maximum.accumulate(e)
     holder = np.maximum.accumulate(np.where(e >= reach, np.arange(e.size), 0))  # latest interval reaching furthest
-    cuts = np.unique(np.concatenate((s, e)))
-    lo, hi = cuts[:-1], cuts[1:]
+    at = cuts(s, e)
+    lo, hi = at[:-1], at[1:]
     j = np.searchsorted(s, lo, "right") - 1
     ok = j >= 0
     j = np.maximum(j, 0)
@@ -64,8 +75,8 @@ def overlay(a: Labelled, b: Labelled) -> tuple[np.ndarray, np.ndarray, np.ndarra
     if b_s.size:  # only b's intervals that can meet a's (b is sorted and disjoint: so are its ends)
         lo_b, hi_b = np.searchsorted(b_e, a_s[0], "right"), np.searchsorted(b_s, a_e[-1], "left")
         b_s, b_e, b_lab = b_s[lo_b:hi_b], b_e[lo_b:hi_b], b_lab[lo_b:hi_b]
-    cuts = np.unique(np.concatenate((a_s, a_e, b_s, b_e)))
-    lo, hi = cuts[:-1], cuts[1:]
+    at = cuts(a_s, a_e, b_s, b_e)
+    lo, hi = at[:-1], at[1:]
     i = np.searchsorted(a_s, lo, "right") - 1
     inside = (i >= 0) & (a_e[np.maximum(i, 0)] > lo)
     lo, hi, i = lo[inside], hi[inside], i[inside]
@@ -83,7 +94,7 @@ def roots(pieces: dict[int, Labelled]) -> dict[int, Labelled]:
         for _ in range(len(pieces)):
             moved = False
             parts_s, parts_e, parts_lab = [], [], []
-            for q in np.unique(lab).tolist():
+            for q in distinct(lab):
                 mine = lab == q
                 theirs = pieces.get(q, NONE)
                 ps, pe, _, next_lab = overlay((s[mine], e[mine], lab[mine]), theirs)
@@ -108,7 +119,7 @@ def activities(pieces: Labelled, compute: dict[int, iv.Intervals], comm: dict[in
     label becomes ``rank * 3 + activity`` (:data:`COMPUTE`, :data:`COMM`, :data:`OTHER`)."""
     s, e, lab = pieces
     out_s, out_e, out_lab = [], [], []
-    for q in np.unique(lab).tolist():
+    for q in distinct(lab):
         mine = lab == q
         sub = (s[mine], e[mine], lab[mine])
         busy = _tagged(iv.union(*_cat(comm.get(q, iv.EMPTY), compute.get(q, iv.EMPTY))), compute.get(q, iv.EMPTY))
