@@ -199,3 +199,60 @@ def test_a_bad_reference_bandwidth_is_one_line(tmp_path):
     assert result.output.strip().splitlines() == ["Error: --reference-bandwidth 'fast': not a rate; use a number and "
                                                   "a unit, e.g. 500mbit, 2gbit, 10gbit (bit, kbit, mbit, gbit; bps, "
                                                   "mbps, GB/s = bytes/s)"]
+
+
+def _stream_wait(ts, stream, record_corr, corr):
+    """Kineto's record of cudaStreamWaitEvent under enable_cuda_sync_events (cat cuda_sync)."""
+    return {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": stream, "ts": ts, "dur": 1,
+            "args": {"correlation": corr, "wait_on_cuda_event_record_corr_id": record_corr, "wait_on_stream": 20,
+                     "stream": stream, "cuda_sync_kind": "Stream Wait Event"}}
+
+
+@pytest.mark.parametrize("compute_before_wait", [True, False])
+def test_gpu_windows_come_from_cuda_event_sync_records(tmp_path, compute_before_wait):
+    """A NCCL kernel on stream 20 [100, 500) launched at 90, its end event recorded at 92; stream 7
+    waits on that event at 96 (cudaStreamWaitEvent) and runs a matmul launched at 97. With a
+    matmul [100, 200) launched before the wait, the result is needed when stream 7 is free, at
+    200: compute ran out (window_short). With none, it is needed at once: no window."""
+    events = [S.step(1, 0, 1000), *S.launched("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 90, 100, 400, stream=20),
+              S.runtime(92, 1, 501, name="cudaEventRecord"), S.runtime(96, 1, 502, name="cudaStreamWaitEvent"),
+              _stream_wait(96, 7, 501, 502), *S.launched("ampere_sgemm_128x64_nn", 97, 500, 100)]
+    if compute_before_wait:
+        events += S.launched("ampere_sgemm_128x64_nn", 95, 100, 100)
+    S.write(tmp_path / "rank0.json", S.trace(events, rank=0, world_size=1))
+    report = overlapprof.analyze([str(tmp_path)], workers=1, comm_ops=True)
+    r = report.ranks[0]
+    (op,) = r.operations
+    if compute_before_wait:
+        assert (op.need_us, op.slack_us) == (200, 100)
+        assert _causes(r.exposure) == {"window_short": 300}
+        assert r.overlap_bound_form.startswith("windows")
+    else:
+        assert (op.need_us, op.slack_us) == (97, 0)
+        assert _causes(r.exposure) == {"no_window": 400}
+    assert not any("event-sync" in n for n in report.exposure_notes)
+
+
+def test_gpu_traces_without_event_sync_records_say_so():
+    report = overlapprof.analyze(DATA / "nccl_parser_config", workers=1)
+    assert report.ranks[0].overlap_bound_form.startswith("first-order")
+    assert any("CUDA event-sync records" in n for n in report.exposure_notes)
+
+
+def test_real_cuda_sync_events_are_read_not_measured(tmp_path):
+    """HTA's traces recorded with enable_cuda_sync_events (one GPU, no collectives): their
+    cuda_sync events are read (a stream's wait joined to the cudaEventRecord it waits on) and
+    change no metric: the same report as the trace without them."""
+    import gzip
+    import json
+
+    kinds = set()
+    for path in sorted(DATA.glob("cuda_event_sync*/*.json.gz")):
+        data = json.loads(gzip.decompress(path.read_bytes()))
+        kinds |= {e["name"] for e in data["traceEvents"] if e.get("cat") == "cuda_sync"}
+        data["traceEvents"] = [e for e in data["traceEvents"] if e.get("cat") != "cuda_sync"]
+        S.write(tmp_path / f"{path.parent.name}.json.gz", data)
+        with_sync = overlapprof.analyze([str(path)], workers=1).ranks[0]
+        without = overlapprof.analyze([str(tmp_path / f"{path.parent.name}.json.gz")], workers=1).ranks[0]
+        assert with_sync.mode == "gpu" and with_sync.metrics == without.metrics and with_sync.steps == without.steps
+    assert {"Stream Wait Event", "Event Sync", "Context Sync"} <= kinds

@@ -137,7 +137,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
             sets = {} if result.crossrank_input is not None else None
             report = rank_report(ev, keep_records=options.comm_records, unions=unions, exposed_out=sets)
             if sets is not None:
-                result.exposure_input = exposure_input(ev.mode, unions, ev.host_sync, sets)
+                result.exposure_input = exposure_input(ev.mode, unions, ev.host_sync, sets, ev.comm_records)
             heap.release(ev.events)
             table, exposed = ev.comm_records, None
             if result.crossrank_input is not None:

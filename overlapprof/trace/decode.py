@@ -68,9 +68,12 @@ class EventArgs(msgspec.Struct, gc=False):
 
 
 class LaunchArgs(msgspec.Struct, gc=False):
-    """The one argument the metrics read: it pairs a GPU event with its runtime call."""
+    """The arguments the metrics read: ``correlation`` pairs a GPU event with its runtime call;
+    a CUDA sync event's ``wait_on_cuda_event_record_corr_id`` names the ``cudaEventRecord`` call
+    of the event its stream waited for (recorded with ``enable_cuda_sync_events``)."""
 
     correlation: int | None = None
+    wait_on_cuda_event_record_corr_id: int | None = None
 
 
 class _Basic(msgspec.Struct, gc=False):

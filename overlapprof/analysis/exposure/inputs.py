@@ -24,8 +24,7 @@ class ExposureInput:
     \\ U(compute); ``host_sync``: the union of its host synchronizations
     (:func:`~overlapprof.analysis.rank.classify.is_host_sync`); ``windows``: whether the trace
     says where each operation's result was needed (CPU mode: the issuing thread's activity; GPU
-    mode: CUDA event-sync records, which these traces do not have yet: the operation's end is
-    taken instead)."""
+    mode: CUDA event-sync records, without which the operation's end is taken instead)."""
 
     mode: str
     compute: iv.Intervals
@@ -37,11 +36,13 @@ class ExposureInput:
     windows: bool = True  # whether the trace says where each operation's result was needed
 
 
-def exposure_input(mode: str, unions, host_sync: iv.Intervals, sets: dict) -> ExposureInput:
+def exposure_input(mode: str, unions, host_sync: iv.Intervals, sets: dict, table=None) -> ExposureInput:
     """The ExposureInput of a rank: ``unions`` its (comm, compute, memory) unions, ``sets`` what
-    :func:`~overlapprof.analysis.rank.metrics.rank_report` put in its ``exposed_out``."""
+    :func:`~overlapprof.analysis.rank.metrics.rank_report` put in its ``exposed_out``, ``table``
+    its communication records (GPU mode: whether any says when its result was needed)."""
     comm, compute = unions[0], unions[1]
     parts = sets.get("steps") or []
     steps = tuple(np.concatenate([p[k] for p in parts]) for k in range(3)) if parts else iv.EMPTY_BY
     return ExposureInput(mode=mode, compute=compute, comm=comm, exposed=iv.difference(comm, compute),
-                         host_sync=host_sync, steps=steps, kinds=dict(sets.get("kinds") or {}), windows=mode == "cpu")
+                         host_sync=host_sync, steps=steps, kinds=dict(sets.get("kinds") or {}),
+                         windows=mode == "cpu" or (table is not None and bool((~np.isnan(table.need_ts)).any())))

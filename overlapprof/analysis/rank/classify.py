@@ -35,7 +35,9 @@ KINDS = (
 )
 
 # Category codes (small ints so the classification is a numpy array).
-OTHER, KERNEL, MEMCPY, MEMSET, RUNTIME, CPU_OP, ANNOTATION, DEVICE_OTHER = range(8)
+OTHER, KERNEL, MEMCPY, MEMSET, RUNTIME, CPU_OP, ANNOTATION, DEVICE_OTHER, SYNC = range(9)
+CATEGORIES = 9  # how many codes
+STREAM_WAIT = "Stream Wait Event"  # a cuda_sync event: a stream waits for another stream's event
 # Device activity this contract does not classify (left out, with a warning), by category prefix.
 UNCLASSIFIED_DEVICE_PREFIXES = ("mtia_", "hpu_", "xpu_", "npu_", "privateuse1_")
 GPU_CATEGORIES = (KERNEL, MEMCPY, MEMSET)
@@ -52,6 +54,7 @@ CATEGORY_CODES = {
     "cpu_op": CPU_OP,
     "Operator": CPU_OP,
     "user_annotation": ANNOTATION,
+    "cuda_sync": SYNC,
 }
 
 COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)

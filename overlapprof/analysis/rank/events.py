@@ -198,6 +198,45 @@ def _operations(scan: _Scan, comm_rows: np.ndarray, kinds: np.ndarray, calls: np
     return out, holder_row
 
 
+def _waited_for(scan: _Scan, names: list[str], gpu_rows: np.ndarray, launch: np.ndarray, comm: np.ndarray,
+                comm_launch: np.ndarray) -> np.ndarray:
+    """GPU mode: when the program needed each communication event's result (``comm``: GPU rows,
+    ``comm_launch``: their launching runtime rows, -1 none; NaN: not known), from the CUDA sync
+    events of ``enable_cuda_sync_events``. A "Stream Wait Event" on stream W waits on a
+    ``cudaEventRecord`` call: the event covers the communication launched last, at or before that
+    call, from the call's thread. The first GPU event launched on W after the wait depends on it:
+    its result was needed when that event could otherwise have run, the later of its launch and
+    the end of the work W had before the wait."""
+    need = np.full(comm.size, np.nan)
+    sync = np.flatnonzero(scan.codes == C.SYNC)
+    if sync.size == 0 or scan.sync_record.size != sync.size or comm.size == 0:
+        return need
+    is_wait = np.array([n == C.STREAM_WAIT for n in names], dtype=bool)[scan.name_ids[sync]] & (scan.sync_record >= 0)
+    waits, records = sync[is_wait], scan.sync_record[is_wait]
+    launched = comm_launch >= 0
+    c_rows, c_thread, c_ts = np.flatnonzero(launched), scan.thread[comm_launch[launched]], scan.ts[comm_launch[launched]]
+    order = np.lexsort((c_ts, c_thread))
+    c_rows, c_thread, c_ts = c_rows[order], c_thread[order], c_ts[order]
+    g_launched = launch >= 0
+    g_rows, g_launch = gpu_rows[g_launched], scan.ts[launch[g_launched]]
+    g_stream, g_end = scan.thread[g_rows], scan.end(g_rows)
+    for wait, record in zip(waits.tolist(), records.tolist()):
+        lo, hi = np.searchsorted(c_thread, scan.thread[record], "left"), np.searchsorted(c_thread, scan.thread[record], "right")
+        k = lo + np.searchsorted(c_ts[lo:hi], scan.ts[record], "right") - 1
+        if k < lo:
+            continue
+        on_w = g_stream == scan.thread[wait]
+        t = scan.ts[wait]
+        after = on_w & (g_launch > t)
+        if not after.any():
+            continue
+        before = on_w & (g_launch <= t)
+        ready = max(float(g_launch[after].min()), float(g_end[before].max()) if before.any() else -np.inf)
+        row = c_rows[k]
+        need[row] = ready if np.isnan(need[row]) else min(need[row], ready)
+    return need
+
+
 def _need_times(scan: _Scan, activity: np.ndarray, thread: np.ndarray, issue: np.ndarray, end: np.ndarray) -> np.ndarray:
     """CPU mode: when the program needed each operation's result: the end of the last host
     activity (``activity`` rows: compute cpu_ops and communication calls) on its issuing
@@ -246,7 +285,7 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
 
     if gpu:
         gpu_rows = np.flatnonzero(_IS_GPU[codes])
-        launch = scan.launch
+        launch = scan_launch = scan.launch
         launched = launch >= 0
         in_call = np.zeros(gpu_rows.size, dtype=bool)
         in_call[launched] = _inside(calls, scan, scan.thread[launch[launched]], ts[launch[launched]])
@@ -308,7 +347,8 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
         launch_ts = np.where(launched, ts[np.maximum(launch, 0)], np.nan)
         host_thread = rec.thread_of(np.where(launched, launch, rows))
         if gpu:
-            issue_ts, need_ts = np.where(launched, launch_ts, ts[rows]), np.full(rows.size, np.nan)
+            issue_ts = np.where(launched, launch_ts, ts[rows])
+            need_ts = _waited_for(scan, names, gpu_rows, scan_launch, rows, launch)
         else:  # a span on a worker thread was issued by its c10d call (gloo's FIFO); one on the
             # calling thread opens inside its call, whose overhead before it is not a wait
             holder = holders[ops]

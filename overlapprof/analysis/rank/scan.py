@@ -48,13 +48,16 @@ _CATEGORY = _Cache(C.category_code)
 _KIND_CODE = {kind: i for i, kind in enumerate(C.KINDS)}
 
 
-def _launches(codes: np.ndarray, corr: np.ndarray) -> np.ndarray:
+def _launches(codes: np.ndarray, corr: np.ndarray, of=None) -> np.ndarray:
     """For the GPU events (the rows of a GPU category, in row order): the row of their launching
     runtime call (same correlation) or -1. ``corr``: the correlation (NaN: none) of each row of
-    a correlated category (GPU events and runtime calls), in row order."""
+    a correlated category (GPU events, runtime calls, CUDA sync events), in row order.
+    ``of``: the category codes to join instead of the GPU ones (a CUDA sync event's ``corr`` is
+    the correlation of the ``cudaEventRecord`` it waits on: that call's row)."""
     linked = np.flatnonzero(_IS_CORRELATED[codes])
     linked_codes = codes[linked]
-    gpu, runtime = np.flatnonzero(_IS_GPU[linked_codes]), np.flatnonzero(linked_codes == C.RUNTIME)
+    side = _IS_GPU if of is None else np.isin(np.arange(C.CATEGORIES), of)
+    gpu, runtime = np.flatnonzero(side[linked_codes]), np.flatnonzero(linked_codes == C.RUNTIME)
     if runtime.size == 0 or gpu.size == 0:
         return np.full(gpu.size, -1, dtype=np.int64)
     g_corr, rt_corr = corr[gpu], corr[runtime]
@@ -70,7 +73,8 @@ class _Scan:
     """One file's complete ("X") events as arrays, by row (in file order).
 
     ``launch``: the row of the launching runtime call of each GPU event (the rows of a GPU
-    category, in row order; -1: not found, matched by correlation). ``name_ids``: ids
+    category, in row order; -1: not found, matched by correlation). ``sync_record``: of each CUDA
+    sync event (in row order), the row of the ``cudaEventRecord`` call it waits on (-1: none). ``name_ids``: ids
     in the rank's name index. ``records``: what communication records need, when asked for.
     ``events``: the file's complete events; the rows are only those the classification reads
     (:func:`_rows_read`).
@@ -89,6 +93,7 @@ class _Scan:
     header: TraceFile
     unclassified: dict[str, int] = field(default_factory=dict)
     records: Records | None = None
+    sync_record: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
     def end(self, rows) -> np.ndarray:
         """Where the events of ``rows`` end: ``ts + max(dur, 0)`` µs (computed, not kept: one
@@ -96,8 +101,8 @@ class _Scan:
         return event_ends(self.ts[rows], self.dur[rows])
 
 
-_CORRELATED = (C.KERNEL, C.MEMCPY, C.MEMSET, C.RUNTIME)
-_THREADED = (C.CPU_OP, C.ANNOTATION, C.RUNTIME, *C.GPU_CATEGORIES)
+_CORRELATED = (C.KERNEL, C.MEMCPY, C.MEMSET, C.RUNTIME, C.SYNC)
+_THREADED = (C.CPU_OP, C.ANNOTATION, C.RUNTIME, C.SYNC, *C.GPU_CATEGORIES)
 
 
 class _CollectiveArgs(msgspec.Struct, gc=False):
@@ -132,15 +137,19 @@ class _Threads(dict):
             return [self[(hashable(events[i].pid), hashable(events[i].tid))] for i in rows]
 
 
-def _correlations(path, events: list, rows: np.ndarray, index) -> np.ndarray:
+def _correlations(path, events: list, rows: np.ndarray, index, sync: np.ndarray) -> np.ndarray:
     """The ``correlation`` arg of ``events[rows]`` (NaN: none), their args decoded in one batch;
-    TraceError (naming the event: ``index()`` numbers the events) when an args is not an object
-    or its correlation not an int."""
+    for the rows where ``sync`` (CUDA sync events) the correlation of the event record they wait
+    on. TraceError (naming the event: ``index()`` numbers the events) when an args is not an
+    object or its correlation not an int."""
     rows = rows.tolist()
     text = b"[" + b",".join([events[i].args or b"null" for i in rows]) + b"]"
     where = lambda k: f"traceEvents[{index()[rows[k]]}].args"  # noqa: E731
     args = decode_checked(path, LAUNCH_ARGS, text, where)
-    return np.array([a.correlation if a is not None else None for a in args], dtype=np.float64)
+    if not sync.any():
+        return np.array([a.correlation if a is not None else None for a in args], dtype=np.float64)
+    return np.array([None if a is None else a.wait_on_cuda_event_record_corr_id if s else a.correlation
+                     for a, s in zip(args, sync.tolist())], dtype=np.float64)
 
 
 # The columns of a file's complete events (see _Scan), as _read_chunks gives them.
@@ -148,11 +157,11 @@ def _correlations(path, events: list, rows: np.ndarray, index) -> np.ndarray:
 # of those categories only (_IS_CORRELATED), in row order.
 SCAN_COLUMNS = {"ts": np.float64, "dur": np.float64, "codes": np.int8, "name_ids": np.int32, "thread": np.int32,
                 "collective": np.int8}
-_IS_CORRELATED = np.isin(np.arange(8), _CORRELATED)  # by category code
-_IS_THREADED = np.isin(np.arange(8), _THREADED)
-_IS_GPU = np.isin(np.arange(8), C.GPU_CATEGORIES)
-_READ_IN_GPU_MODE = np.isin(np.arange(8), (*C.GPU_CATEGORIES, C.RUNTIME, C.ANNOTATION))  # and some CPU ops
-_READ_IN_ANY_MODE = ~np.isin(np.arange(8), (C.OTHER, C.DEVICE_OTHER))
+_IS_CORRELATED = np.isin(np.arange(C.CATEGORIES), _CORRELATED)  # by category code
+_IS_THREADED = np.isin(np.arange(C.CATEGORIES), _THREADED)
+_IS_GPU = np.isin(np.arange(C.CATEGORIES), C.GPU_CATEGORIES)
+_READ_IN_GPU_MODE = np.isin(np.arange(C.CATEGORIES), (*C.GPU_CATEGORIES, C.RUNTIME, C.ANNOTATION, C.SYNC))  # and some CPU ops
+_READ_IN_ANY_MODE = ~np.isin(np.arange(C.CATEGORIES), (C.OTHER, C.DEVICE_OTHER))  # correlated rows stay: corr is per row
 
 
 @dataclass
@@ -240,7 +249,7 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
         codes = np.array([_CATEGORY[e.cat] for e in xe], dtype=np.int8)
         name_ids = np.array([names[e.name] for e in xe], dtype=np.int32)
         linked = np.flatnonzero(_IS_CORRELATED[codes])
-        corr = _correlations(path, xe, linked, index) if linked.size else _NO_CORR
+        corr = _correlations(path, xe, linked, index, codes[linked] == C.SYNC) if linked.size else _NO_CORR
         thread = np.full(len(xe), -1, dtype=np.int32)
         located = np.flatnonzero(_IS_THREADED[codes])
         if located.size:
@@ -350,9 +359,14 @@ def _scan(path, names: Index, recorder: CommRecorder | None = None, workers: int
     negative = int(np.count_nonzero(arrays["dur"] < 0))
     events = arrays["ts"].size
     kept = _rows_read(arrays, names.order)
-    launch = _launches(arrays["codes"], arrays.pop("corr"))  # correlated rows are all kept: corr is unchanged
+    corr = arrays.pop("corr")  # correlated rows are all kept in GPU mode: corr is unchanged
+    launch = _launches(arrays["codes"], corr)
+    sync_record = _launches(arrays["codes"], corr, of=(C.SYNC,)) if (arrays["codes"] == C.SYNC).any() else None
     records = recorder.records(arrays["thread"], list(threads)) if recorder is not None else None
     if records is not None and kept is not None:
         records.rows = np.searchsorted(np.flatnonzero(kept), records.rows)  # every record row is a kept row
-    return _Scan(str(path), **arrays, launch=launch, negative=negative, events=events, header=header,
+    scan = _Scan(str(path), **arrays, launch=launch, negative=negative, events=events, header=header,
                  unclassified=unclassified, records=records)
+    if sync_record is not None:
+        scan.sync_record = sync_record
+    return scan
