@@ -38,6 +38,28 @@ CAUSES_ONLY = {"exposure", "overlap_bound_us", "overlap_bound_speedup", "overlap
                "operations", "exposed_by_cause", "exposure_notes"}
 
 
+# The lines of the text tables that show the causes and the overlap bound (absent in bounded memory).
+CAUSE_LINES = ("verdict", "bounds (", "  other ranks:", "note: overlap bound", "note: causes", "note: slow transfer",
+               "note: --bounded-memory", "why exposed", "  late_peer", "  host_blocked", "  queued", "  no_window",
+               "  window_short", "hidden of hideable", "overlap bound", "overlap ceiling", "  predicted",
+               "  step / predicted", "  share of what", "  overlap bound =", "predicted:")
+
+
+def _without_cause_lines(text: str) -> str:
+    """A table's text without the causes' lines (and the per-rank causes table: from its title to
+    the blank line after it)."""
+    out, skipping = [], False
+    for line in text.splitlines():
+        if line.startswith("why exposed:"):
+            skipping = True
+        if skipping:
+            skipping = bool(line.strip())
+            continue
+        if not line.startswith(CAUSE_LINES):
+            out.append(line)
+    return "\n".join(out)
+
+
 def _without_causes(d):
     if isinstance(d, dict):
         return {k: _without_causes(v) for k, v in d.items() if k not in CAUSES_ONLY}
@@ -246,7 +268,8 @@ def test_cli_tables_are_the_same():
         got = _cli("analyze", DATA / "trace_filter", "--bounded-memory", "--workers", 1, "--by", by)
         plain = _cli("analyze", DATA / "trace_filter", "--in-memory", "--workers", 1, "--by", by)
         assert got.returncode == 0 and plain.returncode == 0, got.stderr + plain.stderr
-        assert got.stdout == plain.stdout
+        assert _without_cause_lines(got.stdout) == _without_cause_lines(plain.stdout)
+        assert "note: --bounded-memory: the causes of exposure" in got.stdout or by == "collective"
     off = _cli("analyze", DATA / "trace_filter", "--bounded-memory", "--no-comms", "--by", "collective")
     assert off.returncode == 0 and "(cross-rank analysis off: --no-comms)" in off.stdout
 
@@ -369,7 +392,8 @@ def test_compare_report_and_plot_take_the_flag(runs, tmp_path):
     pair = [runs.ring["sync"], runs.ring["async"]]
     on_disk = _cli("compare", *pair, "--bounded-memory", "-q")
     memory = _cli("compare", *pair, "--in-memory", "-q")
-    assert on_disk.returncode == 0 and on_disk.stdout == memory.stdout, on_disk.stderr
+    assert on_disk.returncode == 0, on_disk.stderr
+    assert _without_cause_lines(on_disk.stdout) == _without_cause_lines(memory.stdout)
     for cmd, out in (("report", tmp_path / "r.html"), ("plot", tmp_path / "p.png")):
         got = _cli(cmd, runs.ring["async"], "--bounded-memory", "-o", out, "-q")
         assert got.returncode == 0 and out.stat().st_size > 0, got.stderr
