@@ -67,6 +67,7 @@ class Context:
         self.opts = types.SimpleNamespace(**self.options)
         self.comm_stream = torch.cuda.Stream(device=device) if self.is_cuda else None
         self.metrics = {}
+        self._checks = {}  # check_result's weights and expected values, by name
         self.step_index = -1
         self.step_kind = "setup"
         # What the rank is doing now, for the watchdog that names a hung operation.
@@ -111,6 +112,25 @@ class Context:
         up in run.json as ``ranks.<rank>.metrics.<name>.<step kind>``: a list in call order, per
         kind of step like the step times ("warmup", "profiled"..., or "setup")."""
         self.metrics.setdefault(name, {}).setdefault(self.step_kind, []).append(float(value))
+
+    def check_result(self, name, value, reference, rtol=1e-5):
+        """Fail the rank unless the 1-D tensor ``value`` equals ``reference`` (the result computed
+        the sync variant's way), and record metric ``<name>_checksum``, which must then agree
+        across variants: an async variant that computes a wrong result is worse than a slow one.
+
+        Cheap enough for every step (one pass over ``value``): both are compared through their dot
+        product with fixed random weights, to within ``rtol`` of the sum of their magnitudes."""
+        if name not in self._checks:
+            weights = torch.randn(reference.numel(), generator=torch.Generator().manual_seed(0))
+            weights = weights.to(reference.device, reference.dtype)
+            self._checks[name] = (weights, torch.dot(reference, weights).item(),
+                                  torch.dot(reference.abs(), weights.abs()).item())
+        weights, expected, scale = self._checks[name]
+        got = torch.dot(value, weights).item()
+        self.metric(f"{name}_checksum", got)
+        if abs(got - expected) > rtol * (scale or 1.0):
+            raise AssertionError(f"variant {self.variant}: {name} differs from the sync variant's (checksum "
+                                 f"{got:.9g}, expected {expected:.9g}, rtol {rtol:g})")
 
     def _mark(self, phase):
         self.current_phase = phase
