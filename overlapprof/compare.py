@@ -194,6 +194,7 @@ def _stats(report: Report, label: str, per_step: bool) -> VariantStats:
         host_step_us=_median(host),
         host_step_p90_us=_percentile(host, 90),
         host_unprofiled_step_us=_median(_host_step_times_us(report, "unprofiled")),
+        workload_metrics={m.name: m.median for m in report.workload_metrics},
     )
     if per_step:
         stats.step_us = _median([s.step_us for s in samples])

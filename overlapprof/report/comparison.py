@@ -20,6 +20,8 @@ Per variant (µs unless named otherwise; OVERLAP.md's metrics):
 - ``bound_us``: median of ``step_us − exposed_comm_us``: the step time if every exposed
   microsecond of communication were hidden under compute (ideal overlap).
 - ``ideal_speedup`` = ``step_us / bound_us``: how much faster ideal overlap would make the step.
+- ``workload_metrics``: each of the workload's ``ctx.metric`` values (Report.workload_metrics),
+  its median, by name.
 - ``host_step_us``, ``host_step_p90_us``, ``host_unprofiled_step_us``: from ``run.json`` when
   the input is an ``overlapprof run`` directory: step times measured on the host around each
   step call (profiled steps; and the unprofiled ones, free of profiler overhead), pooled over
@@ -91,6 +93,7 @@ class VariantStats(msgspec.Struct, kw_only=True):
     speedup_ci: tuple[float, float] | None = None
     host_speedup_ci: tuple[float, float] | None = None
     compute_slowdown_ci: tuple[float, float] | None = None
+    workload_metrics: dict[str, float] = {}
 
 
 class Comparison(msgspec.Struct, kw_only=True):

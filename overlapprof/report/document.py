@@ -20,6 +20,7 @@ import msgspec
 from overlapprof.errors import ReportError
 from overlapprof.report.crossrank import CrossRank
 from overlapprof.report.metrics import RankReport, Summary, by_rank
+from overlapprof.report.workload import WorkloadMetric
 
 SCHEMA = "overlapprof.report/1"
 
@@ -86,7 +87,8 @@ class Report(msgspec.Struct, kw_only=True):
 
     ``filters`` describes, in words, each option that changes which events count (empty by
     default). ``warnings`` lists what the reader should know (skipped ranks, odd events).
-    ``run`` is the ``run.json`` of an ``overlapprof run`` directory, when one was analyzed.
+    ``run`` is the ``run.json`` of an ``overlapprof run`` directory, when one was analyzed, and
+    ``workload_metrics`` the workload's ``ctx.metric`` values from it.
     """
 
     schema: str = SCHEMA
@@ -99,6 +101,7 @@ class Report(msgspec.Struct, kw_only=True):
     warnings: list[str] = []
     run: dict[str, Any] | None = None
     crossrank: CrossRank | None = msgspec.field(default=None, name="comms")
+    workload_metrics: list[WorkloadMetric] = []
 
     def rank(self, rank: int) -> RankReport:
         """The RankReport of ``rank`` (KeyError if absent)."""
