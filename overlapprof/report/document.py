@@ -13,7 +13,7 @@ is ``"comms"``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -21,6 +21,9 @@ from overlapprof.errors import ReportError
 from overlapprof.report.crossrank import CrossRank
 from overlapprof.report.metrics import RankReport, Summary, by_rank
 from overlapprof.report.workload import WorkloadMetric
+
+if TYPE_CHECKING:
+    from overlapprof.report.frames import Frames
 
 SCHEMA = "overlapprof.report/1"
 
@@ -110,6 +113,13 @@ class Report(msgspec.Struct, kw_only=True):
     to_json = to_json
     save = save
     load = classmethod(load)  # Report.load(path): a report saved with save (or --json FILE)
+
+    def to_pandas(self) -> Frames:
+        """The per-rank, per-step, per-kind, per-collective and workload-metric tables as pandas
+        DataFrames (:class:`~overlapprof.report.frames.Frames`); needs pandas (the ``pandas`` extra)."""
+        from overlapprof.report.frames import to_pandas
+
+        return to_pandas(self)
 
     @classmethod
     def from_json(cls, text: str | bytes, source: str = "report") -> Report:
