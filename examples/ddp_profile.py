@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import overlapprof
 
 
-def main():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="traces")
     parser.add_argument("--run-id", required=True)
@@ -29,7 +29,11 @@ def main():
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--active", type=int, default=16, help="profiled steps (overlapprof's default)")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main():
+    args = parse_args()
 
     cuda = torch.cuda.is_available() and torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     if cuda:
