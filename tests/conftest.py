@@ -138,10 +138,11 @@ class UserRuns:
 
 
 def torchrun(*args, timeout=240):
-    """``python -m torch.distributed.run`` as a user runs it (OMP_NUM_THREADS=1 as overlapprof run sets it)."""
+    """``python -m torch.distributed.run --standalone`` as a user runs it (a free port: tests run side by side;
+    OMP_NUM_THREADS=1 as overlapprof run sets it)."""
     import os as _os
 
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", *map(str, args)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", *map(str, args)], capture_output=True,
                           text=True, timeout=timeout, cwd=REPO,
                           env={**_os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)})
 
