@@ -204,7 +204,8 @@ class Profiler:
         out = Path(self.config.out)
         name = error = None
         if self.rank == 0:
-            name = self.config.run_id or f"{Path(sys.argv[0] or 'python').stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+            script = _script()
+            name = self.config.run_id or f"{script.stem if script else 'profile'}-{time.strftime('%Y%m%d-%H%M%S')}"
             try:
                 rundir.create_run_dir(out / name, self._header(name, backend))
             except (RunDirError, OSError) as exc:
@@ -219,7 +220,7 @@ class Profiler:
         path = out / name
         for sub in ("", "ranks", "nodes"):  # a node without the shared filesystem makes its own
             (path / sub).mkdir(parents=True, exist_ok=True)
-        local_rank = int(os.environ.get("LOCAL_RANK", self.rank))
+        local_rank = _launcher_int(("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"), self.rank)
         rundir.claim(path, _node_rank(), [self.rank], first_local_rank=local_rank, node=self.rank == 0)
         if self.rank == 0:
             run_record.update_node(rundir.node_file(path, _node_rank()), host=rundir.host(), pid=os.getpid(),
@@ -227,13 +228,13 @@ class Profiler:
         return path
 
     def _header(self, name, backend) -> run_record.RunConfig:
-        script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] not in ("", "-c") else None
-        nproc = int(os.environ["LOCAL_WORLD_SIZE"]) if "LOCAL_WORLD_SIZE" in os.environ else None
+        script = _script()
+        nproc = _launcher_int(("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE"), None)
         return run_record.RunConfig(
             name=name, run_id=self.config.run_id,
             workload=run_record.Workload(name=script.stem if script else "", path=str(script or "")),
             variant=self.config.variant, options=dict(self.config.options),
-            world_size=self.world_size, nnodes=int(os.environ.get("GROUP_WORLD_SIZE", 1)),
+            world_size=self.world_size, nnodes=_launcher_int(("GROUP_WORLD_SIZE", "SLURM_NNODES"), 1),
             nproc_per_node=nproc, backend=backend, device=self.device,
             profiler=self.config.profiler_config(), versions=versions(), env=relevant_env())
 
@@ -331,9 +332,19 @@ def _schedule_kinds(config: ProfileConfig) -> list[str]:
 
 
 def _node_rank() -> int:
-    """The node a rank runs on, as its launcher says (torchelastic's GROUP_RANK, Slurm's
-    SLURM_NODEID), else 0."""
-    for name in ("GROUP_RANK", "SLURM_NODEID"):
+    """The node this process runs on, as its launcher says (torchelastic, Slurm), else 0."""
+    return _launcher_int(("GROUP_RANK", "SLURM_NODEID"), 0)
+
+
+def _launcher_int(names, default):
+    """The first of the launcher's environment variables ``names`` that holds a number."""
+    for name in names:
         if os.environ.get(name, "").isdigit():
             return int(os.environ[name])
-    return 0
+    return default
+
+
+def _script() -> Path | None:
+    """The script being run (the user's training script), or None (``python -c``, a notebook)."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    return Path(argv0).resolve() if argv0 and argv0 != "-c" and Path(argv0).is_file() else None
