@@ -89,7 +89,7 @@ def table(rows, header):
     return "\n".join(lines)
 
 
-def main():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", action="append", choices=["ring", "allreduce", "collectives"],
                         help="workload to measure (repeatable; default: all)")
@@ -98,7 +98,11 @@ def main():
                         help="profiler cycles of the default schedule (default 12: 36 profiled "
                              "and 36 unprofiled steps per rank)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main():
+    args = parse_args()
     rows, ratios = [], []
     with tempfile.TemporaryDirectory(prefix="overhead_bench_") as out:
         for workload in args.workload or ["ring", "allreduce", "collectives"]:

@@ -4,14 +4,16 @@ Data flows one way::
 
     workload -> launcher -> per-rank harness -> trace files -> analyzer -> report -> renderers
 
-``overlapprof.analyze(paths) -> Report`` is the library entry point of the analyzer. Importing this
-package imports neither torch nor the analyzer: names are resolved on first use, so the CLI's
-``--help`` stays fast and analysis runs where torch is not installed.
+``overlapprof.analyze(paths) -> Report`` is the library entry point of the analyzer, and
+``overlapprof.profile(...)`` records your own training loop into a run directory it reads
+(:mod:`overlapprof.profiling`). Importing this package imports neither torch nor the analyzer:
+names are resolved on first use, so the CLI's ``--help`` stays fast and analysis runs where
+torch is not installed.
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["analyze", "Report", "__version__"]
+__all__ = ["analyze", "profile", "ProfileConfig", "Report", "__version__"]
 
 
 def __getattr__(name):
@@ -23,4 +25,8 @@ def __getattr__(name):
         from overlapprof.report import Report
 
         return Report
+    if name in ("profile", "ProfileConfig"):
+        from overlapprof import profiling
+
+        return getattr(profiling, name)
     raise AttributeError(f"module 'overlapprof' has no attribute {name!r}")

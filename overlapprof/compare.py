@@ -224,6 +224,7 @@ def _stats(report: Report, label: str, per_step: bool) -> VariantStats:
         host_step_us=_median(host),
         host_step_p90_us=_percentile(host, 90),
         host_unprofiled_step_us=_median(_host_step_times_us(report, "unprofiled")),
+        workload_metrics={m.name: m.median for m in report.workload_metrics},
     )
     hideable = sum(min(s.comm_us, s.compute_us) for s in samples)
     stats.hidden_of_hideable = sum(s.overlapped_us for s in samples) / hideable if hideable > 0 else None

@@ -57,3 +57,8 @@ class SpillError(OverlapprofError):
     with exit code 1."""
 
     exit_code = 1
+
+
+class ProfileError(OverlapprofError):
+    """``overlapprof.profile`` cannot record here: a bad setting, or a multi-rank launch whose
+    process group is not initialized yet."""

@@ -67,6 +67,7 @@ class Context:
         self.opts = types.SimpleNamespace(**self.options)
         self.comm_stream = torch.cuda.Stream(device=device) if self.is_cuda else None
         self.metrics = {}
+        self._checks = {}  # check_result's weights and expected values, by name
         self.step_index = -1
         self.step_kind = "setup"
         # What the rank is doing now, for the watchdog that names a hung operation.
@@ -111,6 +112,24 @@ class Context:
         up in run.json as ``ranks.<rank>.metrics.<name>.<step kind>``: a list in call order, per
         kind of step like the step times ("warmup", "profiled"..., or "setup")."""
         self.metrics.setdefault(name, {}).setdefault(self.step_kind, []).append(float(value))
+
+    def check_result(self, name, value, reference, rtol=1e-5):
+        """Fail the rank unless the 1-D tensor ``value`` equals ``reference`` (the result computed
+        the sync variant's way) to within ``rtol`` of the reference's largest magnitude, and record
+        metric ``<name>_checksum`` (the dot product of ``value`` with fixed random weights), which
+        must then agree across variants: an async variant that computes a wrong result is worse
+        than a slow one. Two passes over ``value`` when it equals the reference exactly."""
+        if name not in self._checks:
+            weights = torch.randn(reference.numel(), generator=torch.Generator().manual_seed(0))
+            self._checks[name] = (weights.to(reference.device, reference.dtype), reference.abs().max().item())
+        weights, scale = self._checks[name]
+        self.metric(f"{name}_checksum", torch.dot(value, weights).item())
+        if torch.equal(value, reference):
+            return
+        diff = torch.linalg.vector_norm(value - reference, ord=float("inf")).item()
+        if diff > rtol * (scale or 1.0):
+            raise AssertionError(f"variant {self.variant}: {name} differs from the sync variant's by up to {diff:.3g} "
+                                 f"(largest |reference| {scale:.3g}, rtol {rtol:g})")
 
     def _mark(self, phase):
         self.current_phase = phase

@@ -118,3 +118,49 @@ def pytest_collection_modifyitems(config, items):
         module = getattr(item, "module", None)
         if TORCH_FIXTURES & set(getattr(item, "fixturenames", ())) or getattr(module, "__name__", "") in TORCH_MODULES:
             item.add_marker(skip)
+
+
+# -- issue 29: the workloads users recognise (ddp, fsdp, pipeline) and a user-style DDP script
+# recorded with overlapprof.profile under torch.distributed.run; 2 CPU ranks each, made once.
+
+USER_WORKLOADS = ("ddp", "fsdp", "pipeline")
+USER_SCHEDULE = ("--warmup-steps", 1, "--wait", 0, "--warmup", 1, "--active", 3)
+USER_OPTIONS = ("--opt", "width=256", "--opt", "batch=1024")  # a layer's compute ~ its communication
+# examples/ddp_profile.py, small: 8 layers of 256 (256 KiB each) in 0.25 MiB buckets
+EXAMPLE_ARGS = ("--active", 4, "--width", 256, "--batch", 128, "--bucket-cap-mb", 0.25)
+
+
+@dataclass
+class UserRuns:
+    root: Path
+    procs: dict  # workload or example run id -> CompletedProcess
+    dirs: dict  # (workload, variant) or ("example", run id) -> run directory
+
+
+def torchrun(*args, timeout=240):
+    """``python -m torch.distributed.run --standalone`` as a user runs it (a free port: tests run side by side;
+    OMP_NUM_THREADS=1 as overlapprof run sets it)."""
+    import os as _os
+
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO,
+                          env={**_os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)})
+
+
+@pytest.fixture(scope="session")
+def user_runs(tmp_path_factory) -> UserRuns:
+    root = tmp_path_factory.mktemp("user_runs")
+    procs, dirs = {}, {}
+    for name in USER_WORKLOADS:
+        procs[name] = _overlapprof("run", REPO / "workloads" / f"{name}.py", "--nproc", 2, "--run-id", name,
+                                   "--out", root, "--no-analyze", "-q", *USER_SCHEDULE, *USER_OPTIONS,
+                                   "--variant", "sync", "--variant", "async", timeout=300)
+        dirs.update({(name, v): root / f"{name}-{v}" for v in ("sync", "async")})
+    for run_id, extra in (("ddp-no-sync", ("--no-sync",)), ("ddp", ())):
+        procs[run_id] = torchrun("--nproc-per-node", 2, REPO / "examples" / "ddp_profile.py", "--out", root,
+                                 "--run-id", run_id, *EXAMPLE_ARGS, *extra)
+        dirs["example", run_id] = root / run_id
+    return UserRuns(root, procs, dirs)
+
+
+TORCH_FIXTURES = TORCH_FIXTURES | {"user_runs"}

@@ -396,13 +396,15 @@ def analyze(
 
         like_hta.settle(results)
     ranks = sorted((r.report for r in results), key=lambda r: r.rank)
-    run = None
+    run, metrics = None, []
     if inputs.run:
+        from overlapprof.analysis.workload_metrics import workload_metrics
         from overlapprof.launch.run_record import missing_ranks, to_builtins  # run directories only
 
         if missing := missing_ranks(inputs.run.world_size, {r.rank for r in ranks}):
             warnings.append(f"run.json: world_size {inputs.run.world_size} but no trace for ranks {missing}")
         run = to_builtins(inputs.run)
+        metrics = workload_metrics(inputs.run)
     modes = {r.mode for r in ranks}
     if len(modes) > 1:
         cpu = [r.rank for r in ranks if r.mode == "cpu"]
@@ -423,6 +425,7 @@ def analyze(
         warnings=warnings,
         run=run,
         crossrank=crossrank,
+        workload_metrics=metrics,
     )
     inputs = {r.report.rank: r.exposure_input for r in results if r.exposure_input is not None}
     if options.like_hta:

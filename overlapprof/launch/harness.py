@@ -52,7 +52,7 @@ import torch.distributed as dist  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
 from overlapprof import workload as workload_api  # noqa: E402
-from overlapprof.launch import blame, run_record, rundir  # noqa: E402
+from overlapprof.launch import blame, recording, run_record, rundir  # noqa: E402
 from overlapprof.launch.watchdog import (Watchdog, describe_stack, describe_traceback,  # noqa: E402
                                          first_line, main_thread_location, waiting_on_peers)
 
@@ -96,13 +96,6 @@ def stall_fields(stalled_s, location):
     return {"stalled_s": None if stalled_s is None else round(stalled_s, 3),
             "location": location or None,
             "waiting_on_peers": waiting_on_peers(location) if location else None}
-
-
-def schedule_kinds(unprofiled, wait, warmup, active, repeat):
-    """The kind of each step of the profiled loop (see the module docstring)."""
-    cycle = (["unprofiled"] * unprofiled + ["profiler_wait"] * wait
-             + ["profiler_warmup"] * warmup + ["profiled"] * active)
-    return cycle * repeat
 
 
 class Harness:
@@ -179,21 +172,10 @@ class Harness:
         prof_cfg = self.config.profiler
         for i in range(prof_cfg.warmup_steps):
             self._timed_step("warmup", i, step, state)
-        kinds = schedule_kinds(prof_cfg.unprofiled_steps, prof_cfg.wait, prof_cfg.warmup,
-                               prof_cfg.active, prof_cfg.repeat)
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if self.ctx.is_cuda:
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        schedule = torch.profiler.schedule(wait=prof_cfg.unprofiled_steps + prof_cfg.wait,
-                                           warmup=prof_cfg.warmup, active=prof_cfg.active,
-                                           repeat=prof_cfg.repeat)
-        extra = {}
-        if self.ctx.is_cuda and prof_cfg.cuda_sync_events:  # which stream waited for which event: the windows
-            extra["experimental_config"] = torch.profiler._ExperimentalConfig(enable_cuda_sync_events=True)
-        with torch.profiler.profile(activities=activities, schedule=schedule,
-                                    on_trace_ready=self._save_trace,
-                                    record_shapes=prof_cfg.record_shapes,
-                                    with_stack=prof_cfg.with_stack, **extra) as prof:
+        kinds = recording.schedule_kinds(prof_cfg.unprofiled_steps, prof_cfg.wait,
+                                         prof_cfg.warmup, prof_cfg.active, prof_cfg.repeat)
+        with recording.torch_profiler(prof_cfg, self.ctx.is_cuda, self._save_trace,
+                                     cuda_sync_events=prof_cfg.cuda_sync_events) as prof:
             for i, kind in enumerate(kinds):
                 self._timed_step(kind, i, step, state)  # runs inside ProfilerStep#i
                 if kind == "profiled":
@@ -216,9 +198,8 @@ class Harness:
         self.times[kind].append(round((time.perf_counter() - start) * 1000, 4))
 
     def _save_trace(self, prof):
-        name = rundir.trace_file_name(self.rank, gzip=self.config.profiler.gzip)
-        prof.export_chrome_trace(str(self.run_dir / name))
-        self.traces.append(name)
+        self.traces.append(recording.save_trace(prof, self.run_dir, self.rank,
+                                                self.config.profiler.gzip))
 
     # -- reporting -----------------------------------------------------------------------------
 

@@ -319,20 +319,15 @@ def _header(request, variant, run_dir, device, backend):
             warmup_steps=request.warmup_steps, unprofiled_steps=request.active,
             wait=request.wait, warmup=request.warmup, active=request.active,
             repeat=request.repeat, with_stack=request.with_stack, gzip=request.gzip,
-            cuda_sync_events=device == "cuda" and cuda_sync_events_supported()),
+            cuda_sync_events=device == "cuda" and _cuda_sync_events_supported()),
         versions=versions(), env=relevant_env())
 
 
-def cuda_sync_events_supported() -> bool:
-    """Whether this torch's profiler can record CUDA synchronization events
-    (``_ExperimentalConfig(enable_cuda_sync_events=True)``, torch >= 2.3)."""
-    import torch
+def _cuda_sync_events_supported() -> bool:
+    """Whether this torch's profiler records CUDA synchronization events (run.json says so)."""
+    from overlapprof.launch.recording import cuda_sync_events_config
 
-    try:
-        torch.profiler._ExperimentalConfig(enable_cuda_sync_events=True)
-    except (AttributeError, TypeError):
-        return False
-    return True
+    return cuda_sync_events_config() is not None
 
 
 def _elastic_launch(request, variant, run_dir):

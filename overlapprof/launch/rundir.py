@@ -144,27 +144,42 @@ def open_run_dir(path, header, node_rank, ranks):
     node starts. Raises RunDirError when the directory exists and may not be joined, or a rank
     is taken."""
     path = Path(path)
+    try:
+        create_run_dir(path, header)
+    except RunDirError:
+        if header.nnodes == 1:
+            raise
+        _check_joinable(path, header)
+        (path / "progress").mkdir(exist_ok=True)
+    claim(path, node_rank, ranks)
+    return path
+
+
+def create_run_dir(path, header):
+    """Make a new run directory with its folders and run.json ("running"); RunDirError when
+    ``path`` exists: runs are never overwritten."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         path.mkdir()
-        created = True
     except FileExistsError:
-        if header.nnodes == 1:
-            raise RunDirError(f"run directory {path} exists; runs are never overwritten") from None
-        created = False
-    if created:
-        for sub in ("logs", "ranks", "nodes", "progress"):
-            (path / sub).mkdir()
-        write_record(path / RUN_FILE, RunRecord(**msgspec.structs.asdict(header),
-                                                status="running", created=time.time()))
-    else:
-        _check_joinable(path, header)
-        (path / "progress").mkdir(exist_ok=True)
-    _claim(node_file(path, node_rank), NodeRecord(node_rank=node_rank, status="claimed"), path)
-    for local_rank, rank in enumerate(ranks):
+        raise RunDirError(f"run directory {path} exists; runs are never overwritten") from None
+    for sub in ("logs", "ranks", "nodes", "progress"):
+        (path / sub).mkdir()
+    write_record(path / RUN_FILE, RunRecord(**msgspec.structs.asdict(header), status="running",
+                                            created=time.time()))
+
+
+def claim(path, node_rank, ranks, first_local_rank=0, node=True):
+    """Claim node ``node_rank``'s record (unless ``node`` is False) and the fragments of
+    ``ranks`` (local ranks from ``first_local_rank`` on) exclusively (``O_EXCL``): RunDirError
+    when one is taken."""
+    path = Path(path)
+    if node:
+        _claim(node_file(path, node_rank), NodeRecord(node_rank=node_rank, status="claimed"), path)
+    for local_rank, rank in enumerate(ranks, first_local_rank):
         _claim(rank_file(path, rank), RankRecord(rank=rank, node_rank=node_rank,
                                                  local_rank=local_rank, status="starting"), path)
-    return path
 
 
 def _check_joinable(path, header):

@@ -35,6 +35,8 @@ _LIBRARY_DIRS = tuple(str(Path(p).resolve()) for p in {sysconfig.get_paths()["st
                                                         sysconfig.get_paths()["purelib"],
                                                         sysconfig.get_paths()["platlib"]})
 _OVERLAPPROF_DIR = str(Path(__file__).resolve().parent.parent) + os.sep
+# The workload API (ctx.phase, ctx.check_result...) is named like torch's: by the workload line calling it.
+_WORKLOAD_API = str(Path(__file__).resolve().parent.parent / "workload.py")
 _WRAPPER_MODULES = ("torch.distributed.c10d_logger", "contextlib", "functools")
 
 
@@ -85,7 +87,7 @@ def main_thread_location():
 def _is_user(frame):
     """Code of the user or of overlapprof: not torch, not the standard or installed libraries."""
     path = str(Path(frame.f_code.co_filename).resolve())
-    if path.startswith(_torch_dir()):
+    if path.startswith(_torch_dir()) or path == _WORKLOAD_API:
         return False
     return path.startswith(_OVERLAPPROF_DIR) or not path.startswith(_LIBRARY_DIRS)
 

@@ -9,6 +9,7 @@ aligned text, like the analyze table.
 from __future__ import annotations
 
 from overlapprof.report import BOOTSTRAP, CAUSES, CI_LEVEL, PER_STEP, Comparison
+from overlapprof.renderers import workload_metrics
 from overlapprof.renderers.format import PLACEHOLDER, factor, ms, percent, saved_ms, share, text_table
 
 
@@ -58,6 +59,7 @@ def _rows(c: Comparison) -> list[tuple[str, object]]:
             ("  unprofiled steps, median ms", lambda v: ms(v.host_unprofiled_step_us)),
             ("  speedup (unprofiled steps)", lambda v: factor(v.host_speedup, v.host_speedup_ci)),
         ]
+    rows += workload_metrics.compare_rows(c)
     rows.append(("ranks" if c.basis != PER_STEP else "samples (rank x step)", lambda v: str(v.samples)))
     return rows
 

@@ -10,6 +10,7 @@ value reads the same in the text tables, the CSV-free views and the HTML page:
 - factor: ``1.23x``; with its bootstrap interval ``1.23x [1.10-1.35]``
 - bytes: decimal units (1 kB = 1000 B, as nccl-tests and GB/s use): ``1.05 MB``
 - bandwidth: GB/s, 3 significant digits below 1, else 2 decimals
+- a workload's own metric (``ctx.metric``): 6 significant digits, its unit in its name
 """
 
 from __future__ import annotations
@@ -73,6 +74,11 @@ def human_bytes(n: int | None) -> str:
 def gbps(value: float | None) -> str:
     """A bandwidth in GB/s."""
     return PLACEHOLDER if value is None else f"{value:.3g}" if value < 1 else f"{value:.2f}"
+
+
+def metric(value: float | None) -> str:
+    """A workload's own metric (``ctx.metric``), in the unit its name says: 6 significant digits."""
+    return PLACEHOLDER if value is None else f"{value:.6g}"
 
 
 def count(value: int | None) -> str:

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from overlapprof.renderers import collectives_table as ct
-from overlapprof.renderers import compare_table
-from overlapprof.renderers.format import (PLACEHOLDER, RANK_SUMS, TRANSFER_RULE, WAIT_RULE, factor, ms, percent, saved_ms,
-                                          share)
+from overlapprof.renderers import compare_table, workload_metrics
+from overlapprof.renderers.format import (PLACEHOLDER, RANK_SUMS, TRANSFER_RULE, WAIT_RULE, factor, metric, ms, percent,
+                                          saved_ms, share)
 from overlapprof.report import PER_STEP, Comparison, Report
 
 
@@ -342,11 +342,28 @@ def _run_metadata(page: Page, label: str, report: Report) -> str:
     return _section("Run", body, level=3)
 
 
+def _workload_metrics(page: Page, label: str, report: Report) -> str | None:
+    if not report.workload_metrics:
+        return None
+    rows = [[_e(cell) for cell in row] for row in workload_metrics.rows(report)]
+    return _section("Workload metrics (ctx.metric)", table(workload_metrics.HEAD, rows, "numbers"), level=3)
+
+
+def _variant_metrics(page: Page) -> str | None:
+    c = page.comparison
+    if len(c.variants) < 2 or not (names := workload_metrics.names(c)):
+        return None
+    rows = [[_e(name), *(_e(metric(v.workload_metrics.get(name))) for v in c.variants)] for name in names]
+    body = table(["workload metric (median)", *(_e(v.label) for v in c.variants)], rows, "numbers")
+    return _section("Workload metrics compared (ctx.metric)", body, "workload-metrics")
+
+
 PageSection = Callable[[Page], "str | None"]
 RunSection = Callable[[Page, str, Report], "str | None"]
 
-PAGE_SECTIONS: list[PageSection] = [_header, _comparison, _runs, _definitions]
-RUN_SECTIONS: list[RunSection] = [_rank_table, _causes, _partition, _timeline, _exposure, _stragglers, _run_metadata]
+PAGE_SECTIONS: list[PageSection] = [_header, _comparison, _variant_metrics, _runs, _definitions]
+RUN_SECTIONS: list[RunSection] = [_rank_table, _causes, _partition, _timeline, _exposure, _stragglers, _workload_metrics,
+                                  _run_metadata]
 
 _CSS = """
 :root{--ink:#1f2328;--muted:#656d76;--line:#d8dee4;--bg:#f6f8fa;--accent:#0072B2;--warn:#9a6700}

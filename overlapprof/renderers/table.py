@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from overlapprof.renderers import causes_table
 from overlapprof.renderers import collectives_table as ct
+from overlapprof.renderers import workload_metrics
 from overlapprof.renderers.format import PLACEHOLDER, ms, percent, text_table
 from overlapprof.report import Report
 
@@ -86,6 +87,7 @@ def summary_lines(report: Report) -> list[str]:
             lines.append(f"rank {r.rank} mean step {ms(p.step_us)} ms = compute {ms(p.compute_us)} + exposed comm "
                          f"{ms(p.exposed_comm_us)} + exposed memory {ms(p.exposed_memory_us)} + idle "
                          f"{ms(p.idle_us)} ms")
+    lines += workload_metrics.text_lines(report)
     modes = sorted({r.mode for r in report.ranks})
     sources = sorted({r.rank_source for r in report.ranks})
     lines.append(

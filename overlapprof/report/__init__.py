@@ -12,6 +12,7 @@ microseconds. Modules:
 - :mod:`~overlapprof.report.lanes`: every step's unions on one clock, for the all-ranks export
 - :mod:`~overlapprof.report.document`: the Report and its Options; JSON save/load
 - :mod:`~overlapprof.report.comparison`: variants compared against a baseline
+- :mod:`~overlapprof.report.workload`: the workload's own metrics (``ctx.metric``)
 
 Layout (``schema`` is first in the JSON, which is how a saved report is recognised)::
 
@@ -32,6 +33,7 @@ Layout (``schema`` is first in the JSON, which is how a saved report is recognis
         lanes: Lanes | None          every step's unions on the run's common clock (export; when asked)
       summary: Summary               across ranks (section 3)
       crossrank: CrossRank | None    matched collectives: wait vs transfer, stragglers, bandwidth
+      workload_metrics: [WorkloadMetric]   the workload's ctx.metric values, from run.json
 
     Comparison
       schema, version, baseline, basis, warnings
@@ -57,11 +59,12 @@ from overlapprof.report.exposure import ACTIVITIES, BOUND_FORMS, CAUSES, FIRST_O
 from overlapprof.report.lanes import Lanes, SliceEvent, StepLanes, TraceSlice
 from overlapprof.report.metrics import KindMetrics, Metrics, Partition, RankReport, StepMetrics, Summary, Timeline
 from overlapprof.report.records import CommRecord
+from overlapprof.report.workload import WorkloadMetric
 
 __all__ = [
     "ACTIVITIES", "BOOTSTRAP", "BOUND_FORMS", "CAUSES", "CI_LEVEL", "Exposure", "FIRST_ORDER", "OperationWindow", "WINDOWS", "PER_STEP", "SEED", "WHOLE_TRACE", "BandwidthRow", "ClockDomain",
     "CollectiveInstance", "CommRecord", "Comparison", "CrossRank", "KindMatch", "KindMetrics", "Lanes",
     "Metrics", "Options", "Partition", "ProcessGroup", "RankReport", "RankWaits", "Report",
     "SCHEMA", "SliceEvent", "StepLanes", "StepMetrics", "Straggler", "Summary", "Timeline", "TraceSlice", "Unmatched", "VariantStats",
-    "WarmupOp",
+    "WarmupOp", "WorkloadMetric",
 ]

@@ -28,6 +28,8 @@ Per variant (µs unless named otherwise; OVERLAP.md's metrics):
 - ``exposure``: the mean per step (or rank) of each cause of exposed communication, so the five
   add up to the mean ``exposed_comm_us`` (a stacked bar); ``verdict``: the verdict of the rank
   with the most exposed communication.
+- ``workload_metrics``: each of the workload's ``ctx.metric`` values (Report.workload_metrics),
+  its median, by name.
 - ``host_step_us``, ``host_step_p90_us``, ``host_unprofiled_step_us``: from ``run.json`` when
   the input is an ``overlapprof run`` directory: step times measured on the host around each
   step call (profiled steps; and the unprofiled ones, free of profiler overhead), pooled over
@@ -118,6 +120,7 @@ class VariantStats(msgspec.Struct, kw_only=True):
     speedup_ci: tuple[float, float] | None = None
     host_speedup_ci: tuple[float, float] | None = None
     compute_slowdown_ci: tuple[float, float] | None = None
+    workload_metrics: dict[str, float] = {}
 
 
 class Comparison(msgspec.Struct, kw_only=True):

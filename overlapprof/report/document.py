@@ -13,13 +13,17 @@ is ``"comms"``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from overlapprof.errors import ReportError
 from overlapprof.report.crossrank import CrossRank
 from overlapprof.report.metrics import RankReport, Summary, by_rank
+from overlapprof.report.workload import WorkloadMetric
+
+if TYPE_CHECKING:
+    from overlapprof.report.frames import Frames
 
 SCHEMA = "overlapprof.report/1"
 
@@ -88,9 +92,10 @@ class Report(msgspec.Struct, kw_only=True):
 
     ``filters`` describes, in words, each option that changes which events count (empty by
     default). ``warnings`` lists what the reader should know (skipped ranks, odd events).
-    ``run`` is the ``run.json`` of an ``overlapprof run`` directory, when one was analyzed.
-    ``exposure_notes`` say what the causes and bounds could not see (no windows, an unknown
-    link or core count, one rank only) and how they fell back.
+    ``run`` is the ``run.json`` of an ``overlapprof run`` directory, when one was analyzed, and
+    ``workload_metrics`` the workload's ``ctx.metric`` values from it. ``exposure_notes`` say
+    what the causes and bounds could not see (no windows, an unknown link or core count, one
+    rank only) and how they fell back.
     """
 
     schema: str = SCHEMA
@@ -103,6 +108,7 @@ class Report(msgspec.Struct, kw_only=True):
     warnings: list[str] = []
     run: dict[str, Any] | None = None
     crossrank: CrossRank | None = msgspec.field(default=None, name="comms")
+    workload_metrics: list[WorkloadMetric] = []
     exposure_notes: list[str] = []
 
     def rank(self, rank: int) -> RankReport:
@@ -112,6 +118,13 @@ class Report(msgspec.Struct, kw_only=True):
     to_json = to_json
     save = save
     load = classmethod(load)  # Report.load(path): a report saved with save (or --json FILE)
+
+    def to_pandas(self) -> Frames:
+        """The per-rank, per-step, per-kind, per-collective and workload-metric tables as pandas
+        DataFrames (:class:`~overlapprof.report.frames.Frames`); needs pandas (the ``pandas`` extra)."""
+        from overlapprof.report.frames import to_pandas
+
+        return to_pandas(self)
 
     @classmethod
     def from_json(cls, text: str | bytes, source: str = "report") -> Report:

@@ -1,0 +1,57 @@
+"""How a rank records its steps, shared by the harness (``overlapprof run``) and
+:func:`overlapprof.profile` (a user's own loop): the kind of each step of the profiled loop, the
+``torch.profiler`` that records it, and the trace file it saves.
+
+The loop, after ``warmup_steps`` unprofiled steps, is ``repeat`` cycles of ``unprofiled_steps``
+(profiler off: the baseline of its overhead) + ``wait`` + ``warmup`` + ``active`` steps (see
+:class:`overlapprof.launch.run_record.ProfilerConfig`).
+"""
+
+import torch
+
+from overlapprof.launch import rundir
+
+
+def schedule_kinds(unprofiled, wait, warmup, active, repeat):
+    """The kind of each step of the profiled loop (after the warm-up steps)."""
+    cycle = (["unprofiled"] * unprofiled + ["profiler_wait"] * wait
+             + ["profiler_warmup"] * warmup + ["profiled"] * active)
+    return cycle * repeat
+
+
+def cuda_sync_events_config():
+    """A ``torch.profiler._ExperimentalConfig`` that records CUDA synchronization (``cuda_sync``
+    events: stream waits on events, event and stream synchronizes), or None where this torch
+    lacks the option (it is experimental)."""
+    try:
+        return torch.profiler._ExperimentalConfig(enable_cuda_sync_events=True)
+    except (AttributeError, TypeError):
+        return None
+
+
+def torch_profiler(config, cuda, on_trace_ready, skip_first=0, cuda_sync_events=True):
+    """The ``torch.profiler.profile`` of the loop: CPU activity, and CUDA activity (with
+    CUDA event-sync records, unless ``cuda_sync_events`` is False) when ``cuda``; the schedule
+    of ``config`` (a ProfilerConfig) after ``skip_first`` steps outside it."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    extra = {}
+    if cuda:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+        if cuda_sync_events and (experimental := cuda_sync_events_config()) is not None:
+            extra["experimental_config"] = experimental
+    schedule = torch.profiler.schedule(skip_first=skip_first,
+                                       wait=config.unprofiled_steps + config.wait,
+                                       warmup=config.warmup, active=config.active,
+                                       repeat=config.repeat)
+    return torch.profiler.profile(activities=activities, schedule=schedule,
+                                  on_trace_ready=on_trace_ready,
+                                  record_shapes=config.record_shapes,
+                                  with_stack=config.with_stack, **extra)
+
+
+def save_trace(prof, run_dir, rank, gzip):
+    """Write the profiler's trace into the run directory under a name analyze recognises
+    (``rank<N>.<time_ns>.pt.trace.json[.gz]``); returns the name."""
+    name = rundir.trace_file_name(rank, gzip=gzip)
+    prof.export_chrome_trace(str(run_dir / name))
+    return name

@@ -1,0 +1,353 @@
+"""``overlapprof.profile``: record your own training loop into an overlapprof run directory.
+
+::
+
+    with overlapprof.profile(out="traces", run_id="ddp-bucket25") as prof:   # on every rank
+        for batch in loader:
+            train_step(batch)
+            prof.step()
+
+Under any launcher (torchrun, srun, mpirun, torchelastic), after ``init_process_group``. It
+writes what ``overlapprof run`` writes, so ``analyze``, ``compare``, ``report``, ``view`` and
+``export`` read it unchanged: ``<out>/<run_id>/`` with ``run.json`` (written by rank 0 alone:
+world size, backend, device, versions, the environment that matters, the profiler schedule,
+every rank's host step times) and ``rank<N>.<time_ns>.pt.trace.json`` per rank and profiler
+cycle. The loop is recorded as ``overlapprof run`` records a workload
+(:mod:`overlapprof.launch.recording`): ``warmup_steps`` steps outside the profiler, then
+``repeat`` cycles of ``unprofiled_steps`` steps with the profiler off (the baseline of its
+overhead), ``wait``, ``warmup`` and ``active`` steps; steps after the last cycle are neither
+traced nor timed (``prof.done`` says when the loop may stop).
+
+Entering and leaving the block are collective when torch.distributed is initialized: rank 0
+creates the directory and broadcasts its name (a directory that exists is an error on every
+rank: runs are never overwritten), each rank claims its own files exclusively, and on leaving
+every rank writes its record and meets the others at a barrier before rank 0 merges run.json.
+Without torch.distributed (one process) it records rank 0 of 1 and says so.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from overlapprof.errors import ProfileError, RunDirError
+from overlapprof.launch import blame, recording, run_record, rundir
+from overlapprof.launch.launcher import relevant_env, step_summary, usable_cores, versions
+from overlapprof.launch.watchdog import describe_traceback, first_line
+
+_STEP_KINDS = ("warmup", "unprofiled", "profiler_wait", "profiler_warmup", "profiled")
+
+
+@dataclass
+class ProfileConfig:
+    """What :func:`profile` records, and where. The defaults are ``overlapprof run``'s."""
+
+    out: str | Path = "traces"
+    """The folder the run directory is made in."""
+    run_id: str | None = None
+    """The run directory's name, ``<out>/<run_id>``; None: ``<script>-<YYYYmmdd-HHMMSS>``,
+    chosen by rank 0. A directory that exists is an error: runs are never overwritten."""
+    variant: str = ""
+    """What ``compare`` calls this run (run.json ``variant``); "": the directory's name."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Settings of your job to keep in run.json ``options`` (``{"bucket_cap_mb": 25}``):
+    ``compare`` says where two runs' options differ."""
+    warmup_steps: int = 2
+    """Steps before the profiler cycles, outside the profiler (communicators are built then);
+    their host times are kept as "warmup"."""
+    unprofiled_steps: int | None = None
+    """Steps with the profiler off at the start of each cycle: the baseline of the profiler's
+    overhead. None: as many as ``active``."""
+    wait: int = 1
+    """``torch.profiler.schedule`` wait: steps skipped after the unprofiled ones."""
+    warmup: int = 1
+    """Steps traced and discarded before the active ones."""
+    active: int = 16
+    """Steps recorded per cycle: the ProfilerSteps in each trace file."""
+    repeat: int = 1
+    """Profiler cycles: one trace file per rank each."""
+    record_shapes: bool = True
+    """Record input shapes (the collectives' message sizes come from them)."""
+    with_stack: bool = False
+    """Record Python stacks in the traces (costly)."""
+    gzip: bool = False
+    """Write ``.pt.trace.json.gz``."""
+    device: str = "auto"
+    """"cuda": record CUDA activity too; "cpu": host activity only; "auto": "cuda" when the
+    backend is NCCL, or when CUDA is initialized in this process."""
+    cuda_sync_events: bool = True
+    """On CUDA, record CUDA synchronization events (``cuda_sync``: stream waits on events,
+    synchronizes), where this torch has the option."""
+    synchronize: bool = True
+    """On CUDA, ``torch.cuda.synchronize()`` at each ``step()`` before the step's host time
+    is taken (as ``overlapprof run`` does), so that a step's time includes its GPU work."""
+    quiet: bool = False
+    """Print nothing (otherwise: a line when recording without torch.distributed, and rank 0's
+    summary at the end, on stderr)."""
+
+    def steps_needed(self) -> int:
+        """Steps until the last cycle is recorded."""
+        return self.warmup_steps + self.repeat * (self.unprofiled() + self.wait + self.warmup + self.active)
+
+    def unprofiled(self) -> int:
+        return self.active if self.unprofiled_steps is None else self.unprofiled_steps
+
+    def check(self) -> None:
+        """ProfileError (one line) on a setting that cannot work."""
+        counts = {"warmup_steps": self.warmup_steps, "unprofiled_steps": self.unprofiled(),
+                  "wait": self.wait, "warmup": self.warmup}
+        for name, value in counts.items():
+            if not isinstance(value, int) or value < 0:
+                raise ProfileError(f"overlapprof.profile: {name} must be an integer >= 0, not {value!r}")
+        for name in ("active", "repeat"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ProfileError(f"overlapprof.profile: {name} must be an integer >= 1, not {value!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ProfileError(f"overlapprof.profile: device must be 'auto', 'cpu' or 'cuda', not {self.device!r}")
+        if self.run_id is not None and (not self.run_id or "/" in self.run_id or self.run_id in (".", "..")):
+            raise ProfileError(f"overlapprof.profile: run_id {self.run_id!r} is not a directory name")
+
+    def profiler_config(self) -> run_record.ProfilerConfig:
+        """run.json's ``profiler``."""
+        return run_record.ProfilerConfig(
+            warmup_steps=self.warmup_steps, unprofiled_steps=self.unprofiled(), wait=self.wait,
+            warmup=self.warmup, active=self.active, repeat=self.repeat,
+            record_shapes=self.record_shapes, with_stack=self.with_stack, gzip=self.gzip,
+            cuda_sync_events=self.cuda_sync_events)
+
+
+def profile(config: ProfileConfig | None = None, **settings) -> Profiler:
+    """A :class:`Profiler` for your own loop: ``with overlapprof.profile(out=..., run_id=...) as
+    prof:`` on every rank, ``prof.step()`` after each step. ``settings`` are
+    :class:`ProfileConfig` fields (or pass a ``config``)."""
+    if config is not None and settings:
+        raise ProfileError("overlapprof.profile: pass a config or settings, not both")
+    return Profiler(config or ProfileConfig(**settings))
+
+
+class Profiler:
+    """Records a loop (see the module docstring); made by :func:`profile`.
+
+    Attributes, once entered: ``run_dir`` (Path), ``rank``, ``world_size``, ``device``
+    ("cpu"/"cuda"), ``steps`` (``step()`` calls so far), ``done`` (the last cycle is recorded).
+    """
+
+    def __init__(self, config: ProfileConfig):
+        config.check()
+        self.config = config
+        self.run_dir: Path | None = None
+        self.rank, self.world_size, self.device = 0, 1, "cpu"
+        self.steps = 0
+        self._kinds = (["warmup"] * config.warmup_steps) + _schedule_kinds(config)
+        self._times: dict[str, list[float]] = {kind: [] for kind in _STEP_KINDS}
+        self._metrics: dict[str, dict[str, list[float]]] = {}
+        self._profiled: list[int] = []
+        self._traces: list[str] = []
+        self._prof = None
+        self._since = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.steps >= len(self._kinds)
+
+    def _kind(self) -> str:
+        return self._kinds[self.steps] if self.steps < len(self._kinds) else "after"
+
+    # -- entering ------------------------------------------------------------------------------
+
+    def __enter__(self) -> Profiler:
+        import torch
+        import torch.distributed as dist
+
+        distributed = dist.is_available() and dist.is_initialized()
+        if distributed:
+            self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+            backend = str(dist.get_backend())
+        else:
+            launched = int(os.environ.get("WORLD_SIZE", "1") or 1)
+            if launched > 1:
+                raise ProfileError(f"overlapprof.profile: WORLD_SIZE={launched} but torch.distributed is not "
+                                   "initialized: call init_process_group() before entering overlapprof.profile")
+            backend = None
+            self._say("torch.distributed is not initialized: recording this process alone, as rank 0 of 1")
+        self.device = self._resolve_device(torch, backend)
+        self.run_dir = self._open_run_dir(backend, dist if distributed else None)
+        self._write(status="running", started=time.time(), host=rundir.host(), pid=os.getpid(),
+                    device=self._device_name(torch))
+        self._prof = recording.torch_profiler(self.config.profiler_config(), self.device == "cuda",
+                                              self._save_trace, skip_first=self.config.warmup_steps,
+                                              cuda_sync_events=self.config.cuda_sync_events)
+        self._prof.__enter__()
+        self._since = time.perf_counter()
+        return self
+
+    def _resolve_device(self, torch, backend) -> str:
+        device = self.config.device
+        if device == "auto":
+            cuda_in_use = torch.cuda.is_available() and torch.cuda.is_initialized()
+            device = "cuda" if backend == "nccl" or cuda_in_use else "cpu"
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ProfileError(f"overlapprof.profile: device 'cuda' but no CUDA device is available "
+                               f"(torch {torch.__version__})")
+        return device
+
+    def _device_name(self, torch) -> str:
+        return f"cuda:{torch.cuda.current_device()}" if self.device == "cuda" else "cpu"
+
+    def _open_run_dir(self, backend, dist) -> Path:
+        """Rank 0 creates the directory and run.json; every rank learns its name and claims its
+        own fragment (rank 0 also the node record)."""
+        out = Path(self.config.out)
+        name = error = None
+        if self.rank == 0:
+            script = _script()
+            name = self.config.run_id or f"{script.stem if script else 'profile'}-{time.strftime('%Y%m%d-%H%M%S')}"
+            try:
+                rundir.create_run_dir(out / name, self._header(name, backend))
+            except (RunDirError, OSError) as exc:
+                error = str(exc) if isinstance(exc, RunDirError) else f"cannot create {out / name}: {exc}"
+        if dist is not None and self.world_size > 1:
+            shared = [name, error]
+            dist.broadcast_object_list(shared, src=0)
+            name, error = shared
+        if error:
+            raise RunDirError(f"overlapprof.profile: {error}" if self.rank == 0
+                              else f"overlapprof.profile: rank 0 could not create the run directory: {error}")
+        path = out / name
+        for sub in ("", "ranks", "nodes"):  # a node without the shared filesystem makes its own
+            (path / sub).mkdir(parents=True, exist_ok=True)
+        local_rank = _launcher_int(("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"), self.rank)
+        rundir.claim(path, _node_rank(), [self.rank], first_local_rank=local_rank, node=self.rank == 0)
+        if self.rank == 0:
+            nproc = _launcher_int(("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE"), None)
+            run_record.update_node(rundir.node_file(path, _node_rank()), host=rundir.host(), pid=os.getpid(),
+                                   command=[sys.executable, *sys.argv], started=time.time(), status="running",
+                                   cpu_cores=usable_cores(), nproc=nproc)
+        return path
+
+    def _header(self, name, backend) -> run_record.RunConfig:
+        script = _script()
+        nproc = _launcher_int(("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE"), None)
+        return run_record.RunConfig(
+            name=name, run_id=self.config.run_id,
+            workload=run_record.Workload(name=script.stem if script else "", path=str(script or "")),
+            variant=self.config.variant, options=dict(self.config.options),
+            world_size=self.world_size, nnodes=_launcher_int(("GROUP_WORLD_SIZE", "SLURM_NNODES"), 1),
+            nproc_per_node=nproc, backend=backend, device=self.device,
+            profiler=self.config.profiler_config(), versions=versions(), env=relevant_env())
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def step(self) -> None:
+        """End one step of your loop: its host time is kept, and the profiler moves on."""
+        if self._prof is None:
+            raise ProfileError("overlapprof.profile: step() outside the `with` block")
+        if self.device == "cuda" and self.config.synchronize:
+            import torch
+
+            torch.cuda.synchronize()
+        elapsed_ms = (time.perf_counter() - self._since) * 1000
+        kind = self._kind()
+        if kind != "after":
+            self._times[kind].append(round(elapsed_ms, 4))
+        if kind == "profiled":
+            self._profiled.append(self._prof.step_num)
+        self.steps += 1
+        self._prof.step()
+        self._since = time.perf_counter()  # the profiler's own step() is no part of a step
+
+    def metric(self, name: str, value: float) -> None:
+        """Keep a number in run.json (``ranks.<rank>.metrics.<name>.<kind of step>``), as a
+        workload's ``ctx.metric`` does; name it with its unit (``_ms``, ``_bytes``)."""
+        self._metrics.setdefault(name, {}).setdefault(self._kind(), []).append(float(value))
+
+    def _save_trace(self, prof) -> None:
+        self._traces.append(recording.save_trace(prof, self.run_dir, self.rank, self.config.gzip))
+
+    # -- leaving -------------------------------------------------------------------------------
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if self._prof is None:
+            return False
+        self._prof.__exit__(exc_type, exc, tb)  # saves the cycle in progress, if any
+        self._prof = None
+        ended = time.time()
+        if exc_type is None:
+            self._write(status="ok", ended=ended, **self._results())
+        else:
+            interrupted = issubclass(exc_type, KeyboardInterrupt)
+            where = run_record.Where(step=self.steps, step_kind=self._kind())
+            location = "" if interrupted else describe_traceback(tb)
+            error = "interrupted" if interrupted else f"{exc_type.__name__}: {first_line(exc)}" + (
+                f" {location}" if location else "")
+            self._write(status="interrupted" if interrupted else "failed", error_kind="interrupted"
+                        if interrupted else "exception", error=error + blame.where_text(where),
+                        where=run_record.to_builtins(where), ended=ended, **self._results())
+        if self.rank == 0:
+            run_record.update_node(rundir.node_file(self.run_dir, _node_rank()), ended=ended,
+                                   status="ok" if exc_type is None else "failed")
+        if exc_type is None:
+            self._barrier()
+        if self.rank == 0:
+            self._finish(rundir.merge(self.run_dir))
+        return False
+
+    def _barrier(self) -> None:
+        """Every rank's record is written before rank 0 merges them; a peer that failed ends
+        the barrier with an error, and rank 0 merges what it has."""
+        import torch.distributed as dist
+
+        if self.world_size > 1 and dist.is_initialized():
+            try:
+                dist.barrier()
+            except Exception as exc:  # noqa: BLE001 - a peer died: its record says why
+                self._say(f"rank {self.rank}: the closing barrier failed ({type(exc).__name__}: {first_line(exc)})")
+
+    def _finish(self, run) -> None:
+        needed = self.config.steps_needed()
+        if self.steps < needed:
+            first = self.config.warmup_steps + self.config.unprofiled() + self.config.wait + self.config.warmup
+            self._say(f"the loop ended after {self.steps} steps; the schedule has {needed} (the first profiled "
+                      f"step is step {first + 1}): {len(self._profiled)} profiled step(s) recorded")
+        traces = sum(len(t) for t in run.traces.values())
+        self._say(f"{run.status}: {self.world_size} rank(s), {traces} trace(s) in {self.run_dir}; "
+                  f"{step_summary(run)}. Next: overlapprof analyze {self.run_dir}")
+
+    def _results(self) -> dict:
+        return {"step_times_ms": self._times, "profiled_steps": self._profiled, "metrics": self._metrics,
+                "traces": self._traces}
+
+    def _write(self, **fields) -> None:
+        run_record.update_rank(rundir.rank_file(self.run_dir, self.rank), **fields)
+
+    def _say(self, line: str) -> None:
+        if not self.config.quiet:
+            print(f"overlapprof.profile: {line}", file=sys.stderr, flush=True)
+
+
+def _schedule_kinds(config: ProfileConfig) -> list[str]:
+    return recording.schedule_kinds(config.unprofiled(), config.wait, config.warmup, config.active, config.repeat)
+
+
+def _node_rank() -> int:
+    """The node this process runs on, as its launcher says (torchelastic, Slurm), else 0."""
+    return _launcher_int(("GROUP_RANK", "SLURM_NODEID"), 0)
+
+
+def _launcher_int(names, default):
+    """The first of the launcher's environment variables ``names`` that holds a number."""
+    for name in names:
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return default
+
+
+def _script() -> Path | None:
+    """The script being run (the user's training script), or None (``python -c``, a notebook)."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    return Path(argv0).resolve() if argv0 and argv0 != "-c" and Path(argv0).is_file() else None

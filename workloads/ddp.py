@@ -1,0 +1,92 @@
+"""DDP: an MLP under DistributedDataParallel, its gradients averaged across ranks every step.
+
+sync:  backward under ``model.no_sync()`` (no communication during backward), then one
+       all_reduce of all gradients flattened together: nothing can overlap.
+async: DDP's own bucketed all_reduce: a bucket of gradients (``bucket_cap_mb``) is reduced as
+       soon as backward has produced it, while backward goes on with the layers before it. The
+       last bucket (the first layers' gradients) is produced when backward ends, and DDP waits
+       for it before backward returns: that communication stays exposed.
+
+Every rank keeps its own fixed batch and there is no optimizer step, so every step computes the
+same gradients; each step checks them against the ones the sync way computed in setup
+(``ctx.check_result``) and records their checksum (metric ``grads_checksum``). On CUDA the
+model sits on ``cuda:LOCAL_RANK`` and DDP runs its all_reduce on NCCL's stream.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+VARIANTS = {
+    "sync": "backward under no_sync(), then one all_reduce of all gradients",
+    "async": "DDP's bucketed all_reduce, overlapping backward",
+}
+DEFAULT_VARIANT = "async"
+OPTIONS = {
+    "layers": (8, "Linear layers of the MLP"),
+    "width": (512, "their width: a layer holds width^2 + width float32 parameters (1 MiB at 512)"),
+    "batch": (256, "rows per rank per step"),
+    "bucket_cap_mb": (2.0, "DDP's bucket size in MiB (torch's default is 25)"),
+}
+
+
+@dataclass
+class State:
+    model: DDP
+    x: torch.Tensor
+    target: torch.Tensor
+    reference: torch.Tensor  # the gradients, flattened, as the sync variant computes them
+
+
+def setup(ctx):
+    torch.manual_seed(0)  # the same initial parameters on every rank (DDP broadcasts rank 0's anyway)
+    o = ctx.opts
+    layers = []
+    for _ in range(o.layers):
+        layers += [torch.nn.Linear(o.width, o.width), torch.nn.ReLU()]
+    module = torch.nn.Sequential(*layers).to(ctx.device)
+    model = DDP(module, device_ids=[ctx.device.index] if ctx.is_cuda else None,
+                bucket_cap_mb=o.bucket_cap_mb)
+    data = torch.Generator().manual_seed(1000 + ctx.rank)  # each rank its own batch
+    x = torch.randn(o.batch, o.width, generator=data).to(ctx.device)
+    target = torch.randn(o.batch, o.width, generator=data).to(ctx.device)
+    state = State(model=model, x=x, target=target, reference=torch.empty(0))
+    step_sync(ctx, state, check=False)
+    state.reference = flat_grads(model)
+    return state
+
+
+def flat_grads(model):
+    return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
+def forward_backward(ctx, s):
+    s.model.zero_grad(set_to_none=True)
+    with ctx.phase("forward"):
+        loss = torch.nn.functional.mse_loss(s.model(s.x), s.target)
+    with ctx.phase("backward"):
+        loss.backward()
+
+
+def step_sync(ctx, s, check=True):
+    with s.model.no_sync():
+        forward_backward(ctx, s)
+    with ctx.phase("comm"):
+        grads = flat_grads(s.model)
+        grads.div_(ctx.world_size)  # DDP divides before it sums, too
+        dist.all_reduce(grads)
+        offset = 0
+        for p in s.model.parameters():
+            p.grad.copy_(grads[offset:offset + p.grad.numel()].view_as(p.grad))
+            offset += p.grad.numel()
+    if check:
+        with ctx.phase("check"):
+            ctx.check_result("grads", flat_grads(s.model), s.reference)
+
+
+def step_async(ctx, s):
+    forward_backward(ctx, s)  # DDP reduces the buckets during backward and waits for the last
+    with ctx.phase("check"):
+        ctx.check_result("grads", flat_grads(s.model), s.reference)

@@ -1,0 +1,89 @@
+"""FSDP2: an MLP whose layers are each sharded with ``fully_shard``; a layer's parameters are
+all-gathered before its forward and again before its backward, and its gradients
+reduce-scattered after its backward.
+
+sync:  each layer's all-gather is issued when the layer starts and waited at once, in forward and
+       in backward: nothing overlaps it.
+async: the next layer's all-gather is prefetched under the current layer's compute
+       (``set_modules_to_forward_prefetch``; in backward ``set_modules_to_backward_prefetch``,
+       which is what FSDP2 does by default there).
+
+How the sync variant turns prefetching off: ``_set_unshard_async_op(True)`` (private FSDP2 API,
+torch >= 2.6) issues each all-gather where it is needed instead of on FSDP2's own all-gather
+streams, which on CUDA prefetch implicitly; and each layer's backward prefetch list names the
+layer itself, which is all-gathered by then, so FSDP2's default backward prefetching is off.
+The reduce-scatters are the same in both variants: issued without waiting, they run under the
+next layer's backward (on CUDA on FSDP2's reduce-scatter stream).
+
+Runs on CPU/gloo too: in torch 2.13 ``fully_shard`` works over gloo (all_gather_into_tensor,
+reduce_scatter_tensor), so the suite runs it on 2 CPU ranks.
+
+Every rank keeps its own fixed batch and there is no optimizer step, so every step computes the
+same gradient shards; each step checks them against the ones the sync way computed in setup
+(``ctx.check_result``) and records their checksum (metric ``grad_shards_checksum``).
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch.distributed.fsdp import fully_shard
+
+VARIANTS = {
+    "sync": "each layer's all-gather issued when the layer starts, waited at once (no prefetching)",
+    "async": "the next layer's all-gather prefetched under the current layer's compute",
+}
+DEFAULT_VARIANT = "async"
+OPTIONS = {
+    "layers": (8, "Linear layers, each its own fully_shard unit"),
+    "width": (512, "their width: a layer holds width^2 + width float32 parameters (1 MiB at 512)"),
+    "batch": (256, "rows per rank per step"),
+}
+
+
+@dataclass
+class State:
+    model: torch.nn.Module
+    x: torch.Tensor
+    target: torch.Tensor
+    reference: torch.Tensor  # this rank's gradient shards, flattened, as the sync variant computes them
+
+
+def setup(ctx):
+    torch.manual_seed(0)  # the same parameters on every rank before they are sharded
+    o = ctx.opts
+    blocks = [torch.nn.Sequential(torch.nn.Linear(o.width, o.width), torch.nn.ReLU()) for _ in range(o.layers)]
+    model = torch.nn.Sequential(*blocks).to(ctx.device)
+    for block in blocks:
+        fully_shard(block)
+    fully_shard(model)
+    if not hasattr(model, "_set_unshard_async_op"):
+        raise RuntimeError(f"torch {torch.__version__}: FSDP2 has no _set_unshard_async_op (torch >= 2.6 has)")
+    model._set_unshard_async_op(True)  # all-gathers issued and waited where they are needed
+    for block in blocks:
+        block.set_modules_to_backward_prefetch([block])  # itself: nothing to prefetch
+    data = torch.Generator().manual_seed(1000 + ctx.rank)  # each rank its own batch
+    x = torch.randn(o.batch, o.width, generator=data).to(ctx.device)
+    target = torch.randn(o.batch, o.width, generator=data).to(ctx.device)
+    state = State(model=model, x=x, target=target, reference=torch.empty(0))
+    step(ctx, state, check=False)  # the reference, computed the sync way
+    state.reference = grad_shards(model)
+    if ctx.variant == "async":
+        for before, after in zip(blocks, blocks[1:]):
+            before.set_modules_to_forward_prefetch([after])
+            after.set_modules_to_backward_prefetch([before])
+    return state
+
+
+def grad_shards(model):
+    return torch.cat([p.grad.to_local().flatten() for p in model.parameters()])
+
+
+def step(ctx, s, check=True):  # both variants: they differ in what setup configured
+    s.model.zero_grad(set_to_none=True)
+    with ctx.phase("forward"):
+        loss = torch.nn.functional.mse_loss(s.model(s.x), s.target)
+    with ctx.phase("backward"):
+        loss.backward()
+    if check:
+        with ctx.phase("check"):
+            ctx.check_result("grad_shards", grad_shards(s.model), s.reference)
