@@ -32,6 +32,12 @@ def test_analyze_returns_the_report_and_its_tables(report):
         assert row["comm_us"] == r.metrics.comm_us and row["overlap_ratio"] == r.metrics.overlap_ratio
         assert row["steps"] == len(r.steps) and row["partition_idle_us"] == r.partition.idle_us
         assert row["wait_us"] == report.crossrank.rank(r.rank).wait_us
+        # why exposed, and what overlap could buy
+        assert row["late_peer_us"] == r.exposure.late_peer_us and row["window_short_us"] == r.exposure.window_short_us
+        assert row["overlap_bound_us"] == r.overlap_bound_us and row["verdict"] == r.verdict
+    assert (frames.steps["late_peer_us"] + frames.steps["host_blocked_us"] + frames.steps["queued_us"]
+            + frames.steps["no_window_us"] + frames.steps["window_short_us"]).to_numpy() == pytest.approx(
+        frames.steps["exposed_comm_us"].to_numpy())
     assert len(frames.steps) == sum(len(r.steps) for r in report.ranks) == 4
     first = report.ranks[0].steps[0]
     step = frames.steps.iloc[0]

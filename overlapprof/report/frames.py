@@ -20,6 +20,11 @@ if TYPE_CHECKING:
 _METRICS = ("comm_us", "compute_us", "overlapped_us", "exposed_comm_us", "overlap_ratio", "memory_us")
 _PARTITION = ("compute_us", "exposed_comm_us", "exposed_memory_us", "idle_us")
 _WAITS = ("wait_us", "transfer_us", "exposed_wait_us", "wait_share", "caused_wait_us")
+_CAUSES = tuple(f"{c}_us" for c in ("late_peer", "host_blocked", "queued", "no_window", "window_short")) + (
+    "slow_transfer_us",)
+_RANK_BOUNDS = ("comm_free_bound_us", "comm_free_speedup", "overlap_bound_us", "overlap_bound_speedup",
+                "overlap_bound_form", "hidden_of_hideable", "verdict")
+_STEP_BOUNDS = ("comm_free_bound_us", "overlap_bound_us")
 _COLLECTIVE = ("kind", "group", "method", "key", "step", "rank", "start_us", "duration_us", "transfer_us",
                "last_rank", "skew_us", "bytes", "group_size", "warmup")
 
@@ -33,11 +38,17 @@ class Frames:
       ``exposed_comm_us``, ``overlap_ratio``, ``memory_us``), ``steps``, ``median_step_us``,
       ``events``, the mean step's partition (``partition_compute_us`` ...
       ``partition_idle_us``), and with the cross-rank section its waits (``wait_us``,
-      ``transfer_us``, ``exposed_wait_us``, ``wait_share``, ``caused_wait_us``).
+      ``transfer_us``, ``exposed_wait_us``, ``wait_share``, ``caused_wait_us``); why its
+      communication was exposed (``late_peer_us``, ``host_blocked_us``, ``queued_us``,
+      ``no_window_us``, ``window_short_us``, ``slow_transfer_us``: OVERLAP.md section 6) and
+      what overlap could buy (``comm_free_bound_us``, ``comm_free_speedup``,
+      ``overlap_bound_us``, ``overlap_bound_speedup``, ``overlap_bound_form``,
+      ``hidden_of_hideable``, ``verdict``).
     - ``steps``: one row per (rank, ProfilerStep): ``rank``, ``step``, ``start_us``,
-      ``step_us``, ``exposed_share``, the metrics and the step's partition.
-    - ``kinds``: one row per (rank, kind of communication): ``rank``, ``kind``, ``count`` and the
-      metrics (the kind's communication against all the rank's compute).
+      ``step_us``, ``exposed_share``, the metrics, the step's partition, its causes and bounds
+      (``comm_free_bound_us``, ``overlap_bound_us``).
+    - ``kinds``: one row per (rank, kind of communication): ``rank``, ``kind``, ``count``, the
+      metrics (the kind's communication against all the rank's compute) and its causes.
     - ``collectives``: one row per (matched collective instance, rank) of the cross-rank
       section: ``kind``, ``group``, ``method``, ``key``, ``step``, ``rank``, ``start_us`` (common
       clock), ``duration_us`` (the rank's), and the instance's ``transfer_us``, ``last_rank``,
@@ -73,15 +84,18 @@ def to_pandas(report: Report) -> Frames:
         row = {"rank": r.rank, "rank_source": r.rank_source, "mode": r.mode, "world_size": r.world_size,
                "backend": r.backend, **_fields(r.metrics, _METRICS), "steps": len(r.steps),
                "median_step_us": r.median_step_us, "events": r.events,
-               **_fields(r.partition, _PARTITION, "partition_")}
+               **_fields(r.partition, _PARTITION, "partition_"), **_fields(r.exposure, _CAUSES),
+               **_fields(r, _RANK_BOUNDS)}
         if waits:
             row.update(_fields(waits.get(r.rank), _WAITS))
         ranks.append(row)
         for s in r.steps:
             steps.append({"rank": r.rank, "step": s.step, "start_us": s.start_us, "step_us": s.step_us,
                           "exposed_share": s.exposed_share, **_fields(s, _METRICS),
-                          **_fields(s.partition, _PARTITION, "partition_")})
-        kinds += [{"rank": r.rank, "kind": k.kind, "count": k.count, **_fields(k, _METRICS)} for k in r.kinds]
+                          **_fields(s.partition, _PARTITION, "partition_"), **_fields(s.exposure, _CAUSES),
+                          **_fields(s, _STEP_BOUNDS)})
+        kinds += [{"rank": r.rank, "kind": k.kind, "count": k.count, **_fields(k, _METRICS), **_fields(k.exposure, _CAUSES)}
+                  for k in r.kinds]
     collectives = []
     for inst in report.crossrank.instances if report.crossrank is not None else ():
         for rank, start, duration in zip(inst.ranks, inst.starts_us, inst.durations_us):
@@ -91,12 +105,12 @@ def to_pandas(report: Report) -> Frames:
                for m in report.workload_metrics for rank, value in m.by_rank.items()]
     partition = [f"partition_{n}" for n in _PARTITION]
     rank_columns = ["rank", "rank_source", "mode", "world_size", "backend", *_METRICS, "steps", "median_step_us",
-                    "events", *partition, *(_WAITS if waits else ())]
+                    "events", *partition, *(_WAITS if waits else ()), *_CAUSES, *_RANK_BOUNDS]
     return Frames(
         ranks=pandas.DataFrame(ranks, columns=rank_columns),
         steps=pandas.DataFrame(steps, columns=["rank", "step", "start_us", "step_us", "exposed_share", *_METRICS,
-                                               *partition]),
-        kinds=pandas.DataFrame(kinds, columns=["rank", "kind", "count", *_METRICS]),
+                                               *partition, *_CAUSES, *_STEP_BOUNDS]),
+        kinds=pandas.DataFrame(kinds, columns=["rank", "kind", "count", *_METRICS, *_CAUSES]),
         collectives=pandas.DataFrame(collectives, columns=list(_COLLECTIVE)),
         workload_metrics=pandas.DataFrame(metrics, columns=["name", "steps", "rank", "median"]),
     )
