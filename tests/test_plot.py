@@ -96,3 +96,20 @@ def test_straggler_chart_of_a_multi_rank_run_and_refusal_for_one_rank(runs, tmp_
     result = CliRunner().invoke(main, ["plot", str(single), "--chart", "straggler", "-o", str(tmp_path / "s.png")])
     assert result.exit_code == 2 and "no collective matched across ranks" in result.stderr
     assert result.stderr.count("\n") == 1 and not (tmp_path / "s.png").exists()
+
+
+def test_causes_chart_stacks_each_cause(runs, async_report, tmp_path):
+    """Per rank (one input): a bar per rank, each cause's width its µs; per variant (two inputs)."""
+    fig = plots.causes_figure([(f"rank {r.rank}", r.exposure) for r in async_report.ranks])
+    drawn = {}
+    for patch in fig.axes[0].patches:
+        colour = to_hex(patch.get_facecolor()).upper()
+        drawn[colour] = drawn.get(colour, 0.0) + patch.get_width()
+    for cause, colour in plots.CAUSE_COLOURS.items():
+        total = sum(getattr(r.exposure, f"{cause}_us") for r in async_report.ranks) / 1000
+        assert drawn.get(colour, 0.0) == pytest.approx(total, abs=1e-9)
+    out = tmp_path / "causes.svg"
+    result = CliRunner().invoke(main, ["plot", str(runs.ring["sync"]), str(runs.ring["async"]), "--chart", "causes",
+                                       "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes().startswith(b"<?xml") and b"<svg" in out.read_bytes()

@@ -8,7 +8,7 @@ import click
 
 from overlapprof.cli.common import analysis_options, check_output, command, emit, fail, load_comparison, reading_kwargs
 
-CHARTS = ("timeline", "exposure", "comparison", "straggler")
+CHARTS = ("timeline", "exposure", "causes", "comparison", "straggler")
 
 
 @command("plot")
@@ -16,8 +16,10 @@ CHARTS = ("timeline", "exposure", "comparison", "straggler")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, metavar="FILE",
               help="The image to write: .png, .svg or .pdf (never inside a run directory).")
 @click.option("--chart", type=click.Choice(CHARTS), default="timeline", show_default=True,
-              help="timeline: one step per rank, compute and communication lanes; exposure: exposed "
-                   "vs hidden communication per rank; comparison: the variants (two or more inputs); "
+              help="timeline: one step per rank, compute and communication lanes (exposed spans coloured by "
+                   "cause); exposure: exposed vs hidden communication per rank; causes: why communication is "
+                   "exposed, per rank (one input) or per variant (two or more); comparison: the variants (two or "
+                   "more inputs); "
                    "straggler: per rank, wait vs transfer in matched collectives and the wait caused "
                    "to others.")
 @click.option("--dpi", type=click.IntRange(min=30, max=600), default=144, show_default=True,
@@ -42,6 +44,13 @@ def plot(paths, output, chart, dpi, labels, quiet, **kw):
         fig = plots.timeline_figure(first, title=f"{label}: one step per rank")
     elif chart == "exposure":
         fig = plots.exposure_figure(first, title=f"{label}: exposed vs hidden communication")
+    elif chart == "causes":
+        if len(paths) > 1:
+            fig = plots.causes_figure([(v.label, v.exposure) for v in comparison.variants],
+                                      title="Why communication is exposed, per variant")
+        else:
+            fig = plots.causes_figure([(f"rank {r.rank}", r.exposure) for r in first.ranks], unit="ms, whole trace",
+                                      title=f"{label}: why communication is exposed, per rank")
     elif chart == "straggler":
         if first.crossrank is None and not first.options.crossrank:
             fail(f"{paths[0]}: no cross-rank section (--no-comms leaves it out), so no straggler chart")
