@@ -126,6 +126,26 @@ def test_bad_input_is_one_line_and_exit_2_before_any_rank(tmp_path, args, messag
     assert not (tmp_path / "out").exists()  # nothing started, nothing written
 
 
+def test_an_out_that_cannot_hold_run_directories_is_one_line_and_exit_2(tmp_path):
+    """--out under a file, and in a folder no run directory can be made in (read-only for this
+    user, or /sys, which refuses even root): one line, exit 2, before any rank starts."""
+    afile = tmp_path / "afile"
+    afile.write_text("kept")
+    cases = [(afile / "sub", f"Error: --out {afile / 'sub'}: {afile} is a file, not a folder")]
+    if os.geteuid() != 0:
+        locked = tmp_path / "ro"
+        locked.mkdir(mode=0o555)
+        cases.append((locked / "x", f"Error: --out {locked / 'x'}: cannot create folders in {locked} (Permission denied)"))
+    if Path("/sys").is_dir():
+        cases.append((Path("/sys/overlapprof-test/x"), "Error: --out /sys/overlapprof-test/x: cannot create folders in /sys ("))
+    for out, message in cases:
+        proc = _overlapprof("run", "workloads/ring.py", "--nproc", 2, "--out", out)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert last_line(proc.stderr).startswith(message), proc.stderr[-2000:]
+        assert len(proc.stderr.strip().splitlines()) == 1 and "[rank" not in proc.stdout
+    assert afile.read_text() == "kept" and sorted(p.name for p in tmp_path.iterdir()) in (["afile"], ["afile", "ro"])
+
+
 def test_broken_workload_file_names_the_line(tmp_path):
     bad = tmp_path / "broken.py"
     bad.write_text("VARIANTS = {'sync': 'x'}\ndef step(ctx, s)\n    pass\n")
@@ -272,10 +292,9 @@ def interrupted_mid_run(tmp_path_factory):
                              TEST_WORKLOADS / "slow.py", "--nproc", 2, "--", "--step-s", 1)
 
 
-def assert_cleanly_interrupted(proc, run_dir):
+def assert_cleanly_interrupted(proc, run_dir, kept="logs and traces"):
     assert proc.returncode == 130, proc.stderr[-3000:]
-    assert last_line(proc.stderr) == (f"Error: slow/sync interrupted; logs and traces kept in "
-                                      f"{run_dir}")
+    assert last_line(proc.stderr) == f"Error: slow/sync interrupted; {kept} kept in {run_dir}"
     for noise in ("Traceback", "death signal", "KeyboardInterrupt", "failed"):
         assert noise not in proc.stderr + proc.stdout, noise
     run = json.loads((run_dir / "run.json").read_text())
@@ -320,5 +339,5 @@ def test_ctrl_c_during_start_up_is_interrupted_and_leaves_no_rank(tmp_path):
     torch)."""
     proc, run_dir = run_and_interrupt(tmp_path, lambda d: (d / "run.json").is_file(),
                                       TEST_WORKLOADS / "slow.py", "--nproc", 2)
-    run = assert_cleanly_interrupted(proc, run_dir)
+    run = assert_cleanly_interrupted(proc, run_dir, kept="logs (no trace was written)")
     assert all(not run["traces"][rank] for rank in ("0", "1"))

@@ -135,7 +135,7 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         backend=backend, nccl_debug=nccl_debug[0], nccl_debug_subsys=nccl_debug[1],
         timeout_s=timeout_s, warmup_steps=warmup_steps, wait=wait, warmup=warmup,
         active=active, repeat=repeat, with_stack=with_stack, gzip=gzip, out=out,
-        heartbeat=not quiet)
+        quiet=quiet)
     if link_rate:  # re-executes this command in a network namespace with a paced loopback
         from overlapprof.launch import netns
 
@@ -146,9 +146,10 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
     if not no_analyze:  # tables, TensorBoard scalars, and the comparison of several variants
         _after_run([(r.variant, r.run_dir) for r in results if r.ok], quiet)
     failed = next((r for r in results if not r.ok), None)
+    kept = failed is not None and ("logs and traces" if failed.has_traces else "logs (no trace was written)")
     if failed is not None and failed.interrupted:
-        click.echo(f"Error: {loaded.name}/{failed.variant} interrupted; logs and traces kept in "
-                   f"{failed.run_dir}", err=True)
+        click.echo(f"Error: {loaded.name}/{failed.variant} interrupted; {kept} kept in {failed.run_dir}",
+                   err=True)
         # Everything is written (atomically). A Ctrl-C that landed in Python code run from C
         # (PyRun_String, during start-up) leaves CPython marked "unhandled KeyboardInterrupt",
         # which would turn this exit into a death by SIGINT (-2) at interpreter shutdown.
@@ -156,7 +157,6 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         sys.stderr.flush()
         os._exit(130)
     if failed is not None:
-        kept = "logs and traces" if failed.has_traces else "logs (no trace was written)"
         fail(f"{loaded.name}/{failed.variant} failed: {failed.failure_line()}; "
              f"{kept} kept in {failed.run_dir}", exit_code=1)
 

@@ -53,6 +53,7 @@ from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E40
 
 from overlapprof import workload as workload_api  # noqa: E402
 from overlapprof.launch import blame, run_record, rundir  # noqa: E402
+from overlapprof.launch.logs import RANK_OK  # noqa: E402
 from overlapprof.launch.watchdog import (Watchdog, describe_stack, describe_traceback,  # noqa: E402
                                          first_line, main_thread_location, waiting_on_peers)
 
@@ -167,7 +168,8 @@ class Harness:
         dist.destroy_process_group()
         self._write(status="ok", ended=time.time(), **self._results())
         self._report_progress(0.0, ended="ok")
-        print(f"rank {self.rank}: ok, {len(self.traces)} trace(s); {self._summary()}", flush=True)
+        ok = RANK_OK.format(rank=self.rank, workload=self.config.workload.name, variant=self.config.variant)
+        print(f"{ok}{len(self.traces)} trace(s); {self._summary()}", flush=True)
 
     def _init_process_group(self, device):
         timeout = self.config.timeout_s + _PG_TIMEOUT_MARGIN_S

@@ -91,8 +91,8 @@ class RunRequest:
     """``--link-rate``: the emulated link (overlapprof.launch.netns), set by netns.prepare."""
     command: list = field(default_factory=lambda: list(sys.argv))
     """The command line, recorded in the node's record."""
-    heartbeat: bool = True
-    """Print which step each rank is in while they run (off with ``--quiet``)."""
+    quiet: bool = False
+    """``--quiet``: no heartbeat on the console, and no rank's "ok" line (it stays in its log)."""
 
 
 @dataclass
@@ -333,13 +333,14 @@ def _elastic_launch(request, variant, run_dir):
                           **rdzv)
     entrypoint_args = ["-u", "-m", "overlapprof.launch.harness", "--run-dir", str(run_dir),
                        "--node-rank", str(request.node_rank)]
+    quiet = request.quiet
     beat = (Heartbeat(run_dir, range(request.nnodes * request.nproc), sys.stderr).start()
-            if request.heartbeat else None)
+            if not quiet else None)
     clear = beat.clear if beat else None
     try:
         with elastic_logging_to(rundir.launcher_log(run_dir, request.node_rank)), \
-                contextlib.redirect_stdout(ConsoleLines(sys.stdout, clear)), \
-                contextlib.redirect_stderr(ConsoleLines(sys.stderr, clear)):
+                contextlib.redirect_stdout(ConsoleLines(sys.stdout, clear, quiet)), \
+                contextlib.redirect_stderr(ConsoleLines(sys.stderr, clear, quiet)):
             elastic_launch(config, sys.executable)(*entrypoint_args)
     except ChildFailedError as exc:
         return dict(exc.failures), None

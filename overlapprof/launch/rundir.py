@@ -24,6 +24,7 @@ second launch with the same id and node rank, or a stale directory, is refused.
 """
 
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -52,6 +53,7 @@ def plan_run_dirs(out, workload, variants, run_id=None, joinable=False):
     ``run_id`` name that is taken is an error unless ``joinable`` (multi-node: checked again
     when the directory is opened)."""
     out = Path(out)
+    check_writable(out)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for attempt in range(1, 1000):
         suffix = stamp if attempt == 1 else f"{stamp}-{attempt}"
@@ -63,6 +65,23 @@ def plan_run_dirs(out, workload, variants, run_id=None, joinable=False):
             raise RunDirError(f"run directory {taken[0]} exists; runs are never overwritten "
                               "(pick another --run-id or --out)")
     raise RunDirError(f"no free run directory name under {out}")
+
+
+def check_writable(out):
+    """Raise RunDirError (one line) unless run directories can be made under ``out``: every part
+    of it that exists is a folder, and the deepest that exists takes a new folder (tried for
+    real, then removed: permissions, a read-only filesystem, root's exceptions all answer)."""
+    out = Path(out)
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise RunDirError(f"--out {out}: {existing} is a file, not a folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".overlapprof-check-", dir=existing))
+    except OSError as exc:
+        raise RunDirError(f"--out {out}: cannot create folders in {existing} "
+                          f"({exc.strerror or exc})") from None
 
 
 def trace_file_name(rank, gzip=False):
@@ -144,14 +163,16 @@ def open_run_dir(path, header, node_rank, ranks):
     node starts. Raises RunDirError when the directory exists and may not be joined, or a rank
     is taken."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.mkdir()
         created = True
     except FileExistsError:
         if header.nnodes == 1:
             raise RunDirError(f"run directory {path} exists; runs are never overwritten") from None
         created = False
+    except OSError as exc:  # checked before the launch (check_writable), but a disk can fill since
+        raise RunDirError(f"cannot create run directory {path}: {exc.strerror or exc}") from None
     if created:
         for sub in ("logs", "ranks", "nodes", "progress"):
             (path / sub).mkdir()
