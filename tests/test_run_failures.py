@@ -146,6 +146,18 @@ def test_an_out_that_cannot_hold_run_directories_is_one_line_and_exit_2(tmp_path
     assert afile.read_text() == "kept" and sorted(p.name for p in tmp_path.iterdir()) in (["afile"], ["afile", "ro"])
 
 
+def test_a_workload_that_blocks_at_import_ends_at_timeout_naming_the_line(tmp_path):
+    """The launcher imports the file to check it before any rank starts: --timeout covers that
+    import too (subprocess timeout: it would otherwise hang for an hour)."""
+    workload = TEST_WORKLOADS / "import_hang.py"
+    proc = _overlapprof("run", workload, "--timeout", 2, "--out", tmp_path / "out", timeout=90)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"Error: cannot load workload {workload}: its import made no progress for 2 s (--timeout 2); "
+        "blocked at tests/workloads/import_hang.py:6 `time.sleep(3600)`"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_broken_workload_file_names_the_line(tmp_path):
     bad = tmp_path / "broken.py"
     bad.write_text("VARIANTS = {'sync': 'x'}\ndef step(ctx, s)\n    pass\n")

@@ -24,6 +24,7 @@ import os
 import platform
 import statistics
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from pathlib import Path
 from overlapprof import __version__
 from overlapprof.errors import LaunchError
 from overlapprof.launch import netns, run_record, rundir
-from overlapprof.launch.watchdog import first_line
+from overlapprof.launch.watchdog import first_line, main_thread_location
 
 _SHUTDOWN_TIMEOUT_S = 10  # how long a rank may take to save its traces after SIGTERM
 _NODES_END_WAIT_S = 60  # how long a node waits for the other nodes' records when it is done
@@ -144,6 +145,29 @@ class VariantResult:
                 waiting.append(f"rank {rank}{blocked}")
             return "; waiting for it: " + ", ".join(waiting)
         return (f"; {len(others)} other rank{'s' * (len(others) != 1)} failed as a consequence")
+
+
+def load_workload(path, timeout_s):
+    """``overlapprof.workload.load(path)`` within ``timeout_s``: a file whose import makes no
+    progress that long (a module-level wait) ends the command with one ``Error:`` line naming
+    where it blocks, exit 2. Nothing has been written yet, so nothing is lost."""
+    from overlapprof import workload as workload_api
+
+    done = threading.Event()
+
+    def watch():
+        if not done.wait(timeout_s):
+            where = main_thread_location() or "somewhere"
+            sys.stdout.flush()
+            print(f"Error: cannot load workload {path}: its import made no progress for {timeout_s:g} s "
+                  f"(--timeout {timeout_s:g}); blocked {where}", file=sys.stderr, flush=True)
+            os._exit(2)
+
+    threading.Thread(target=watch, name="overlapprof-import-watch", daemon=True).start()
+    try:
+        return workload_api.load(path)
+    finally:
+        done.set()
 
 
 def resolve_device(device, backend, nproc):
