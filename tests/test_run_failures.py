@@ -219,6 +219,23 @@ def test_options_after_dashes_straggler_gzip_and_repeat(tmp_path):
     assert "straggle" in names
 
 
+def test_overlapprofs_own_time_is_not_the_workloads(tmp_path):
+    """6 ranks on this machine's cores, --timeout 2: the profiler's start (torch imports
+    torch._dynamo and torch._inductor, seconds per rank when ranks share cores), saving each
+    cycle's trace (--repeat 2) and the ranks meeting are overlapprof's time, not the workload's;
+    before, the run failed blaming the workload 'in its own code'. -q: no rank's ok line on the
+    console (each is in its log)."""
+    proc = _overlapprof("run", "workloads/ring.py", "--nproc", 6, "--timeout", 2, "--repeat", 2,
+                        "--out", tmp_path, "--run-id", "t", "-q", "--no-analyze", *SHORT_SCHEDULE,
+                        "--opt", "size=64", "--opt", "chunk=1024", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = proc.stdout + proc.stderr
+    assert "ok, " not in said and "Traceback" not in said and "Warning" not in said, said[-3000:]
+    run = json.loads((tmp_path / "t-async" / "run.json").read_text())
+    assert run["status"] == "ok" and all(len(run["traces"][str(r)]) == 2 for r in range(6))
+    assert "rank 5: ring/async ok, 2 trace(s)" in (tmp_path / "t-async" / "logs" / "rank5.stdout.log").read_text()
+
+
 def test_a_rank_that_dies_hard_is_blamed_and_its_peers_errors_are_consequences(tmp_path):
     """Rank 1 calls os._exit(3) in its 4th step (no Python exception): rank 0's failure is a
     consequence, not the cause: a gloo error ("peer") or, when the launcher stops it before its
@@ -234,24 +251,37 @@ def test_a_rank_that_dies_hard_is_blamed_and_its_peers_errors_are_consequences(t
     assert run["ranks"]["0"]["error_kind"] in ("peer", "terminated")
 
 
-def test_a_hang_blames_the_rank_stalled_in_its_own_code_and_names_who_waited(tmp_path):
-    """Rank 1 sleeps forever in 'compute' of ProfilerStep#0; rank 0 waits for it in all_reduce.
-    Whichever watchdog fires first, rank 1 is the cause and rank 0 is named as waiting; --quiet
-    leaves no progress or heartbeat lines."""
+def test_a_hang_blames_the_rank_stalled_in_its_own_code_and_keeps_both_traces(tmp_path):
+    """Rank 1 sleeps forever in 'compute' of ProfilerStep#3 (profiled); rank 0 waits for it in
+    all_reduce. Whichever watchdog fires first, rank 1 is the cause and rank 0 is named as
+    waiting; each rank saves the cycle it hung in (the trace of the hang) and analyze reads them.
+    Every rank also spends 3 s in a weakref finalizer at exit, where the launcher's SIGTERM lands:
+    no traceback from it. --quiet leaves no progress or heartbeat lines."""
     proc = _overlapprof("run", TEST_WORKLOADS / "hang.py", "--nproc", 2, "--timeout", 6,
-                        "--out", tmp_path, "--run-id", "h", "--quiet", timeout=180)
+                        "--out", tmp_path, "--run-id", "h", "--quiet", *SHORT_SCHEDULE,
+                        "--opt", "at_step=3", "--opt", "exit_s=3", timeout=180)
     assert proc.returncode == 1, proc.stderr[-3000:]
     line = last_line(proc.stderr)
     assert line.startswith("Error: hang/sync failed: rank 1: made no progress for "), line
     assert "in its own code, at " in line and "hang.py:" in line and "`time.sleep(3600)`" in line
-    assert "in phase 'compute' of ProfilerStep#0 (unprofiled)" in line
+    assert "in phase 'compute' of ProfilerStep#3 (profiled)" in line
     assert "waiting for it: rank 0 (blocked in torch.distributed.all_reduce at " in line
+    assert line.endswith("logs and traces kept in " + str(tmp_path / "h-sync"))
     run = json.loads((tmp_path / "h-sync" / "run.json").read_text())
     assert run["failure"]["rank"] == 1 and run["failure"]["error_kind"] == "stalled"
     assert run["failure"]["consequences"] == [0]
     assert run["ranks"]["1"]["waiting_on_peers"] is False
     assert run["ranks"]["0"]["waiting_on_peers"] is True
     assert not any(line.startswith("overlapprof:") for line in proc.stderr.splitlines())
+    for noise in ("Traceback", "Exception ignored", "Terminated"):
+        assert noise not in proc.stderr, proc.stderr[-3000:]
+    for rank in ("0", "1"):
+        [trace] = run["traces"][rank]
+        steps = {e["name"] for e in json.loads((tmp_path / "h-sync" / trace).read_text())["traceEvents"]}
+        assert "ProfilerStep#3" in steps, rank
+    analyzed = _overlapprof("analyze", tmp_path / "h-sync", "--no-comms")
+    assert analyzed.returncode == 0, analyzed.stderr
+    assert "warning: run.json: run h-sync failed (rank 1: made no progress" in analyzed.stdout
 
 
 def rank_processes(run_dir):

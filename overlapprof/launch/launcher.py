@@ -383,7 +383,10 @@ def _finalize_rank(run_dir, rank, failure, node_error):
     after Ctrl-C, a rank that failed because of it (its peer stopped, or the launcher stopped
     it) was interrupted."""
     path = rundir.rank_file(run_dir, rank)
-    fragment = run_record.read_rank(path)
+    fragment = run_record.read_rank_or_none(path)
+    if fragment is None:  # never let the launcher fail on it: the rank gets the launcher's verdict
+        fragment = run_record.RankRecord(rank=rank)
+        run_record.write_record(path, fragment)
     interrupted = bool(node_error) and node_error.startswith("interrupted")
     if interrupted and fragment.status != "ok" and fragment.error_kind not in (
             "exception", "timeout"):

@@ -21,6 +21,7 @@ communicators then; the first one shows it). Then each profiler cycle runs "unpr
 """
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -223,13 +224,21 @@ def to_builtins(record):
 def write_record(path, record):
     """Write a record as indented JSON, atomically (see :func:`write_json_atomic`)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # a rank's watchdog writes too
     tmp.write_bytes(msgspec.json.format(msgspec.json.encode(record), indent=1) + b"\n")
     os.replace(tmp, path)
 
 
 def read_rank(path):
     return msgspec.json.decode(Path(path).read_bytes(), type=RankRecord)
+
+
+def read_rank_or_none(path):
+    """A rank's record, or None when it is missing or unreadable (a rank killed mid-write)."""
+    try:
+        return read_rank(path)
+    except (OSError, msgspec.DecodeError):
+        return None
 
 
 def read_node(path):
