@@ -20,6 +20,7 @@ from typing import Callable
 
 from overlapprof.renderers import collectives_table as ct
 from overlapprof.renderers import compare_table
+from overlapprof.renderers.table import unmeasured_devices
 from overlapprof.renderers.format import PLACEHOLDER, RANK_SUMS, TRANSFER_RULE, WAIT_RULE, factor, ms, percent, saved_ms
 from overlapprof.report import PER_STEP, Comparison, Report
 
@@ -173,6 +174,8 @@ def _rank_table(page: Page, label: str, report: Report) -> str:
     s = report.summary
     lines = [f"Pooled overlap {percent(s.pooled_ratio)}; most exposed: rank {s.most_exposed_rank}"
              f" ({ms(s.most_exposed_us)} ms)" if s.ranks_with_comm else "No communication found."]
+    if host_only := unmeasured_devices(report):
+        lines.insert(0, host_only[:1].upper() + host_only[1:] + ".")
     if s.median_step_us is not None:
         lines.append(f"Step time: median {ms(s.median_step_us)} ms, p90 {ms(s.p90_step_us)} ms.")
     lines += [f"Filter: {f}" for f in report.filters] or ["Window: whole trace (every event counts)."]

@@ -136,6 +136,9 @@ class RankReport(msgspec.Struct, kw_only=True):
     partition: Partition | None = None  # the mean of the steps' partitions; None without steps
     median_step_us: float | None = None  # median of the steps' step_us (interpolated, as Summary's); None without steps
     lanes: Lanes | None = None  # every step's unions on the run's common clock (only when asked: export)
+    # {category: events} of device activity OVERLAP.md does not classify, when none it does was found: the device
+    # was not measured, and the metrics are the host's (CPU mode). None otherwise.
+    device_not_measured: dict[str, int] | None = None
 
 
 class Summary(msgspec.Struct, kw_only=True):

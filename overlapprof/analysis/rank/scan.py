@@ -152,7 +152,8 @@ _IS_CORRELATED = np.isin(np.arange(8), _CORRELATED)  # by category code
 _IS_THREADED = np.isin(np.arange(8), _THREADED)
 _IS_GPU = np.isin(np.arange(8), C.GPU_CATEGORIES)
 _READ_IN_GPU_MODE = np.isin(np.arange(8), (*C.GPU_CATEGORIES, C.RUNTIME, C.ANNOTATION))  # and some CPU ops
-_READ_IN_ANY_MODE = ~np.isin(np.arange(8), (C.OTHER, C.DEVICE_OTHER))
+_READ_IN_ANY_MODE = ~np.isin(np.arange(8), (C.OTHER, C.UNKNOWN))
+_IS_HOST = np.isin(np.arange(8), (C.CPU_OP, C.ANNOTATION, C.RUNTIME))
 
 
 @dataclass
@@ -224,7 +225,7 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
     rows, ``corr`` their correlations)."""
     sink = sink if sink is not None else FileColumns(rows)
     problems = _Problems()
-    unclassified = {}
+    unknown = _Unknown()
     params_id = names[C.PARAM_COMMS]
     for chunk in chunks:
         events = chunk.events
@@ -238,6 +239,8 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
         if not xe:
             continue
         codes = np.array([_CATEGORY[e.cat] for e in xe], dtype=np.int8)
+        if (odd := np.flatnonzero(codes == C.UNKNOWN)).size:
+            unknown.sort(xe, odd, codes)
         name_ids = np.array([names[e.name] for e in xe], dtype=np.int32)
         linked = np.flatnonzero(_IS_CORRELATED[codes])
         corr = _correlations(path, xe, linked, index) if linked.size else _NO_CORR
@@ -245,6 +248,7 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
         located = np.flatnonzero(_IS_THREADED[codes])
         if located.size:
             thread[located] = threads.codes(xe, located.tolist())
+            unknown.host_threads.update(np.unique(thread[_IS_HOST[codes]]).tolist())
         collective = np.full(len(xe), -1, dtype=np.int8)
         params = np.flatnonzero((codes == C.CPU_OP) & (name_ids == params_id)).tolist()
         if params:
@@ -254,8 +258,6 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
             except msgspec.MsgspecError:  # odd args: the kind comes from the names
                 args = [None] * len(params)
             collective[params] = [_COLLECTIVE_CODE[a.collective if a is not None else None] for a in args]
-        for i in np.flatnonzero(codes == C.DEVICE_OTHER).tolist():
-            unclassified[xe[i].cat] = unclassified.get(xe[i].cat, 0) + 1
         ts = np.array([e.ts for e in xe], dtype=np.float64)  # None -> NaN
         dur = np.array([e.dur for e in xe], dtype=np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
@@ -269,7 +271,38 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
         sink.append(columns, corr)
         if recorder is not None:
             recorder.add(xe, codes, name_ids, sink.size - len(xe))
-    return sink.result(), unclassified, problems
+    return sink.result(), unknown.on_devices(threads), problems
+
+
+class _Unknown:
+    """The events of categories :mod:`classify` does not know, by (category, process): those of a
+    process that holds no host event are device work OVERLAP.md does not classify
+    (:meth:`on_devices`). Events with no category in a process torch's old autograd profiler
+    named get that process's category instead (:data:`classify.LEGACY_PROCESSES`)."""
+
+    def __init__(self):
+        self.counts: dict[tuple, int] = {}
+        self.host_threads: set[int] = set()  # thread codes of cpu_ops, annotations, runtime calls
+
+    def sort(self, events: list, rows: np.ndarray, codes: np.ndarray) -> None:
+        for i in rows.tolist():
+            e = events[i]
+            if not e.cat and isinstance(e.pid, str) and e.pid in C.LEGACY_PROCESSES:
+                codes[i] = C.LEGACY_PROCESSES[e.pid]
+            else:
+                key = (e.cat, hashable(e.pid))
+                self.counts[key] = self.counts.get(key, 0) + 1
+
+    def on_devices(self, threads: _Threads) -> dict[str, int]:
+        """{category: events} of the unknown categories outside the host's processes."""
+        if not self.counts:
+            return {}
+        host = {key[0] for key, code in threads.items() if code in self.host_threads}
+        found: dict[str, int] = {}
+        for (cat, pid), n in self.counts.items():
+            if pid not in host:
+                found[cat or "(none)"] = found.get(cat or "(none)", 0) + n
+        return found
 
 
 def _rows_read(arrays: dict, names: list[str]) -> np.ndarray | None:
