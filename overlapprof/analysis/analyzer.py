@@ -129,7 +129,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
             result.warnings.append(f"{label}: {ev.negative_durations} events with a negative 'dur' count as zero-length")
         if options.bounded_memory:
             result.warnings += ev.warnings
-            report, table, exposed = ev.report, ev.table, ev.exposed
+            report, table, comm, exposed = ev.report, ev.table, ev.comm, ev.exposed
             if options.comm_records:
                 report.comm_records = table.records()
         else:
@@ -137,7 +137,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
             unions = class_unions(ev)
             report = rank_report(ev, keep_records=options.comm_records, unions=unions)
             heap.release(ev.events)
-            table, exposed = ev.comm_records, None
+            table, comm, exposed = ev.comm_records, unions[0], None
             if result.crossrank_input is not None:
                 exposed = iv.difference(unions[0], unions[1])  # U(comm) − U(compute)
             if options.lanes:
@@ -156,7 +156,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
                             m.compute_us, m.memory_us)
         if result.crossrank_input is not None:
             result.crossrank_input.world_size = result.world_size
-            result.crossrank_input.attach(table, exposed, report.metrics.exposed_comm_us)
+            result.crossrank_input.attach(table, comm, exposed, report.metrics.exposed_comm_us)
         result.report = report
     except OverlapprofError as exc:
         result.error = exc

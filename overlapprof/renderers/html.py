@@ -246,7 +246,7 @@ def _stragglers(page: Page, label: str, report: Report) -> str | None:
     body = figure(fig, f"{label} stragglers", _e(caption))
     if rows:
         body += table(["rank", "others' wait caused ms", "share of all wait", "arrived last"], rows, "numbers")
-    notes = [line for line in ct.detail_lines(report) if not line.startswith("straggler:")]
+    notes = [line for line in ct.detail_lines(report) if not line.startswith("waited for:")]  # the table has them
     body += "".join(f'<p class="note">{_e(x)}</p>' for x in notes)
     return _section("Stragglers: waiting vs transferring", body, level=3)
 

@@ -86,8 +86,10 @@ def summary_lines(report: Report) -> list[str]:
         )
     else:
         lines.append(f"no communication found: overlap ratio is undefined ({PLACEHOLDER})")
-    if report.crossrank is not None and report.crossrank.stragglers:
-        lines.append(ct.straggler_line(report))
+    if report.crossrank is not None and any(r.matched_ops for r in report.crossrank.ranks):
+        lines.append(f"wait, transfer: {ct.RANK_COLUMNS_NOTE}")
+    if (straggler := ct.straggler_line(report)) is not None:
+        lines.append(straggler)
     if s.median_step_us is not None:
         lines.append(f"step time: median {ms(s.median_step_us)} ms, p90 {ms(s.p90_step_us)} ms")
     for r in report.ranks:
