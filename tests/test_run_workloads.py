@@ -37,7 +37,7 @@ RUN_KEYS = {"schema_version", "status", "name", "run_id", "created", "workload",
             "link", "profiler", "versions", "env", "nodes", "ranks", "traces", "missing_ranks", "failure"}
 RANK_KEYS = {"rank", "node_rank", "local_rank", "host", "pid", "device", "status", "error",
              "error_kind", "where", "started", "ended", "step_times_ms", "profiled_steps",
-             "metrics", "traces"}
+             "metrics", "traces", "machine_load"}
 
 
 @lru_cache(maxsize=None)

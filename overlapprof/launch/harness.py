@@ -61,6 +61,7 @@ from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E40
 from overlapprof import workload as workload_api  # noqa: E402
 from overlapprof.launch import blame, run_record, rundir  # noqa: E402
 from overlapprof.launch.logs import RANK_OK  # noqa: E402
+from overlapprof.launch.machine import LoadMeter  # noqa: E402
 from overlapprof.launch.rank_end import (INTERRUPTED_EXIT_CODE, PEER_GONE, TERMINATED_EXIT_CODE,  # noqa: E402
                                          TIMEOUT_EXIT_CODE, Stopped, Terminated, TimedOut, exit_code,
                                          stall_fields, write_elastic_error_file)
@@ -113,6 +114,7 @@ class Harness:
         self.saving = False  # a trace is being written
         self.finished = False  # the record is final: a signal now only ends the process
         self.record_lock = threading.Lock()  # the watchdog thread writes the record too
+        self.meter = None  # the machine's load over the measured steps (local rank 0: LoadMeter)
 
     # -- the run -------------------------------------------------------------------------------
 
@@ -212,6 +214,7 @@ class Harness:
             self._timed_step("warmup", i, step, state)
         kinds = schedule_kinds(prof_cfg.unprofiled_steps, prof_cfg.wait, prof_cfg.warmup,
                                prof_cfg.active, prof_cfg.repeat)
+        meter = self.meter = LoadMeter(os.getppid()) if self.local_rank == 0 else None  # one per node
         schedule = torch.profiler.schedule(wait=prof_cfg.unprofiled_steps + prof_cfg.wait,
                                            warmup=prof_cfg.warmup, active=prof_cfg.active,
                                            repeat=prof_cfg.repeat)
@@ -225,6 +228,8 @@ class Harness:
             prof.start()
         try:
             for i, kind in enumerate(kinds):
+                if meter is not None:
+                    meter.at(kind)
                 self._timed_step(kind, i, step, state)  # runs inside ProfilerStep#i
                 if kind == "profiled":
                     self.profiled_steps.append(prof.step_num)
@@ -238,6 +243,8 @@ class Harness:
             with self._own("saving the cycle in progress", hold=True):
                 self._stop_profiler(prof)
             raise
+        if meter is not None:
+            meter.at(None)
         with self._own("profiler stop", hold=True):
             prof.stop()
 
@@ -278,7 +285,8 @@ class Harness:
 
     def _results(self):
         return {"step_times_ms": self.times, "profiled_steps": self.profiled_steps,
-                "metrics": self.ctx.metrics if self.ctx else {}, "traces": self.traces}
+                "metrics": self.ctx.metrics if self.ctx else {}, "traces": self.traces,
+                "machine_load": self.meter.result() if self.meter is not None else None}
 
     def _where(self):
         ctx = self.ctx

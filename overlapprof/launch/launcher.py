@@ -31,7 +31,7 @@ from pathlib import Path
 
 from overlapprof import __version__
 from overlapprof.errors import LaunchError
-from overlapprof.launch import netns, run_record, rundir
+from overlapprof.launch import machine, netns, run_record, rundir
 from overlapprof.launch.watchdog import first_line, main_thread_location
 
 _SHUTDOWN_TIMEOUT_S = 10  # how long a rank may take to save its traces after SIGTERM
@@ -427,10 +427,23 @@ def step_summary(run):
     if profiled is not None:
         parts.append(f"profiled step {profiled:.2f} ms")
     if unprofiled and profiled:
-        ratio = profiled / unprofiled
-        # A profiler cannot make steps faster: below 1 is the spread between steps (a loaded machine).
-        parts.append(f"profiler overhead x{ratio:.2f}" + (" (below 1: the steps' own spread)" if ratio < 1 else ""))
+        parts.append(_overhead(profiled / unprofiled, [i.machine_load for i in run.ranks.values() if i.machine_load]))
     return ", ".join(parts) if parts else "no step completed"
+
+
+def _overhead(ratio, loads):
+    """The profiler's overhead (profiled / unprofiled step), unless the machine's load moved
+    enough between the two kinds of steps to explain it (overlapprof.launch.machine), or the
+    profiled steps were faster, which no profiler causes."""
+    a, b = machine.busiest(loads, "unprofiled"), machine.busiest(loads, "profiled")
+    if machine.explains(machine.load_factor(a, b), ratio):
+        return (f"profiler overhead not trusted: {machine.described(a, b, 'the unprofiled steps', 'the profiled ones', ratio)}; "
+                "rerun when the machine is quieter")
+    if ratio < 1 / machine.FLOOR:
+        return (f"profiler overhead not measured: the profiled steps ran {1 / ratio:.2f}x faster than the unprofiled "
+                "ones, which a profiler cannot cause (the steps' own spread, or the machine's load); rerun when the "
+                "machine is quieter")
+    return f"profiler overhead x{ratio:.2f}"
 
 
 def _log_to_stderr(line):

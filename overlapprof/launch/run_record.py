@@ -110,6 +110,24 @@ class Where(msgspec.Struct, kw_only=True):
     """The workload's ``ctx.phase`` it was in, if any."""
 
 
+class MachineLoad(msgspec.Struct, kw_only=True):
+    """The machine's load while this node's ranks ran their measured steps (recorded by the
+    node's local rank 0; :mod:`overlapprof.launch.machine` says how, and how comparisons use it)."""
+
+    host: str | None = None
+    cores: int | None = None
+    load_average: list[float] = []
+    """The 1-minute load average when the measured steps began and when they ended."""
+    other_share: dict[str, float] = {}
+    """By kind of step (``unprofiled``, ``profiled``): the share (0-1) of the machine's CPU time
+    that processes outside this run took while the run's steps of that kind ran."""
+    seconds: dict[str, float] = {}
+    """By kind of step: the wall seconds measured."""
+    ticks: dict[str, int] = {}
+    """By kind of step: the machine's CPU time measured, in clock ticks (100 a second per CPU);
+    a kind with fewer than ``machine.MIN_TICKS`` has no ``other_share`` (too coarse)."""
+
+
 class RankRecord(msgspec.Struct, kw_only=True):
     """What a rank wrote about itself (``ranks/rank<N>.json``), completed by the launcher."""
 
@@ -145,6 +163,9 @@ class RankRecord(msgspec.Struct, kw_only=True):
     """``ctx.metric`` values: {name_unit: {step kind: [values]}}."""
     traces: list[str] = []
     """Its trace files, one per profiler cycle, in order."""
+    machine_load: MachineLoad | None = None
+    """Local rank 0 of each node: the machine's load over the measured steps (null elsewhere,
+    and in run directories written before it was recorded)."""
 
 
 class NodeRecord(msgspec.Struct, kw_only=True):

@@ -88,12 +88,10 @@ def _header(page: Page) -> str:
             speed_row = '<div class="kv"><span>speedup</span><b>baseline</b></div>'
         else:
             speed_row = "".join(
-                f'<div class="kv" data-speedup="{kind}"><span>{name}</span><b>{_e(factor(f, ci))}</b></div>'
-                for kind, name, f, ci in (("profiled", f"speedup vs {_e(c.baseline)}, profiled", v.speedup,
-                                           v.speedup_ci),
-                                          ("unprofiled", "unprofiled steps (host)", v.host_speedup,
-                                           v.host_speedup_ci))
-                if kind == "profiled" or f is not None)
+                f'<div class="kv" data-speedup="{kind}"><span>{name}</span><b>{_e(compare_table.judged(v, field))}</b></div>'
+                for kind, name, field in (("profiled", f"speedup vs {_e(c.baseline)}, profiled", "speedup"),
+                                          ("unprofiled", "unprofiled steps (host)", "host_speedup"))
+                if kind == "profiled" or getattr(v, field) is not None)
         cards.append(
             f'<div class="card"><div class="name">{_e(v.label)}</div>'
             f'<div class="big">{percent(ratio)}</div><div class="sub">of communication hidden</div>{bar}'
@@ -117,15 +115,19 @@ def _comparison(page: Page) -> str | None:
               "bound ms", "speedup", "exposed saved ms", "compute slowdown"]
     if any(v.host_unprofiled_step_us is not None for v in c.variants):
         header += ["host step ms (unprofiled)", "host speedup"]
+    if loads := any(v.other_cpu is not None for v in c.variants):
+        header += ["others' CPU"]
     rows = []
     for v in c.variants:
         saved = saved_ms(v.exposed_saved_us, v.exposed_saved_frac)
         row = [_e(v.label) + (' <span class="tag">baseline</span>' if v.label == c.baseline else ""),
                ms(v.step_us), ms(v.step_p90_us), ms(v.comm_us), ms(v.exposed_comm_us), percent(v.overlap_ratio),
-               ms(v.compute_us), ms(v.bound_us), factor(v.speedup, v.speedup_ci), saved,
-               factor(v.compute_slowdown, v.compute_slowdown_ci)]
-        if len(header) > 11:
-            row += [ms(v.host_unprofiled_step_us), factor(v.host_speedup, v.host_speedup_ci)]
+               ms(v.compute_us), ms(v.bound_us), compare_table.judged(v, "speedup"), saved,
+               compare_table.judged(v, "compute_slowdown")]
+        if any(v.host_unprofiled_step_us is not None for v in c.variants):
+            row += [ms(v.host_unprofiled_step_us), compare_table.judged(v, "host_speedup")]
+        if loads:
+            row += [" / ".join(compare_table.share(v, k) for k in ("unprofiled", "profiled"))]
         rows.append(row)
     body = (table(header, rows, "numbers comparison")
             + "".join(f'<p class="note">{_e(n)}</p>' for n in compare_table.notes(c))

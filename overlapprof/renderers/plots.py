@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 from overlapprof.errors import InputError
+from overlapprof.renderers.compare_table import NOT_TRUSTED, judged
 from overlapprof.renderers.format import factor, ms, percent, to_ms
 
 COMPUTE = "#0072B2"
@@ -186,7 +187,8 @@ def comparison_figure(comparison):
             step_ax.barh(ys, steps, color=STEP, height=0.66, label="step")
             step_ax.barh(ys, [to_ms(v.bound_us or 0) for v in vs], color=BOUND, height=0.36,
                          label="bound: step − exposed")
-            texts = ["baseline" if k == 0 else (factor(v.speedup) if v.speedup else "") for k, v in enumerate(vs)]
+            texts = ["baseline" if k == 0 else (judged(v, "speedup", interval=False) if v.speedup else "")
+                     for k, v in enumerate(vs)]
             _annotate(step_ax, ys, steps, texts, max(steps + [1e-3]))
             step_ax.set_xlim(0, max(steps + [1e-3]) * 1.35)
         else:
@@ -204,8 +206,8 @@ def comparison_figure(comparison):
         comm_ax.set_title("Communication")
         compute = [to_ms(v.compute_us) for v in vs]
         comp_ax.barh(ys, compute, color=COMPUTE, height=0.66, label="compute")
-        texts = ["baseline" if k == 0 else (f"{factor(v.compute_slowdown)} time" if v.compute_slowdown else "")
-                 for k, v in enumerate(vs)]
+        texts = ["baseline" if k == 0 else NOT_TRUSTED if "compute_slowdown" in v.not_trusted else
+                 (f"{factor(v.compute_slowdown)} time" if v.compute_slowdown else "") for k, v in enumerate(vs)]
         _annotate(comp_ax, ys, compute, texts, max(compute + [1e-3]))
         comp_ax.set_xlim(0, max(compute + [1e-3]) * 1.45)
         comp_ax.set_title("Compute")

@@ -38,6 +38,11 @@ Against the baseline (None for the baseline itself, or when an operand is missin
 Every factor (and ``ideal_speedup``) has a ``*_ci`` = ``[low, high]``: the central ``CI_LEVEL``
 bootstrap interval of the factor over ``BOOTSTRAP`` resamples with seed ``SEED`` (how: the
 module docstring of :mod:`overlapprof.compare`).
+
+``not_trusted`` names the factors the machine's load explains (:mod:`overlapprof.launch.machine`:
+the other processes' share of the CPU differed between the baseline's steps and the variant's
+by a load factor at least as large as the difference measured): shown as not trusted, with a
+rerun suggested, instead of a verdict.
 """
 
 from __future__ import annotations
@@ -91,6 +96,12 @@ class VariantStats(msgspec.Struct, kw_only=True):
     speedup_ci: tuple[float, float] | None = None
     host_speedup_ci: tuple[float, float] | None = None
     compute_slowdown_ci: tuple[float, float] | None = None
+    # The machine's load over the variant's steps (run.json; None: not recorded): the 1-minute load average at
+    # their start and end, and by kind of step the largest share of the CPU other processes took on a node.
+    load_average: tuple[float, float] | None = None
+    other_cpu: dict[str, float] | None = None
+    # Factors (speedup, host_speedup, compute_slowdown) the load's change could explain: not a verdict.
+    not_trusted: list[str] = []
 
 
 class Comparison(msgspec.Struct, kw_only=True):
