@@ -29,8 +29,7 @@ import numpy as np
 
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.errors import InputError
-from overlapprof.launch.machine import busiest, described, explains, load_factor
-from overlapprof.launch.run_record import RunRecord, run_from_builtins
+from overlapprof.launch.run_record import RunRecord, busiest, described, explains, load_factor, run_from_builtins
 from overlapprof.report import Report
 from overlapprof.report.comparison import BOOTSTRAP, CI_LEVEL, PER_STEP, SEED, WHOLE_TRACE, Comparison, VariantStats
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from overlapprof import __version__
 from overlapprof.errors import LaunchError
-from overlapprof.launch import machine, netns, run_record, rundir
+from overlapprof.launch import netns, run_record, rundir
 from overlapprof.launch.watchdog import first_line, main_thread_location
 
 _SHUTDOWN_TIMEOUT_S = 10  # how long a rank may take to save its traces after SIGTERM
@@ -433,13 +433,13 @@ def step_summary(run):
 
 def _overhead(ratio, loads):
     """The profiler's overhead (profiled / unprofiled step), unless the machine's load moved
-    enough between the two kinds of steps to explain it (overlapprof.launch.machine), or the
+    enough between the two kinds of steps to explain it (run_record.MachineLoad), or the
     profiled steps were faster, which no profiler causes."""
-    a, b = machine.busiest(loads, "unprofiled"), machine.busiest(loads, "profiled")
-    if machine.explains(machine.load_factor(a, b), ratio):
-        return (f"profiler overhead not trusted: {machine.described(a, b, 'the unprofiled steps', 'the profiled ones', ratio)}; "
+    a, b = run_record.busiest(loads, "unprofiled"), run_record.busiest(loads, "profiled")
+    if run_record.explains(run_record.load_factor(a, b), ratio):
+        return (f"profiler overhead not trusted: {run_record.described(a, b, 'the unprofiled steps', 'the profiled ones', ratio)}; "
                 "rerun when the machine is quieter")
-    if ratio < 1 / machine.FLOOR:
+    if ratio < 1 / run_record.FLOOR:
         return (f"profiler overhead not measured: the profiled steps ran {1 / ratio:.2f}x faster than the unprofiled "
                 "ones, which a profiler cannot cause (the steps' own spread, or the machine's load); rerun when the "
                 "machine is quieter")

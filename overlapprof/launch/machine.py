@@ -1,7 +1,6 @@
-"""The machine's load while a run measured its steps, and when it makes a comparison untrustworthy.
+"""The machine's load while a run measured its steps: :class:`LoadMeter`, used by the harness.
 
-No torch here: the harness records (:class:`LoadMeter`), ``compare`` and the launcher judge
-(:func:`load_factor`, :func:`explains`).
+No torch here.
 
 **What is recorded** (``run.json``: ``ranks.<r>.machine_load`` of each node's local rank 0, a
 :class:`~overlapprof.launch.run_record.MachineLoad`): over the steps of each kind the comparison
@@ -11,16 +10,8 @@ time) less the CPU time of the launcher and all its descendants (the ranks), sam
 steps when the kind of step changes (only over at least :data:`MIN_TICKS` ticks of CPU time:
 steps that short are not judged); and the 1-minute load average at the start and at the end.
 
-**The rule.** Let ``free`` = 1 − the other processes' share over a kind of steps: the part of the
-machine left to the run. Two sets of steps compared (two variants' profiled steps, or a run's
-profiled against its unprofiled steps) ran on machines that differed by the *load factor*
-``F = max(free_a / free_b, free_b / free_a)``. A rank's CPU-bound work can differ by ``F`` from
-the load alone, and ranks that meet in collectives each wait for the one the load held back, so
-a step can differ by up to ``F ** EXPONENT`` (2). When ``F >= FLOOR`` (the load moved by 5% or
-more) and ``F ** EXPONENT`` is at least the smallest difference the measurement allows (its
-interval's edge nearest to 1x; 1x when the interval includes it), the load moved enough to
-explain what was measured: the comparison is reported as not trusted, with a rerun suggested,
-instead of a verdict.
+How a comparison uses it: :class:`overlapprof.launch.run_record.MachineLoad` (the rule, and
+:func:`~overlapprof.launch.run_record.explains`).
 """
 
 from __future__ import annotations
@@ -28,8 +19,6 @@ from __future__ import annotations
 import os
 import time
 
-FLOOR = 1.05
-EXPONENT = 2
 KINDS = ("unprofiled", "profiled")
 # /proc/stat counts CPU time in ticks (100 a second per CPU): a share over fewer than this many
 # is too coarse to judge by (2 cores: a quarter of a second of steps), and is not recorded.
@@ -109,37 +98,3 @@ class LoadMeter:
                 "load_average": [round(x, 2) for x in self.load_average[:1] + self.load_average[-1:]],
                 "other_share": shares, "seconds": {k: round(v[3], 3) for k, v in self.sums.items()},
                 "ticks": {k: v[1] for k, v in self.sums.items()}}
-
-
-def busiest(loads: list, kind: str) -> float | None:
-    """The largest share of the CPU other processes took over ``kind`` steps, of the nodes'
-    MachineLoads (None: not recorded)."""
-    shares = [m.other_share[kind] for m in loads if m is not None and kind in m.other_share]
-    return max(shares) if shares else None
-
-
-def load_factor(other_a: float | None, other_b: float | None) -> float | None:
-    """How much more (or less) of the machine one set of steps had than the other (>= 1); None
-    when either share is unknown."""
-    if other_a is None or other_b is None:
-        return None
-    free_a, free_b = max(1.0 - other_a, 1e-3), max(1.0 - other_b, 1e-3)
-    return max(free_a / free_b, free_b / free_a)
-
-
-def explains(factor: float | None, value: float | None, interval=None) -> bool:
-    """Did the load move enough (``factor``, :func:`load_factor`) to explain a measured factor
-    ``value`` with its interval ``(low, high)`` (see the module docstring)?"""
-    if factor is None or value is None or factor < FLOOR:
-        return False
-    low, high = interval if interval is not None else (value, value)
-    smallest = low if low > 1 else 1 / high if high < 1 else 1.0
-    return factor ** EXPONENT >= smallest
-
-
-def described(other_a: float, other_b: float, a: str, b: str, measured: float) -> str:
-    """Why a factor ``measured`` between steps ``a`` and ``b`` is not trusted, in words."""
-    factor = load_factor(other_a, other_b)
-    return (f"other processes took {other_a:.0%} of the machine's CPU during {a} and {other_b:.0%} during {b} "
-            f"(load factor {factor:.2f}x, which alone can change steps by up to {factor ** EXPONENT:.2f}x: "
-            f"enough to explain the {measured:.2f}x measured)")
