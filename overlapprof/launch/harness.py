@@ -156,11 +156,13 @@ class Harness:
             if watchdog is not None:
                 watchdog.stop()
             self._fail(exc)
+            self.finished = True  # the record is final: a signal from here raises nothing (teardown, finalizers)
             self._report_progress(0.0, ended="stopped")
             raise
         watchdog.stop()
         dist.destroy_process_group()
         self._write(status="ok", ended=time.time(), **self._results())
+        self.finished = True
         self._report_progress(0.0, ended="ok")
         ok = RANK_OK.format(rank=self.rank, workload=self.config.workload.name, variant=self.config.variant)
         print(f"{ok}{len(self.traces)} trace(s); {self._summary()}", flush=True)
@@ -421,11 +423,7 @@ def main(argv=None):
     try:
         harness.run()
     except BaseException as exc:
-        code = exit_code(harness, exc)
-    else:
-        code = 0
-    harness.finished = True  # from here a signal raises nothing (teardown: finalizers, atexit)
-    sys.exit(code)
+        sys.exit(exit_code(harness, exc))
 
 
 if __name__ == "__main__":

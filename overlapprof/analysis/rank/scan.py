@@ -248,7 +248,7 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
         located = np.flatnonzero(_IS_THREADED[codes])
         if located.size:
             thread[located] = threads.codes(xe, located.tolist())
-            unknown.host_threads.update(np.unique(thread[_IS_HOST[codes]]).tolist())
+            unknown.see_hosts(thread[_IS_HOST[codes]])
         collective = np.full(len(xe), -1, dtype=np.int8)
         params = np.flatnonzero((codes == C.CPU_OP) & (name_ids == params_id)).tolist()
         if params:
@@ -283,6 +283,13 @@ class _Unknown:
     def __init__(self):
         self.counts: dict[tuple, int] = {}
         self.host_threads: set[int] = set()  # thread codes of cpu_ops, annotations, runtime calls
+
+    def see_hosts(self, threads: np.ndarray) -> None:
+        """Note the thread codes of a chunk's host events (np.unique would import numpy.ma)."""
+        if threads.size:
+            mark = np.zeros(int(threads.max()) + 1, dtype=bool)
+            mark[threads] = True
+            self.host_threads.update(np.flatnonzero(mark).tolist())
 
     def sort(self, events: list, rows: np.ndarray, codes: np.ndarray) -> None:
         for i in rows.tolist():
