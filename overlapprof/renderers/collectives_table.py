@@ -61,7 +61,7 @@ RANK_COLUMNS_NOTE = ("time in matched collectives, within the rank's comm (in fl
 
 STRAGGLER_RULE = ("a straggler is named only when, over the matched instances of groups with a trace of every rank "
                   "(warm-up left out), it caused at least half of the waiting, at least twice what any other rank "
-                  "caused, and arrived last in more than half of the instances it took part in")
+                  "caused, and caused most of the waiting in more than half of the steps with waiting")
 
 
 def straggler_line(report: Report) -> str | None:

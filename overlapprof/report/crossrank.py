@@ -33,10 +33,10 @@ ranks that recorded it; ``d_r`` is rank r's duration of its operation in the ins
 - ``caused_wait_us`` of rank r = Σ over instances where r is ``last_rank`` of the other ranks'
   waits (a sum over the waiting ranks). ``stragglers`` are the ranks ordered by it;
   ``straggler`` is the one named, only when the evidence holds
-  (:data:`overlapprof.analysis.crossrank.waits.STRAGGLER_SHARE` ...): from the instances of
+  (``overlapprof.analysis.crossrank.waits``): from the instances of
   groups whose every rank has a trace, it caused at least half of all their waiting and twice
-  what any other rank did, and arrived last in more than half of the instances it took part
-  in; ``straggler_evidence`` says the numbers (None in reports saved before the rule).
+  what any other rank did, and most of the waiting in more than half of the steps with waiting;
+  ``straggler_evidence`` says the numbers (None in reports saved before the rule).
 - Bandwidth (nccl-tests' definitions, see :mod:`overlapprof.analysis.crossrank.bandwidth`):
   ``algbw_gbps`` = bytes / transfer, ``busbw_gbps`` = algbw × ``bus_factor`` of the kind.
 - Warm-up: a rank's first communication operation whose transfer time is at least

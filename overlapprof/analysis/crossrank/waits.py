@@ -188,18 +188,22 @@ def _time_split(ops: CommOperations, x: Measured, mine: np.ndarray, r: CrossRank
 
 # A straggler is named only on this evidence (README, "Across ranks"), from the matched instances
 # of process groups whose every rank has a trace, warm-up left out: it caused at least
-# STRAGGLER_SHARE of all their waiting, at least STRAGGLER_LEAD times what any other rank caused,
-# and it arrived last in more than STRAGGLER_LAST of the instances it took part in.
+# STRAGGLER_SHARE of all their waiting and at least STRAGGLER_LEAD times what any other rank
+# caused, and it did so again and again: it caused most of the waiting in more than
+# STRAGGLER_STEPS of the steps with waiting (instances without a ProfilerStep are one step), so
+# that one late arrival, however long, names no one. A rank late once a step, for the first of
+# several collectives, arrives last in few of its instances but causes the step's waiting.
 STRAGGLER_SHARE = 0.5
 STRAGGLER_LEAD = 2.0
-STRAGGLER_LAST = 0.5
+STRAGGLER_STEPS = 0.5
 
 
 def named_straggler(x: Measured, ops: CommOperations, traced: dict[str, tuple[int, int | None]]) -> tuple[int | None, str]:
     """(the rank named straggler, or None; the evidence, in words) under the rule above.
     ``traced``: per process group name, (ranks with a trace, its size or None if unknown)."""
     complete = np.array([n == size for n, size in (traced.get(g, (0, None)) for g in ops.groups)], dtype=bool)
-    inst_group = ops.group[x.rows[x.bounds]] if x.bounds.size else np.empty(0, dtype=np.int64)
+    firsts = x.rows[x.bounds] if x.bounds.size else np.empty(0, dtype=np.int64)
+    inst_group = ops.group[firsts]
     keep = ~x.warm & complete[inst_group]
     if not keep.any():
         partial = sorted({ops.groups[g] for g in inst_group[~x.warm].tolist()})
@@ -209,7 +213,6 @@ def named_straggler(x: Measured, ops: CommOperations, traced: dict[str, tuple[in
         return None, f"not every rank of its groups has a trace ({shown} ranks), so who arrived last is unknown"
     nranks = int(max(x.last_rank.max(), ops.rank.max())) + 1
     caused, last = _caused(x, ops, nranks, keep)
-    took_part = np.bincount(ops.rank[x.rows[keep[x.ids]]], minlength=nranks)
     total = float(caused.sum())
     if total <= 0:
         return None, "no rank waited for another"
@@ -217,12 +220,24 @@ def named_straggler(x: Measured, ops: CommOperations, traced: dict[str, tuple[in
     top, runner = int(order[0]), int(order[1]) if nranks > 1 else None
     share = caused[top] / total
     lead = caused[top] / caused[runner] if runner is not None and caused[runner] > 0 else np.inf
-    arrived = last[top] / took_part[top] if took_part[top] else 0.0
+    held_up, steps = _steps_held_up(x, ops.step[firsts], keep, top)
     numbers = (f"caused {share:.0%} of the waiting" + (f", {lead:.1f}x rank {runner}'s" if np.isfinite(lead) else "")
-               + f", and arrived last in {last[top]} of its {took_part[top]} instances")
-    if share >= STRAGGLER_SHARE and lead >= STRAGGLER_LEAD and arrived > STRAGGLER_LAST:
+               + f", most of it in {held_up} of the {steps} steps with waiting (last in {last[top]} instances)")
+    if share >= STRAGGLER_SHARE and lead >= STRAGGLER_LEAD and held_up > STRAGGLER_STEPS * steps:
         return top, numbers
     return None, f"the most waited-for, rank {top}, {numbers}"
+
+
+def _steps_held_up(x: Measured, inst_step: np.ndarray, keep: np.ndarray, rank: int) -> tuple[int, int]:
+    """(steps in which ``rank``, as last rank, caused at least half of the waiting, steps with
+    waiting), over the instances ``keep``; per instance, its waiting is the sum of its ranks'."""
+    step, wait, mine = inst_step[keep], x.wait[keep], x.last_rank[keep] == rank
+    codes = step - step.min()  # step numbers (-1: none) as small ints from 0
+    n = int(codes.max()) + 1
+    total = np.bincount(codes, weights=wait, minlength=n)
+    by_rank = np.bincount(codes[mine], weights=wait[mine], minlength=n)
+    waited = total > 0
+    return int(np.count_nonzero(waited & (by_rank >= 0.5 * total))), int(np.count_nonzero(waited))
 
 
 def stragglers(x: Measured, ops: CommOperations) -> list[Straggler]:
