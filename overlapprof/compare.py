@@ -29,7 +29,7 @@ import numpy as np
 
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.errors import InputError
-from overlapprof.launch.run_record import RunRecord, run_from_builtins
+from overlapprof.launch.run_record import RunRecord, busiest, described, explains, load_factor, run_from_builtins
 from overlapprof.report import CAUSES, Exposure, Report
 from overlapprof.report.comparison import BOOTSTRAP, CI_LEVEL, PER_STEP, SEED, WHOLE_TRACE, Comparison, VariantStats
 
@@ -186,16 +186,46 @@ def noise_warnings(variants: list[VariantStats]) -> list[str]:
     """Factors whose interval includes 1x, and profiled vs unprofiled speedups that disagree."""
     out = []
     for v in variants[1:]:
-        for name, value, ci in (("step-time speedup", v.speedup, v.speedup_ci),
-                                ("unprofiled-step speedup", v.host_speedup, v.host_speedup_ci),
-                                ("compute slowdown", v.compute_slowdown, v.compute_slowdown_ci)):
-            if value is not None and ci is not None and ci[0] <= 1.0 <= ci[1]:
+        for field, name, _ in _JUDGED:
+            value, ci = getattr(v, field), getattr(v, f"{field}_ci")
+            if value is not None and ci is not None and ci[0] <= 1.0 <= ci[1] and field not in v.not_trusted:
                 out.append(f"{v.label}: {name} {value:.2f}x is within noise "
                            f"({100 * CI_LEVEL:.0f}% interval {_fmt_ci(ci)} includes 1x)")
         a, b = v.speedup_ci, v.host_speedup_ci
-        if a is not None and b is not None and (a[1] < b[0] or b[1] < a[0]):
+        if a is not None and b is not None and (a[1] < b[0] or b[1] < a[0]) and not v.not_trusted:
             out.append(f"{v.label}: profiled steps say {v.speedup:.2f}x ({_fmt_ci(a)}) but unprofiled steps "
                        f"say {v.host_speedup:.2f}x ({_fmt_ci(b)}): the profiler changes this comparison")
+    return out
+
+
+def _machine(run: RunRecord | None) -> tuple[tuple[float, float] | None, dict[str, float] | None]:
+    """(load average at the start and end, {kind: other processes' CPU share}) of a run, the
+    busiest node's; (None, None) when run.json did not record them."""
+    loads = [info.machine_load for info in (run.ranks.values() if run else ()) if info.machine_load]
+    if not loads:
+        return None, None
+    averages = [m.load_average for m in loads if len(m.load_average) == 2]
+    other = {k: busiest(loads, k) for k in ("unprofiled", "profiled") if busiest(loads, k) is not None}
+    return (tuple(max(a[i] for a in averages) for i in (0, 1)) if averages else None), other
+
+
+_JUDGED = (("speedup", "step-time speedup", "profiled"), ("host_speedup", "unprofiled-step speedup", "unprofiled"),
+           ("compute_slowdown", "compute slowdown", "profiled"))
+
+
+def trust_warnings(variants: list[VariantStats]) -> list[str]:
+    """Mark the factors the machine's load change explains (``not_trusted``) and say so, with
+    the numbers (see :mod:`overlapprof.launch.machine`)."""
+    base, out = variants[0], []
+    for v in variants[1:]:
+        for field, name, kind in _JUDGED:
+            a, b = (x.other_cpu.get(kind) if x.other_cpu else None for x in (base, v))
+            value, ci = getattr(v, field), getattr(v, f"{field}_ci")
+            if explains(load_factor(a, b), value, ci):
+                v.not_trusted.append(field)
+                out.append(f"{v.label}: {name} not trusted: "
+                           f"{described(a, b, f'{base.label} {kind} steps', f'{v.label} ones', value)}; "
+                           "rerun the comparison when the machine is quieter")
     return out
 
 
@@ -231,6 +261,7 @@ def _stats(report: Report, label: str, per_step: bool) -> VariantStats:
     stats.exposure = _mean_exposure([s.exposure for s in (samples if per_step else report.ranks)])
     if report.ranks and report.summary.most_exposed_rank is not None:
         stats.verdict = report.rank(report.summary.most_exposed_rank).verdict
+    stats.load_average, stats.other_cpu = _machine(run)
     if per_step:
         stats.step_us = _median([s.step_us for s in samples])
         stats.step_p90_us = _percentile([s.step_us for s in samples], 90)
@@ -311,6 +342,7 @@ def compare(reports: list[Report], labels: list[str] | None = None) -> Compariso
         _against(v, variants[0])
     _intervals(variants, [_samples(rep, per_step) for rep in reports])
     warnings += _mismatch_warnings(variants)
+    warnings += trust_warnings(variants)
     warnings += noise_warnings(variants)
     warnings += [f"{name}: {w}" for name, rep in zip(names, reports) for w in rep.warnings]
     return Comparison(

@@ -209,6 +209,8 @@ class Profiler:
             name = self.config.run_id or f"{script.stem if script else 'profile'}-{time.strftime('%Y%m%d-%H%M%S')}"
             try:
                 rundir.create_run_dir(out / name, self._header(name, backend))
+            except FileExistsError:
+                error = f"run directory {out / name} exists; runs are never overwritten"
             except (RunDirError, OSError) as exc:
                 error = str(exc) if isinstance(exc, RunDirError) else f"cannot create {out / name}: {exc}"
         if dist is not None and self.world_size > 1:

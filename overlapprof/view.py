@@ -9,7 +9,10 @@ line, so a port lost to a race is still reported right.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -39,15 +42,23 @@ def port_is_free(port: int, host: str = HOST) -> bool:
     return True
 
 
-def stop_process(process: subprocess.Popen, timeout: float = 10.0) -> None:
-    """Terminate a child process, and kill it if it has not ended within ``timeout`` seconds."""
+def stop_process(process: subprocess.Popen, timeout: float = 10.0, group: bool = False) -> None:
+    """Terminate a child process, and kill it if it has not ended within ``timeout`` seconds.
+    ``group``: the child leads a session of its own (TensorBoard), and its whole process group
+    is stopped, so that no worker process it started keeps its port."""
+    def send(sig):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig) if group else process.send_signal(sig)
+
     if process.poll() is None:
-        process.terminate()
+        send(signal.SIGTERM)
         try:
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            process.kill()
+            send(signal.SIGKILL)
             process.wait()
+    if group:  # what is left of its group (a pid stays reserved while a group of its number lives)
+        send(signal.SIGKILL)
 
 
 class TensorBoardServer:
@@ -71,7 +82,7 @@ class TensorBoardServer:
         return self.process.wait()
 
     def stop(self) -> None:
-        stop_process(self.process)
+        stop_process(self.process, group=True)
 
     def __enter__(self):
         return self
@@ -98,8 +109,17 @@ def _launch(logdir: Path, port: int, log_path: Path, timeout_s: float) -> Tensor
     cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", HOST,
            "--port", str(port), "--load_fast", "false"]
     process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               start_new_session=True,
                                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     log.close()
+    try:
+        return _answering(process, log_path, timeout_s)
+    except BaseException:  # Ctrl-C or SIGTERM while it starts: it must not outlive us
+        stop_process(process, group=True)
+        raise
+
+
+def _answering(process, log_path: Path, timeout_s: float) -> TensorBoardServer | None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         text = log_path.read_text(errors="replace")
@@ -117,7 +137,6 @@ def _launch(logdir: Path, port: int, log_path: Path, timeout_s: float) -> Tensor
             except OSError:
                 pass
         time.sleep(0.2)
-    TensorBoardServer(process, log_path, "").stop()
     raise TensorBoardError(f"TensorBoard did not answer within {timeout_s:.0f} s (log: {log_path})")
 
 

@@ -73,6 +73,7 @@ class Context:
         # What the rank is doing now, for the watchdog that names a hung operation.
         self.current_phase = None
         self.progress_at = 0.0  # time.monotonic() of the last phase or step boundary
+        self.in_harness = False  # in overlapprof's own work (the profiler, the ranks meeting), not the workload's
 
     @contextlib.contextmanager
     def phase(self, name):

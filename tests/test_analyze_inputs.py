@@ -53,7 +53,8 @@ BAD_FILES = {
                        "event 1: 'ts' is not a number"),
     "null-dur.json": (json.dumps(S.trace([{"ph": "X", "cat": "kernel", "name": "k", "ts": 3, "dur": None}])).encode(),
                       "event 1: 'dur' is missing"),
-    "array.json": (b"[1, 2]", "not a PyTorch profiler trace"),
+    "array.json": (b"[1, 2]", "event 0: not an object (got int)"),  # the JSON Array Format, of no events
+    "string.json": (b"\"traceEvents\"", "not a PyTorch profiler trace"),
     "huge-ts.json": (b'{"traceEvents": [{"ph": "X", "ts": 1e999, "dur": 1}]}', "event 0: 'ts'"),
 }
 
@@ -116,9 +117,12 @@ def test_allow_partial_keeps_good_ranks(tmp_path):
 
 
 def test_rank_sources(tmp_path):
-    S.write(tmp_path / "sampled_rank-5.json", S.trace(GOOD))
-    S.write(tmp_path / "worker_a.json", S.trace(GOOD))
-    S.write(tmp_path / "worker_b.json.gz", S.trace(GOOD, rank=2, world_size=8))
+    def events(k):  # three recordings, not one copied (that would be refused: test_layouts.py)
+        return [S.kernel("ncclKernel_AllReduce", 0, 10 + k, stream=20), S.kernel("gemm", 5, 10)]
+
+    S.write(tmp_path / "sampled_rank-5.json", S.trace(events(0)))
+    S.write(tmp_path / "worker_a.json", S.trace(events(1)))
+    S.write(tmp_path / "worker_b.json.gz", S.trace(events(2), rank=2, world_size=8))
     S.write(tmp_path / "notes.txt", b"not a trace")
     report = overlapprof.analyze(tmp_path, workers=1)
     assert [(r.rank, r.rank_source) for r in report.ranks] == [(0, "order"), (2, "distributedInfo"), (5, "file name")]

@@ -205,7 +205,10 @@ def test_run_with_two_variants_ends_with_the_comparison(runs):
     c = compare([analyze([str(runs.ring["sync"])]), analyze([str(runs.ring["async"])])])
     speedup_line = next(line for line in table.splitlines() if line.strip().startswith("step-time speedup"))
     lo, hi = c.variants[1].speedup_ci
-    assert speedup_line.split()[-2:] == [f"{c.variants[1].speedup:.2f}x", f"[{lo:.2f}-{hi:.2f}]"]
+    if "speedup" in c.variants[1].not_trusted:  # the machine's load moved enough (a loaded machine)
+        assert speedup_line.endswith("not trusted (load)")
+    else:
+        assert speedup_line.split()[-2:] == [f"{c.variants[1].speedup:.2f}x", f"[{lo:.2f}-{hi:.2f}]"]
 
 
 def test_every_factor_has_a_seeded_interval_around_it(reports):
@@ -242,3 +245,46 @@ def test_noise_warnings_follow_the_intervals():
     assert any("unprofiled-step speedup 0.95x is within noise" in w for w in warnings)
     assert any("profiled steps say 1.90x" in w and "unprofiled steps say 0.95x" in w for w in warnings)
     assert not any("step-time speedup" in w for w in warnings)
+
+
+def test_a_comparison_the_machines_load_explains_is_not_trusted(tmp_path):
+    """Two runs of one variant, the second while CPU burners (other processes) take most of the
+    machine: run.json records the load, the comparison shows it beside the numbers, and says the
+    factors are not trusted (rerun) instead of a verdict."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO, _overlapprof
+
+    def run(run_id):
+        proc = _overlapprof("run", REPO / "workloads" / "allreduce.py", "--nproc", 2, "--variant", "sync",
+                            "--run-id", run_id, "--out", tmp_path, "--no-analyze", "-q", "--warmup-steps", 1,
+                            "--wait", 0, "--warmup", 1, "--active", 8, "--opt", "batch=16384", "--opt", "width=256", timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return tmp_path / f"{run_id}-sync"
+
+    quiet = run("quiet")
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4 * (os.cpu_count() or 1))]
+    try:
+        loaded = run("loaded")
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+    load = json.loads((loaded / "run.json").read_text())["ranks"]["0"]["machine_load"]
+    assert load["cores"] == os.cpu_count() and len(load["load_average"]) == 2
+    assert load["other_share"]["profiled"] >= 0.3 and load["ticks"]["profiled"] >= 50, load
+    assert json.loads((loaded / "run.json").read_text())["ranks"]["1"]["machine_load"] is None  # one per node
+
+    c = compare([analyze([str(quiet)]), analyze([str(loaded)])], labels=["quiet", "loaded"])
+    v = c.variants[1]
+    assert v.other_cpu["profiled"] == load["other_share"]["profiled"] and v.load_average == tuple(load["load_average"])
+    assert "speedup" in v.not_trusted, (c.variants[0].other_cpu, v.other_cpu, v.speedup, v.speedup_ci)
+    text = compare_table.render(c)
+    speedup_line = next(line for line in text.splitlines() if line.strip().startswith("step-time speedup"))
+    assert speedup_line.endswith("not trusted (load)")
+    assert "  other processes' CPU, profiled steps" in text and "  load average (1 min), start-end" in text
+    assert any(w.startswith("loaded: step-time speedup") and "not trusted: other processes took" in w
+               and "rerun the comparison when the machine is quieter" in w for w in c.warnings), c.warnings
+    assert not any("step-time speedup" in w and "within noise" in w for w in c.warnings)

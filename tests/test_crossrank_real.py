@@ -101,6 +101,12 @@ def test_trace_filter_group_is_incomplete(trace_filter):
     report, _ = trace_filter
     (group,) = report.crossrank.groups
     assert (group.name, group.size, group.ranks_present, group.complete) == ("default", 128, [0, 1], False)
+    # 2 of 128 ranks: who arrived last among all 128 is unknown, so no straggler is named (before: rank 1).
+    from overlapprof.renderers import table
+
+    assert report.crossrank.straggler is None and report.crossrank.stragglers[0].rank == 1
+    assert ("straggler: no clear straggler (not every rank of its groups has a trace (default: 2 of 128 ranks)"
+            in table.render(report))
     assert {m.kind: m.method for m in report.crossrank.matching} == {
         "all_gather": "order", "all_reduce": "overlap", "all_to_all": "overlap"}
 
@@ -176,7 +182,7 @@ def _wait_per_step(report, rank):
 
 def test_slow_rank_is_named_the_straggler(straggler_runs):
     slow, _ = straggler_runs
-    assert slow.crossrank.stragglers[0].rank == 1
+    assert slow.crossrank.stragglers[0].rank == 1 == slow.crossrank.straggler
     assert slow.crossrank.stragglers[0].share > 0.5
     # Each profiled step's first all_reduce: the fast ranks waited for rank 1's sleep, rank 1 did not.
     firsts = {}
@@ -207,3 +213,24 @@ def test_fast_ranks_wait_grows_by_about_the_delay(straggler_runs):
 
     text = table.render(slow)
     assert "wait ms" in text.splitlines()[0] and "straggler: rank 1" in text
+
+
+def test_the_rank_tables_columns_reconcile(runs):
+    """The ring's async variant keeps sends and receives in flight at once: each rank's wait and
+    transfer are time within its communication, so they add up to at most its comm ms (before,
+    summed over operations, rank 0's wait alone exceeded it), and wait share is wait / comm."""
+    from overlapprof.renderers import table
+
+    report = overlapprof.analyze(runs.ring["async"], workers=1)
+    for rank in report.ranks:
+        r = report.crossrank.rank(rank.rank)
+        assert r.comm_us == pytest.approx(rank.metrics.comm_us)
+        assert 0 < r.wait_us + r.transfer_us <= rank.metrics.comm_us * (1 + 1e-9), rank.rank
+        assert r.wait_share == pytest.approx(r.wait_us / r.comm_us)
+        assert r.exposed_wait_share == pytest.approx(r.exposed_wait_us / rank.metrics.exposed_comm_us)
+        caused = sum(s.caused_wait_us for s in report.crossrank.stragglers)
+    assert caused <= sum(r.wait_us for r in report.crossrank.ranks) * (1 + 1e-9)
+    text = table.render(report)
+    assert "wait, transfer: time in matched collectives, within the rank's comm (in flight at once counted once): " \
+           "wait ms + transfer ms <= comm ms" in text
+    assert ("straggler: rank " in text) != ("straggler: no clear straggler (" in text)

@@ -218,9 +218,11 @@ def test_stragglers_and_the_exposed_share_of_waiting(tmp_path):
     c = overlapprof.analyze(write_ranks(tmp_path, per_rank), workers=1).crossrank
     assert [(s.rank, s.caused_wait_us, s.share, s.last_arrivals) for s in c.stragglers] == [(2, 9000.0, 1.0, 3)]
     r0 = c.rank(0)
-    assert (r0.wait_us, r0.transfer_us, r0.exposed_wait_us, r0.exposed_comm_us) == (3000, 600, 1800, 2400)
-    assert r0.wait_share == pytest.approx(0.75)
-    assert c.rank(1).wait_share == pytest.approx(3000 / 3600)
+    assert (r0.wait_us, r0.transfer_us, r0.exposed_wait_us, r0.exposed_comm_us, r0.comm_us) == (3000, 600, 1800, 2400, 3600)
+    assert r0.wait_share == pytest.approx(3000 / 3600) and r0.exposed_wait_share == pytest.approx(0.75)
+    assert c.rank(1).wait_share == pytest.approx(3000 / 3600) == c.rank(1).exposed_wait_share
+    assert c.straggler == 2 and c.straggler_evidence == (
+        "caused 100% of the waiting, most of it in 1 of the 1 steps with waiting (last in 3 instances)")
     assert c.rank(2).wait_us == 0 and c.rank(2).last_arrivals == 3
 
 
@@ -232,7 +234,8 @@ def test_report_round_trip_and_cli(tmp_path):
     cli = [sys.executable, "-m", "overlapprof", "analyze", *map(str, paths)]
     out = subprocess.run([*cli, "--by", "collective"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert "straggler: rank 2 caused 4.000 ms" in out.stdout and "65.54 kB" not in out.stdout
+    assert "waited for: rank 2 caused 4.000 ms" in out.stdout and "65.54 kB" not in out.stdout
+    assert "straggler: rank 2 (the others waited 4.000 ms for it; it caused 100% of the waiting" in out.stdout
     assert "4.00 kB" in out.stdout and "all_reduce" in out.stdout
     out = subprocess.run([*cli, "--json", "-", "--align-clocks"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -277,3 +280,16 @@ def test_odd_values_in_the_trace_are_ignored_not_fatal(tmp_path):
     assert [(m.kind, m.instances) for m in c.matching] == [("all_reduce", 1), ("send_recv", 0)]
     assert c.instances[0].bytes == 4000  # from the annotation's shape; the bad counts are ignored
     assert c.clocks == "shared" and all(r.host is None for r in c.ranks)
+
+
+def test_no_straggler_is_named_when_the_waiting_is_shared(tmp_path):
+    """Each of 3 ranks arrives last in turn, 500 µs late: the waiting is spread evenly, so no rank
+    is named (before: the first of the list, with a third of the waiting); the numbers are said."""
+    arrivals = [[500, 0, 0], [0, 500, 0], [0, 0, 500]] * 2
+    report = overlapprof.analyze(write_ranks(tmp_path, instances_of(arrivals, 200)), workers=1)
+    c = report.crossrank
+    assert c.straggler is None and len(c.stragglers) == 3
+    assert c.straggler_evidence.startswith("the most waited-for, rank 0, caused 33% of the waiting, 1.0x rank 1's")
+    from overlapprof.renderers import table
+
+    assert "straggler: no clear straggler (the most waited-for, rank 0, caused 33%" in table.render(report)

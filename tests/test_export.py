@@ -73,6 +73,16 @@ def exported(runs, tmp_path_factory):
     return out, _strict(out.read_text()), analyze([str(runs.ring["sync"])])
 
 
+def test_progress_is_not_a_line_per_rank_off_a_terminal(runs, tmp_path):
+    """Into a file or pipe (here, click's runner) stderr gets the summary and the written note,
+    however many ranks: no 'analyzed rank k/n' or 'reading rank r's events' per rank."""
+    out = tmp_path / "t.json"
+    result = _export(runs.ring["sync"], "-o", out)
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert lines == ["overlapprof: 2 ranks, " + lines[0].split("2 ranks, ")[-1], f"overlapprof: timeline written to {out}"], lines
+
+
 def test_export_follows_the_trace_event_format(exported):
     _, data, report = exported
     meta, slices = _check_format(data)

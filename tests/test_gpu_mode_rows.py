@@ -62,7 +62,7 @@ def _rows_read_reference(path) -> int:
     events = [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"] if e.get("ph") == "X"]
     codes = [C.category_code(e.get("cat", "")) for e in events]
     if C.KERNEL not in codes:
-        return sum(c not in (C.OTHER, C.DEVICE_OTHER) for c in codes)
+        return sum(c not in (C.OTHER, C.UNKNOWN) for c in codes)
     step_or_call = re.compile(r"^(ProfilerStep#\d+|record_param_comms|c10d::.*)$")
     return sum(c in (*C.GPU_CATEGORIES, C.RUNTIME, C.ANNOTATION)
                or (c == C.CPU_OP and bool(step_or_call.match(e["name"]))) for c, e in zip(codes, events))

@@ -82,6 +82,42 @@ def test_real_traces_same_report(path, small):
     assert P.read(path, Index(), None, 2) is not None  # really read in parallel, not fallen back
 
 
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
+def test_a_byte_order_mark_is_read_past_by_every_reader(tmp_path, small, gz):
+    """A UTF-8 byte-order mark before a real trace (Windows tools write one): read in one
+    process, whole or streamed, and in parallel, the report is the trace's own (before: "invalid
+    character (byte 0)")."""
+    path = DATA / "negative_queue_length" / "rank0.json.gz"
+    text = gzip.decompress(path.read_bytes())
+    marked = tmp_path / ("bom.json.gz" if gz else "bom.json")
+    marked.write_bytes(gzip.compress(D.BOM + text, 1) if gz else D.BOM + text)
+    want = overlapprof.analyze([path], workers=1).ranks[0]
+    for workers in (1, 2):
+        got = overlapprof.analyze([marked], workers=workers).ranks[0]
+        assert (got.metrics, got.steps, got.kinds) == (want.metrics, want.steps, want.kinds), workers
+    assert P.read(marked, Index(), None, 2) is not None  # really read in parallel
+
+
+def test_finding_the_first_event_searches_each_byte_once():
+    """Text that never names "traceEvents" (another JSON, or the JSON Array Format), fed 64 KiB
+    at a time as the parallel probe reads it: every byte is searched once, not the whole buffer
+    again at each piece (before: 3-9 s to refuse a large file)."""
+    class Counted(bytearray):
+        searched = 0
+
+        def find(self, sub, start=0, *args):
+            Counted.searched += len(self) - start
+            return super().find(sub, start, *args)
+
+    finder, buf, piece = R.FirstEvent(), Counted(), b'{"a": "' + b"x" * 65_000 + b'"},\n'
+    for _ in range(200):  # 13 MB
+        buf += piece
+        assert finder.find(buf) is None
+    assert Counted.searched < len(buf) + 200 * len(b'"traceEvents"')
+    with pytest.raises(R.LayoutError):  # the array layout is known at once
+        R.FirstEvent().find(bytearray(D.BOM + b' [{"ph": "X"}'))
+
+
 @pytest.mark.parametrize("mode", P.MODES)
 @pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
 def test_tricky_strings_same_report(tmp_path, small, monkeypatch, gz, mode):

@@ -113,3 +113,33 @@ def test_causes_chart_stacks_each_cause(runs, async_report, tmp_path):
                                        "-o", str(out), "-q"])
     assert result.exit_code == 0, result.output
     assert out.read_bytes().startswith(b"<?xml") and b"<svg" in out.read_bytes()
+
+
+@pytest.mark.parametrize("fmt", ["png", "svg", "pdf"])
+def test_a_non_latin_folder_name_draws_without_boxes_or_warnings(runs, tmp_path, fmt):
+    """The traces in a folder named in Japanese: the plot's title is the folder's name. No
+    warning reaches stderr (before: matplotlib's "Glyph ... missing from font(s) DejaVu Sans",
+    one per character), and every character of every text is either in a font that has its glyph
+    (an installed CJK font; STIX, which matplotlib ships, has "の") or written U+XXXX."""
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+    from matplotlib.text import Text
+
+    folder = tmp_path / "実験の記録"
+    folder.mkdir()
+    for trace in sorted(runs.ring["async"].glob("rank*.pt.trace.json")):
+        (folder / trace.name).write_bytes(trace.read_bytes())
+    result = CliRunner().invoke(main, ["plot", str(folder), "-o", str(tmp_path / f"t.{fmt}")])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [f"overlapprof: plot written to {tmp_path / f't.{fmt}'}"], result.stderr
+
+    fig = plots.timeline_figure(analyze([str(folder)]), title="実験の記録: one step")
+    plots.to_bytes(fig, fmt)
+    [title] = [t for t in fig.findobj(Text) if ": one step" in t.get_text()]
+    for c in title.get_text():
+        fonts = [font_manager.findfont(font_manager.FontProperties(family=f, weight=title.get_weight()))
+                 for f in title.get_fontfamily()]
+        assert c.isspace() or any(ord(c) in FT2Font(f).get_charmap() for f in fonts), c
+    assert "記録" in title.get_text() or "U+8A18 U+9332" in title.get_text()
+    text, families = plots.drawable("の")  # a glyph only a fallback font has: it is used, not replaced
+    assert text == "の" and len(families) > 1

@@ -126,6 +126,38 @@ def test_bad_input_is_one_line_and_exit_2_before_any_rank(tmp_path, args, messag
     assert not (tmp_path / "out").exists()  # nothing started, nothing written
 
 
+def test_an_out_that_cannot_hold_run_directories_is_one_line_and_exit_2(tmp_path):
+    """--out under a file, and in a folder no run directory can be made in (read-only for this
+    user, or /sys, which refuses even root): one line, exit 2, before any rank starts."""
+    afile = tmp_path / "afile"
+    afile.write_text("kept")
+    cases = [(afile / "sub", f"Error: --out {afile / 'sub'}: {afile} is a file, not a folder")]
+    if os.geteuid() != 0:
+        locked = tmp_path / "ro"
+        locked.mkdir(mode=0o555)
+        cases.append((locked / "x", f"Error: --out {locked / 'x'}: cannot create folders in {locked} (Permission denied)"))
+    if Path("/sys").is_dir():
+        cases.append((Path("/sys/overlapprof-test/x"), "Error: --out /sys/overlapprof-test/x: cannot create folders in /sys ("))
+    for out, message in cases:
+        proc = _overlapprof("run", "workloads/ring.py", "--nproc", 2, "--out", out)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert last_line(proc.stderr).startswith(message), proc.stderr[-2000:]
+        assert len(proc.stderr.strip().splitlines()) == 1 and "[rank" not in proc.stdout
+    assert afile.read_text() == "kept" and sorted(p.name for p in tmp_path.iterdir()) in (["afile"], ["afile", "ro"])
+
+
+def test_a_workload_that_blocks_at_import_ends_at_timeout_naming_the_line(tmp_path):
+    """The launcher imports the file to check it before any rank starts: --timeout covers that
+    import too (subprocess timeout: it would otherwise hang for an hour)."""
+    workload = TEST_WORKLOADS / "import_hang.py"
+    proc = _overlapprof("run", workload, "--timeout", 2, "--out", tmp_path / "out", timeout=90)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"Error: cannot load workload {workload}: its import made no progress for 2 s (--timeout 2); "
+        "blocked at tests/workloads/import_hang.py:6 `time.sleep(3600)`"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_broken_workload_file_names_the_line(tmp_path):
     bad = tmp_path / "broken.py"
     bad.write_text("VARIANTS = {'sync': 'x'}\ndef step(ctx, s)\n    pass\n")
@@ -187,6 +219,23 @@ def test_options_after_dashes_straggler_gzip_and_repeat(tmp_path):
     assert "straggle" in names
 
 
+def test_overlapprofs_own_time_is_not_the_workloads(tmp_path):
+    """6 ranks on this machine's cores, --timeout 2: the profiler's start (torch imports
+    torch._dynamo and torch._inductor, seconds per rank when ranks share cores), saving each
+    cycle's trace (--repeat 2) and the ranks meeting are overlapprof's time, not the workload's;
+    before, the run failed blaming the workload 'in its own code'. -q: no rank's ok line on the
+    console (each is in its log)."""
+    proc = _overlapprof("run", "workloads/ring.py", "--nproc", 6, "--timeout", 2, "--repeat", 2,
+                        "--out", tmp_path, "--run-id", "t", "-q", "--no-analyze", *SHORT_SCHEDULE,
+                        "--opt", "size=64", "--opt", "chunk=1024", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = proc.stdout + proc.stderr
+    assert "ok, " not in said and "Traceback" not in said and "Warning" not in said, said[-3000:]
+    run = json.loads((tmp_path / "t-async" / "run.json").read_text())
+    assert run["status"] == "ok" and all(len(run["traces"][str(r)]) == 2 for r in range(6))
+    assert "rank 5: ring/async ok, 2 trace(s)" in (tmp_path / "t-async" / "logs" / "rank5.stdout.log").read_text()
+
+
 def test_a_rank_that_dies_hard_is_blamed_and_its_peers_errors_are_consequences(tmp_path):
     """Rank 1 calls os._exit(3) in its 4th step (no Python exception): rank 0's failure is a
     consequence, not the cause: a gloo error ("peer") or, when the launcher stops it before its
@@ -202,24 +251,37 @@ def test_a_rank_that_dies_hard_is_blamed_and_its_peers_errors_are_consequences(t
     assert run["ranks"]["0"]["error_kind"] in ("peer", "terminated")
 
 
-def test_a_hang_blames_the_rank_stalled_in_its_own_code_and_names_who_waited(tmp_path):
-    """Rank 1 sleeps forever in 'compute' of ProfilerStep#0; rank 0 waits for it in all_reduce.
-    Whichever watchdog fires first, rank 1 is the cause and rank 0 is named as waiting; --quiet
-    leaves no progress or heartbeat lines."""
+def test_a_hang_blames_the_rank_stalled_in_its_own_code_and_keeps_both_traces(tmp_path):
+    """Rank 1 sleeps forever in 'compute' of ProfilerStep#3 (profiled); rank 0 waits for it in
+    all_reduce. Whichever watchdog fires first, rank 1 is the cause and rank 0 is named as
+    waiting; each rank saves the cycle it hung in (the trace of the hang) and analyze reads them.
+    Every rank also spends 3 s in a weakref finalizer at exit, where the launcher's SIGTERM lands:
+    no traceback from it. --quiet leaves no progress or heartbeat lines."""
     proc = _overlapprof("run", TEST_WORKLOADS / "hang.py", "--nproc", 2, "--timeout", 6,
-                        "--out", tmp_path, "--run-id", "h", "--quiet", timeout=180)
+                        "--out", tmp_path, "--run-id", "h", "--quiet", *SHORT_SCHEDULE,
+                        "--opt", "at_step=3", "--opt", "exit_s=3", timeout=180)
     assert proc.returncode == 1, proc.stderr[-3000:]
     line = last_line(proc.stderr)
     assert line.startswith("Error: hang/sync failed: rank 1: made no progress for "), line
     assert "in its own code, at " in line and "hang.py:" in line and "`time.sleep(3600)`" in line
-    assert "in phase 'compute' of ProfilerStep#0 (unprofiled)" in line
+    assert "in phase 'compute' of ProfilerStep#3 (profiled)" in line
     assert "waiting for it: rank 0 (blocked in torch.distributed.all_reduce at " in line
+    assert line.endswith("logs and traces kept in " + str(tmp_path / "h-sync"))
     run = json.loads((tmp_path / "h-sync" / "run.json").read_text())
     assert run["failure"]["rank"] == 1 and run["failure"]["error_kind"] == "stalled"
     assert run["failure"]["consequences"] == [0]
     assert run["ranks"]["1"]["waiting_on_peers"] is False
     assert run["ranks"]["0"]["waiting_on_peers"] is True
     assert not any(line.startswith("overlapprof:") for line in proc.stderr.splitlines())
+    for noise in ("Traceback", "Exception ignored", "Terminated"):
+        assert noise not in proc.stderr, proc.stderr[-3000:]
+    for rank in ("0", "1"):
+        [trace] = run["traces"][rank]
+        steps = {e["name"] for e in json.loads((tmp_path / "h-sync" / trace).read_text())["traceEvents"]}
+        assert "ProfilerStep#3" in steps, rank
+    analyzed = _overlapprof("analyze", tmp_path / "h-sync", "--no-comms")
+    assert analyzed.returncode == 0, analyzed.stderr
+    assert "warning: run.json: run h-sync failed (rank 1: made no progress" in analyzed.stdout
 
 
 def rank_processes(run_dir):
@@ -272,10 +334,9 @@ def interrupted_mid_run(tmp_path_factory):
                              TEST_WORKLOADS / "slow.py", "--nproc", 2, "--", "--step-s", 1)
 
 
-def assert_cleanly_interrupted(proc, run_dir):
+def assert_cleanly_interrupted(proc, run_dir, kept="logs and traces"):
     assert proc.returncode == 130, proc.stderr[-3000:]
-    assert last_line(proc.stderr) == (f"Error: slow/sync interrupted; logs and traces kept in "
-                                      f"{run_dir}")
+    assert last_line(proc.stderr) == f"Error: slow/sync interrupted; {kept} kept in {run_dir}"
     for noise in ("Traceback", "death signal", "KeyboardInterrupt", "failed"):
         assert noise not in proc.stderr + proc.stdout, noise
     run = json.loads((run_dir / "run.json").read_text())
@@ -320,5 +381,5 @@ def test_ctrl_c_during_start_up_is_interrupted_and_leaves_no_rank(tmp_path):
     torch)."""
     proc, run_dir = run_and_interrupt(tmp_path, lambda d: (d / "run.json").is_file(),
                                       TEST_WORKLOADS / "slow.py", "--nproc", 2)
-    run = assert_cleanly_interrupted(proc, run_dir)
+    run = assert_cleanly_interrupted(proc, run_dir, kept="logs (no trace was written)")
     assert all(not run["traces"][rank] for rank in ("0", "1"))

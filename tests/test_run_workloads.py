@@ -37,7 +37,7 @@ RUN_KEYS = {"schema_version", "status", "name", "run_id", "created", "workload",
             "link", "profiler", "versions", "env", "nodes", "ranks", "traces", "missing_ranks", "failure"}
 RANK_KEYS = {"rank", "node_rank", "local_rank", "host", "pid", "device", "status", "error",
              "error_kind", "where", "started", "ended", "step_times_ms", "profiled_steps",
-             "metrics", "traces"}
+             "metrics", "traces", "machine_load"}
 
 
 @lru_cache(maxsize=None)
@@ -139,7 +139,7 @@ def test_each_rank_logs_to_its_files(case):
     workload, variant, nproc, run_dir, run = case
     for rank in range(nproc):
         stdout = (run_dir / "logs" / f"rank{rank}.stdout.log").read_text()
-        assert f"rank {rank}: ok" in stdout
+        assert f"rank {rank}: {workload}/{variant} ok, " in stdout
         assert (run_dir / "logs" / f"rank{rank}.stderr.log").exists()
 
 
@@ -147,7 +147,8 @@ def test_each_rank_logs_to_its_files(case):
 def test_console_shows_rank_output_prefixed_and_progress(workload_runs, nproc):
     proc = workload_runs("ring", nproc).proc
     for rank in range(nproc):
-        assert f"[rank{rank}]: rank {rank}: ok" in proc.stdout
+        for variant in ("sync", "async"):  # the variant named: the two runs' lines differ
+            assert f"[rank{rank}]: rank {rank}: ring/{variant} ok, " in proc.stdout
     assert "profiler_start" not in proc.stdout + proc.stderr  # kineto's noise stays in the logs
     assert "ring/sync: ok" in proc.stderr and "ring/async: ok" in proc.stderr
     assert "first warm-up step" in proc.stderr

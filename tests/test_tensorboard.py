@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import signal
 import socket
@@ -102,14 +103,46 @@ def test_view_serves_traces_and_scalars(runs, busy_port):
                     assert [(step, value) for _, step, value in got] == want, (run, tag)
                 steps = [s.step for s in report.rank(rank).steps]
                 assert [p[0] for p in points[rank]] == steps and steps
+        # TensorBoard and the plugin's workers (which parsed the traces), in a group of their own
+        tensorboard = _children(view.pid)
+        group = [pid for pid in _pids() if _pgid(pid) == tensorboard[0]]
+        assert len(tensorboard) == 1 and len(group) > 1, (tensorboard, group)
     finally:
-        view.send_signal(signal.SIGINT)  # Ctrl-C: stops TensorBoard and exits
+        view.send_signal(signal.SIGTERM)  # a job scheduler's stop: as Ctrl-C (one except clause), TensorBoard stops
         try:
             view.wait(timeout=30)
         finally:
             view.kill()
+    assert view.returncode == 0, view.stderr.read()
     with pytest.raises(OSError):
         urllib.request.urlopen(f"{url}/data/logdir", timeout=5)
+    assert [pid for pid in group if _alive(pid)] == []  # nothing keeps the port
+    notes = view.stderr.read()
+    assert ("offline, the Scalars tab works (the overlap metrics per step and rank) and so does `overlapprof "
+            "report`") in notes and "every view of the PyTorch Profiler tab" in notes
+
+
+def _pids():
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def _pgid(pid):
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
+def _children(pid):
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _alive(pid):
+    try:
+        state = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("State:"))
+    except (OSError, StopIteration):
+        return False
+    return "zombie" not in state
 
 
 def test_scalars_are_never_overwritten(runs, tmp_path):

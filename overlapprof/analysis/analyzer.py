@@ -62,6 +62,7 @@ class RankResult:
     crossrank_input: CrossRankInput | None = None  # the rank's share of the cross-rank analysis (rank not settled)
     hta_steps: frozenset[str] | None = None  # --like-hta: the rank's ProfilerStep names
     exposure_input: ExposureInput | None = None  # the rank's share of the causes of exposure (with crossrank_input)
+    recording: tuple | None = None  # what identifies the recording's content (see _one_recording_each)
 
 
 def _apply_filters(ev: RankEvents, options: Options, label: str, warnings: list[str]) -> None:
@@ -119,16 +120,19 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
         base = next((t.baseTimeNanoseconds for t in ev.headers if t.baseTimeNanoseconds), None)
         if options.crossrank:
             result.crossrank_input = crossrank_input(ev.headers, base)
-        result.window = _window(ev.bounds if options.bounded_memory else _bounds(ev), base)
+        bounds = ev.bounds if options.bounded_memory else _bounds(ev)
+        result.window = _window(bounds, base)
         if ev.unclassified:
             shown = ", ".join(f"{cat} ({n} events)" for cat, n in sorted(ev.unclassified.items()))
+            measured = ("the device was not measured: its numbers are its host's (cpu_ops as compute)"
+                        if ev.mode == "cpu" else "read in GPU mode")
             result.warnings.append(f"{label}: device activity of categories OVERLAP.md does not classify left out "
-                                   f"(read in {ev.mode.upper()} mode): {shown}")
+                                   f"({measured}): {shown}")
         if ev.negative_durations:
             result.warnings.append(f"{label}: {ev.negative_durations} events with a negative 'dur' count as zero-length")
         if options.bounded_memory:
             result.warnings += ev.warnings
-            report, table, exposed = ev.report, ev.table, ev.exposed
+            report, table, comm, exposed = ev.report, ev.table, ev.comm, ev.exposed
             if options.comm_records:
                 report.comm_records = table.records()
         else:
@@ -139,7 +143,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
             if sets is not None:
                 result.exposure_input = exposure_input(ev.mode, unions, ev.host_sync, sets, ev.comm_records)
             heap.release(ev.events)
-            table, exposed = ev.comm_records, None
+            table, comm, exposed = ev.comm_records, unions[0], None
             if result.crossrank_input is not None:
                 exposed = iv.difference(unions[0], unions[1])  # U(comm) − U(compute)
             if options.lanes:
@@ -151,9 +155,14 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
 
                 report.metrics, result.hta_steps = like_hta.rank_metrics(files)
         report.world_size, report.backend = result.world_size, result.backend
+        if ev.unclassified and ev.mode == "cpu":
+            report.device_not_measured = dict(sorted(ev.unclassified.items()))
+        m = report.metrics
+        result.recording = (base, bounds, report.events, report.comm_events, report.compute_events, m.comm_us,
+                            m.compute_us, m.memory_us)
         if result.crossrank_input is not None:
             result.crossrank_input.world_size = result.world_size
-            result.crossrank_input.attach(table, exposed, report.metrics.exposed_comm_us)
+            result.crossrank_input.attach(table, comm, exposed, report.metrics.exposed_comm_us)
         result.report = report
     except OverlapprofError as exc:
         result.error = exc
@@ -248,6 +257,24 @@ def _settle_ranks(results: list[RankResult], groups: list[TraceGroup]) -> None:
     free = (n for n in range(len(results) + len(claimed) + 1) if n not in claimed)
     for result in unplaced:
         result.report.rank, result.report.rank_source = next(free), "order"
+
+
+def _one_recording_each(results: list[RankResult]) -> None:
+    """InputError when two inputs hold one recording (a copy, without its ``distributedInfo`` or
+    under another name): the same events at the same times, so the same counts, window and
+    measures, which the ranks of one job never share. Two that name different ranks in their
+    ``distributedInfo`` are two ranks whatever they hold (a generated trace may repeat one)."""
+    seen: dict[tuple, list[RankResult]] = {}
+    for r in results:
+        if r.recording is None:
+            continue
+        same = seen.setdefault(r.recording, [])
+        first = next((o for o in same if None in (o.dist_rank, r.dist_rank)), None)
+        same.append(r)
+        if first is not None:
+            raise InputError(
+                f"{first.files[0]} and {r.files[0]} hold the same recording ({r.report.events} events at the same "
+                f"times), not two ranks: analyze one of them (overlapprof analyze {first.files[0]})")
 
 
 def _check_one_run(results: list[RankResult]) -> None:
@@ -391,6 +418,7 @@ def analyze(
     results, groups = [r for r, _ in good], [g for _, g in good]
     _settle_ranks(results, groups)
     _check_one_run(results)
+    _one_recording_each(results)
     if options.like_hta:
         from overlapprof.analysis import like_hta
 

@@ -44,7 +44,7 @@ import numpy as np
 
 from overlapprof.errors import InputError
 from overlapprof.report import Metrics
-from overlapprof.trace.decode import read_bytes
+from overlapprof.trace.decode import read_bytes, without_bom
 
 COMM_RE = re.compile(r"^nccl.*Kernel")
 MEMORY_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
@@ -97,8 +97,8 @@ def _kind(name: str) -> int:
 def _columns(path: str | Path):
     """One file's events as HTA's parser keeps them: names, start, duration, stream, correlation."""
     try:
-        events = _DECODER.decode(read_bytes(path)).traceEvents
-    except msgspec.DecodeError as exc:
+        events = _DECODER.decode(without_bom(read_bytes(path))).traceEvents
+    except msgspec.MsgspecError as exc:  # the JSON Array Format too: HTA reads only traceEvents
         raise InputError(f"{path}: not a trace HolisticTraceAnalysis can read ({exc})") from None
     # pandas makes the ts column float64 (and HTA rounds) when any ts is a float or missing
     rounding = any(not isinstance(e.ts, int) or isinstance(e.ts, bool) for e in events)

@@ -2,33 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import (BOUNDED_MEMORY, check_data_outputs, command, emit_data, reading_kwargs,
-                                    reading_options, unwind_on_sigterm)
-
-
-class _Progress:
-    """A click progress bar on stderr, created on the first report from the analyzer."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.bar = None
-
-    def __call__(self, done: int, total: int, path: str) -> None:
-        if not self.enabled or total < 2:
-            return
-        if self.bar is None:
-            self.bar = click.progressbar(length=total, label="analyzing ranks", file=sys.stderr)
-            self.bar.__enter__()
-        self.bar.update(1, Path(path).name)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(None, None, None)
+from overlapprof.cli.common import (BOUNDED_MEMORY, ProgressBar, check_data_outputs, command, emit_data,
+                                    reading_kwargs, reading_options, unwind_on_sigterm)
 
 
 def _cluster(address, scheduler_file, timeout, workers):
@@ -98,7 +77,7 @@ def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, bou
 
         cluster = _cluster(dask_scheduler, dask_scheduler_file, dask_timeout, workers)
         unwind_on_sigterm()
-        progress = _Progress(enabled=not quiet and sys.stderr.isatty())
+        progress = ProgressBar("analyzing ranks", quiet)
         try:
             report = run_analysis(list(paths), comm_backends=comm_backends, like_hta=like_hta,
                                   comm_ops=comm_ops, bounded_memory=bounded_memory, workers=workers, progress=progress, dask_scheduler=cluster,

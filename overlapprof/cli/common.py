@@ -101,6 +101,36 @@ def note(message: str, quiet: bool = False) -> None:
         click.echo(f"overlapprof: {message}", err=True)
 
 
+class ProgressBar:
+    """Progress over ranks: a click progress bar on stderr when it is a terminal (created on the
+    first report), else nothing, so a log file gets no line per rank (1,000 ranks, 1,000 lines).
+    Called as ``progress(done, total, name)``."""
+
+    def __init__(self, label: str, quiet: bool = False):
+        import sys
+
+        self.label = label
+        self.enabled = not quiet and sys.stderr.isatty()
+        self.bar = None
+
+    def __call__(self, done: int, total: int, name) -> None:
+        if not self.enabled or total < 2:
+            return
+        if self.bar is None:
+            import sys
+
+            self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
+            self.bar.__enter__()
+        from pathlib import Path
+
+        self.bar.update(1, Path(str(name)).name)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
+
+
 def reading_options(command):
     """The options that change how traces are read, shared by analyze, compare, report and plot:
     --comm-kernel, the HTA filters, --no-comms, --align-clocks, --allow-partial,

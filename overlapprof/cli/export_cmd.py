@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import EXIT_CODES_PLAIN, check_output, command, emit, fail, note, reading_kwargs, reading_options
+from overlapprof.cli.common import (EXIT_CODES_PLAIN, ProgressBar, check_output, command, emit, fail, note, reading_kwargs,
+                                    reading_options)
 
 
 def parse_window(text: str) -> tuple[float, float]:
@@ -62,13 +63,16 @@ def export(run, output, step, window, quiet, **kw):
     if not Path(run).exists():
         fail(f"{run}: no such run directory or trace")
 
-    def progress(done, total, path):
-        if total > 1:
-            note(f"analyzed rank {done}/{total}", quiet)
-
-    report = analyze([run], lanes=True, progress=progress, **reading_kwargs(kw))
-    L.select_events(report, step=step, window_us=window_us,
-                    progress=lambda k, n, rank: note(f"reading rank {rank}'s events ({k + 1}/{n})", quiet))
+    progress = ProgressBar("analyzing ranks", quiet)
+    try:
+        report = analyze([run], lanes=True, progress=progress, **reading_kwargs(kw))
+    finally:
+        progress.close()
+    progress = ProgressBar("reading their events", quiet)
+    try:
+        L.select_events(report, step=step, window_us=window_us, progress=lambda k, n, rank: progress(k, n, f"rank {rank}"))
+    finally:
+        progress.close()
     for warning in report.warnings:
         note(f"warning: {warning}", quiet)
     clocks = next((r.lanes.clocks for r in report.ranks if r.lanes), None)

@@ -62,8 +62,8 @@ def _nccl_debug(ctx, param, value):
                    "INFO:INIT,COLL; NCCL's log lines land in logs/rank<N>.stdout.log.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=300.0,
               metavar="SECONDS",
-              help="Longest a rank may make no progress (one call, wait or phase): the "
-                   "process-group and rendezvous timeout; a hung run ends then, naming the call.")
+              help="Longest a rank may make no progress in its workload (one call, wait or phase), and "
+                   "the longest the workload file's import may take; a hung run ends then, naming the call.")
 @click.option("--warmup-steps", type=click.IntRange(min=0), default=2,
               help="Unprofiled steps first (NCCL builds communicators; first recv blocks).")
 @click.option("--wait", type=click.IntRange(min=0), default=1,
@@ -117,14 +117,15 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, on_sigint)
-    from overlapprof import workload as workload_api  # imports torch: after the cheap checks
+    import torch  # noqa: F401  (slow: after the cheap checks, and not counted in the workload's --timeout)
+
     from overlapprof.launch import launcher
 
     signal.signal(signal.SIGINT, previous)
     if interrupted:
         raise KeyboardInterrupt
 
-    loaded = workload_api.load(workload)
+    loaded = launcher.load_workload(workload, timeout_s)
     if list_variants:
         click.echo(loaded.describe())
         return
@@ -135,7 +136,7 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         backend=backend, nccl_debug=nccl_debug[0], nccl_debug_subsys=nccl_debug[1],
         timeout_s=timeout_s, warmup_steps=warmup_steps, wait=wait, warmup=warmup,
         active=active, repeat=repeat, with_stack=with_stack, gzip=gzip, out=out,
-        heartbeat=not quiet)
+        quiet=quiet)
     if link_rate:  # re-executes this command in a network namespace with a paced loopback
         from overlapprof.launch import netns
 
@@ -146,9 +147,10 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
     if not no_analyze:  # tables, TensorBoard scalars, and the comparison of several variants
         _after_run([(r.variant, r.run_dir) for r in results if r.ok], quiet)
     failed = next((r for r in results if not r.ok), None)
+    kept = failed is not None and ("logs and traces" if failed.has_traces else "logs (no trace was written)")
     if failed is not None and failed.interrupted:
-        click.echo(f"Error: {loaded.name}/{failed.variant} interrupted; logs and traces kept in "
-                   f"{failed.run_dir}", err=True)
+        click.echo(f"Error: {loaded.name}/{failed.variant} interrupted; {kept} kept in {failed.run_dir}",
+                   err=True)
         # Everything is written (atomically). A Ctrl-C that landed in Python code run from C
         # (PyRun_String, during start-up) leaves CPython marked "unhandled KeyboardInterrupt",
         # which would turn this exit into a death by SIGINT (-2) at interpreter shutdown.
@@ -156,7 +158,6 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         sys.stderr.flush()
         os._exit(130)
     if failed is not None:
-        kept = "logs and traces" if failed.has_traces else "logs (no trace was written)"
         fail(f"{loaded.name}/{failed.variant} failed: {failed.failure_line()}; "
              f"{kept} kept in {failed.run_dir}", exit_code=1)
 

@@ -16,11 +16,19 @@ from ``DIR/nodes/nodeK.json`` (written by the launcher) and, on global rank ``RA
    ``ranks/rankN.json`` with the step times, metrics, traces and status.
 
 A rank whose step raises records the error (with the workload line and the phase) and exits
-non-zero through torchelastic's ``@record``, keeping the traces of completed cycles and of the
+non-zero (:mod:`overlapprof.launch.rank_end`), keeping the traces of completed cycles and of the
 cycle in progress. A rank that makes no progress for ``--timeout`` seconds is ended by the
 watchdog, which names the call it is blocked in and says whether that is a wait on its peers (a
-``torch.distributed`` call) or its own code; a rank the launcher stops records the same about
-where the signal found it, so that the launcher can name the rank the others waited for.
+``torch.distributed`` call) or its own code, then unwinds the rank so that the profiler saves
+the cycle it hung in (a rank blocked in a collective unwinds when a peer's exit ends the call);
+a rank the launcher stops records the same about where the signal found it, so that the
+launcher can name the rank the others waited for.
+
+overlapprof's own work is not the workload's and --timeout does not count it (_HARNESS_TIMEOUT_S
+does): the profiler's first start (torch imports torch._dynamo and torch._inductor: seconds per
+rank when ranks share cores), done once by every rank before the process group forms; each
+``prof.step()``; saving a trace, after which the ranks meet (a barrier, profiler off) so that no
+peer's wait for a slow save counts as the workload's; the final barrier.
 
 Every 2 s the watchdog writes ``progress/rankN.json`` (step, kind, phase, seconds without
 progress): the launcher's heartbeat reads it. Ctrl-C (SIGINT) during start-up ends the rank at
@@ -40,11 +48,10 @@ signal.signal(signal.SIGINT, lambda signum, frame: os._exit(130))
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import datetime  # noqa: E402
-import json  # noqa: E402
-import re  # noqa: E402
 import statistics  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
-import traceback  # noqa: E402
+import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
@@ -53,49 +60,28 @@ from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E40
 
 from overlapprof import workload as workload_api  # noqa: E402
 from overlapprof.launch import blame, recording, run_record, rundir  # noqa: E402
-from overlapprof.launch.watchdog import (Watchdog, describe_stack, describe_traceback,  # noqa: E402
-                                         first_line, main_thread_location, waiting_on_peers)
+from overlapprof.launch.logs import RANK_OK  # noqa: E402
+from overlapprof.launch.machine import LoadMeter  # noqa: E402
+from overlapprof.launch.rank_end import (INTERRUPTED_EXIT_CODE, PEER_GONE, TERMINATED_EXIT_CODE,  # noqa: E402
+                                         TIMEOUT_EXIT_CODE, Stopped, Terminated, TimedOut, exit_code,
+                                         stall_fields, write_elastic_error_file)
+from overlapprof.launch.watchdog import Watchdog, describe_traceback, first_line, main_thread_location  # noqa: E402
 
 # The process group's own timeout is this much longer than --timeout, so that the watchdog,
 # which can name the hung call, fires first (NCCL's watchdog would abort the process silently).
 _PG_TIMEOUT_MARGIN_S = 10
-_TIMEOUT_EXIT_CODE = 124
-_TERMINATED_EXIT_CODE = 143  # 128 + SIGTERM
-_INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT
 _SIGNAL_GRACE_S = 2.0  # how long a signalled rank may take to save its traces and exit
+# overlapprof's own work on a rank (the profiler starting: torch imports torch._dynamo and
+# torch._inductor, 5-51 s with 16 ranks on 2 cores; saving a trace; the ranks meeting) is not the
+# workload's: --timeout does not count it, this limit does (at least --timeout).
+_HARNESS_TIMEOUT_S = 600.0
+# A rank whose watchdog fired unwinds so that the profiler saves the cycle in progress; one blocked
+# in a C call (a collective) unwinds only when a peer's exit ends it. The lowest rank gives up
+# first, freeing the others, which have _HANG_GRACE_STAGGER_S more.
+_HANG_GRACE_S = 8.0
+_HANG_GRACE_STAGGER_S = 4.0
+_SAVE_LIMIT_S = 30.0  # how long a trace being saved may take before a hung rank exits anyway
 _PROGRESS_EVERY_S = 2.0  # progress/rankN.json: rarely enough to cost the steps nothing
-# Errors a rank gets because a peer died: a consequence, not the root cause of a failed run.
-_PEER_GONE = re.compile(r"closed by peer|reset by peer|remote worker|Broken pipe|"
-                        r"communicator was aborted|remote process exited", re.IGNORECASE)
-
-
-class Terminated(Exception):
-    """SIGTERM from the launcher, which stops every rank once one has failed."""
-
-
-class Stopped:
-    """Where the first SIGINT/SIGTERM found the rank (its handler runs in the main thread, so
-    ``frame`` is where the main thread was): what the rank's record says about it."""
-
-    def __init__(self, ctx, signum, frame, sampled=None):
-        self.signum = signum
-        self.location = describe_stack(frame) if frame is not None else ""
-        self.stalled_s = time.monotonic() - ctx.progress_at if ctx is not None else None
-        # A rank blocked in a C call (a collective) runs the handler only once the call returns
-        # (its peer died), in the workload's frame: where the watchdog saw it during the stall
-        # is where it was stuck.
-        if sampled and ctx is not None and sampled[0] == ctx.progress_at:
-            self.location = sampled[1]
-
-    def fields(self):
-        return stall_fields(self.stalled_s, self.location)
-
-
-def stall_fields(stalled_s, location):
-    """The fragment's account of where a stuck or stopped rank was (see run_record.RankRecord)."""
-    return {"stalled_s": None if stalled_s is None else round(stalled_s, 3),
-            "location": location or None,
-            "waiting_on_peers": waiting_on_peers(location) if location else None}
 
 
 class Harness:
@@ -115,6 +101,13 @@ class Harness:
         self.stopped = None  # a Stopped, once SIGINT or SIGTERM arrived
         self.progress_path = rundir.progress_file(run_dir, self.rank)
         self.stall_sample = None  # (progress_at, where the main thread was) during a stall
+        self.hung = False  # the watchdog fired: recorded as a timeout, the rank unwinds
+        self.held = 0  # > 0 while a signal must not raise (the profiler changing state or saving)
+        self.pending = None  # the exception a signal raises once nothing holds it
+        self.saving = False  # a trace is being written
+        self.finished = False  # the record is final: a signal now only ends the process
+        self.record_lock = threading.Lock()  # the watchdog thread writes the record too
+        self.meter = None  # the machine's load over the measured steps (local rank 0: LoadMeter)
 
     # -- the run -------------------------------------------------------------------------------
 
@@ -137,10 +130,12 @@ class Harness:
                 variant=config.variant, options=config.options)
             watchdog = Watchdog(ctx, config.timeout_s, self._hang, on_tick=self._report_progress,
                                 tick_s=_PROGRESS_EVERY_S, on_signal_stuck=self._signal_stuck,
-                                signal_grace_s=_SIGNAL_GRACE_S)
-            ctx._mark("init_process_group")
+                                signal_grace_s=_SIGNAL_GRACE_S, harness_timeout_s=_HARNESS_TIMEOUT_S)
             watchdog.start()
-            self._init_process_group(device)
+            with self._own("profiler start-up", hold=True):
+                self._start_up_profiler()
+            with self._own("init_process_group"):
+                self._init_process_group(device)
             ctx._mark("load workload")
             work = workload_api.load(config.workload.path)
             step = work.step_function(ctx.variant)
@@ -148,22 +143,62 @@ class Harness:
             state = work.setup(ctx)
             ctx.synchronize()  # setup's device work is not part of the first step
             self._run_steps(step, state)
-            ctx._mark("final barrier")
-            dist.barrier()
+            with self._own("final barrier"):
+                dist.barrier()
         except BaseException as exc:
             if watchdog is not None:
                 watchdog.stop()
             self._fail(exc)
+            self.finished = True  # the record is final: a signal from here raises nothing (teardown, finalizers)
             self._report_progress(0.0, ended="stopped")
             raise
         watchdog.stop()
         dist.destroy_process_group()
         self._write(status="ok", ended=time.time(), **self._results())
+        self.finished = True
         self._report_progress(0.0, ended="ok")
-        print(f"rank {self.rank}: ok, {len(self.traces)} trace(s); {self._summary()}", flush=True)
+        ok = RANK_OK.format(rank=self.rank, workload=self.config.workload.name, variant=self.config.variant)
+        print(f"{ok}{len(self.traces)} trace(s); {self._summary()}", flush=True)
+
+    @contextlib.contextmanager
+    def _own(self, what, hold=False):
+        """overlapprof's own work (``what`` names it in the heartbeat and in a hang): the
+        watchdog measures it against _HARNESS_TIMEOUT_S, not --timeout. ``hold``: a signal
+        arriving meanwhile raises only once it is done (torch's profiler left half-changed by an
+        exception fails again on the way out, and a trace cut mid-write is lost)."""
+        ctx = self.ctx
+        outer = ctx.current_phase  # where a failure on the way out is recorded stays named
+        ctx._mark(what)
+        ctx.in_harness = True
+        self.held += hold
+        try:
+            yield
+        finally:
+            self.held -= hold
+            ctx.in_harness = False
+            ctx._mark(outer)
+        if self.pending is not None and not self.held:
+            pending, self.pending = self.pending, None
+            raise pending
+
+    def _activities(self):
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.ctx.is_cuda:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        return activities
+
+    def _start_up_profiler(self):
+        """Start and stop a profiler once, recording nothing: what torch does the first time
+        (import torch._dynamo and torch._inductor, start Kineto and CUPTI) happens here, with
+        every rank before the process group (which waits for them all), not in a step that
+        peers wait on."""
+        with torch.profiler.profile(activities=self._activities()):
+            pass
 
     def _init_process_group(self, device):
-        timeout = self.config.timeout_s + _PG_TIMEOUT_MARGIN_S
+        # The process group's own timeout is a backstop behind the watchdog; it must also let the
+        # slowest rank of many per core arrive (gloo connects every pair here).
+        timeout = max(self.config.timeout_s + _PG_TIMEOUT_MARGIN_S, _HARNESS_TIMEOUT_S)
         kwargs = {"device_id": device} if device.type == "cuda" else {}
         dist.init_process_group(self.config.backend, timeout=datetime.timedelta(seconds=timeout),
                                 **kwargs)
@@ -174,14 +209,44 @@ class Harness:
             self._timed_step("warmup", i, step, state)
         kinds = recording.schedule_kinds(prof_cfg.unprofiled_steps, prof_cfg.wait,
                                          prof_cfg.warmup, prof_cfg.active, prof_cfg.repeat)
-        with recording.torch_profiler(prof_cfg, self.ctx.is_cuda, self._save_trace,
-                                     cuda_sync_events=prof_cfg.cuda_sync_events) as prof:
+        meter = self.meter = LoadMeter(os.getppid()) if self.local_rank == 0 else None  # one per node
+        # torch warns at each new cycle that the last one's events are gone: each was saved, by design
+        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
+        prof = recording.torch_profiler(prof_cfg, self.ctx.is_cuda, self._save_trace,
+                                        cuda_sync_events=prof_cfg.cuda_sync_events)
+        with self._own("profiler step", hold=True):
+            prof.start()
+        try:
             for i, kind in enumerate(kinds):
+                if meter is not None:
+                    meter.at(kind)
                 self._timed_step(kind, i, step, state)  # runs inside ProfilerStep#i
                 if kind == "profiled":
                     self.profiled_steps.append(prof.step_num)
-                self.ctx._mark("profiler step")
-                prof.step()
+                saved = len(self.traces)
+                with self._own("profiler step", hold=True):
+                    prof.step()
+                if len(self.traces) > saved and i + 1 < len(kinds):
+                    with self._own("ranks meeting after a trace was saved"):
+                        dist.barrier()  # the profiler is off: not in any trace
+        except BaseException:
+            with self._own("saving the cycle in progress", hold=True):
+                self._stop_profiler(prof)
+            raise
+        if meter is not None:
+            meter.at(None)
+        with self._own("profiler stop", hold=True):
+            prof.stop()
+
+    def _stop_profiler(self, prof):
+        """Stop the profiler on the way out of a failed or stopped rank, saving what the cycle
+        in progress recorded; a profiler that cannot (stopped in the middle of changing state)
+        does not hide why the rank stopped."""
+        try:
+            prof.stop()
+        except Exception as exc:
+            print(f"rank {self.rank}: the cycle in progress could not be saved ({type(exc).__name__}: "
+                  f"{first_line(exc)})", file=sys.stderr, flush=True)
 
     def _timed_step(self, kind, index, step, state):
         ctx = self.ctx
@@ -198,14 +263,19 @@ class Harness:
         self.times[kind].append(round((time.perf_counter() - start) * 1000, 4))
 
     def _save_trace(self, prof):
-        self.traces.append(recording.save_trace(prof, self.run_dir, self.rank,
-                                                self.config.profiler.gzip))
+        self.saving = True
+        try:
+            name = recording.save_trace(prof, self.run_dir, self.rank, self.config.profiler.gzip)
+        finally:
+            self.saving = False
+        self.traces.append(name)
 
     # -- reporting -----------------------------------------------------------------------------
 
     def _results(self):
         return {"step_times_ms": self.times, "profiled_steps": self.profiled_steps,
-                "metrics": self.ctx.metrics if self.ctx else {}, "traces": self.traces}
+                "metrics": self.ctx.metrics if self.ctx else {}, "traces": self.traces,
+                "machine_load": self.meter.result() if self.meter is not None else None}
 
     def _where(self):
         ctx = self.ctx
@@ -219,14 +289,22 @@ class Harness:
         return blame.where_text(run_record.Where(**self._where()))
 
     def _on_signal(self, signum, frame):
-        """SIGTERM (the launcher stops the ranks) or SIGINT (Ctrl-C): the first raises in the main
-        thread, where the rank was is noted; later ones are ignored while the rank saves."""
-        if self.stopped is not None:
+        """SIGTERM (the launcher stops the ranks, or the watchdog of a hung rank) or SIGINT
+        (Ctrl-C): the first raises in the main thread (once nothing holds it: see _own), where
+        the rank was is noted; later ones are ignored while the rank saves. Once the record is
+        final (teardown, finalizers running) a signal raises nothing: it would only print a
+        traceback from wherever it landed."""
+        if self.finished or self.stopped is not None:
             return
         self.stopped = Stopped(self.ctx, signum, frame, self.stall_sample)
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise Terminated()
+        if self.hung:  # the watchdog's own signal, or the launcher's: either way, unwind and save
+            exc = TimedOut()
+        else:
+            exc = KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
+        if self.held:
+            self.pending = exc
+            return
+        raise exc
 
     def _signal_stuck(self, signum, location):
         """The watchdog's verdict when a signal did not end the rank in time: the main thread is
@@ -239,7 +317,7 @@ class Harness:
             self._write_failure("terminated", "terminated by the launcher" + self._where_text(),
                                 **stall)
         sys.stdout.flush()
-        os._exit(_INTERRUPTED_EXIT_CODE if interrupted else _TERMINATED_EXIT_CODE)
+        os._exit(INTERRUPTED_EXIT_CODE if interrupted else TERMINATED_EXIT_CODE)
 
     def _report_progress(self, idle_s, ended=None):
         """The heartbeat: a small file the launcher reads (see rundir.progress_file); during a
@@ -252,6 +330,9 @@ class Harness:
                 "traces": len(self.traces), "ended": ended, **self._where()})
 
     def _fail(self, exc):
+        if self.hung:  # recorded by _hang; what the way out saved is added
+            self._write(**self._results())
+            return
         stall = self.stopped.fields() if self.stopped is not None else {}
         if isinstance(exc, KeyboardInterrupt) or self._interrupted():
             self._write_interrupted(**stall)  # whatever the error, Ctrl-C came first
@@ -260,7 +341,7 @@ class Harness:
             kind, error = "terminated", "terminated by the launcher"
         else:
             message = first_line(exc)
-            kind = "peer" if _PEER_GONE.search(message) else "exception"
+            kind = "peer" if PEER_GONE.search(message) else "exception"
             location = describe_traceback(exc.__traceback__)
             error = f"{type(exc).__name__}: {message}" + (f" {location}" if location else "")
             if not stall and self.ctx is not None:  # a peer's death ends a wait: how long, where
@@ -268,15 +349,30 @@ class Harness:
         self._write_failure(kind, error + self._where_text(), **stall)
 
     def _hang(self, idle_s, location):
-        """The watchdog's verdict: record the hung call and end the process now."""
-        error = (f"timed out: no progress for {idle_s:.0f} s (--timeout "
-                 f"{self.config.timeout_s:g}); blocked {location or 'somewhere'}"
-                 + self._where_text())
-        self._write_failure("timeout", error, **stall_fields(idle_s, location))
-        _write_elastic_error_file(error)
+        """The watchdog's verdict (in its thread): record the hung call, then make the main
+        thread unwind (SIGTERM to it; its handler raises TimedOut), so that the profiler saves
+        the cycle in progress, and end the process when that is done or cannot be."""
+        if self.ctx.in_harness:
+            error = (f"timed out: overlapprof's own work ('{self.ctx.current_phase}') made no progress for "
+                     f"{idle_s:.0f} s (its limit: {max(_HARNESS_TIMEOUT_S, self.config.timeout_s):g} s); "
+                     f"blocked {location or 'somewhere'}")
+            stall = {"stalled_s": round(idle_s, 3), "location": location or None, "waiting_on_peers": None}
+        else:
+            error = (f"timed out: no progress for {idle_s:.0f} s (--timeout "
+                     f"{self.config.timeout_s:g}); blocked {location or 'somewhere'}" + self._where_text())
+            stall = stall_fields(idle_s, location)
+        self._write_failure("timeout", error, **stall)
+        write_elastic_error_file(error)
         print(f"rank {self.rank}: {error}", file=sys.stderr, flush=True)
+        self.hung = True
+        if self.stopped is None:
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+        grace = _HANG_GRACE_S + (_HANG_GRACE_STAGGER_S if self.rank else 0.0)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline or (self.saving and time.monotonic() < deadline + _SAVE_LIMIT_S):
+            time.sleep(0.05)
         sys.stdout.flush()
-        os._exit(_TIMEOUT_EXIT_CODE)
+        os._exit(TIMEOUT_EXIT_CODE)
 
     def _interrupted(self):
         return self.stopped is not None and self.stopped.signum == signal.SIGINT
@@ -291,7 +387,8 @@ class Harness:
                     ended=time.time(), **fields, **self._results())
 
     def _write(self, **fields):
-        run_record.update_rank(self.fragment_path, **fields)
+        with self.record_lock:
+            run_record.update_rank(self.fragment_path, **fields)
 
     def _summary(self):
         parts = [f"{kind} median {statistics.median(v):.2f} ms" for kind, v in self.times.items()
@@ -299,32 +396,6 @@ class Harness:
         if self.times["warmup"]:
             parts.insert(0, f"first warm-up step {self.times['warmup'][0]:.2f} ms")
         return ", ".join(parts)
-
-
-def _write_elastic_error_file(message, callstack=None):
-    """What ``@record`` writes for an exception (``callstack``: its whole traceback; the
-    watchdog's exit has no exception, and gives the message alone)."""
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if path:
-        data = {"message": {"message": message,
-                            "extraInfo": {"py_callstack": callstack or message,
-                                          "timestamp": str(int(time.time()))}}}
-        with open(path, "w") as f:
-            json.dump(data, f)
-
-
-_PACKAGE = str(Path(workload_api.__file__).parent) + os.sep
-
-
-def _workload_traceback(rank, exc) -> str:
-    """The exception with the frames outside overlapprof (the workload's, and what it called):
-    the harness's frames are noise to the workload's author, and stay in the error file. All
-    of them when none is left (then the failure is overlapprof's own)."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    own = [f for f in frames if not f.filename.startswith(_PACKAGE)] or frames
-    head = (f"Traceback of rank {rank} (its workload's frames; every frame is in logs/rank{rank}.error.json):\n"
-            if len(own) < len(frames) else "Traceback (most recent call last):\n")
-    return head + "".join(traceback.format_list(own) + traceback.format_exception_only(type(exc), exc)).rstrip()
 
 
 @record
@@ -338,24 +409,8 @@ def main(argv=None):
     harness = Harness(Path(args.run_dir), args.node_rank)
     try:
         harness.run()
-    except (Terminated, KeyboardInterrupt):  # recorded; a traceback would be noise
-        if harness._interrupted() or harness.stopped is None:
-            sys.exit(_INTERRUPTED_EXIT_CODE)  # the launcher says "interrupted", once
-        print(f"rank {harness.rank}: terminated by the launcher", file=sys.stderr)
-        sys.exit(_TERMINATED_EXIT_CODE)
-    except Exception as exc:
-        if harness._interrupted():
-            sys.exit(_INTERRUPTED_EXIT_CODE)  # a peer's error after Ctrl-C: recorded, no noise
-        said = first_line(exc)
-        if not _PEER_GONE.search(said):
-            # The root cause, probably: the error file as @record writes it, with the whole traceback.
-            _write_elastic_error_file(f"{type(exc).__name__}: {exc}", traceback.format_exc())
-            print(_workload_traceback(harness.rank, exc), file=sys.stderr)
-            sys.exit(1)
-        # gloo's "[.../pair.cc:553] Connection closed by peer [addr]. This is typically caused by ...": its first sentence
-        said = re.sub(r"^\[[^\]]*\]\s*", "", said).split(". ")[0]
-        print(f"rank {harness.rank}: stopped, a peer went away ({type(exc).__name__}: {said})", file=sys.stderr)
-        sys.exit(1)
+    except BaseException as exc:
+        sys.exit(exit_code(harness, exc))
 
 
 if __name__ == "__main__":

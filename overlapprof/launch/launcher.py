@@ -24,6 +24,7 @@ import os
 import platform
 import statistics
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from pathlib import Path
 from overlapprof import __version__
 from overlapprof.errors import LaunchError
 from overlapprof.launch import netns, run_record, rundir
-from overlapprof.launch.watchdog import first_line
+from overlapprof.launch.watchdog import first_line, main_thread_location
 
 _SHUTDOWN_TIMEOUT_S = 10  # how long a rank may take to save its traces after SIGTERM
 _NODES_END_WAIT_S = 60  # how long a node waits for the other nodes' records when it is done
@@ -91,8 +92,8 @@ class RunRequest:
     """``--link-rate``: the emulated link (overlapprof.launch.netns), set by netns.prepare."""
     command: list = field(default_factory=lambda: list(sys.argv))
     """The command line, recorded in the node's record."""
-    heartbeat: bool = True
-    """Print which step each rank is in while they run (off with ``--quiet``)."""
+    quiet: bool = False
+    """``--quiet``: no heartbeat on the console, and no rank's "ok" line (it stays in its log)."""
 
 
 @dataclass
@@ -144,6 +145,29 @@ class VariantResult:
                 waiting.append(f"rank {rank}{blocked}")
             return "; waiting for it: " + ", ".join(waiting)
         return (f"; {len(others)} other rank{'s' * (len(others) != 1)} failed as a consequence")
+
+
+def load_workload(path, timeout_s):
+    """``overlapprof.workload.load(path)`` within ``timeout_s``: a file whose import makes no
+    progress that long (a module-level wait) ends the command with one ``Error:`` line naming
+    where it blocks, exit 2. Nothing has been written yet, so nothing is lost."""
+    from overlapprof import workload as workload_api
+
+    done = threading.Event()
+
+    def watch():
+        if not done.wait(timeout_s):
+            where = main_thread_location() or "somewhere"
+            sys.stdout.flush()
+            print(f"Error: cannot load workload {path}: its import made no progress for {timeout_s:g} s "
+                  f"(--timeout {timeout_s:g}); blocked {where}", file=sys.stderr, flush=True)
+            os._exit(2)
+
+    threading.Thread(target=watch, name="overlapprof-import-watch", daemon=True).start()
+    try:
+        return workload_api.load(path)
+    finally:
+        done.set()
 
 
 def resolve_device(device, backend, nproc):
@@ -355,13 +379,14 @@ def _elastic_launch(request, variant, run_dir):
                           **rdzv)
     entrypoint_args = ["-u", "-m", "overlapprof.launch.harness", "--run-dir", str(run_dir),
                        "--node-rank", str(request.node_rank)]
+    quiet = request.quiet
     beat = (Heartbeat(run_dir, range(request.nnodes * request.nproc), sys.stderr).start()
-            if request.heartbeat else None)
+            if not quiet else None)
     clear = beat.clear if beat else None
     try:
         with elastic_logging_to(rundir.launcher_log(run_dir, request.node_rank)), \
-                contextlib.redirect_stdout(ConsoleLines(sys.stdout, clear)), \
-                contextlib.redirect_stderr(ConsoleLines(sys.stderr, clear)):
+                contextlib.redirect_stdout(ConsoleLines(sys.stdout, clear, quiet)), \
+                contextlib.redirect_stderr(ConsoleLines(sys.stderr, clear, quiet)):
             elastic_launch(config, sys.executable)(*entrypoint_args)
     except ChildFailedError as exc:
         return dict(exc.failures), None
@@ -380,7 +405,10 @@ def _finalize_rank(run_dir, rank, failure, node_error):
     after Ctrl-C, a rank that failed because of it (its peer stopped, or the launcher stopped
     it) was interrupted."""
     path = rundir.rank_file(run_dir, rank)
-    fragment = run_record.read_rank(path)
+    fragment = run_record.read_rank_or_none(path)
+    if fragment is None:  # never let the launcher fail on it: the rank gets the launcher's verdict
+        fragment = run_record.RankRecord(rank=rank)
+        run_record.write_record(path, fragment)
     interrupted = bool(node_error) and node_error.startswith("interrupted")
     if interrupted and fragment.status != "ok" and fragment.error_kind not in (
             "exception", "timeout"):
@@ -421,10 +449,23 @@ def step_summary(run):
     if profiled is not None:
         parts.append(f"profiled step {profiled:.2f} ms")
     if unprofiled and profiled:
-        ratio = profiled / unprofiled
-        # A profiler cannot make steps faster: below 1 is the spread between steps (a loaded machine).
-        parts.append(f"profiler overhead x{ratio:.2f}" + (" (below 1: the steps' own spread)" if ratio < 1 else ""))
+        parts.append(_overhead(profiled / unprofiled, [i.machine_load for i in run.ranks.values() if i.machine_load]))
     return ", ".join(parts) if parts else "no step completed"
+
+
+def _overhead(ratio, loads):
+    """The profiler's overhead (profiled / unprofiled step), unless the machine's load moved
+    enough between the two kinds of steps to explain it (run_record.MachineLoad), or the
+    profiled steps were faster, which no profiler causes."""
+    a, b = run_record.busiest(loads, "unprofiled"), run_record.busiest(loads, "profiled")
+    if run_record.explains(run_record.load_factor(a, b), ratio):
+        return (f"profiler overhead not trusted: {run_record.described(a, b, 'the unprofiled steps', 'the profiled ones', ratio)}; "
+                "rerun when the machine is quieter")
+    if ratio < 1 / run_record.FLOOR:
+        return (f"profiler overhead not measured: the profiled steps ran {1 / ratio:.2f}x faster than the unprofiled "
+                "ones, which a profiler cannot cause (the steps' own spread, or the machine's load); rerun when the "
+                "machine is quieter")
+    return f"profiler overhead x{ratio:.2f}"
 
 
 def _log_to_stderr(line):

@@ -38,15 +38,17 @@ class RunLogsSpecs(LogsSpecs):
 
 class ConsoleLines:
     """The console side of the tee: drops kineto's "profiler_start/stop" lines (noise that stays
-    in the log files) and the ``[rankN]:`` prefix torch puts on tracebacks, which the tee adds
-    already. Wraps ``sys.stdout`` / ``sys.stderr`` while torchelastic tails the logs."""
+    in the log files), with ``quiet`` each rank's "ok" line (:data:`RANK_OK`, also in the log
+    files), and the ``[rankN]:`` prefix torch puts on tracebacks, which the tee adds already.
+    Wraps ``sys.stdout`` / ``sys.stderr`` while torchelastic tails the logs."""
 
-    def __init__(self, stream, before_write=None):
+    def __init__(self, stream, before_write=None, quiet=False):
         self._stream = stream
         self._before_write = before_write  # e.g. erase the heartbeat line first
+        self._quiet = quiet
 
     def write(self, text):
-        if _KINETO_NOISE.search(text):
+        if _KINETO_NOISE.search(text) or (self._quiet and _RANK_OK.search(text)):
             return len(text)
         if self._before_write is not None and text:
             self._before_write()
@@ -57,6 +59,10 @@ class ConsoleLines:
 
 
 _KINETO_NOISE = re.compile(r"ActivityProfilerHandler\.cpp:\d+\] profiler_(start|stop)")
+RANK_OK = "rank {rank}: {workload}/{variant} ok, "
+"""How a rank's last line starts when it finished (the harness prints it, the console drops it
+with ``--quiet``)."""
+_RANK_OK = re.compile(r"^\[rank\d+\]: rank \d+: \S+/\S+ ok, ")
 _DOUBLE_PREFIX = re.compile(r"^(\[rank(\d+)\]: )\[rank\2\]: ?")
 
 

@@ -21,6 +21,7 @@ communicators then; the first one shows it). Then each profiler cycle runs "unpr
 """
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,36 @@ class Where(msgspec.Struct, kw_only=True):
     """The workload's ``ctx.phase`` it was in, if any."""
 
 
+class MachineLoad(msgspec.Struct, kw_only=True):
+    """The machine's load while this node's ranks ran their measured steps (recorded by the
+    node's local rank 0, as :mod:`overlapprof.launch.machine` says).
+
+    **The rule.** Let ``free`` = 1 − the other processes' share over a kind of steps: the part of the
+    machine left to the run. Two sets of steps compared (two variants' profiled steps, or a run's
+    profiled against its unprofiled steps) ran on machines that differed by the *load factor*
+    ``F = max(free_a / free_b, free_b / free_a)``. A rank's CPU-bound work can differ by ``F`` from
+    the load alone, and ranks that meet in collectives each wait for the one the load held back, so
+    a step can differ by up to ``F ** EXPONENT`` (2). When ``F >= FLOOR`` (the load moved by 5% or
+    more) and ``F ** EXPONENT`` is at least the smallest difference the measurement allows (its
+    interval's edge nearest to 1x; 1x when the interval includes it), the load moved enough to
+    explain what was measured: the comparison is reported as not trusted, with a rerun suggested,
+    instead of a verdict.
+    """
+
+    host: str | None = None
+    cores: int | None = None
+    load_average: list[float] = []
+    """The 1-minute load average when the measured steps began and when they ended."""
+    other_share: dict[str, float] = {}
+    """By kind of step (``unprofiled``, ``profiled``): the share (0-1) of the machine's CPU time
+    that processes outside this run took while the run's steps of that kind ran."""
+    seconds: dict[str, float] = {}
+    """By kind of step: the wall seconds measured."""
+    ticks: dict[str, int] = {}
+    """By kind of step: the machine's CPU time measured, in clock ticks (100 a second per CPU);
+    a kind with fewer than ``overlapprof.launch.machine.MIN_TICKS`` has no ``other_share`` (too coarse)."""
+
+
 class RankRecord(msgspec.Struct, kw_only=True):
     """What a rank wrote about itself (``ranks/rank<N>.json``), completed by the launcher."""
 
@@ -148,6 +179,9 @@ class RankRecord(msgspec.Struct, kw_only=True):
     """``ctx.metric`` values: {name_unit: {step kind: [values]}}."""
     traces: list[str] = []
     """Its trace files, one per profiler cycle, in order."""
+    machine_load: MachineLoad | None = None
+    """Local rank 0 of each node: the machine's load over the measured steps (null elsewhere,
+    and in run directories written before it was recorded)."""
 
 
 class NodeRecord(msgspec.Struct, kw_only=True):
@@ -232,13 +266,21 @@ def to_builtins(record):
 def write_record(path, record):
     """Write a record as indented JSON, atomically (see :func:`write_json_atomic`)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # a rank's watchdog writes too
     tmp.write_bytes(msgspec.json.format(msgspec.json.encode(record), indent=1) + b"\n")
     os.replace(tmp, path)
 
 
 def read_rank(path):
     return msgspec.json.decode(Path(path).read_bytes(), type=RankRecord)
+
+
+def read_rank_or_none(path):
+    """A rank's record, or None when it is missing or unreadable (a rank killed mid-write)."""
+    try:
+        return read_rank(path)
+    except (OSError, msgspec.DecodeError):
+        return None
 
 
 def read_node(path):
@@ -259,3 +301,42 @@ def update_node(path, **fields):
     record = msgspec.structs.replace(read_node(path), **fields)
     write_record(path, record)
     return record
+
+
+# How a comparison judges MachineLoads: the rule in MachineLoad's docstring.
+FLOOR = 1.05
+EXPONENT = 2
+
+
+def busiest(loads: list, kind: str) -> float | None:
+    """The largest share of the CPU other processes took over ``kind`` steps, of the nodes'
+    MachineLoads (None: not recorded)."""
+    shares = [m.other_share[kind] for m in loads if m is not None and kind in m.other_share]
+    return max(shares) if shares else None
+
+
+def load_factor(other_a: float | None, other_b: float | None) -> float | None:
+    """How much more (or less) of the machine one set of steps had than the other (>= 1); None
+    when either share is unknown."""
+    if other_a is None or other_b is None:
+        return None
+    free_a, free_b = max(1.0 - other_a, 1e-3), max(1.0 - other_b, 1e-3)
+    return max(free_a / free_b, free_b / free_a)
+
+
+def explains(factor: float | None, value: float | None, interval=None) -> bool:
+    """Did the load move enough (``factor``, :func:`load_factor`) to explain a measured factor
+    ``value`` with its interval ``(low, high)`` (the rule in :class:`MachineLoad`)?"""
+    if factor is None or value is None or factor < FLOOR:
+        return False
+    low, high = interval if interval is not None else (value, value)
+    smallest = low if low > 1 else 1 / high if high < 1 else 1.0
+    return factor ** EXPONENT >= smallest
+
+
+def described(other_a: float, other_b: float, a: str, b: str, measured: float) -> str:
+    """Why a factor ``measured`` between steps ``a`` and ``b`` is not trusted, in words."""
+    factor = load_factor(other_a, other_b)
+    return (f"other processes took {other_a:.0%} of the machine's CPU during {a} and {other_b:.0%} during {b} "
+            f"(load factor {factor:.2f}x, which alone can change steps by up to {factor ** EXPONENT:.2f}x: "
+            f"enough to explain the {measured:.2f}x measured)")

@@ -24,6 +24,7 @@ second launch with the same id and node rank, or a stale directory, is refused.
 """
 
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -52,6 +53,7 @@ def plan_run_dirs(out, workload, variants, run_id=None, joinable=False):
     ``run_id`` name that is taken is an error unless ``joinable`` (multi-node: checked again
     when the directory is opened)."""
     out = Path(out)
+    check_writable(out)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for attempt in range(1, 1000):
         suffix = stamp if attempt == 1 else f"{stamp}-{attempt}"
@@ -63,6 +65,23 @@ def plan_run_dirs(out, workload, variants, run_id=None, joinable=False):
             raise RunDirError(f"run directory {taken[0]} exists; runs are never overwritten "
                               "(pick another --run-id or --out)")
     raise RunDirError(f"no free run directory name under {out}")
+
+
+def check_writable(out):
+    """Raise RunDirError (one line) unless run directories can be made under ``out``: every part
+    of it that exists is a folder, and the deepest that exists takes a new folder (tried for
+    real, then removed: permissions, a read-only filesystem, root's exceptions all answer)."""
+    out = Path(out)
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise RunDirError(f"--out {out}: {existing} is a file, not a folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".overlapprof-check-", dir=existing))
+    except OSError as exc:
+        raise RunDirError(f"--out {out}: cannot create folders in {existing} "
+                          f"({exc.strerror or exc})") from None
 
 
 def trace_file_name(rank, gzip=False):
@@ -146,9 +165,9 @@ def open_run_dir(path, header, node_rank, ranks):
     path = Path(path)
     try:
         create_run_dir(path, header)
-    except RunDirError:
+    except FileExistsError:
         if header.nnodes == 1:
-            raise
+            raise RunDirError(f"run directory {path} exists; runs are never overwritten") from None
         _check_joinable(path, header)
         (path / "progress").mkdir(exist_ok=True)
     claim(path, node_rank, ranks)
@@ -156,14 +175,17 @@ def open_run_dir(path, header, node_rank, ranks):
 
 
 def create_run_dir(path, header):
-    """Make a new run directory with its folders and run.json ("running"); RunDirError when
-    ``path`` exists: runs are never overwritten."""
+    """Make a new run directory with its folders and run.json ("running"). FileExistsError when
+    ``path`` exists (runs are never overwritten; a multi-node run joins it); RunDirError (one
+    line) when it cannot be made."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.mkdir()
     except FileExistsError:
-        raise RunDirError(f"run directory {path} exists; runs are never overwritten") from None
+        raise
+    except OSError as exc:  # checked before the launch (check_writable), but a disk can fill since
+        raise RunDirError(f"cannot create run directory {path}: {exc.strerror or exc}") from None
     for sub in ("logs", "ranks", "nodes", "progress"):
         (path / sub).mkdir()
     write_record(path / RUN_FILE, RunRecord(**msgspec.structs.asdict(header), status="running",

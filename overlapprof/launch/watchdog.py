@@ -85,11 +85,23 @@ def main_thread_location():
 
 
 def _is_user(frame):
-    """Code of the user or of overlapprof: not torch, not the standard or installed libraries."""
+    """Code of the user or of overlapprof: not torch, not the standard or installed libraries,
+    not frozen or generated code (``<frozen posixpath>``, ``<string>``: Python's own)."""
+    if frame.f_code.co_filename.startswith("<"):
+        return False
     path = str(Path(frame.f_code.co_filename).resolve())
     if path.startswith(_torch_dir()) or path == _WORKLOAD_API:
         return False
     return path.startswith(_OVERLAPPROF_DIR) or not path.startswith(_LIBRARY_DIRS)
+
+
+def is_workload_file(filename):
+    """Is ``filename`` the workload's code (or a helper of the user's): not overlapprof, torch,
+    the standard or installed libraries, nor frozen or generated code?"""
+    if filename.startswith("<"):
+        return False
+    path = str(Path(filename).resolve())
+    return not path.startswith((_OVERLAPPROF_DIR, _torch_dir(), *_LIBRARY_DIRS))
 
 
 def _is_api(frame):
@@ -126,7 +138,9 @@ class Watchdog:
     """A daemon thread watching the rank's ``progress.progress_at`` (a ``time.monotonic()`` value
     the rank advances at every phase and step boundary). It calls, from that thread:
 
-    - ``on_hang(idle_s, description)`` when progress is more than ``timeout_s`` old;
+    - ``on_hang(idle_s, description)`` when progress is more than ``timeout_s`` old, or more
+      than ``harness_timeout_s`` while ``progress.in_harness`` (overlapprof's own work, which
+      can take long with many ranks per core, is not the workload's);
     - ``on_tick(idle_s)`` every ``tick_s`` seconds (the rank's heartbeat);
     - ``on_signal_stuck(signum, description)`` when a SIGINT or SIGTERM (with a Python handler)
       arrived ``signal_grace_s`` ago and the process is still alive.
@@ -135,9 +149,10 @@ class Watchdog:
     must be called from the main thread (they set and reset the signal wakeup fd)."""
 
     def __init__(self, progress, timeout_s, on_hang, on_tick=None, tick_s=1.0,
-                 on_signal_stuck=None, signal_grace_s=2.0):
+                 on_signal_stuck=None, signal_grace_s=2.0, harness_timeout_s=None):
         self._progress = progress
         self._timeout_s = timeout_s
+        self._harness_timeout_s = max(timeout_s, harness_timeout_s or 0)
         self._on_hang = on_hang
         self._on_tick = on_tick
         self._tick_s = tick_s
@@ -181,7 +196,8 @@ class Watchdog:
                 self._on_signal_stuck(signalled[0], main_thread_location())
                 return
             idle = now - self._progress.progress_at
-            if idle >= self._timeout_s and not signalled:
+            limit = self._harness_timeout_s if getattr(self._progress, "in_harness", False) else self._timeout_s
+            if idle >= limit and not signalled:
                 self._on_hang(idle, main_thread_location())
                 return
             if self._on_tick is not None and now - ticked >= self._tick_s:

@@ -19,8 +19,8 @@ from overlapprof.report import Report
 
 BANDWIDTH_HEAD = ["kind", "n", "bytes", "count", "transfer ms", "wait ms", "skew ms", "algbw GB/s", "busbw GB/s",
                   "method", "transfer time"]
-RANK_HEAD = ["rank", "ops", "matched", "wait ms", "transfer ms", "exposed wait ms", "wait share", "arrived last",
-             "caused wait ms", "unmatched"]
+RANK_HEAD = ["rank", "ops", "matched", "comm ms", "wait ms", "transfer ms", "wait share", "exposed wait ms",
+             "exposed wait share", "arrived last", "caused wait ms", "unmatched"]
 
 
 def bandwidth_rows(report: Report) -> list[list[str]]:
@@ -34,8 +34,9 @@ def bandwidth_rows(report: Report) -> list[list[str]]:
 
 def rank_rows(report: Report) -> list[list[str]]:
     return [
-        [str(r.rank), str(r.ops), str(r.matched_ops), ms(r.wait_us), ms(r.transfer_us), ms(r.exposed_wait_us),
-         percent(r.wait_share), str(r.last_arrivals), ms(r.caused_wait_us), str(r.unmatched_ops)]
+        [str(r.rank), str(r.ops), str(r.matched_ops), ms(r.comm_us), ms(r.wait_us), ms(r.transfer_us),
+         percent(r.wait_share), ms(r.exposed_wait_us), percent(r.exposed_wait_share), str(r.last_arrivals),
+         ms(r.caused_wait_us), str(r.unmatched_ops)]
         for r in report.crossrank.ranks
     ]
 
@@ -53,16 +54,33 @@ def rank_cells(report: Report, rank: int) -> list[str]:
 
 
 RANK_CELLS_HEAD = ["wait ms", "transfer ms", "wait share"]
+RANK_COLUMNS_NOTE = ("time in matched collectives, within the rank's comm (in flight at once counted once): "
+                     "wait ms + transfer ms <= comm ms, the rest in no matched operation (warm-up, unmatched); "
+                     "wait share = wait ms / comm ms")
+
+
+STRAGGLER_RULE = ("a straggler is named only when, over the matched instances of groups with a trace of every rank "
+                  "(warm-up left out), it caused at least half of the waiting, at least twice what any other rank "
+                  "caused, and caused most of the waiting in more than half of the steps with waiting")
 
 
 def straggler_line(report: Report) -> str | None:
-    """One line naming the rank the others waited for most, for the summary."""
+    """One line naming the straggler (the rank the others waited for), or saying there is no
+    clear one, with the evidence, for the summary; None without matched instances."""
     c = report.crossrank
-    if c is None or not c.stragglers:
+    if c is None or not any(r.matched_ops for r in c.ranks):
         return None
-    s = c.stragglers[0]
-    return (f"straggler: rank {s.rank} (others waited {ms(s.caused_wait_us)} ms for it, {percent(s.share)} of all "
-            f"waiting; arrived last {times(s.last_arrivals)}) · `--by collective` for details")
+    details = " · `--by collective` for details"
+    if c.straggler_evidence is None:  # a report saved before the rule: as it was then
+        if not c.stragglers:
+            return None
+        s = c.stragglers[0]
+        return (f"straggler: rank {s.rank} (others waited {ms(s.caused_wait_us)} ms for it, {percent(s.share)} of "
+                f"all waiting; arrived last {times(s.last_arrivals)}){details}")
+    if c.straggler is None:
+        return f"straggler: no clear straggler ({c.straggler_evidence}){details}"
+    caused = next((s.caused_wait_us for s in c.stragglers if s.rank == c.straggler), 0.0)
+    return f"straggler: rank {c.straggler} (the others waited {ms(caused)} ms for it; it {c.straggler_evidence}){details}"
 
 
 def detail_lines(report: Report) -> list[str]:
@@ -70,10 +88,12 @@ def detail_lines(report: Report) -> list[str]:
     c = report.crossrank
     lines = []
     for s in c.stragglers:
-        lines.append(f"straggler: rank {s.rank} caused {ms(s.caused_wait_us)} ms of others' waiting "
+        lines.append(f"waited for: rank {s.rank} caused {ms(s.caused_wait_us)} ms of others' waiting "
                      f"({percent(s.share)}), arrived last {times(s.last_arrivals)}")
-    if not c.stragglers and any(r.matched_ops for r in c.ranks):
-        lines.append("straggler: none (no rank made another wait)")
+    if (line := straggler_line(report)) is not None:
+        lines.append(line.split(" · ")[0])
+        if c.straggler_evidence is not None:
+            lines.append(f"rule: {STRAGGLER_RULE}")
     for w in c.warmups:
         lines.append(f"warm-up: rank {w.rank}'s first {w.kind} took {ms(w.transfer_us)} ms, {factor(w.factor)} the "
                      f"median {ms(w.median_us)} ms (communicator set-up): left out of the numbers above")
@@ -104,7 +124,7 @@ def render(report: Report) -> str:
         f"collectives: medians per kind and size ({TRANSFER_RULE}; {WAIT_RULE})",
         text_table(BANDWIDTH_HEAD, bandwidth_rows(report)) if report.crossrank.bandwidth else "(none)",
         "",
-        f"ranks: wait vs transfer ({RANK_SUMS}; wait share = exposed wait / exposed comm)",
+        f"ranks: wait vs transfer ({RANK_SUMS})",
         text_table(RANK_HEAD, rank_rows(report)),
         "",
         *_causes(report),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from overlapprof.report import BOOTSTRAP, CAUSES, CI_LEVEL, PER_STEP, Comparison
 from overlapprof.renderers import workload_metrics
-from overlapprof.renderers.format import PLACEHOLDER, factor, ms, percent, saved_ms, share, text_table
+from overlapprof.renderers.format import PLACEHOLDER, factor, ms, percent, portion, saved_ms, text_table
 
 
 def _cause(name: str):
@@ -40,15 +40,15 @@ def _rows(c: Comparison) -> list[tuple[str, object]]:
         ("overlap ceiling (step / overlap bound)",
          lambda v: factor(v.overlap_bound_speedup, v.overlap_bound_speedup_ci)),
         (f"vs baseline {c.baseline}:", None),
-        ("  step-time speedup", lambda v: factor(v.speedup, v.speedup_ci)),
+        ("  step-time speedup", lambda v: judged(v, "speedup")),
         ("  exposed communication saved, ms", lambda v: saved_ms(v.exposed_saved_us, v.exposed_saved_frac)),
-        ("  compute slowdown (compute / baseline's)", lambda v: factor(v.compute_slowdown, v.compute_slowdown_ci)),
+        ("  compute slowdown (compute / baseline's)", lambda v: judged(v, "compute_slowdown")),
     ]
     if c.variants[0].overlap_bound_us is not None:
         rows += [
             (f"  predicted: {c.baseline}'s overlap bound, ms", lambda v: ms(v.predicted_step_us)),
             ("  step / predicted", lambda v: factor(v.step_vs_predicted, v.step_vs_predicted_ci)),
-            ("  share of what overlap could buy", lambda v: share(v.bound_reached, v.bound_reached_ci)),
+            ("  share of what overlap could buy", lambda v: portion(v.bound_reached, v.bound_reached_ci)),
         ]
     if any(v.link for v in c.variants):
         rows.append(("link (one medium shared by all ranks)", lambda v: v.link or PLACEHOLDER))
@@ -57,11 +57,36 @@ def _rows(c: Comparison) -> list[tuple[str, object]]:
             ("host-measured step time (run.json):", None),
             ("  profiled steps, median ms", lambda v: ms(v.host_step_us)),
             ("  unprofiled steps, median ms", lambda v: ms(v.host_unprofiled_step_us)),
-            ("  speedup (unprofiled steps)", lambda v: factor(v.host_speedup, v.host_speedup_ci)),
+            ("  speedup (unprofiled steps)", lambda v: judged(v, "host_speedup")),
+        ]
+    if any(v.other_cpu is not None for v in c.variants):
+        rows += [
+            ("machine load (run.json):", None),
+            ("  load average (1 min), start-end", lambda v: "-".join(f"{x:.2f}" for x in v.load_average)
+             if v.load_average else PLACEHOLDER),
+            ("  other processes' CPU, unprofiled steps", lambda v: share(v, "unprofiled")),
+            ("  other processes' CPU, profiled steps", lambda v: share(v, "profiled")),
         ]
     rows += workload_metrics.compare_rows(c)
     rows.append(("ranks" if c.basis != PER_STEP else "samples (rank x step)", lambda v: str(v.samples)))
     return rows
+
+
+NOT_TRUSTED = "not trusted (load)"
+
+
+def judged(v, field: str, interval: bool = True) -> str:
+    """A factor (``speedup``, ``host_speedup``, ``compute_slowdown``) with its interval, or
+    :data:`NOT_TRUSTED` where the machine's load change explains it (``v.not_trusted``)."""
+    if field in v.not_trusted:
+        return NOT_TRUSTED
+    return factor(getattr(v, field), getattr(v, f"{field}_ci") if interval else None)
+
+
+def share(v, kind: str) -> str:
+    """The share of the CPU other processes took over a variant's steps of ``kind`` (run.json)."""
+    share = (v.other_cpu or {}).get(kind)
+    return PLACEHOLDER if share is None else percent(share)
 
 
 def notes(c: Comparison, report_warnings: bool = True) -> list[str]:
@@ -83,6 +108,12 @@ def notes(c: Comparison, report_warnings: bool = True) -> list[str]:
         *(f"verdict {v.label}: {v.verdict}" for v in c.variants if v.verdict),
         f"[low-high] = {100 * CI_LEVEL:.0f}% bootstrap interval over the samples (seeded, {BOOTSTRAP} resamples)",
         "compute slowdown > 1x: the same compute took longer (contention for cores, SMs, memory bandwidth)",
+        *(["others' CPU: the share of the machine's CPU processes outside the run took during its unprofiled /\n"
+           "  profiled steps (run.json; the busiest node)"] if any(v.other_cpu for v in c.variants) else []),
+        *(["not trusted (load): other processes' share of the CPU moved between the two variants' steps enough to\n"
+           "  explain the difference (load factor F = free CPU a / free CPU b; ranks that meet can differ by F^2):\n"
+           "  rerun when the machine is quieter"]
+          if any(v.not_trusted for v in c.variants) else []),
         *(f"warning: {w}" for w in c.warnings if w not in repeated),
     ]
 
@@ -95,7 +126,7 @@ def _predictions(c: Comparison) -> list[str]:
     for v in c.variants[1:]:
         if v.step_us is None or v.step_vs_predicted is None:
             continue
-        reached = (f"{v.label} reached {share(v.bound_reached, v.bound_reached_ci)} of what overlap could buy"
+        reached = (f"{v.label} reached {portion(v.bound_reached, v.bound_reached_ci)} of what overlap could buy"
                    if v.bound_reached is not None else f"{base.label} is at its overlap bound already")
         out.append(f"predicted: {reached} (step {ms(v.step_us)} ms vs {base.label}'s overlap bound "
                    f"{ms(base.overlap_bound_us)} ms: {factor(v.step_vs_predicted, v.step_vs_predicted_ci)})")

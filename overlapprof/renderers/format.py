@@ -21,7 +21,9 @@ PLACEHOLDER = "-"
 # the table, the chart and the page.
 TRANSFER_RULE = "transfer = the shortest duration across ranks, or of a send/recv pair the receiver's end − the later start"
 WAIT_RULE = "wait = duration − transfer"
-RANK_SUMS = "sums over matched instances; operations in flight at once each count"
+RANK_SUMS = ("unions within the rank's communication (operations in flight at once count once): wait + transfer "
+             "<= comm, the rest in no matched operation (warm-up, unmatched); wait share = wait / comm; exposed wait: "
+             "the wait under no compute, its share of exposed comm")
 
 
 def to_ms(us: float) -> float:
@@ -46,7 +48,7 @@ def factor(value: float | None, interval: tuple[float, float] | None = None) -> 
     return f"{value:.2f}x" if interval is None else f"{value:.2f}x [{interval[0]:.2f}-{interval[1]:.2f}]"
 
 
-def share(fraction: float | None, interval: tuple[float, float] | None = None) -> str:
+def portion(fraction: float | None, interval: tuple[float, float] | None = None) -> str:
     """A share as a whole percentage, with its interval when given: ``97% [88-104%]``."""
     if fraction is None:
         return PLACEHOLDER

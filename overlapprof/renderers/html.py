@@ -21,7 +21,8 @@ from typing import Callable
 from overlapprof.renderers import collectives_table as ct
 from overlapprof.renderers import compare_table, workload_metrics
 from overlapprof.renderers.format import (PLACEHOLDER, RANK_SUMS, TRANSFER_RULE, WAIT_RULE, factor, metric, ms, percent,
-                                          saved_ms, share)
+                                          portion, saved_ms)
+from overlapprof.renderers.table import unmeasured_devices
 from overlapprof.report import PER_STEP, Comparison, Report
 
 
@@ -88,12 +89,10 @@ def _header(page: Page) -> str:
             speed_row = '<div class="kv"><span>speedup</span><b>baseline</b></div>'
         else:
             speed_row = "".join(
-                f'<div class="kv" data-speedup="{kind}"><span>{name}</span><b>{_e(factor(f, ci))}</b></div>'
-                for kind, name, f, ci in (("profiled", f"speedup vs {_e(c.baseline)}, profiled", v.speedup,
-                                           v.speedup_ci),
-                                          ("unprofiled", "unprofiled steps (host)", v.host_speedup,
-                                           v.host_speedup_ci))
-                if kind == "profiled" or f is not None)
+                f'<div class="kv" data-speedup="{kind}"><span>{name}</span><b>{_e(compare_table.judged(v, field))}</b></div>'
+                for kind, name, field in (("profiled", f"speedup vs {_e(c.baseline)}, profiled", "speedup"),
+                                          ("unprofiled", "unprofiled steps (host)", "host_speedup"))
+                if kind == "profiled" or getattr(v, field) is not None)
         cards.append(
             f'<div class="card"><div class="name">{_e(v.label)}</div>'
             f'<div class="big">{percent(ratio)}</div><div class="sub">of communication hidden</div>{bar}'
@@ -123,18 +122,22 @@ def _comparison(page: Page) -> str | None:
     host = any(v.host_unprofiled_step_us is not None for v in c.variants)
     if host:
         header += ["host step ms (unprofiled)", "host speedup"]
+    if loads := any(v.other_cpu is not None for v in c.variants):
+        header += ["others' CPU"]
     rows = []
     for v in c.variants:
         saved = saved_ms(v.exposed_saved_us, v.exposed_saved_frac)
         row = [_e(v.label) + (' <span class="tag">baseline</span>' if v.label == c.baseline else ""),
                ms(v.step_us), ms(v.exposed_comm_us), percent(v.overlap_ratio), ms(v.compute_us),
-               ms(v.comm_free_bound_us), ms(v.overlap_bound_us), factor(v.speedup, v.speedup_ci), saved,
-               factor(v.compute_slowdown, v.compute_slowdown_ci)]
+               ms(v.comm_free_bound_us), ms(v.overlap_bound_us), compare_table.judged(v, "speedup"), saved,
+               compare_table.judged(v, "compute_slowdown")]
         if host:
-            row += [ms(v.host_unprofiled_step_us), factor(v.host_speedup, v.host_speedup_ci)]
+            row += [ms(v.host_unprofiled_step_us), compare_table.judged(v, "host_speedup")]
+        if loads:
+            row += [" / ".join(compare_table.share(v, k) for k in ("unprofiled", "profiled"))]
         rows.append(row)
     predicted = [[_e(v.label), ms(v.predicted_step_us), ms(v.step_us),
-                  factor(v.step_vs_predicted, v.step_vs_predicted_ci), share(v.bound_reached, v.bound_reached_ci)]
+                  factor(v.step_vs_predicted, v.step_vs_predicted_ci), portion(v.bound_reached, v.bound_reached_ci)]
                  for v in c.variants[1:] if v.predicted_step_us is not None]
     body = (table(header, rows, "numbers comparison")
             + (table(["variant", f"predicted: {_e(c.baseline)}'s overlap bound ms", "step ms", "step / predicted",
@@ -201,6 +204,8 @@ def _rank_table(page: Page, label: str, report: Report) -> str:
     s = report.summary
     lines = [f"Pooled overlap {percent(s.pooled_ratio)}; most exposed: rank {s.most_exposed_rank}"
              f" ({ms(s.most_exposed_us)} ms)" if s.ranks_with_comm else "No communication found."]
+    if host_only := unmeasured_devices(report):
+        lines.insert(0, host_only[:1].upper() + host_only[1:] + ".")
     if s.median_step_us is not None:
         lines.append(f"Step time: median {ms(s.median_step_us)} ms, p90 {ms(s.p90_step_us)} ms.")
     lines += [f"Filter: {f}" for f in report.filters] or ["Window: whole trace (every event counts)."]
@@ -295,7 +300,7 @@ def _stragglers(page: Page, label: str, report: Report) -> str | None:
     body = figure(fig, f"{label} stragglers", _e(caption))
     if rows:
         body += table(["rank", "others' wait caused ms", "share of all wait", "arrived last"], rows, "numbers")
-    notes = [line for line in ct.detail_lines(report) if not line.startswith("straggler:")]
+    notes = [line for line in ct.detail_lines(report) if not line.startswith("waited for:")]  # the table has them
     body += "".join(f'<p class="note">{_e(x)}</p>' for x in notes)
     return _section("Stragglers: waiting vs transferring", body, level=3)
 

@@ -18,10 +18,14 @@ vermillion.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import logging
+import re
 from pathlib import Path
 
 from overlapprof.errors import InputError
+from overlapprof.renderers.compare_table import NOT_TRUSTED, judged
 from overlapprof.renderers.format import factor, ms, percent, to_ms
 
 COMPUTE = "#0072B2"
@@ -238,7 +242,8 @@ def comparison_figure(comparison):
             if vs[0].overlap_bound_us is not None and len(vs) > 1:
                 step_ax.axvline(to_ms(vs[0].overlap_bound_us), color=INK, linestyle="--", linewidth=0.8,
                                 label=f"predicted: {vs[0].label}'s overlap bound")
-            texts = ["baseline" if k == 0 else (factor(v.speedup) if v.speedup else "") for k, v in enumerate(vs)]
+            texts = ["baseline" if k == 0 else (judged(v, "speedup", interval=False) if v.speedup else "")
+                     for k, v in enumerate(vs)]
             _annotate(step_ax, ys, steps, texts, max(steps + [1e-3]))
             step_ax.set_xlim(0, max(steps + [1e-3]) * 1.35)
         else:
@@ -256,8 +261,8 @@ def comparison_figure(comparison):
         comm_ax.set_title("Communication")
         compute = [to_ms(v.compute_us) for v in vs]
         comp_ax.barh(ys, compute, color=COMPUTE, height=0.66, label="compute")
-        texts = ["baseline" if k == 0 else (f"{factor(v.compute_slowdown)} time" if v.compute_slowdown else "")
-                 for k, v in enumerate(vs)]
+        texts = ["baseline" if k == 0 else NOT_TRUSTED if "compute_slowdown" in v.not_trusted else
+                 (f"{factor(v.compute_slowdown)} time" if v.compute_slowdown else "") for k, v in enumerate(vs)]
         _annotate(comp_ax, ys, compute, texts, max(compute + [1e-3]))
         comp_ax.set_xlim(0, max(compute + [1e-3]) * 1.45)
         comp_ax.set_title("Compute")
@@ -273,14 +278,91 @@ def comparison_figure(comparison):
 
 
 def to_bytes(fig, fmt: str = "svg", dpi: int = 144) -> bytes:
-    """The figure rendered as ``fmt`` (png, svg or pdf)."""
+    """The figure rendered as ``fmt`` (png, svg or pdf), every text drawn with glyphs
+    (:func:`drawable`)."""
+    import warnings
+
     if fmt not in FORMATS:
         raise InputError(f"unknown image format {fmt!r} (use one of {', '.join(FORMATS)})")
     out = io.BytesIO()
     metadata = {"Date": None} if fmt == "svg" else {}
-    with style():
+    with style(), _quiet_fonts(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")  # drawable() leaves none missing
+        _drawable_texts(fig)
         fig.savefig(out, format=fmt, dpi=dpi, metadata=metadata or None, facecolor="white")
     return out.getvalue()
+
+
+@contextlib.contextmanager
+def _quiet_fonts():
+    """matplotlib's font manager logs a line for a weight a font lacks ("findfont: Failed to find
+    font weight bold for ..., now using 400"): the nearest weight is what is wanted here."""
+    log = logging.getLogger("matplotlib.font_manager")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+_CHARMAPS: dict[str, set[int]] = {}  # font file -> the code points it has glyphs for
+
+
+def _charmap(path: str) -> set[int]:
+    if path not in _CHARMAPS:
+        from matplotlib.ft2font import FT2Font
+
+        try:
+            _CHARMAPS[path] = set(FT2Font(path).get_charmap())
+        except (OSError, RuntimeError):
+            _CHARMAPS[path] = set()
+    return _CHARMAPS[path]
+
+
+def drawable(text: str, weight="normal", style="normal") -> tuple[str, list[str]]:
+    """``(text, font families)`` to draw ``text`` (a label from data: a folder, a variant) with
+    glyphs in that weight and style: the plots' font first, then installed fonts whose file for
+    them has the characters it lacks (a non-Latin folder name: CJK, Arabic, ...); a run of
+    characters no installed font has is written as ``[U+XXXX U+YYYY]``, never drawn as boxes."""
+    from matplotlib import font_manager
+
+    def file_of(family):
+        props = font_manager.FontProperties(family=family, weight=weight, style=style)
+        return font_manager.findfont(props, fallback_to_default=False)
+
+    with _quiet_fonts():
+        return _drawable(text, file_of)
+
+
+def _drawable(text: str, file_of) -> tuple[str, list[str]]:
+    from matplotlib import font_manager
+
+    missing = {ord(c) for c in text if not c.isspace()} - _charmap(file_of("DejaVu Sans"))
+    families = ["DejaVu Sans"]
+    for name in dict.fromkeys(e.name for e in font_manager.fontManager.ttflist) if missing else ():
+        path = file_of(name)
+        if "LastResort" in path:  # matplotlib's: a box for every character, what this avoids
+            continue
+        if found := missing & _charmap(path):
+            families.append(name)
+            missing -= found
+        if not missing:
+            break
+    if missing:
+        text = re.sub("[" + "".join(re.escape(chr(c)) for c in missing) + "]+",
+                      lambda m: "[" + " ".join(f"U+{ord(c):04X}" for c in m.group()) + "]", text)
+    return text, families
+
+
+def _drawable_texts(fig) -> None:
+    from matplotlib.text import Text
+
+    for t in fig.findobj(Text):
+        if any(ord(c) > 0x24F for c in t.get_text()):  # beyond Latin: DejaVu Sans may lack it
+            text, families = drawable(t.get_text(), t.get_weight(), t.get_style())
+            t.set_text(text)
+            t.set_fontfamily(families)
 
 
 def format_of(path: str | Path) -> str:

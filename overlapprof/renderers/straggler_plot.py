@@ -2,9 +2,9 @@
 
 Reads only ``Report.crossrank`` (:mod:`overlapprof.report.crossrank`). Two panels sharing the rank
 axis: left, each rank's time in matched collectives split into transfer (blue) and wait
-(vermillion), labelled with both (sums over operations: ones in flight at once each count, so
-they may add up to more than the rank's communication time); right, the wait the rank's late
-arrivals caused the other ranks, the top straggler in wine. One legend below both panels. Same
+(vermillion), labelled with both (unions within its communication time: operations in flight at
+once count once); right, the wait the rank's late arrivals caused the other ranks, the named
+straggler in wine (only when the evidence holds: ``CrossRank.straggler``). One legend below both panels. Same
 style and palette as :mod:`overlapprof.renderers.plots`.
 """
 
@@ -27,7 +27,10 @@ def straggler_figure(report, *, title: str | None = None):
     crossrank = report.crossrank
     ranks = crossrank.ranks
     ys = [-k for k in range(len(ranks))]
-    top = crossrank.stragglers[0].rank if crossrank.stragglers else None
+    if crossrank.straggler_evidence is None:  # saved before the rule: the top of the list, as then
+        top = crossrank.stragglers[0].rank if crossrank.stragglers else None
+    else:
+        top = crossrank.straggler
     with style():
         fig = new_figure(10, 1.2 + 0.3 * max(2, len(ranks)))
         left, right = fig.subplots(1, 2, sharey=True, width_ratios=(3, 2))
@@ -41,7 +44,7 @@ def straggler_figure(report, *, title: str | None = None):
             left.text(t + w + span * 0.01, y, label, va="center", fontsize=7.5,
                       color="#444444")
         left.set_xlim(0, span * 1.45)
-        left.set_xlabel("time in matched collectives, summed over operations (ms)")
+        left.set_xlabel("time in matched collectives, in flight at once counted once (ms)")
         left.set_title(title or "Waiting vs transferring per rank")
         caused = [to_ms(r.caused_wait_us) for r in ranks]
         colors = [TOP if r.rank == top else CAUSED for r in ranks]
@@ -50,7 +53,7 @@ def straggler_figure(report, *, title: str | None = None):
 
         handles = [Patch(color=CAUSED, label="wait caused to others")]
         if top is not None:
-            handles.append(Patch(color=TOP, label=f"top straggler (rank {top})"))
+            handles.append(Patch(color=TOP, label=f"straggler (rank {top})"))
         most = max(caused + [1e-3])
         for y, c, r in zip(ys, caused, ranks):
             if r.last_arrivals:

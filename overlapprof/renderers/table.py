@@ -61,13 +61,29 @@ def _kind_rows(report: Report):
     return header, rows
 
 
+def unmeasured_devices(report: Report) -> str | None:
+    """The line that heads a report whose ranks' devices were not measured (device activity of
+    categories OVERLAP.md does not classify, and none it does), saying what was measured
+    instead; None when every device was (or there was none)."""
+    ranks = [r for r in report.ranks if r.device_not_measured]
+    if not ranks:
+        return None
+    cats = sorted({c for r in ranks for c in r.device_not_measured})
+    events = sum(n for r in ranks for n in r.device_not_measured.values())
+    which = f"rank {ranks[0].rank}'s device" if len(ranks) == 1 else f"the devices of ranks {', '.join(str(r.rank) for r in ranks)}"
+    return (f"host activity only: {which} was not measured ({', '.join(cats)}: {events} events of categories OVERLAP.md "
+            "does not classify); the numbers are the host's (CPU mode): cpu_ops as compute, c10d::* calls and "
+            "<backend>:<op> annotations as communication")
+
+
 def summary_lines(report: Report) -> list[str]:
     """The cross-rank summary and the notes (modes, rank sources, filters, warnings)."""
     s = report.summary
     lines = []
+    host_only = " (host activity only: see the first line)" if unmeasured_devices(report) else ""
     if s.ranks_with_comm:
         lines.append(
-            f"overlap ratio: pooled {percent(s.pooled_ratio)} (Σ overlapped / Σ comm over {s.ranks_with_comm} "
+            f"overlap ratio{host_only}: pooled {percent(s.pooled_ratio)} (Σ overlapped / Σ comm over {s.ranks_with_comm} "
             f"rank{'s' if s.ranks_with_comm != 1 else ''}); min {percent(s.min_ratio)} (rank {s.min_ratio_rank}), "
             f"median {percent(s.median_ratio)}, max {percent(s.max_ratio)} (rank {s.max_ratio_rank})"
         )
@@ -77,8 +93,10 @@ def summary_lines(report: Report) -> list[str]:
         )
     else:
         lines.append(f"no communication found: overlap ratio is undefined ({PLACEHOLDER})")
-    if report.crossrank is not None and report.crossrank.stragglers:
-        lines.append(ct.straggler_line(report))
+    if report.crossrank is not None and any(r.matched_ops for r in report.crossrank.ranks):
+        lines.append(f"wait, transfer: {ct.RANK_COLUMNS_NOTE}")
+    if (straggler := ct.straggler_line(report)) is not None:
+        lines.append(straggler)
     lines += causes_table.summary_lines(report)
     if s.median_step_us is not None:
         lines.append(f"step time: median {ms(s.median_step_us)} ms, p90 {ms(s.p90_step_us)} ms")
@@ -117,4 +135,5 @@ def render(report: Report, by: str = "rank") -> str:
     if why is not None:
         table += ("\n\nwhy exposed: each exposed µs has one cause, the first that holds (OVERLAP.md section 6); "
                   "late ranks: who was waited for, followed to the rank not waiting\n" + why)
-    return "\n".join([table, "", *summary_lines(report)]) + "\n"
+    head = [line] if (line := unmeasured_devices(report)) else []
+    return "\n".join([*head, table, "", *summary_lines(report)]) + "\n"

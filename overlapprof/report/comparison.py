@@ -54,6 +54,11 @@ Every factor (and ``comm_free_speedup``, ``overlap_bound_speedup``, ``step_vs_pr
 ``bound_reached``) has a ``*_ci`` = ``[low, high]``: the central ``CI_LEVEL``
 bootstrap interval of the factor over ``BOOTSTRAP`` resamples with seed ``SEED`` (how: the
 module docstring of :mod:`overlapprof.compare`).
+
+``not_trusted`` names the factors the machine's load explains (:class:`overlapprof.launch.run_record.MachineLoad`:
+the other processes' share of the CPU differed between the baseline's steps and the variant's
+by a load factor at least as large as the difference measured): shown as not trusted, with a
+rerun suggested, instead of a verdict.
 """
 
 from __future__ import annotations
@@ -121,6 +126,12 @@ class VariantStats(msgspec.Struct, kw_only=True):
     host_speedup_ci: tuple[float, float] | None = None
     compute_slowdown_ci: tuple[float, float] | None = None
     workload_metrics: dict[str, float] = {}
+    # The machine's load over the variant's steps (run.json; None: not recorded): the 1-minute load average at
+    # their start and end, and by kind of step the largest share of the CPU other processes took on a node.
+    load_average: tuple[float, float] | None = None
+    other_cpu: dict[str, float] | None = None
+    # Factors (speedup, host_speedup, compute_slowdown) the load's change could explain: not a verdict.
+    not_trusted: list[str] = []
 
 
 class Comparison(msgspec.Struct, kw_only=True):

@@ -19,13 +19,24 @@ ranks that recorded it; ``d_r`` is rank r's duration of its operation in the ins
 - ``skew_us`` = latest start − earliest start of the instance (needs comparable clocks).
 - ``last_rank``: the rank with the shortest duration (it did not wait: the others waited for it);
   ties go to the latest start.
-- per rank: ``wait_us``/``transfer_us`` are sums over its matched instances; ``exposed_wait_us``
-  = |U(waits) ∩ (U(comm) \\ U(compute))| where each wait is the interval
-  ``[ts, ts + wait)`` at the start of the rank's operation (a rank waits first, then
-  transfers): the part of the waiting no compute hides. ``wait_share`` = ``exposed_wait_us /
-  exposed_comm_us`` (OVERLAP.md's exposed communication), None when that is 0.
+- per rank, over its matched non-warm-up operations, as lengths of unions within the rank's
+  U(comm) (OVERLAP.md), so that operations in flight at once count once: ``wait_us`` =
+  |U(waits) ∩ U(comm)|, each wait being the interval ``[ts, ts + wait)`` at the start of the
+  rank's operation (a rank waits first, then transfers); ``transfer_us`` = |U(operations) ∩
+  U(comm)| − ``wait_us``. So ``wait_us + transfer_us <= comm_us`` (= |U(comm)|); the rest is
+  communication in no matched operation (warm-up, unmatched). ``wait_share`` = ``wait_us /
+  comm_us``. ``exposed_wait_us`` = |U(waits) ∩ (U(comm) \\ U(compute))|, the waiting no compute
+  hides, and ``exposed_wait_share`` = ``exposed_wait_us / exposed_comm_us``. (Reports saved by
+  earlier versions, which have no ``comm_us``, summed ``wait_us``/``transfer_us`` over operations,
+  which could exceed the rank's communication, and their ``wait_share`` is what
+  ``exposed_wait_share`` is now; they load as saved.)
 - ``caused_wait_us`` of rank r = Σ over instances where r is ``last_rank`` of the other ranks'
-  waits. Stragglers are the ranks ordered by it.
+  waits (a sum over the waiting ranks). ``stragglers`` are the ranks ordered by it;
+  ``straggler`` is the one named, only when the evidence holds
+  (``overlapprof.analysis.crossrank.waits``): from the instances of
+  groups whose every rank has a trace, it caused at least half of all their waiting and twice
+  what any other rank did, and most of the waiting in more than half of the steps with waiting;
+  ``straggler_evidence`` says the numbers (None in reports saved before the rule).
 - Bandwidth (nccl-tests' definitions, see :mod:`overlapprof.analysis.crossrank.bandwidth`):
   ``algbw_gbps`` = bytes / transfer, ``busbw_gbps`` = algbw × ``bus_factor`` of the kind.
 - Warm-up: a rank's first communication operation whose transfer time is at least
@@ -90,6 +101,8 @@ class RankWaits(msgspec.Struct, kw_only=True):
     caused_wait_us: float
     warmup_ops: int = 0
     warmup_us: float = 0.0
+    comm_us: float | None = None  # |U(comm)| of the rank (None in reports saved before it was kept)
+    exposed_wait_share: float | None = None
 
 
 class Straggler(msgspec.Struct, kw_only=True):
@@ -208,6 +221,8 @@ class CrossRank(msgspec.Struct, kw_only=True):
     warmups: list[WarmupOp] = []
     warmup_factor: float = 10.0
     notes: list[str] = []
+    straggler: int | None = None  # the rank named straggler: only when the evidence holds (module docstring)
+    straggler_evidence: str | None = None  # the numbers judged, in words; None: saved before the rule
 
     def rank(self, rank: int) -> RankWaits:
         """The RankWaits of ``rank`` (KeyError if absent)."""

@@ -159,6 +159,9 @@ class RankReport(msgspec.Struct, kw_only=True):
     hidden_of_hideable: float | None = None  # overlapped_us / min(comm_us, compute_us)
     verdict: str | None = None  # one line a user can act on
     operations: list[OperationWindow] | None = None  # per operation: window, slack, exposed (--comm-ops)
+    # {category: events} of device activity OVERLAP.md does not classify, when none it does was found: the device
+    # was not measured, and the metrics are the host's (CPU mode). None otherwise.
+    device_not_measured: dict[str, int] | None = None
 
 
 class Summary(msgspec.Struct, kw_only=True):

@@ -10,7 +10,10 @@ communication records). :class:`ScanEvent`, with its args typed, is the reader's
 :mod:`overlapprof.trace.reader` reads a file's events a chunk at a time with these.
 
 Gzip is detected from the magic bytes, not the file name, and inflated a bounded piece at a time
-(with ISA-L when the ``isal`` package is installed: ~3x faster than zlib). A trace is data:
+(with ISA-L when the ``isal`` package is installed: ~3x faster than zlib). A UTF-8 byte-order
+mark before the JSON is skipped (:func:`without_bom`), and the trace-event format's "JSON Array
+Format" (a top-level array of events, its closing ``]`` optional) is read as the events of a
+trace with nothing else (:func:`is_array_layout`). A trace is data:
 nothing in it is executed or unpickled. Every failure becomes a
 :class:`~overlapprof.errors.TraceError` whose message names the file and the problem in one line
 (``bad.json: event 12: 'ts' is not a number``).
@@ -173,6 +176,21 @@ _EVENT_FIELD = re.compile(r"^traceEvents\[(\d+)\]\.?(.*)$")
 _EXPECTED = re.compile(r"Expected `([^`]*)`, got `([^`]*)`")
 
 
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark: Windows tools write it; JSON decoders refuse it
+
+
+def without_bom(data):
+    """``data`` (bytes-like) without a leading UTF-8 byte-order mark (a view, not a copy)."""
+    return memoryview(data)[len(BOM):] if data[: len(BOM)] == BOM else data
+
+
+def is_array_layout(data) -> bool:
+    """Does the text start (after a BOM and whitespace) with ``[``: the Chrome trace-event format's
+    "JSON Array Format", the events alone, as torch's autograd profiler wrote them before
+    Kineto (2020)?"""
+    return bytes(without_bom(data[:4096])).lstrip()[:1] == b"["
+
+
 def read_bytes(path: str | Path) -> bytes:
     """The file's JSON bytes, gunzipped if the file is gzip (by magic bytes)."""
     path = Path(path)
@@ -321,12 +339,33 @@ def decode(path: str | Path, data: bytes | None = None) -> TraceFile:
         data = read_bytes(path)
     elif not data:
         raise TraceError(path, "empty file")
-    trace = decode_checked(path, DECODER, data)
+    data = without_bom(data)
+    if is_array_layout(data):
+        trace = TraceFile(traceEvents=_array_events(path, data))
+    else:
+        trace = decode_checked(path, DECODER, data)
     if trace.traceEvents is None:
         raise TraceError(path, "not a PyTorch profiler trace (no 'traceEvents')")
     if not trace.traceEvents:
         raise TraceError(path, "empty trace ('traceEvents' has no events)")
     return trace
+
+
+_ARRAY_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def _array_events(path, data) -> list:
+    """The events of a trace in the JSON Array Format; its closing ``]`` may be missing (the
+    format allows it, for a trace cut short)."""
+    try:
+        return _ARRAY_DECODER.decode(data)
+    except msgspec.DecodeError:
+        closed = bytes(data).rstrip().rstrip(b",") + b"]"
+        try:
+            return _ARRAY_DECODER.decode(closed)
+        except msgspec.DecodeError:
+            pass
+    return decode_checked(path, _ARRAY_DECODER, data)  # the first error, worded
 
 
 def event_args(raws: list, text: bytes | None = None) -> list[EventArgs | None]:

@@ -18,7 +18,7 @@ A folder holding run directories and other trace files is refused too (which run
 part of?).
 
 A folder may hold **execution traces** beside the Kineto traces (the Chakra / PARAM layout,
-``*_et.json``: an object with ``schema`` and ``nodes``, no ``traceEvents``): they are skipped with a
+``*_et.json[.gz]``: an object with ``schema`` and ``nodes``, no ``traceEvents``): they are skipped with a
 note (given by name, one is refused with a message saying what it is). **Two recordings of one
 process** are refused like several runs: TensorBoard-plugin names ``<worker>.<span>.pt.trace.json``
 whose ``<worker>`` repeats (``worker0.1700000000001...`` and ``worker0.1700000090001...``) are
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,6 +41,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from overlapprof.errors import InputError
+from overlapprof.trace.decode import BOM
 
 if TYPE_CHECKING:  # imported where a run directory is read: traces given alone do not need it
     from overlapprof.launch import run_record
@@ -88,6 +90,24 @@ def _head(path, size: int) -> bytes | None:
         return None
 
 
+def _text_head(path, size: int) -> bytes | None:
+    """The first ``size`` bytes of the file's text: inflated when it is gzip, without a UTF-8
+    byte-order mark; None when it cannot be read (a damaged gzip reads as far as it can)."""
+    head = _head(path, size)
+    if head is not None and head[:2] == b"\x1f\x8b":
+        inflater = zlib.decompressobj(31)
+        try:
+            with Path(path).open("rb") as f:
+                head = b""
+                while len(head) < size and (piece := f.read(1 << 16)):
+                    head += inflater.decompress(piece, size - len(head))
+                    while inflater.unconsumed_tail and len(head) < size:
+                        head += inflater.decompress(inflater.unconsumed_tail, size - len(head))
+        except (OSError, zlib.error):
+            pass
+    return None if head is None else head[3:] if head[:3] == BOM else head
+
+
 def is_trace_file(path: Path, sniff: int = 1 << 20) -> bool:
     """Is ``path`` an existing trace file (which an output must never overwrite)? Gzip, or
     ``"traceEvents"`` in its first ``sniff`` bytes."""
@@ -99,7 +119,7 @@ def is_trace_file(path: Path, sniff: int = 1 << 20) -> bool:
 
 def is_saved_report(path: Path) -> bool:
     """Does the file start like a saved overlapprof Report (whose first key is ``schema``)?"""
-    head = _head(path, 64)
+    head = _text_head(path, 64)
     if head is None:
         return False
     return head.lstrip().replace(b" ", b"").replace(b"\n", b"").startswith(b'{"schema":"overlapprof.report/')
@@ -107,14 +127,14 @@ def is_saved_report(path: Path) -> bool:
 
 def is_saved_comparison(path: Path) -> bool:
     """Does the file start like a saved Comparison (first key ``schema``)?"""
-    head = _head(path, 64)
+    head = _text_head(path, 64)
     return head is not None and b"".join(head.split()).startswith(b'{"schema":"overlapprof.comparison/')
 
 
 def is_exported_timeline(path: Path) -> bool:
     """Does the file start like ``overlapprof export``'s timeline (``otherData.producer`` first)?
     It is trace-event JSON, but of unions already measured, not of a profiler's events."""
-    head = _head(path, 256)
+    head = _text_head(path, 256)
     return head is not None and b'"otherData":{"producer":"overlapprof' in b"".join(head.split())
 
 
@@ -131,8 +151,8 @@ def own_output_error(path: Path) -> str | None:
 
 def is_execution_trace(path: Path, sniff: int = _ET_SNIFF) -> bool:
     """Is the file a Chakra / PARAM execution trace (an object with ``"schema"`` and ``"nodes"``
-    in its first ``sniff`` bytes and no ``"traceEvents"``)? Gzipped ones are not sniffed."""
-    head = _head(path, sniff)
+    in the first ``sniff`` bytes of its text, gzipped or not, and no ``"traceEvents"``)?"""
+    head = _text_head(path, sniff)
     if head is None:
         return False
     return (head.lstrip()[:1] == b"{" and b'"schema"' in head and b'"nodes"' in head

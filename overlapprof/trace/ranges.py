@@ -28,7 +28,7 @@ from pathlib import Path
 
 from overlapprof.trace import decode as D
 from overlapprof.trace import reader as R
-from overlapprof.trace.reader import EVENT_START, LayoutError, _first_event, split_array
+from overlapprof.trace.reader import EVENT_START, FirstEvent, LayoutError, split_array
 
 PIECE_BYTES = 1 << 22  # text per decoded piece: bounds a reader's buffer and the objects it decodes into
 _PROBE_STEP = 1 << 16
@@ -101,9 +101,10 @@ def probe(path) -> Probe:
     """The header and first event of a file in the line layout; LayoutError otherwise (and
     TraceError for a damaged gzip)."""
     buf = bytearray()
+    finder = FirstEvent()
     for _, piece in text_stream(path, step=_PROBE_STEP):  # a header is small: read what it needs
         buf += piece
-        first = _first_event(buf)  # LayoutError when it is not the line layout
+        first = finder.find(buf)  # LayoutError when it is not the line layout
         if first is not None:
             break
     else:

@@ -94,11 +94,12 @@ class TraceReader:
         header = None
         count = 0
         pieces = self._pieces()
+        finder = FirstEvent()
         for piece in pieces:
             buf += piece
             if header is None:
                 try:
-                    first = _first_event(buf)
+                    first = finder.find(buf)
                 except LayoutError:  # keep what was read: the whole-file reader starts from it
                     for rest in pieces:
                         buf += rest
@@ -116,7 +117,7 @@ class TraceReader:
         if header is None:
             raise LayoutError
         try:  # the document without its middle: the top level and the last events
-            top = D.DECODER.decode(header + bytes(buf))
+            top = D.DECODER.decode(D.without_bom(header + bytes(buf)))
         except (msgspec.ValidationError, msgspec.DecodeError):
             raise LayoutError from None
         raws, top.traceEvents = top.traceEvents or [], None
@@ -155,25 +156,37 @@ def split_array(buf: bytearray, end: int, rest: bool = True) -> tuple[bytearray,
     return buf, after
 
 
-def _first_event(buf: bytearray) -> int | None:
-    """Where the first event starts (its ``\\n  {``), None while unknown; LayoutError when the
-    text is not in the line layout."""
-    key = buf.find(_KEY)
-    if key < 0:
-        if len(buf) > _HEADER_MAX:
-            raise LayoutError
-        return None
-    i, n = key + len(_KEY), len(buf)
-    for expected in b":[":  # "traceEvents": [
+class FirstEvent:
+    """Where the first event of ``traceEvents`` starts (its ``\\n  {``), found as the text arrives
+    in a growing buffer: ``find(buf)`` after each piece is None while unknown, LayoutError when
+    the text is not in the line layout. Each byte is searched once, so finding it (or giving up
+    at :data:`_HEADER_MAX`) takes time linear in what was read, however small the pieces."""
+
+    def __init__(self):
+        self.searched = 0  # bytes of the buffer already searched for the key
+        self.key = -1  # where "traceEvents" is, once found
+
+    def find(self, buf: bytearray) -> int | None:
+        if self.key < 0:
+            if self.searched == 0 and D.is_array_layout(buf):
+                raise LayoutError  # the JSON Array Format: the events alone, no "traceEvents"
+            self.key = buf.find(_KEY, max(0, self.searched - len(_KEY) + 1))
+            self.searched = len(buf)
+            if self.key < 0:
+                if len(buf) > _HEADER_MAX:
+                    raise LayoutError
+                return None
+        i, n = self.key + len(_KEY), len(buf)
+        for expected in b":[":  # "traceEvents": [
+            while i < n and buf[i] in b" \t\r\n":
+                i += 1
+            if i < n and buf[i] != expected:
+                raise LayoutError
+            i += 1
         while i < n and buf[i] in b" \t\r\n":
             i += 1
-        if i < n and buf[i] != expected:
+        if i >= n:
+            return None  # wait for more text
+        if buf[i] != ord("{") or buf[i - 3 : i] != b"\n  ":
             raise LayoutError
-        i += 1
-    while i < n and buf[i] in b" \t\r\n":
-        i += 1
-    if i >= n:
-        return None  # wait for more text
-    if buf[i] != ord("{") or buf[i - 3 : i] != b"\n  ":
-        raise LayoutError
-    return i - 3
+        return i - 3

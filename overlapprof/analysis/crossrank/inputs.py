@@ -28,8 +28,9 @@ class CrossRankInput:
     ``pg_ranks``: process group name -> member ranks (``distributedInfo.pg_config``).
     ``ops``: the rank's logical operations (:func:`~overlapprof.analysis.records.operations.rank_operations`);
     ``op_groups``: what they say of their groups, name -> (size, ranks, source); ``unnamed``:
-    whether some carry no group name. ``exposed``: U(comm) \\ U(compute) of the rank (OVERLAP.md),
-    on its own ``ts`` clock. Built in the worker that read the rank (small: numpy columns).
+    whether some carry no group name. ``comm``: U(comm), and ``exposed``: U(comm) \\ U(compute) of
+    the rank (OVERLAP.md), on its own ``ts`` clock. Built in the worker that read the rank (small:
+    numpy columns).
     """
 
     rank: int
@@ -40,13 +41,16 @@ class CrossRankInput:
     pg_ranks: dict[str, list[int]] = field(default_factory=dict)
     op_groups: dict[str, tuple] = field(default_factory=dict)
     unnamed: bool = False
+    comm: iv.Intervals = iv.EMPTY
     exposed: iv.Intervals = iv.EMPTY
+    comm_us: float = 0.0
     exposed_comm_us: float = 0.0
 
-    def attach(self, table: CommTable, exposed: iv.Intervals, exposed_comm_us: float) -> None:
-        """Add the rank's operations (as logical-operation columns) and exposed communication."""
+    def attach(self, table: CommTable, comm: iv.Intervals, exposed: iv.Intervals, exposed_comm_us: float) -> None:
+        """Add the rank's operations (as logical-operation columns) and its communication, all and exposed."""
         self.ops = rank_operations(table)
-        self.exposed, self.exposed_comm_us = exposed, exposed_comm_us
+        self.comm, self.exposed, self.exposed_comm_us = comm, exposed, exposed_comm_us
+        self.comm_us = iv.length(comm)
         if not len(table):
             return
         pg, ranks = table.strings["pg_name"], table.strings["pg_ranks"]

@@ -24,7 +24,7 @@ from overlapprof.analysis.crossrank.bandwidth import bandwidth_rows, instance_si
 from overlapprof.analysis.crossrank.clocks import domains_of, estimate_offsets
 from overlapprof.analysis.crossrank.inputs import CrossRankInput
 from overlapprof.analysis.crossrank.matching import Matched, match
-from overlapprof.analysis.crossrank.waits import WARMUP_FACTOR, Measured, measure, rank_rows, stragglers
+from overlapprof.analysis.crossrank.waits import WARMUP_FACTOR, Measured, measure, named_straggler, rank_rows, stragglers
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.records.operations import DEFAULT_GROUP, CommOperations, concat_operations
 from overlapprof.report import ClockDomain, CollectiveInstance, CrossRank, KindMatch, ProcessGroup, Unmatched
@@ -133,15 +133,19 @@ def build_crossrank(inputs: list[CrossRankInput], align_clocks: bool = False,
     sizes = instance_sizes(ops, m, x)
     with _gc_paused():  # thousands of small lists kept: collections would only slow this down
         instances = _instances(ops, m, x, start - origin, one_clock, sizes)
+    group_rows = _group_rows(groups, ops, present)
+    straggler, evidence = named_straggler(x, ops, {g.name: (len(g.ranks_present), g.size) for g in group_rows})
     return CrossRank(
         clocks=clocks,
         time_origin_us=origin,
         domains=_domains(domain_of, shift, clocks, inputs, used),
-        groups=_group_rows(groups, ops, present),
+        groups=group_rows,
         matching=[KindMatch(group=g, kind=k, method=meth, instances=c, unmatched_ops=u, note=note)
                   for g, k, meth, c, u, note in m.kind_methods],
         ranks=rank_rows(inputs, ops, x, shift, domain_of),
-        stragglers=stragglers(x),
+        stragglers=stragglers(x, ops),
+        straggler=straggler,
+        straggler_evidence=evidence,
         bandwidth=bandwidth_rows(ops, m, x, one_clock, sizes),
         instances=instances,
         unmatched=_unmatched(ops, m),

@@ -129,11 +129,21 @@ def measure(ops: CommOperations, m: Matched, start: np.ndarray, one_clock: np.nd
                      op_warm, warmups)
 
 
-def _caused(x: Measured, nranks: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per rank: the others' wait in the non-warm-up instances where it was last, and how many."""
-    keep = ~x.warm
-    return (np.bincount(x.last_rank[keep], weights=x.wait[keep], minlength=nranks),
-            np.bincount(x.last_rank[keep], minlength=nranks))
+def _caused(x: Measured, ops: CommOperations, nranks: int, keep: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank r: the time the other ranks waited in the instances ``keep`` (default: those not
+    warm-up) where r was last, each waiting rank's waits for r as a union (operations in flight
+    at once count once, as in its ``wait_us``), summed over the waiting ranks; and in how many
+    of them r was last."""
+    keep = ~x.warm if keep is None else keep
+    inst = x.ids[keep[x.ids]]
+    rows, wait = x.rows[keep[x.ids]], x.op_wait[x.rows[keep[x.ids]]]
+    culprit, waiter = x.last_rank[inst], ops.rank[rows]
+    sel = (wait > 0) & (culprit != waiter)
+    rows, wait, culprit, waiter = rows[sel], wait[sel], culprit[sel], waiter[sel]
+    pairs = culprit * nranks + waiter
+    lengths, _ = iv.lengths_by(iv.union_by(pairs, ops.ts[rows], ops.ts[rows] + wait), nranks * nranks)
+    caused = np.asarray(lengths).reshape(nranks, nranks).sum(axis=1) if nranks else np.zeros(0)
+    return caused, np.bincount(x.last_rank[keep], minlength=nranks)
 
 
 def rank_rows(inputs: list[CrossRankInput], ops: CommOperations, x: Measured, shift, domain_of) -> list[RankWaits]:
@@ -145,32 +155,96 @@ def rank_rows(inputs: list[CrossRankInput], ops: CommOperations, x: Measured, sh
     counted = (x.inst_of >= 0) & ~x.op_warm  # matched, not warm-up: what the sums use
     lone = x.inst_of < 0
     ops_n, matched, unmatched_n, unmatched_us = per_rank(slice(None)), per_rank(~lone), per_rank(lone), per_rank(lone, ops.dur)
-    wait, transfer = per_rank(counted, x.op_wait), per_rank(counted, x.transfer_of)
     warm_n, warm_us = per_rank(x.op_warm), per_rank(x.op_warm, ops.dur)
-    caused, last_count = _caused(x, nranks)
+    caused, last_count = _caused(x, ops, nranks)
     lowest = min(r.base_us for r in inputs)
     out = []
     for r in inputs:
-        mine = (ops.rank == r.rank) & counted & (x.op_wait > 0)
-        exposed_wait = iv.overlap_length(iv.union(ops.ts[mine], ops.ts[mine] + x.op_wait[mine]), r.exposed)
         k = r.rank
+        wait_us, transfer_us, exposed_wait = _time_split(ops, x, counted & (ops.rank == k), r)
         out.append(RankWaits(
             rank=k, host=None if domain_of[k] == UNKNOWN_HOST else r.host,
             clock_offset_us=float(shift[k]) - (r.base_us - lowest), ops=int(ops_n[k]), matched_ops=int(matched[k]),
-            unmatched_ops=int(unmatched_n[k]), unmatched_us=float(unmatched_us[k]), wait_us=float(wait[k]),
-            transfer_us=float(transfer[k]), exposed_wait_us=exposed_wait, exposed_comm_us=r.exposed_comm_us,
-            wait_share=exposed_wait / r.exposed_comm_us if r.exposed_comm_us > 0 and matched[k] else None,
+            unmatched_ops=int(unmatched_n[k]), unmatched_us=float(unmatched_us[k]), wait_us=wait_us,
+            transfer_us=transfer_us, exposed_wait_us=exposed_wait, comm_us=r.comm_us, exposed_comm_us=r.exposed_comm_us,
+            wait_share=wait_us / r.comm_us if r.comm_us > 0 and matched[k] else None,
+            exposed_wait_share=exposed_wait / r.exposed_comm_us if r.exposed_comm_us > 0 and matched[k] else None,
             last_arrivals=int(last_count[k]), caused_wait_us=float(caused[k]),
             warmup_ops=int(warm_n[k]), warmup_us=float(warm_us[k]),
         ))
     return out
 
 
-def stragglers(x: Measured) -> list[Straggler]:
+def _time_split(ops: CommOperations, x: Measured, mine: np.ndarray, r: CrossRankInput) -> tuple[float, float, float]:
+    """A rank's (wait, transfer, exposed wait) in µs: lengths of unions within its U(comm), so that
+    operations in flight at once count once and wait + transfer <= comm_us. Its waits are
+    ``[ts, ts + wait)`` at the start of each counted operation; its transfers follow them, each
+    as long as its own transfer (of a send/recv, at most the pair's), less any wait; its exposed wait the waits under no compute (∩ U(comm) \\ U(compute))."""
+    ts, waiting = ops.ts[mine], x.op_wait[mine]
+    waits = iv.intersection(iv.union(ts[waiting > 0], (ts + waiting)[waiting > 0]), r.comm)
+    moving = iv.intersection(iv.union(ts + waiting, ts + waiting + x.transfer_of[mine]), r.comm)
+    return iv.length(waits), iv.length(iv.difference(moving, waits)), iv.overlap_length(waits, r.exposed)
+
+
+# A straggler is named only on this evidence (README, "Across ranks"), from the matched instances
+# of process groups whose every rank has a trace, warm-up left out: it caused at least
+# STRAGGLER_SHARE of all their waiting and at least STRAGGLER_LEAD times what any other rank
+# caused, and it did so again and again: it caused most of the waiting in more than
+# STRAGGLER_STEPS of the steps with waiting (instances without a ProfilerStep are one step), so
+# that one late arrival, however long, names no one. A rank late once a step, for the first of
+# several collectives, arrives last in few of its instances but causes the step's waiting.
+STRAGGLER_SHARE = 0.5
+STRAGGLER_LEAD = 2.0
+STRAGGLER_STEPS = 0.5
+
+
+def named_straggler(x: Measured, ops: CommOperations, traced: dict[str, tuple[int, int | None]]) -> tuple[int | None, str]:
+    """(the rank named straggler, or None; the evidence, in words) under the rule above.
+    ``traced``: per process group name, (ranks with a trace, its size or None if unknown)."""
+    complete = np.array([n == size for n, size in (traced.get(g, (0, None)) for g in ops.groups)], dtype=bool)
+    firsts = x.rows[x.bounds] if x.bounds.size else np.empty(0, dtype=np.int64)
+    inst_group = ops.group[firsts]
+    keep = ~x.warm & complete[inst_group]
+    if not keep.any():
+        partial = sorted({ops.groups[g] for g in inst_group[~x.warm].tolist()})
+        if not partial:
+            return None, "no matched instance outside warm-up"
+        shown = ", ".join(f"{g}: {traced[g][0]} of {traced[g][1] or 'an unknown number of'}" for g in partial[:3])
+        return None, f"not every rank of its groups has a trace ({shown} ranks), so who arrived last is unknown"
+    nranks = int(max(x.last_rank.max(), ops.rank.max())) + 1
+    caused, last = _caused(x, ops, nranks, keep)
+    total = float(caused.sum())
+    if total <= 0:
+        return None, "no rank waited for another"
+    order = np.argsort(-caused, kind="stable")
+    top, runner = int(order[0]), int(order[1]) if nranks > 1 else None
+    share = caused[top] / total
+    lead = caused[top] / caused[runner] if runner is not None and caused[runner] > 0 else np.inf
+    held_up, steps = _steps_held_up(x, ops.step[firsts], keep, top)
+    numbers = (f"caused {share:.0%} of the waiting" + (f", {lead:.1f}x rank {runner}'s" if np.isfinite(lead) else "")
+               + f", most of it in {held_up} of the {steps} steps with waiting (last in {last[top]} instances)")
+    if share >= STRAGGLER_SHARE and lead >= STRAGGLER_LEAD and held_up > STRAGGLER_STEPS * steps:
+        return top, numbers
+    return None, f"the most waited-for, rank {top}, {numbers}"
+
+
+def _steps_held_up(x: Measured, inst_step: np.ndarray, keep: np.ndarray, rank: int) -> tuple[int, int]:
+    """(steps in which ``rank``, as last rank, caused at least half of the waiting, steps with
+    waiting), over the instances ``keep``; per instance, its waiting is the sum of its ranks'."""
+    step, wait, mine = inst_step[keep], x.wait[keep], x.last_rank[keep] == rank
+    codes = step - step.min()  # step numbers (-1: none) as small ints from 0
+    n = int(codes.max()) + 1
+    total = np.bincount(codes, weights=wait, minlength=n)
+    by_rank = np.bincount(codes[mine], weights=wait[mine], minlength=n)
+    waited = total > 0
+    return int(np.count_nonzero(waited & (by_rank >= 0.5 * total))), int(np.count_nonzero(waited))
+
+
+def stragglers(x: Measured, ops: CommOperations) -> list[Straggler]:
     """Ranks that made others wait, most first; ``share`` of all (non-warm-up) waiting."""
-    nranks = int(x.last_rank.max()) + 1 if x.last_rank.size else 0
-    caused, last_count = _caused(x, nranks)
-    total = float(x.wait[~x.warm].sum())
+    nranks = int(max(x.last_rank.max(), ops.rank.max())) + 1 if x.last_rank.size else 0
+    caused, last_count = _caused(x, ops, nranks)
+    total = float(caused.sum())
     return [Straggler(rank=r, caused_wait_us=float(caused[r]), share=float(caused[r]) / total if total > 0 else 0.0,
                       last_arrivals=int(last_count[r]))
             for r in np.argsort(-caused, kind="stable").tolist() if caused[r] > 0]

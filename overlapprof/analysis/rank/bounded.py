@@ -64,6 +64,7 @@ class BoundedRank:
     bounds: tuple[float, float] | None  # the events' earliest start and latest end, before any filter (µs)
     warnings: list[str] = field(default_factory=list)
     table: CommTable | None = None  # the communication records (cross-rank section, --comm-ops)
+    comm: Intervals | None = None  # U(comm) (cross-rank section)
     exposed: Intervals | None = None  # U(comm) − U(compute) (cross-rank section)
 
 
@@ -236,6 +237,7 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers) -> Bound
               "both": (seg, _has(_C, _K), TIMELINE_CAP)}
     if options.crossrank:  # U(comm) − U(compute): what the cross-rank section attributes to operations
         follow["exposed"] = (feed.rank_seg, _has(_C, without=_K), None)
+        follow["all comm"] = (feed.rank_seg, _has(_C), None)
     runs = feed.sweep.run(follow)
     bounds = tuple(feed.bounds) if np.isfinite(feed.bounds[0]) else None
     table = None
@@ -246,7 +248,7 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers) -> Bound
                            workers)
     mode, events = "gpu" if gpu else "cpu", sum(f.rows.size for f in read)
     return BoundedRank(
-        table=table, exposed=runs.get("exposed"),
+        table=table, comm=runs.get("all comm"), exposed=runs.get("exposed"),
         report=_report(feed, steps, [f.path for f in read], mode, events, shown, runs), mode=mode, events=events,
         negative_durations=sum(f.rows.negative for f in read), unclassified=merged_counts([f.unclassified for f in read]),
         headers=[f.header for f in read], bounds=bounds, warnings=warnings)

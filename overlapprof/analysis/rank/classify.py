@@ -11,10 +11,18 @@ events. Otherwise in **CPU mode**: communication is the ``c10d::*`` calls and th
 ``user_annotation`` spans named ``<backend>:<op>`` for the backends :data:`COMM_BACKENDS` plus
 the user's (``gloo:all_reduce``, ``nccl:recv 0<-1``; ``fwd:attn`` is not); compute the ``cpu_op``
 spans except communication calls, ``ProfilerStep#N`` step markers, and cpu_ops inside a
-communication call. Device activity of other categories (MTIA's ``mtia_*``) is not classified.
+communication call. Device activity of any other category (MTIA's ``mtia_ccp_events``, a bare
+``privateuse1``, IBM Spyre's ``aiu*``, Kineto's ``cuda_profiler_range``) is not classified: an
+event of a category this module does not know (:data:`UNKNOWN`) is such activity when it runs in
+a process that holds no host event (cpu_op, annotation, runtime call): a device's (the scan
+decides, and the report warns). Known categories that are not device work are
+:data:`NOT_DEVICE_WORK`.
 
 Only complete events (``"ph": "X"``) have a duration and count. Category names of old Kineto
-versions (``Kernel``, ``Memcpy``, ``Memset``, ``Runtime``, ``Operator``) are read as today's.
+versions (``Kernel``, ``Memcpy``, ``Memset``, ``Runtime``, ``Operator``) are read as today's, and
+so are the events of torch's autograd profiler before Kineto (the JSON Array Format, 2020), which
+have no category: their process is named ``CPU functions`` or ``CUDA functions``
+(:data:`LEGACY_PROCESSES`).
 """
 
 from __future__ import annotations
@@ -34,12 +42,16 @@ KINDS = (
     "other",
 )
 
-# Category codes (small ints so the classification is a numpy array).
-OTHER, KERNEL, MEMCPY, MEMSET, RUNTIME, CPU_OP, ANNOTATION, DEVICE_OTHER, SYNC = range(9)
+# Category codes (small ints so the classification is a numpy array). UNKNOWN: a category this
+# module does not know (or none): device work left out when it runs in a device's process.
+OTHER, KERNEL, MEMCPY, MEMSET, RUNTIME, CPU_OP, ANNOTATION, UNKNOWN, SYNC = range(9)
 CATEGORIES = 9  # how many codes
 STREAM_WAIT = "Stream Wait Event"  # a cuda_sync event: a stream waits for another stream's event
-# Device activity this contract does not classify (left out, with a warning), by category prefix.
-UNCLASSIFIED_DEVICE_PREFIXES = ("mtia_", "hpu_", "xpu_", "npu_", "privateuse1_")
+# Kineto's categories that are not device work, though some sit on a device's lanes: the GPU's
+# copy of the user's annotations, its synchronization records, the trace's span markers, and the
+# host's Python frames (many: known here so that the scan never looks at their processes).
+NOT_DEVICE_WORK = frozenset({"gpu_user_annotation", "cuda_sync", "Trace", "python_function"})
+LEGACY_PROCESSES = {"CPU functions": CPU_OP, "CUDA functions": KERNEL}
 GPU_CATEGORIES = (KERNEL, MEMCPY, MEMSET)
 CATEGORY_CODES = {
     "kernel": KERNEL,
@@ -84,7 +96,7 @@ def category_code(cat: str) -> int:
         return code
     if cat.endswith("_runtime") or cat.endswith("_driver"):
         return RUNTIME
-    return DEVICE_OTHER if cat.startswith(UNCLASSIFIED_DEVICE_PREFIXES) else OTHER
+    return OTHER if cat in NOT_DEVICE_WORK else UNKNOWN
 
 
 @functools.lru_cache(maxsize=1 << 16)  # names recur: per property, per rank

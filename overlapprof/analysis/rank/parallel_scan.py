@@ -268,15 +268,12 @@ def _read(path, names, recorder, workers, mode, pool, sink, keep):
     merged = Merge(names, recorder, rows_hint(probe.size - probe.first), sink() if sink is not None else None)
     jobs = _jobs_of_ranges(probe, workers, base) if not probe.gzip or mode == "skip" or pool is not None else None
     tail, claims, top, last, spool = None, None, None, None, None
-    if pool is None:
-        try:
+    try:  # the folder is made inside: a SIGTERM right after it still removes it (finally)
+        if pool is None:
             spool = make_folder()
-        except OSError:
-            return None
-        base.spool = spool
-        for job in jobs or ():
-            job.spool = spool
-    try:
+            base.spool = spool
+            for job in jobs or ():
+                job.spool = spool
         make_pool = pool
         if make_pool is None:
             claims = Claims(spool, len(jobs)) if jobs is not None else None

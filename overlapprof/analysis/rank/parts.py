@@ -185,7 +185,7 @@ def read_tail(job: Job, header: bytes, tail: bytes) -> tuple[D.TraceFile, Part |
     reader reads them: the document without its middle. None when that fails (one process then
     reads the file, and words the error)."""
     try:
-        top = D.DECODER.decode(header + tail)
+        top = D.DECODER.decode(D.without_bom(header + tail))
     except Exception:  # noqa: BLE001
         return None
     raws, top.traceEvents = top.traceEvents or [], None

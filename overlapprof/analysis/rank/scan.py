@@ -161,7 +161,8 @@ _IS_CORRELATED = np.isin(np.arange(C.CATEGORIES), _CORRELATED)  # by category co
 _IS_THREADED = np.isin(np.arange(C.CATEGORIES), _THREADED)
 _IS_GPU = np.isin(np.arange(C.CATEGORIES), C.GPU_CATEGORIES)
 _READ_IN_GPU_MODE = np.isin(np.arange(C.CATEGORIES), (*C.GPU_CATEGORIES, C.RUNTIME, C.ANNOTATION, C.SYNC))  # and some CPU ops
-_READ_IN_ANY_MODE = ~np.isin(np.arange(C.CATEGORIES), (C.OTHER, C.DEVICE_OTHER))  # correlated rows stay: corr is per row
+_READ_IN_ANY_MODE = ~np.isin(np.arange(C.CATEGORIES), (C.OTHER, C.UNKNOWN))  # correlated rows stay: corr is per row
+_IS_HOST = np.isin(np.arange(C.CATEGORIES), (C.CPU_OP, C.ANNOTATION, C.RUNTIME))
 
 
 @dataclass
@@ -233,7 +234,7 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
     rows, ``corr`` their correlations)."""
     sink = sink if sink is not None else FileColumns(rows)
     problems = _Problems()
-    unclassified = {}
+    unknown = _Unknown()
     params_id = names[C.PARAM_COMMS]
     for chunk in chunks:
         events = chunk.events
@@ -247,6 +248,8 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
         if not xe:
             continue
         codes = np.array([_CATEGORY[e.cat] for e in xe], dtype=np.int8)
+        if (odd := np.flatnonzero(codes == C.UNKNOWN)).size:
+            unknown.sort(xe, odd, codes)
         name_ids = np.array([names[e.name] for e in xe], dtype=np.int32)
         linked = np.flatnonzero(_IS_CORRELATED[codes])
         corr = _correlations(path, xe, linked, index, codes[linked] == C.SYNC) if linked.size else _NO_CORR
@@ -254,6 +257,7 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
         located = np.flatnonzero(_IS_THREADED[codes])
         if located.size:
             thread[located] = threads.codes(xe, located.tolist())
+            unknown.see_hosts(thread[_IS_HOST[codes]])
         collective = np.full(len(xe), -1, dtype=np.int8)
         params = np.flatnonzero((codes == C.CPU_OP) & (name_ids == params_id)).tolist()
         if params:
@@ -263,8 +267,6 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
             except msgspec.MsgspecError:  # odd args: the kind comes from the names
                 args = [None] * len(params)
             collective[params] = [_COLLECTIVE_CODE[a.collective if a is not None else None] for a in args]
-        for i in np.flatnonzero(codes == C.DEVICE_OTHER).tolist():
-            unclassified[xe[i].cat] = unclassified.get(xe[i].cat, 0) + 1
         ts = np.array([e.ts for e in xe], dtype=np.float64)  # None -> NaN
         dur = np.array([e.dur for e in xe], dtype=np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
@@ -278,7 +280,45 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
         sink.append(columns, corr)
         if recorder is not None:
             recorder.add(xe, codes, name_ids, sink.size - len(xe))
-    return sink.result(), unclassified, problems
+    return sink.result(), unknown.on_devices(threads), problems
+
+
+class _Unknown:
+    """The events of categories :mod:`classify` does not know, by (category, process): those of a
+    process that holds no host event are device work OVERLAP.md does not classify
+    (:meth:`on_devices`). Events with no category in a process torch's old autograd profiler
+    named get that process's category instead (:data:`classify.LEGACY_PROCESSES`)."""
+
+    def __init__(self):
+        self.counts: dict[tuple, int] = {}
+        self.host_threads: set[int] = set()  # thread codes of cpu_ops, annotations, runtime calls
+
+    def see_hosts(self, threads: np.ndarray) -> None:
+        """Note the thread codes of a chunk's host events (np.unique would import numpy.ma)."""
+        if threads.size:
+            mark = np.zeros(int(threads.max()) + 1, dtype=bool)
+            mark[threads] = True
+            self.host_threads.update(np.flatnonzero(mark).tolist())
+
+    def sort(self, events: list, rows: np.ndarray, codes: np.ndarray) -> None:
+        for i in rows.tolist():
+            e = events[i]
+            if not e.cat and isinstance(e.pid, str) and e.pid in C.LEGACY_PROCESSES:
+                codes[i] = C.LEGACY_PROCESSES[e.pid]
+            else:
+                key = (e.cat, hashable(e.pid))
+                self.counts[key] = self.counts.get(key, 0) + 1
+
+    def on_devices(self, threads: _Threads) -> dict[str, int]:
+        """{category: events} of the unknown categories outside the host's processes."""
+        if not self.counts:
+            return {}
+        host = {key[0] for key, code in threads.items() if code in self.host_threads}
+        found: dict[str, int] = {}
+        for (cat, pid), n in self.counts.items():
+            if pid not in host:
+                found[cat or "(none)"] = found.get(cat or "(none)", 0) + n
+        return found
 
 
 def _rows_read(arrays: dict, names: list[str]) -> np.ndarray | None:
