@@ -57,14 +57,15 @@ def _gpu_events() -> list[dict]:
 
 def _rows_read_reference(path) -> int:
     """The complete events the classification reads, counted from the JSON itself: in a file with
-    kernels, GPU events, runtime calls, user annotations and the ``ProfilerStep#N``,
-    ``record_param_comms`` and ``c10d::*`` CPU ops; else every event of a known category."""
+    kernels, GPU events, runtime calls, user annotations, CUDA sync events (the windows of
+    communication) and the ``ProfilerStep#N``, ``record_param_comms`` and ``c10d::*`` CPU ops;
+    else every event of a known category."""
     events = [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"] if e.get("ph") == "X"]
     codes = [C.category_code(e.get("cat", "")) for e in events]
     if C.KERNEL not in codes:
         return sum(c not in (C.OTHER, C.UNKNOWN) for c in codes)
     step_or_call = re.compile(r"^(ProfilerStep#\d+|record_param_comms|c10d::.*)$")
-    return sum(c in (*C.GPU_CATEGORIES, C.RUNTIME, C.ANNOTATION)
+    return sum(c in (*C.GPU_CATEGORIES, C.RUNTIME, C.ANNOTATION, C.SYNC)
                or (c == C.CPU_OP and bool(step_or_call.match(e["name"]))) for c, e in zip(codes, events))
 
 
