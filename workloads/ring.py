@@ -29,7 +29,9 @@ VARIANTS = {
 }
 DEFAULT_VARIANT = "async"
 OPTIONS = {
-    "size": (512, "side of the square matmul (scale up on GPUs, e.g. 8192)"),
+    # 640: on 2 CPU cores over --link-rate 2gbit, 4 ranks' matmuls about fill a round's link time
+    # without saturating the cores, where async gains most (benchmarks/bound_bench.py, RESULTS.md)
+    "size": (640, "side of the square matmul (scale up on GPUs, e.g. 8192)"),
     "chunk": (131072, "float32 elements sent to the next rank per round (512 KiB: 4 ranks' round "
                       "takes ~8 ms over --link-rate 2gbit, the order of 4 ranks' matmuls on 2 cores)"),
     "rounds": (4, "send/recv + matmul rounds per step (K)"),
