@@ -15,9 +15,9 @@ Floors, where what they need is known (the bound is the largest of the form and 
 the shared link (``--link-rate`` runs: the bytes all ranks put on it in the step / its rate,
 nccl-tests' bus bytes for collectives) and the host cores (ranks sharing ``cores`` cores: Σ over
 the host's ranks of the core-time of their compute / cores; core-time = compute wall time ×
-min(1, cores / ranks computing at that instant)). A floor adds the ``other`` that every rank has
-(its minimum over the step's ranks when they are lock-stepped): one rank's idle time need not
-leave the link or the cores idle, but time when no rank computes or communicates does. With lock-stepped ranks (collectives matched across them) a step
+min(1, cores / ranks computing at that instant)). A floor adds no ``other``: a rank's idle time
+need not leave the link or the cores idle (an async ring of 2 ranks ran at its link floor exactly,
+idle time and all). With lock-stepped ranks (collectives matched across them) a step
 is as long as its slowest rank's bound: every rank's step gets the maximum. A bound is never
 above the step it bounds (the step measured is a schedule that was achieved).
 """
@@ -144,10 +144,6 @@ def overlap_bounds(reports: dict[int, RankReport], ops: dict[int, RankOps], comp
     shift = matching.shift if matching is not None else {}
     host = _host_floor(reports, compute, shift, res)
     lock = matching is not None and len(reports) > 1 and matching.matched.sizes.size > 0
-    idle_everywhere: dict[int, float] = {}  # step -> the least `other` of its ranks
-    for report in reports.values():
-        for s in report.steps:
-            idle_everywhere[s.step] = min(idle_everywhere.get(s.step, np.inf), _other(s))
     per_rank: dict[int, dict[int, dict[str, float]]] = {}
     for r, report in reports.items():
         o = ops.get(r)
@@ -159,14 +155,13 @@ def overlap_bounds(reports: dict[int, RankReport], ops: dict[int, RankOps], comp
         rows = {}
         for k, s in enumerate(report.steps):
             other = _other(s)
-            shared = idle_everywhere[s.step] if lock else other
             terms = {"compute": s.compute_us + other, "transfer": x[k] + other}
             if windows:
                 terms["windows"] = s.compute_us + tails[k] + other
             if s.step in link:
-                terms["link"] = link[s.step] + shared
+                terms["link"] = link[s.step]
             if r in host and s.step in host[r]:
-                terms["cores"] = host[r][s.step] + shared
+                terms["cores"] = host[r][s.step]
             rows[s.step] = dict(terms, other=other, rank=r)
         per_rank[r] = rows
     if lock:  # a step lasts as long as its slowest rank's bound
