@@ -23,7 +23,6 @@ change), and when the profiled and unprofiled speedups' intervals do not overlap
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 

@@ -15,7 +15,6 @@ import gzip
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 _OLD = {"Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset", "Runtime": "cuda_runtime",
         "Operator": "cpu_op"}

@@ -32,7 +32,7 @@ import msgspec
 
 from overlapprof.errors import RunDirError
 from overlapprof.launch import blame
-from overlapprof.launch.run_record import (SCHEMA_VERSION, Failure, NodeRecord, RankRecord, RunConfig, RunRecord,
+from overlapprof.launch.run_record import (SCHEMA_VERSION, Failure, NodeRecord, RankRecord, RunRecord,
                                           decode_run, missing_ranks, write_record)
 
 RUN_FILE = "run.json"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from overlapprof.analysis import intervals as iv
-from overlapprof.analysis.exposure.late import NONE, Labelled, distinct, overlay
+from overlapprof.analysis.exposure.late import Labelled, distinct, overlay
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.report import ACTIVITIES, Exposure
 
@@ -188,4 +188,4 @@ def added(parts: list[Exposure]) -> Exposure | None:
     return out
 
 
-__all__ = ["NONE", "CauseSets", "RankOps", "added", "cause_sets", "measure", "pieces_of", "whole"]
+__all__ = ["CauseSets", "RankOps", "added", "cause_sets", "measure", "pieces_of", "whole"]

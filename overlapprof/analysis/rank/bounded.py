@@ -34,7 +34,7 @@ from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.rank.events import (EventSet, Steps, _extract, _inside, filtered, last_step_dropped,
                                               merged_counts)
 from overlapprof.analysis.rank.metrics import TIMELINE_CAP, _metrics, _pairs, assemble, timeline_step
-from overlapprof.analysis.rank.scan import SCAN_COLUMNS, _Scan
+from overlapprof.analysis.rank.scan import _Scan
 from overlapprof.analysis.rank import spilled
 from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, read_spilled
 from overlapprof.analysis.spill import Sample, SpillFailed
