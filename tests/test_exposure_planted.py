@@ -107,3 +107,17 @@ def test_blocking_calls_are_no_window_and_async_ones_window_short(runs):
     assert sync.ranks[0].overlap_bound_form.startswith("first-order")
     assert any("every call blocked" in n for n in sync.exposure_notes)
     assert async_.ranks[0].overlap_bound_form.startswith("windows")
+
+
+def test_causes_add_up_on_real_runs(planted, runs):
+    """The five causes split the exposed communication exactly on every rank, step and kind of
+    real runs (planted or not), and late_peer is the cross-rank section's exposed wait."""
+    reports = [*planted.values(), *(overlapprof.analyze(runs.ring[v], workers=1) for v in ("sync", "async")),
+               overlapprof.analyze(runs.allreduce, workers=1)]
+    for report in reports:
+        for r in report.ranks:
+            assert r.exposure.total_us() == pytest.approx(r.metrics.exposed_comm_us, rel=1e-9, abs=1e-6)
+            for part in (*r.steps, *r.kinds):
+                assert part.exposure.total_us() == pytest.approx(part.exposed_comm_us, rel=1e-9, abs=1e-6)
+            assert r.exposure.late_peer_us == pytest.approx(report.crossrank.rank(r.rank).exposed_wait_us)
+            assert all(s.overlap_bound_us <= s.step_us for s in r.steps)
