@@ -69,7 +69,8 @@ def test_numbers_follow_from_the_reports(reports):
     from overlapprof.compare import noise_warnings
 
     noise = noise_warnings(c.variants)
-    assert [w for w in c.warnings if "c10d::" not in w and w not in noise] == []
+    # (a busy machine may also make a factor "not trusted": the load rule, tested on its own)
+    assert [w for w in c.warnings if "c10d::" not in w and w not in noise and " not trusted: " not in w] == []
 
 
 def test_async_hides_communication_that_sync_exposes(reports):
