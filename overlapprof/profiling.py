@@ -36,7 +36,8 @@ from typing import Any
 
 from overlapprof.errors import ProfileError, RunDirError
 from overlapprof.launch import blame, recording, run_record, rundir
-from overlapprof.launch.launcher import relevant_env, step_summary, usable_cores, versions
+from overlapprof.launch.host import relevant_env, usable_cores, versions
+from overlapprof.launch.launcher import step_summary
 from overlapprof.launch.watchdog import describe_traceback, first_line
 
 _STEP_KINDS = ("warmup", "unprofiled", "profiler_wait", "profiler_warmup", "profiled")

@@ -21,7 +21,6 @@ Environment for the ranks: ``OMP_NUM_THREADS=1`` unless set, ``NCCL_DEBUG`` and
 
 import contextlib
 import os
-import platform
 import statistics
 import sys
 import threading
@@ -29,16 +28,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from overlapprof import __version__
 from overlapprof.errors import LaunchError
 from overlapprof.launch import netns, run_record, rundir
+from overlapprof.launch.host import oversubscription, relevant_env, usable_cores, versions
 from overlapprof.launch.watchdog import first_line, main_thread_location
 
 _SHUTDOWN_TIMEOUT_S = 10  # how long a rank may take to save its traces after SIGTERM
 _NODES_END_WAIT_S = 60  # how long a node waits for the other nodes' records when it is done
-_ENV_NAMES = ("CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
-              "TORCH_DISTRIBUTED_DEBUG")
-_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "KINETO_")
 
 
 @dataclass
@@ -194,29 +190,6 @@ def resolve_device(device, backend, nproc):
     return device, backend
 
 
-def versions():
-    """Versions of what produced the traces (null where absent)."""
-    import torch
-    import torch.distributed as dist
-
-    found = {"python": platform.python_version(), "torch": str(torch.__version__),
-             "overlapprof": __version__, "cuda": torch.version.cuda, "nccl": None, "gloo": None}
-    if dist.is_nccl_available():
-        with contextlib.suppress(Exception):  # a tuple (2, 21, 5); an int in old releases
-            version = torch.cuda.nccl.version()
-            found["nccl"] = (".".join(map(str, version)) if isinstance(version, tuple)
-                             else str(version))
-    if dist.is_gloo_available():
-        found["gloo"] = f"bundled with torch {torch.__version__}"  # gloo has no version API
-    return found
-
-
-def relevant_env(environ=None):
-    environ = os.environ if environ is None else environ
-    return {k: v for k, v in sorted(environ.items())
-            if k in _ENV_NAMES or k.startswith(_ENV_PREFIXES)}
-
-
 @contextlib.contextmanager
 def rank_environment(request):
     """The environment the ranks inherit, restored when the launch is over."""
@@ -265,32 +238,6 @@ def run(request, log=None):
         if not result.ok:
             break
     return results
-
-
-def usable_cores() -> int:
-    """CPU cores this process may use: its affinity mask (else os.cpu_count()), capped by a cgroup
-    v2 CPU quota (``cpu.max``: quota/period, rounded up) when there is one."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    try:
-        with open("/sys/fs/cgroup/cpu.max") as f:
-            quota, period = f.read().split()[:2]
-        if quota != "max":
-            cores = min(cores, max(1, -(-int(quota) // int(period))))
-    except (OSError, ValueError):
-        pass
-    return cores
-
-
-def oversubscription(nproc):
-    """A note when CPU ranks outnumber this node's cores (ranks x OMP_NUM_THREADS > cores), else
-    "": the ranks then time-share cores, so communication hidden under compute (a high overlap
-    ratio) need not shorten the step, and step times are noisy."""
-    cores = usable_cores()
-    threads = int(os.environ.get("OMP_NUM_THREADS") or 1)
-    if nproc * threads <= cores:
-        return ""
-    return (f"note: {nproc} ranks x {threads} thread(s) on {cores} CPU core(s): ranks time-share "
-            "cores, so hidden communication cannot shorten steps much and step times are noisy")
 
 
 def launch_variant(request, variant, run_dir, device, backend):

@@ -1,0 +1,62 @@
+"""What the machine and its software are, as run.json records them: versions, the environment
+variables that change communication, the CPU cores ranks can use (and a note when CPU ranks
+outnumber them). Shared by ``overlapprof run``'s launcher and ``overlapprof.profile``."""
+
+import contextlib
+import os
+import platform
+
+from overlapprof import __version__
+
+_ENV_NAMES = ("CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
+              "TORCH_DISTRIBUTED_DEBUG")
+_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "KINETO_")
+
+
+def versions():
+    """Versions of what produced the traces (null where absent)."""
+    import torch
+    import torch.distributed as dist
+
+    found = {"python": platform.python_version(), "torch": str(torch.__version__),
+             "overlapprof": __version__, "cuda": torch.version.cuda, "nccl": None, "gloo": None}
+    if dist.is_nccl_available():
+        with contextlib.suppress(Exception):  # a tuple (2, 21, 5); an int in old releases
+            version = torch.cuda.nccl.version()
+            found["nccl"] = (".".join(map(str, version)) if isinstance(version, tuple)
+                             else str(version))
+    if dist.is_gloo_available():
+        found["gloo"] = f"bundled with torch {torch.__version__}"  # gloo has no version API
+    return found
+
+
+def relevant_env(environ=None):
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in sorted(environ.items())
+            if k in _ENV_NAMES or k.startswith(_ENV_PREFIXES)}
+
+
+def usable_cores() -> int:
+    """CPU cores this process may use: its affinity mask (else os.cpu_count()), capped by a cgroup
+    v2 CPU quota (``cpu.max``: quota/period, rounded up) when there is one."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return cores
+
+
+def oversubscription(nproc):
+    """A note when CPU ranks outnumber this node's cores (ranks x OMP_NUM_THREADS > cores), else
+    "": the ranks then time-share cores, so communication hidden under compute (a high overlap
+    ratio) need not shorten the step, and step times are noisy."""
+    cores = usable_cores()
+    threads = int(os.environ.get("OMP_NUM_THREADS") or 1)
+    if nproc * threads <= cores:
+        return ""
+    return (f"note: {nproc} ranks x {threads} thread(s) on {cores} CPU core(s): ranks time-share "
+            "cores, so hidden communication cannot shorten steps much and step times are noisy")
