@@ -162,7 +162,8 @@ def test_user_script_last_bucket_is_exposed(runs):
             exposed_after += sum(max(0.0, e - max(s, backward_end)) for s, e in lane.exposed)
             last = max((e for e in inside if e["name"] == "gloo:all_reduce"), key=lambda e: e["ts"])
             start, end = shift + last["ts"], shift + last["ts"] + last["dur"]
-            assert start >= backward_end - 1e-3 or last["ts"] + last["dur"] + shift > backward_end
+            # (whether that all_reduce ends after backward's last op is a race: a small last bucket
+            # may finish first; that it has exposed time is not)
             assert sum(max(0.0, min(e, end) - max(s, start)) for s, e in lane.exposed) > 0, (rank.rank, lane.step)
     assert exposed_after > 0.8 * exposed_total, (exposed_after, exposed_total)
 
