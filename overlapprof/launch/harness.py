@@ -181,18 +181,12 @@ class Harness:
             pending, self.pending = self.pending, None
             raise pending
 
-    def _activities(self):
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if self.ctx.is_cuda:
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        return activities
-
     def _start_up_profiler(self):
         """Start and stop a profiler once, recording nothing: what torch does the first time
         (import torch._dynamo and torch._inductor, start Kineto and CUPTI) happens here, with
         every rank before the process group (which waits for them all), not in a step that
         peers wait on."""
-        with torch.profiler.profile(activities=self._activities()):
+        with torch.profiler.profile(activities=recording.activities(self.ctx.is_cuda)):
             pass
 
     def _init_process_group(self, device):

@@ -29,21 +29,23 @@ def cuda_sync_events_config():
         return None
 
 
+def activities(cuda):
+    """What the profiler records: CPU activity, and CUDA activity when ``cuda``."""
+    return [torch.profiler.ProfilerActivity.CPU, *([torch.profiler.ProfilerActivity.CUDA] if cuda else [])]
+
+
 def torch_profiler(config, cuda, on_trace_ready, skip_first=0, cuda_sync_events=True):
     """The ``torch.profiler.profile`` of the loop: CPU activity, and CUDA activity (with
     CUDA event-sync records, unless ``cuda_sync_events`` is False) when ``cuda``; the schedule
     of ``config`` (a ProfilerConfig) after ``skip_first`` steps outside it."""
-    activities = [torch.profiler.ProfilerActivity.CPU]
     extra = {}
-    if cuda:
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-        if cuda_sync_events and (experimental := cuda_sync_events_config()) is not None:
-            extra["experimental_config"] = experimental
+    if cuda and cuda_sync_events and (experimental := cuda_sync_events_config()) is not None:
+        extra["experimental_config"] = experimental
     schedule = torch.profiler.schedule(skip_first=skip_first,
                                        wait=config.unprofiled_steps + config.wait,
                                        warmup=config.warmup, active=config.active,
                                        repeat=config.repeat)
-    return torch.profiler.profile(activities=activities, schedule=schedule,
+    return torch.profiler.profile(activities=activities(cuda), schedule=schedule,
                                   on_trace_ready=on_trace_ready,
                                   record_shapes=config.record_shapes,
                                   with_stack=config.with_stack, **extra)
