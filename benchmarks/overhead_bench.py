@@ -16,6 +16,7 @@ cores, or a larger --repeat).
 
     python benchmarks/overhead_bench.py                       # every workload, 2 ranks
     python benchmarks/overhead_bench.py --nproc 4 --repeat 10 --workload ring
+    python benchmarks/overhead_bench.py --device cuda --nproc 1 --workload allreduce --opt width=4096
 """
 
 import argparse
@@ -43,6 +44,8 @@ def launch(workload, variants, args, out):
                "--run-id", f"bench-{workload}", "--out", str(out), "--no-analyze"]
     for variant in variants:
         command += ["--variant", variant]
+    for opt in args.opt:
+        command += ["--opt", opt]
     proc = subprocess.run(command, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"overhead_bench: {workload} failed:\n{proc.stderr[-3000:]}")
@@ -98,6 +101,9 @@ def parse_args(argv=None):
                         help="profiler cycles of the default schedule (default 12: 36 profiled "
                              "and 36 unprofiled steps per rank)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
+                        help="a workload option, passed to overlapprof run (repeatable): on a GPU, sizes "
+                             "whose kernels outlast the profiler's per-op cost, as a training step's do")
     return parser.parse_args(argv)
 
 

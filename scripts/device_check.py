@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,7 +116,8 @@ def plan(gpus: int, work: Path) -> list[Command]:
                                 overlapping=() if extra else (run_id,)))
     commands.append(Command("overhead", [sys.executable, str(REPO / "benchmarks" / "overhead_bench.py"),
                                          "--device", "cuda", "--nproc", str(gpus), "--workload", "allreduce",
-                                         "--repeat", "3"]))
+                                         "--repeat", "3",
+                                         *[a for k, v in GPU_OPTIONS["allreduce"].items() for a in ("--opt", f"{k}={v}")]]))
     return commands
 
 
@@ -404,8 +406,10 @@ def main(argv=None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="check the wiring, without a GPU")
     parser.add_argument("--out", default=os.environ.get("OUT") or "device_check_out",
                         help="where the log, the verdicts and the traces go (default: $OUT)")
-    parser.add_argument("--work", default="/tmp/device_check", help="where the run directories go")
+    parser.add_argument("--work", default=None,
+                        help="where the run directories go (default: a fresh folder under /tmp; runs never overwrite)")
     args = parser.parse_args(argv)
+    args.work = args.work or tempfile.mkdtemp(prefix="device_check-")
     return dry_run(args) if args.dry_run else real_check(args)
 
 

@@ -25,10 +25,11 @@ from overlapprof.analysis.spill import Sample
 from overlapprof.analysis.sweep import Sweep
 from overlapprof.errors import OverlapprofError
 
+import real_data
 import synthetic as S
 
 DATA = Path(__file__).parent / "data"
-REAL = sorted(d for d in DATA.iterdir() if d.is_dir())
+REAL = real_data.jobs()
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -112,7 +113,7 @@ def small_pieces(monkeypatch):
     monkeypatch.setattr(bounded, "SLAB_ROWS", 300)
 
 
-@pytest.mark.parametrize("folder", REAL, ids=[d.name for d in REAL])
+@pytest.mark.parametrize("folder", REAL, ids=[real_data.name(d) for d in REAL])
 def test_real_traces_same_report(folder):
     """The whole report: each rank, the cross-rank section and the --comm-ops records."""
     for kw in ({}, {"comm_ops": True}):
@@ -122,7 +123,7 @@ def test_real_traces_same_report(folder):
         assert on_disk.options.bounded_memory
 
 
-@pytest.mark.parametrize("folder", [d for d in REAL if d.name != "mtia"], ids=lambda d: d.name)
+@pytest.mark.parametrize("folder", [d for d in REAL if d.name != "mtia"], ids=real_data.name)
 def test_real_traces_in_small_pieces_and_filters(folder, small_pieces):
     for kw in ({}, {"drop_last_step": True}, {"require_launch": True}):
         memory, on_disk = _both(folder, **kw)

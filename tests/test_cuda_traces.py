@@ -2,13 +2,14 @@
 (tests/gpu_reference.py), on real GPU traces.
 
 In CI: the GPU traces of tests/data (recorded elsewhere), whose numbers OVERLAP.md section 4
-lists. CUDA traces recorded by ``overlapprof run`` land in tests/data/cuda/ with the first device
-run (scripts/device_check.sh, which also runs this module on its fresh traces through
-``OVERLAPPROF_CUDA_TRACES=DIR``); until then those cases are skipped.
+lists, and tests/data/cuda/: traces recorded by ``overlapprof run --device cuda`` on an H100
+(scripts/device_check.sh, which also runs this module on its fresh traces through
+``OVERLAPPROF_CUDA_TRACES=DIR``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -41,8 +42,7 @@ def test_reference_is_overlap_md_and_the_analyzer(name, comm_us, overlapped_us):
     same(rank.metrics, reference)
 
 
-@pytest.mark.skipif(not CUDA_TRACES, reason="no CUDA traces from overlapprof run yet (tests/data/cuda lands with "
-                                            "the first device run of scripts/device_check.sh)")
+@pytest.mark.skipif(not CUDA_TRACES, reason="no CUDA traces (tests/data/cuda or OVERLAPPROF_CUDA_TRACES)")
 @pytest.mark.parametrize("path", CUDA_TRACES, ids=[p.name for p in CUDA_TRACES])
 def test_cuda_trace(path):
     trace = gpu_reference.load(path)
@@ -52,3 +52,37 @@ def test_cuda_trace(path):
     rank = overlapprof.analyze(path, workers=1, comms=False).ranks[0]
     assert rank.mode == "gpu"
     same(rank.metrics, gpu_reference.metrics(trace))
+
+
+@pytest.mark.skipif(not (DATA / "cuda").is_dir(), reason="no tests/data/cuda")
+def test_stream_waits_of_cuda_13_do_not_name_their_event_record():
+    """What the first GPU run found (H100, torch 2.11.0+cu130): every "Stream Wait Event" record
+    leaves ``wait_on_cuda_event_record_corr_id`` (and ``wait_on_stream``) at -1 and gives only
+    ``wait_on_cuda_event_id``, which no ``cudaEventRecord`` call carries. The join of GPU windows
+    (a wait to the record it waits on) then finds nothing; the windows fall back to the first-order
+    form, and the report says why."""
+    waits = []
+    for path in sorted((DATA / "cuda").rglob("*.pt.trace.json*")):
+        waits += [e["args"] for e in gpu_reference.load(path)["traceEvents"]
+                  if e.get("cat") == "cuda_sync" and e.get("name") == "Stream Wait Event"]
+    assert waits and all(a["wait_on_cuda_event_record_corr_id"] == -1 and a["wait_on_cuda_event_id"] >= 0
+                         for a in waits)
+    report = overlapprof.analyze(DATA / "cuda" / "collectives-scatter", workers=1)
+    assert report.ranks[0].overlap_bound_form.startswith("first-order")
+    assert any("wait_on_cuda_event_record_corr_id" in n for n in report.exposure_notes)
+
+
+@pytest.mark.skipif(not (DATA / "cuda").is_dir(), reason="no tests/data/cuda")
+@pytest.mark.parametrize("run", sorted(p.name for p in (DATA / "cuda").glob("*") if p.is_dir()))
+def test_cuda_run_directories_read_as_gpu_runs(run):
+    """A recorded run directory (run.json beside its traces) is read in GPU mode, with its steps and
+    the workload's metrics; the scatter's copy is its communication, none of it hidden (sync)."""
+    report = overlapprof.analyze(DATA / "cuda" / run, workers=1)
+    (rank,) = report.ranks
+    assert rank.mode == "gpu" and len(rank.steps) == 8
+    recorded = json.loads((DATA / "cuda" / run / "run.json").read_text())["ranks"]["0"]["metrics"]
+    assert {m.name for m in report.workload_metrics} == set(recorded)
+    if run == "collectives-scatter":
+        assert rank.metrics.comm_us > 0 and rank.metrics.overlapped_us == 0
+        assert rank.exposure.late_peer_us == 0 and rank.exposure.total_us() == \
+            pytest.approx(rank.metrics.exposed_comm_us)

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 import overlapprof
 from overlapprof.analysis.like_hta import hta_percent
 from overlapprof.cli import main
+import real_data
 
 DATA = Path(__file__).parent / "data"
 
@@ -146,7 +147,7 @@ def _hta_percent(folder: Path) -> dict:
     return {int(r): (None if math.isnan(v) else float(v)) for r, v in zip(df["rank"], df["comp_comm_overlap_pctg"])}
 
 
-@pytest.mark.parametrize("folder", sorted(d.name for d in DATA.iterdir() if d.is_dir()))
+@pytest.mark.parametrize("folder", [real_data.name(d) for d in real_data.jobs()])
 def test_equals_hta_on_shared_traces(folder):
     """HTA itself (the peer, when installed) against --like-hta, rank by rank, as HTA reports it
     (percent, two decimals; NaN when a rank has no NCCL kernel)."""

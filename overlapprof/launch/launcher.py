@@ -301,6 +301,13 @@ def _cuda_sync_events_supported() -> bool:
     return cuda_sync_events_config() is not None
 
 
+def _shutdown_timeout(config_class) -> dict:
+    """``shutdown_timeout`` where this torch's LaunchConfig has it (torch 2.11 has not: its agent
+    waits its own default for ranks to save their traces after SIGTERM)."""
+    fields = getattr(config_class, "__dataclass_fields__", {})
+    return {"shutdown_timeout": _SHUTDOWN_TIMEOUT_S} if "shutdown_timeout" in fields else {}
+
+
 def _elastic_launch(request, variant, run_dir):
     """Run the ranks of this node. Returns ({global rank: ProcessFailure}, node error or None)."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -322,8 +329,7 @@ def _elastic_launch(request, variant, run_dir):
     config = LaunchConfig(min_nodes=request.nnodes, max_nodes=request.nnodes,
                           nproc_per_node=request.nproc, max_restarts=0, monitor_interval=0.1,
                           start_method="spawn", log_line_prefix_template="[rank${rank}]: ",
-                          logs_specs=RunLogsSpecs(run_dir), shutdown_timeout=_SHUTDOWN_TIMEOUT_S,
-                          **rdzv)
+                          logs_specs=RunLogsSpecs(run_dir), **_shutdown_timeout(LaunchConfig), **rdzv)
     entrypoint_args = ["-u", "-m", "overlapprof.launch.harness", "--run-dir", str(run_dir),
                        "--node-rank", str(request.node_rank)]
     quiet = request.quiet

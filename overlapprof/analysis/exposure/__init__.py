@@ -207,8 +207,9 @@ def explain(report: Report, inputs: dict[int, ExposureInput], matching, run: dic
     windows = all(inputs[r].windows for r in reports)
     notes = overlap_bounds(reports, ops, {r: inputs[r].compute for r in reports}, matching, res, windows)
     if not windows:
-        notes.append("causes: GPU traces without CUDA event-sync records: each operation's window is taken to "
-                     "last until it ends, so no_window and window_short tell only whether compute ran beside it")
+        notes.append("causes: no CUDA event-sync record waits on a communication event: each operation's window "
+                     "is taken to last until it ends, so no_window and window_short tell only whether compute ran "
+                     "beside it")
     if ref is None:
         notes.append("slow transfer: no reference bandwidth (a --link-rate run, or --reference-bandwidth) to "
                      "tell a slow transfer from a long one")

@@ -183,7 +183,8 @@ def overlap_bounds(reports: dict[int, RankReport], ops: dict[int, RankOps], comp
         report.verdict = verdict(report, _typical(rows.values()))
     notes = [f"overlap bound: {words}"]
     if not windows:
-        why = ("the GPU traces have no CUDA event-sync records (cudaStreamWaitEvent edges) to say where each "
+        why = ("no CUDA event-sync record in the GPU traces names the communication event a stream waited on "
+               "(torch 2.11 with CUDA 13 leaves wait_on_cuda_event_record_corr_id at -1), to say where an "
                "operation's result was needed" if not windows_known else
                "no operation had compute in its window (every call blocked, as in a sync variant)")
         notes.append(f"overlap bound: {why}: the first-order form max(compute, transfer) + other, as if every "
