@@ -13,7 +13,7 @@ range that excludes 1.0 is a real difference), and
     exposed saved = 1 - median(async exposed_comm_us) / median(sync exposed_comm_us)
 
 from the traces (per-step medians, overlapprof.compare), with the quartiles of each variant's
-per-step exposed communication (ms). Target (README): ring and allreduce async >= 1.3x faster
+per-step exposed communication (ms). Target (docs/running-workloads.md): ring and allreduce async >= 1.3x faster
 than sync at 2gbit with 4 ranks on a 2-core machine.
 
     python benchmarks/link_bench.py                         # ring + allreduce, 4 ranks
@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 TARGET = 1.3
 # Options that make communication and compute of similar size at 2gbit with 4 ranks on 2 cores
 # (swept with --options at 2gbit on a quiet machine, tbf burst 128 KiB: ring chunk 65536/131072/262144 with size 512,
-# 768; allreduce width 256 with batch 2048-8192 and 4, 6, 8, 12 buckets; README, "An emulated link"). The
+# 768; allreduce width 256 with batch 2048-8192 and 4, 6, 8, 12 buckets; docs/running-workloads.md, "An emulated link"). The
 # ring's are its defaults.
 OPTIONS = {"ring": ["--chunk", "131072", "--size", "512"], "allreduce": ["--width", "256", "--batch", "3072", "--buckets", "12"]}
 

@@ -1,4 +1,4 @@
-"""The README's dask-mpi recipe, run as written with MPICH's ``mpiexec`` (from pip) in place of
+"""The dask-mpi recipe of docs/cluster.md, run as written with MPICH's ``mpiexec`` (from pip) in place of
 ``srun``: rank 0 is the scheduler, the other ranks are workers, and ``overlapprof analyze
 --dask-scheduler-file`` on them gives the local report.
 
@@ -36,10 +36,10 @@ pytestmark = pytest.mark.skipif(MPIEXEC is None or DASK_MPI is None, reason="no 
 
 
 @pytest.mark.timeout(240)
-def test_readme_dask_mpi_recipe(tmp_path):
+def test_docs_dask_mpi_recipe(tmp_path):
     scheduler_file = tmp_path / "scheduler.json"
     local = json.loads(overlapprof.analyze([str(MULTI_RANK)], workers=1).to_json())
-    # The README's line, `srun dask-mpi --scheduler-file ... --nthreads 1 &`, launched by mpiexec.
+    # docs/cluster.md's line, `srun dask-mpi --scheduler-file ... --nthreads 1 &`, launched by mpiexec.
     cluster = subprocess.Popen([MPIEXEC, "-launcher", "fork", "-n", "3", DASK_MPI, "--scheduler-file",
                                 str(scheduler_file), "--nthreads", "1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,

@@ -1,4 +1,4 @@
-"""The README's Slurm recipe for dask-jobqueue, run as written, with Slurm's commands stood in for.
+"""The Slurm recipe for dask-jobqueue of docs/cluster.md, run as written, with Slurm's commands stood in for.
 
 There is no Slurm here, so ``sbatch`` is a small script that copies the job script dask-jobqueue
 writes, runs it in the background (in a session of its own) and prints what sbatch prints; ``scancel``
@@ -63,7 +63,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.timeout(180)
-def test_readme_slurm_recipe(fake_slurm):
+def test_docs_slurm_recipe(fake_slurm):
     scheduler_file = fake_slurm / "scheduler.json"
     local = json.loads(overlapprof.analyze([str(MULTI_RANK)], workers=1).to_json())
     cluster = dask_jobqueue.SLURMCluster(cores=2, processes=2, memory="2GB", walltime="00:10:00",

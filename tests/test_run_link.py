@@ -166,7 +166,7 @@ def test_burst_and_queue_reach_tc():
 
 def test_default_burst_is_half_a_millisecond_of_the_link_and_reaches_tc():
     """The default bucket: max(2 MTUs, rate/8 x 0.5 ms) (a 1 MiB bucket let a 4-rank ring round
-    pass unpaced: README, "An emulated link"); an explicit --link-burst wins."""
+    pass unpaced: docs/running-workloads.md, "An emulated link"); an explicit --link-burst wins."""
     from overlapprof.launch import netns
 
     assert netns.link_for("1gbit")["burst_bytes"] == 131072

@@ -179,17 +179,17 @@ def test_watchdog_names_the_line_the_main_thread_is_stuck_on():
     assert "test_run_workload_api.py:" in found["where"]
 
 
-def readme_example():
-    """The complete workload in README's "Writing a workload" section."""
-    text = (REPO / "README.md").read_text()
+def docs_example():
+    """The complete workload in docs/writing-a-workload.md."""
+    text = (REPO / "docs" / "writing-a-workload.md").read_text()
     section = text[text.index("<!-- section:workload-api -->"):
                    text.index("<!-- /section:workload-api -->")]
     return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
-def test_the_readme_example_runs_from_a_users_folder(tmp_path):
+def test_the_docs_example_runs_from_a_users_folder(tmp_path):
     path = tmp_path / "my_workload.py"
-    path.write_text(readme_example())
+    path.write_text(docs_example())
     proc = _overlapprof("run", path, "--nproc", 2, "--variant", "sync", "--variant", "async",
                         "--run-id", "mine", "--out", tmp_path / "traces", "--no-analyze",
                         *SHORT_SCHEDULE, "--", "--numel", "4096")
