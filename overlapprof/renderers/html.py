@@ -20,6 +20,7 @@ from typing import Callable
 
 from overlapprof.renderers import collectives_table as ct
 from overlapprof.renderers import compare_table, workload_metrics
+from overlapprof.renderers.base import Renderer
 from overlapprof.renderers.format import (PLACEHOLDER, RANK_SUMS, TRANSFER_RULE, WAIT_RULE, factor, metric, ms, percent,
                                           portion, saved_ms)
 from overlapprof.renderers.table import unmeasured_devices
@@ -432,3 +433,15 @@ def render(comparison: Comparison) -> str:
             f'<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:; '
             f'style-src \'unsafe-inline\'">'
             f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><main>{body}</main></body></html>\n")
+
+
+class HtmlRenderer(Renderer):
+    """One self-contained HTML page: tables, plots, each run's metadata."""
+
+    name = "html"
+    subject = "comparison"
+    extensions = ("html", "htm")
+    shows_warnings = True
+
+    def render(self, comparison: Comparison) -> str:
+        return render(comparison)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from overlapprof.renderers import causes_table
 from overlapprof.renderers import collectives_table as ct
 from overlapprof.renderers import workload_metrics
+from overlapprof.renderers.base import Renderer
 from overlapprof.renderers.format import PLACEHOLDER, ms, percent, text_table
 from overlapprof.report import Report
 
@@ -137,3 +138,17 @@ def render(report: Report, by: str = "rank") -> str:
                   "late ranks: who was waited for, followed to the rank not waiting\n" + why)
     head = [line] if (line := unmeasured_devices(report)) else []
     return "\n".join([*head, table, "", *summary_lines(report)]) + "\n"
+
+
+class TableRenderer(Renderer):
+    """Plain-text table: one row per rank, step or kind (--by), then the summary and the notes."""
+
+    name = "table"
+    extensions = ("txt",)
+    shows_warnings = True
+
+    def __init__(self, by: str = "rank"):
+        self.by = by
+
+    def render(self, report: Report) -> str:
+        return render(report, by=self.by)
