@@ -61,8 +61,10 @@ class Renderer:
 
     @classmethod
     def description(cls) -> str:
-        """The first line of the class's docstring (what ``--help`` says of it)."""
-        return (inspect.getdoc(cls) or cls.name).splitlines()[0].rstrip(".")
+        """The first line of the class's docstring (what ``--help`` says of it), its first
+        letter in lower case unless it starts an acronym (``CSV``)."""
+        line = (inspect.getdoc(cls) or cls.name).splitlines()[0].rstrip(".")
+        return line[:1].lower() + line[1:] if line[1:2].islower() else line
 
     def render(self, subject) -> str | bytes:
         raise NotImplementedError
