@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from overlapprof.renderers import collectives_table as ct
-from overlapprof.renderers import compare_table, workload_metrics
+from overlapprof.renderers import columns, compare_table, workload_metrics
 from overlapprof.renderers.base import Renderer
 from overlapprof.renderers.format import (PLACEHOLDER, RANK_SUMS, TRANSFER_RULE, WAIT_RULE, factor, metric, ms, percent,
                                           portion, saved_ms)
@@ -195,13 +195,8 @@ def _definitions(page: Page) -> str:
 # ---- per-run sections ----------------------------------------------------------------------
 
 def _rank_table(page: Page, label: str, report: Report) -> str:
-    header = ["rank", "mode", "comm ms", "hidden ms", "exposed ms", "overlap", "compute ms", "steps",
-              "median step ms"]
-    rows = []
-    for r in report.ranks:
-        m = r.metrics
-        rows.append([str(r.rank), _e(r.mode), ms(m.comm_us), ms(m.overlapped_us), ms(m.exposed_comm_us),
-                     percent(m.overlap_ratio), ms(m.compute_us), str(len(r.steps)), ms(r.median_step_us)])
+    header = columns.heads(columns.PAGE_RANK)
+    rows = [[_e(cell) for cell in columns.cells(columns.PAGE_RANK, r)] for r in report.ranks]
     s = report.summary
     lines = [f"Pooled overlap {percent(s.pooled_ratio)}; most exposed: rank {s.most_exposed_rank}"
              f" ({ms(s.most_exposed_us)} ms)" if s.ranks_with_comm else "No communication found."]
@@ -219,10 +214,8 @@ def _rank_table(page: Page, label: str, report: Report) -> str:
 def _partition(page: Page, label: str, report: Report) -> str | None:
     if not any(r.partition for r in report.ranks):
         return None
-    header = ["rank", "mean step ms", "compute ms", "exposed comm ms", "exposed memory ms", "idle ms"]
-    rows = [[str(r.rank), *(ms(getattr(p, f)) for f in ("step_us", "compute_us", "exposed_comm_us",
-                                                           "exposed_memory_us", "idle_us"))]
-            for r in report.ranks if (p := r.partition) is not None]
+    header = ["rank", *columns.heads(columns.PARTITION)]
+    rows = [[str(r.rank), *columns.cells(columns.PARTITION, p)] for r in report.ranks if (p := r.partition) is not None]
     note = ('<p class="note">Every millisecond of a step, once: compute, then communication not under '
             'compute (exposed), then memory copies under neither, then idle (none of them: host work, '
             'gaps). The four add up to the step time; means over each rank\'s steps.</p>')
