@@ -5,6 +5,7 @@ the registry is offered here, and listed by ``--help``, with no edit to this pac
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 import click
@@ -63,6 +64,10 @@ def output_options(subject: str):
     return decorate
 
 
+# The default output's module, imported alone: a plain run imports no other renderer.
+_TABLES = {"report": "overlapprof.renderers.table", "comparison": "overlapprof.renderers.compare_table"}
+
+
 @dataclass
 class Output:
     """One output of a command: the renderer class and where it goes ('-': stdout)."""
@@ -87,6 +92,7 @@ def planned_outputs(subject: str, json_out, csv_out, fmt: str | None, output) ->
         renderer = get(fmt, subject, binary=False) if fmt else for_path(dest, subject, binary=False)
         outputs.append(Output(renderer, dest))
     elif not to_stdout:
+        importlib.import_module(_TABLES[subject])
         outputs.append(Output(get("table", subject), "-"))
     for o in outputs:
         check_output(o.dest, o.renderer.name)

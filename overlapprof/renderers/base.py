@@ -86,11 +86,16 @@ def registered(subject: str, binary: bool | None = None, lanes: bool = False) ->
 
 
 def get(name: str, subject: str, binary: bool | None = None, lanes: bool = False) -> type[Renderer]:
-    """The renderer ``name`` of ``subject``; InputError (one line) naming the others if none."""
-    found = registered(subject, binary, lanes)
-    if name not in found:
+    """The renderer ``name`` of ``subject``; InputError (one line) naming the others if none.
+    A renderer already imported is returned without importing the others."""
+    cls = _REGISTRY.get((subject, name))
+    if cls is None:
+        _import_all()
+        cls = _REGISTRY.get((subject, name))
+    if cls is None or (binary is not None and cls.binary != binary) or cls.lanes != lanes:
+        found = registered(subject, binary, lanes)
         raise InputError(f"no {subject} renderer named {name!r} (one of {', '.join(found)})")
-    return found[name]
+    return cls
 
 
 def for_path(path: str | Path, subject: str, binary: bool | None = None) -> type[Renderer]:
