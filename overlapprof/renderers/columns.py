@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from overlapprof.renderers.format import count, gbps, human_bytes, ms, percent
+from overlapprof.renderers.format import count, factor, gbps, human_bytes, late_activity, late_ranks, ms, percent
+from overlapprof.report import CAUSES
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,14 @@ PARTITION = (_time("step_us", "mean step"), _time("compute_us", "compute"), _tim
 PAGE_RANK = (Column("rank", "rank"), Column("mode", "mode"), _time("metrics.comm_us", "comm"),
              _time("metrics.overlapped_us", "hidden"), _time("metrics.exposed_comm_us", "exposed"),
              _share("metrics.overlap_ratio", "overlap"), _time("metrics.compute_us", "compute"), RANK[-2], RANK[-1])
+
+# report.Exposure's causes; a rank's row of "why exposed" (the text table adds SLOW_TRANSFER where a rank has it)
+EXPOSURE_CAUSES = tuple(_time(f"{cause}_us", cause) for cause in CAUSES)
+RANK_CAUSES = (Column("rank", "rank"), _time("metrics.exposed_comm_us", "exposed"), *under("exposure", EXPOSURE_CAUSES),
+               Column("exposure", "late ranks (ms)", "", late_ranks), Column("exposure", "late ranks were", "", late_activity))
+SLOW_TRANSFER = _time("exposure.slow_transfer_us", "slow transfer")
+RANK_BOUNDS = (_time("overlap_bound_us", "overlap bound"), Column("overlap_bound_speedup", "ceiling", "", factor),
+               _share("hidden_of_hideable", "hidden of hideable"))
 
 # report.crossrank: a rank's waits (also the last columns of the text rank table), its row, the bandwidth rows
 RANK_WAITS = (_time("wait_us", "wait"), _time("transfer_us", "transfer"), _share("wait_share", "wait share"))

@@ -265,11 +265,8 @@ def _causes(page: Page, label: str, report: Report) -> str | None:
     if not ranks:
         notes = "".join(f'<p class="note">{_e(n)}</p>' for n in report.exposure_notes)
         return _section("Why exposed", notes, level=3) if notes else None
-    header = ["rank", "exposed ms", *ca.CAUSE_HEAD, "late ranks (ms)", "late ranks were", "overlap bound ms",
-              "ceiling", "hidden of hideable"]
-    rows = [[str(r.rank), ms(r.metrics.exposed_comm_us), *ca.cause_cells(r.exposure), _e(ca.late_cell(r.exposure)),
-             _e(ca.activity_cell(r.exposure)), ms(r.overlap_bound_us), factor(r.overlap_bound_speedup),
-             percent(r.hidden_of_hideable)] for r in ranks]
+    shown = (*columns.RANK_CAUSES, *columns.RANK_BOUNDS)
+    header, rows = columns.heads(shown), [[_e(cell) for cell in columns.cells(shown, r)] for r in ranks]
     fig = plots.causes_figure([(f"rank {r.rank}", r.exposure) for r in ranks], unit="ms, whole trace",
                               title=f"{label}: why communication is exposed, per rank")
     lines = ca.summary_lines(report)

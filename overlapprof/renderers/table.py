@@ -35,9 +35,9 @@ def _rank_rows(report: Report):
 
 def _step_rows(report: Report):
     causes = any(s.exposure is not None for r in report.ranks for s in r.steps)
-    header = ["rank", *C.heads(C.STEP), *(causes_table.CAUSE_HEAD + ["overlap bound ms"] if causes else [])]
+    header = ["rank", *C.heads(C.STEP), *(C.heads(C.EXPOSURE_CAUSES) + ["overlap bound ms"] if causes else [])]
     rows = [
-        [str(r.rank), *C.cells(C.STEP, s), *(causes_table.cause_cells(s.exposure) + [ms(s.overlap_bound_us)] if causes else [])]
+        [str(r.rank), *C.cells(C.STEP, s), *(C.cells(C.EXPOSURE_CAUSES, s.exposure) + [ms(s.overlap_bound_us)] if causes else [])]
         for r in report.ranks
         for s in r.steps
     ]
@@ -46,8 +46,8 @@ def _step_rows(report: Report):
 
 def _kind_rows(report: Report):
     causes = any(k.exposure is not None for r in report.ranks for k in r.kinds)
-    header = ["rank", *C.heads(C.KIND), *(causes_table.CAUSE_HEAD if causes else [])]
-    rows = [[str(r.rank), *C.cells(C.KIND, k), *(causes_table.cause_cells(k.exposure) if causes else [])]
+    header = ["rank", *C.heads(C.KIND), *(C.heads(C.EXPOSURE_CAUSES) if causes else [])]
+    rows = [[str(r.rank), *C.cells(C.KIND, k), *(C.cells(C.EXPOSURE_CAUSES, k.exposure) if causes else [])]
             for r in report.ranks for k in r.kinds]
     return header, rows
 
