@@ -11,14 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from overlapprof.renderers.format import count, factor, gbps, human_bytes, late_activity, late_ranks, ms, percent
+from overlapprof.renderers.compare_table import judged, share
+from overlapprof.renderers.format import (count, factor, gbps, human_bytes, late_activity, late_ranks, ms, percent, portion,
+                                          saved_ms)
 from overlapprof.report import CAUSES
 
 
 @dataclass(frozen=True)
 class Column:
     """One column: ``field`` (an attribute of the row's object; dots follow attributes, e.g.
-    ``metrics.comm_us``), ``header`` (its name, without the unit), ``unit`` (appended to the
+    ``metrics.comm_us``; empty: the object itself, for a cell made of several fields), ``header`` (its name, without the unit), ``unit`` (appended to the
     header: ``ms`` for a time, which the report keeps in µs) and ``fmt`` (value -> cell text)."""
 
     field: str
@@ -33,7 +35,7 @@ class Column:
 
     def value(self, row) -> Any:
         """The raw value of ``row``'s field (None where a link of the path is None)."""
-        for name in self.field.split("."):
+        for name in self.field.split(".") if self.field else ():
             if row is None:
                 return None
             row = getattr(row, name)
@@ -104,3 +106,17 @@ BANDWIDTH = (Column("kind", "kind"), Column("group_size", "n", "", count), Colum
              _time("median_skew_us", "skew"), Column("algbw_gbps", "algbw", "GB/s", gbps),
              Column("busbw_gbps", "busbw", "GB/s", gbps), Column("method", "method"),
              Column("transfer", "transfer time"))
+
+# report.VariantStats on the page (renderers.html): the comparison table, its host and load
+# columns (where a variant has them) and the predictions; the variant's name is the first cell
+PAGE_VARIANTS = (_time("step_us", "step"), _time("exposed_comm_us", "exposed"), _share("overlap_ratio", "overlap"),
+                 _time("compute_us", "compute"), _time("comm_free_bound_us", "comm-free bound"),
+                 _time("overlap_bound_us", "overlap bound"), Column("", "speedup", "", lambda v: judged(v, "speedup")),
+                 Column("", "exposed saved", "ms", lambda v: saved_ms(v.exposed_saved_us, v.exposed_saved_frac)),
+                 Column("", "compute slowdown", "", lambda v: judged(v, "compute_slowdown")))
+PAGE_HOST = (Column("host_unprofiled_step_us", "host step ms (unprofiled)", "", ms),
+             Column("", "host speedup", "", lambda v: judged(v, "host_speedup")))
+PAGE_LOAD = (Column("", "others' CPU", "", lambda v: " / ".join(share(v, k) for k in ("unprofiled", "profiled"))),)
+PAGE_PREDICTED = (_time("step_us", "step"), Column("", "step / predicted", "", lambda v: factor(v.step_vs_predicted,
+                                                                                              v.step_vs_predicted_ci)),
+                  Column("", "share of what overlap could buy", "", lambda v: portion(v.bound_reached, v.bound_reached_ci)))

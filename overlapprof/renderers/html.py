@@ -21,8 +21,7 @@ from typing import Callable
 from overlapprof.renderers import collectives_table as ct
 from overlapprof.renderers import columns, compare_table, workload_metrics
 from overlapprof.renderers.base import Renderer
-from overlapprof.renderers.format import (PLACEHOLDER, RANK_SUMS, TRANSFER_RULE, WAIT_RULE, factor, metric, ms, percent,
-                                          portion, saved_ms)
+from overlapprof.renderers.format import PLACEHOLDER, RANK_SUMS, TRANSFER_RULE, WAIT_RULE, metric, ms, percent
 from overlapprof.renderers.table import unmeasured_devices
 from overlapprof.report import PER_STEP, Comparison, Report
 
@@ -118,31 +117,15 @@ def _comparison(page: Page) -> str | None:
         return None
     from overlapprof.renderers import plots
 
-    header = ["variant", "step ms", "exposed ms", "overlap", "compute ms", "comm-free bound ms", "overlap bound ms",
-              "speedup", "exposed saved ms", "compute slowdown"]
-    host = any(v.host_unprofiled_step_us is not None for v in c.variants)
-    if host:
-        header += ["host step ms (unprofiled)", "host speedup"]
-    if loads := any(v.other_cpu is not None for v in c.variants):
-        header += ["others' CPU"]
-    rows = []
-    for v in c.variants:
-        saved = saved_ms(v.exposed_saved_us, v.exposed_saved_frac)
-        row = [_e(v.label) + (' <span class="tag">baseline</span>' if v.label == c.baseline else ""),
-               ms(v.step_us), ms(v.exposed_comm_us), percent(v.overlap_ratio), ms(v.compute_us),
-               ms(v.comm_free_bound_us), ms(v.overlap_bound_us), compare_table.judged(v, "speedup"), saved,
-               compare_table.judged(v, "compute_slowdown")]
-        if host:
-            row += [ms(v.host_unprofiled_step_us), compare_table.judged(v, "host_speedup")]
-        if loads:
-            row += [" / ".join(compare_table.share(v, k) for k in ("unprofiled", "profiled"))]
-        rows.append(row)
-    predicted = [[_e(v.label), ms(v.predicted_step_us), ms(v.step_us),
-                  factor(v.step_vs_predicted, v.step_vs_predicted_ci), portion(v.bound_reached, v.bound_reached_ci)]
+    shown = (*columns.PAGE_VARIANTS, *(columns.PAGE_HOST if any(v.host_unprofiled_step_us is not None for v in c.variants)
+                                       else ()), *(columns.PAGE_LOAD if any(v.other_cpu is not None for v in c.variants) else ()))
+    rows = [[_e(v.label) + (' <span class="tag">baseline</span>' if v.label == c.baseline else ""), *columns.cells(shown, v)]
+            for v in c.variants]
+    predicted = [[_e(v.label), ms(v.predicted_step_us), *columns.cells(columns.PAGE_PREDICTED, v)]
                  for v in c.variants[1:] if v.predicted_step_us is not None]
-    body = (table(header, rows, "numbers comparison")
-            + (table(["variant", f"predicted: {_e(c.baseline)}'s overlap bound ms", "step ms", "step / predicted",
-                      "share of what overlap could buy"], predicted, "numbers prediction") if predicted else "")
+    body = (table(["variant", *columns.heads(shown)], rows, "numbers comparison")
+            + (table(["variant", f"predicted: {_e(c.baseline)}'s overlap bound ms", *columns.heads(columns.PAGE_PREDICTED)],
+                     predicted, "numbers prediction") if predicted else "")
             + "".join(f'<p class="note">{_e(n)}</p>' for n in compare_table.notes(c))
             + figure(plots.comparison_figure(c), "variant comparison chart",
                      "Bars: step time with its overlap bound (the shortest step overlap could give; the tick: "
