@@ -64,7 +64,8 @@ class Renderer:
         """The first line of the class's docstring (what ``--help`` says of it), its first
         letter in lower case unless it starts an acronym (``CSV``)."""
         line = (inspect.getdoc(cls) or cls.name).splitlines()[0].rstrip(".")
-        return line[:1].lower() + line[1:] if line[1:2].islower() else line
+        first = line.split(" ", 1)[0].rstrip(":,")
+        return line if len(first) > 1 and first.isupper() else line[:1].lower() + line[1:]
 
     def render(self, subject) -> str | bytes:
         raise NotImplementedError

@@ -32,7 +32,7 @@ def render(c: Comparison) -> str:
 
 
 class ComparisonCsvRenderer(Renderer):
-    """CSV: one row per variant, raw numbers."""
+    """One row per variant as CSV, raw numbers."""
 
     name = "csv"
     subject = "comparison"

@@ -143,7 +143,7 @@ def render(c: Comparison, report_warnings: bool = True) -> str:
 
 
 class ComparisonTableRenderer(Renderer):
-    """Plain-text table: one column per variant, one row per number, then the notes."""
+    """A plain-text table: one column per variant, one row per number, then the notes."""
 
     name = "table"
     subject = "comparison"

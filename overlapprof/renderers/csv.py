@@ -58,7 +58,7 @@ def render(report: Report, by: str = "rank") -> str:
 
 
 class CsvRenderer(Renderer):
-    """CSV: the --by rows, raw numbers (µs, ratios as fractions)."""
+    """The --by rows as CSV, raw numbers (µs, ratios as fractions)."""
 
     name = "csv"
     extensions = ("csv",)

@@ -131,7 +131,7 @@ def render(report: Report, by: str = "rank") -> str:
 
 
 class TableRenderer(Renderer):
-    """Plain-text table: one row per rank, step or kind (--by), then the summary and the notes."""
+    """A plain-text table: one row per rank, step or kind (--by), then the summary and the notes."""
 
     name = "table"
     extensions = ("txt",)
