@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import (BOUNDED_MEMORY, ProgressBar, check_data_outputs, command, emit_data,
-                                    reading_kwargs, reading_options, unwind_on_sigterm)
+from overlapprof.cli.common import (BOUNDED_MEMORY, ProgressBar, command, reading_kwargs, reading_options,
+                                    unwind_on_sigterm)
+from overlapprof.cli.formats import emit_outputs, output_options, planned_outputs
 
 
 def _cluster(address, scheduler_file, timeout, workers):
@@ -35,6 +36,7 @@ def _cluster(address, scheduler_file, timeout, workers):
               help="The full report as JSON, to FILE or (alone, or '-') to stdout instead of the table.")
 @click.option("--csv", "csv_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
               help="The --by rows as CSV, to FILE or (alone, or '-') to stdout instead of the table.")
+@output_options("report")
 @click.option("--comm-backend", "comm_backends", multiple=True, metavar="NAME",
               help="CPU mode: also count NAME:<op> annotations as communication (besides gloo, nccl, mpi, "
                    "ucc, xccl, hccl). Repeatable.")
@@ -65,11 +67,10 @@ def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, bou
     of `overlapprof run`; a report saved with --json FILE is re-rendered. Numbers follow
     OVERLAP.md: the whole trace counts unless a filter option is given.
     """
-    from overlapprof.renderers import table
     from overlapprof.report import Report
     from overlapprof.trace.discover import is_saved_report
 
-    check_data_outputs(json_out, csv_out)  # before the analysis: a refused path costs nothing
+    outputs = planned_outputs("report", json_out, csv_out, kw.pop("fmt"), kw.pop("output"))  # a refused path costs nothing
     if len(paths) == 1 and Path(paths[0]).is_file() and is_saved_report(Path(paths[0])):
         report = Report.load(paths[0])
     else:
@@ -84,15 +85,4 @@ def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, bou
                                   **reading_kwargs(kw))
         finally:
             progress.close()
-
-    def json_text():
-        from overlapprof.renderers import json as json_renderer
-
-        return json_renderer.render(report)
-
-    def csv_text():
-        from overlapprof.renderers import csv as csv_renderer
-
-        return csv_renderer.render(report, by=by)
-
-    emit_data(json_out, csv_out, quiet, report.warnings, json_text, csv_text, lambda: table.render(report, by=by))
+    emit_outputs(outputs, report, quiet, report.warnings, by=by)

@@ -215,26 +215,3 @@ def emit(data: str | bytes, dest, what: str, quiet: bool, named: bool = True) ->
 
     write_output(dest, data, what, named)
     note(f"{what} written to {dest}", quiet)
-
-
-def check_data_outputs(json_out, csv_out) -> None:
-    """Refuse --json/--csv before any work: both on stdout, or a refused path (exit 2)."""
-    if json_out == "-" and csv_out == "-":
-        fail("--json and --csv cannot both go to stdout; give one of them a FILE")
-    check_output(json_out, "json")
-    check_output(csv_out, "csv")
-
-
-def emit_data(json_out, csv_out, quiet: bool, warnings, json_text, csv_text, table_text) -> None:
-    """Write --json/--csv (the ``*_text()`` callables render them), else print the table. When
-    stdout carries JSON or CSV, the warnings go to stderr (the table ends with them otherwise)."""
-    to_stdout = "-" in (json_out, csv_out)
-    if to_stdout and not quiet:
-        for warning in warnings:
-            click.echo(f"warning: {warning}", err=True)
-    if json_out:
-        emit(json_text(), json_out, "json", quiet)
-    if csv_out:
-        emit(csv_text(), csv_out, "csv", quiet)
-    if not to_stdout:
-        click.echo(table_text(), nl=False)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import analysis_options, check_data_outputs, command, emit_data, fail, load_comparison, reading_kwargs
+from overlapprof.cli.common import analysis_options, command, fail, load_comparison, reading_kwargs
+from overlapprof.cli.formats import emit_outputs, output_options, planned_outputs
 
 
 @command("compare")
@@ -16,6 +17,7 @@ from overlapprof.cli.common import analysis_options, check_data_outputs, command
                    "to stdout instead of the table.")
 @click.option("--csv", "csv_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
               help="One row per variant as CSV, to FILE or (alone, or '-') to stdout instead of the table.")
+@output_options("comparison")
 @analysis_options
 def compare(paths, json_out, csv_out, labels, quiet, **kw):
     """Compare runs: step time, communication, exposed communication, overlap ratio and compute
@@ -27,11 +29,9 @@ def compare(paths, json_out, csv_out, labels, quiet, **kw):
     Values are per-step medians when the traces have ProfilerSteps, else whole-trace values.
     """
     from overlapprof.trace.discover import is_saved_comparison
-    from overlapprof.renderers import compare_csv, compare_json, compare_table
 
     if len(paths) < 2 and not (Path(paths[0]).is_file() and is_saved_comparison(Path(paths[0]))):
         fail("give at least two runs to compare (the first is the baseline)")
-    check_data_outputs(json_out, csv_out)  # before the analysis: a refused path costs nothing
+    outputs = planned_outputs("comparison", json_out, csv_out, kw.pop("fmt"), kw.pop("output"))  # a refused path costs nothing
     comparison = load_comparison(paths, labels, quiet, **reading_kwargs(kw))
-    emit_data(json_out, csv_out, quiet, comparison.warnings, lambda: compare_json.render(comparison),
-              lambda: compare_csv.render(comparison), lambda: compare_table.render(comparison))
+    emit_outputs(outputs, comparison, quiet, comparison.warnings)

@@ -47,7 +47,7 @@ def export(run, output, step, window, quiet, **kw):
     """
     from overlapprof import analyze
     from overlapprof.analysis import lanes as L
-    from overlapprof.renderers import timeline_trace
+    from overlapprof.renderers import get
 
     if step is not None and window is not None:
         fail("give --step or --window, not both")
@@ -81,4 +81,4 @@ def export(run, output, step, window, quiet, **kw):
              "offset by what NTP left (--align-clocks aligns them)", quiet)
     events = sum(len(r.lanes.events.events) for r in report.ranks if r.lanes and r.lanes.events)
     note(f"{len(report.ranks)} ranks, {events} trace events", quiet)
-    emit(timeline_trace.render(report), output, "timeline", quiet)
+    emit(get("chrome-trace", "report", lanes=True)().render(report), output, "timeline", quiet)

@@ -26,7 +26,7 @@ def report(paths, output, labels, quiet, **kw):
     PATHS are run directories, folders or files of traces (one run each), saved reports, or one
     saved comparison.
     """
-    from overlapprof.renderers import html
+    from overlapprof.renderers import get
 
     named = output is not None
     dest = output if named else Path(DEFAULT_OUT)
@@ -35,4 +35,4 @@ def report(paths, output, labels, quiet, **kw):
     for warning in comparison.warnings:
         note(f"warning: {warning}", quiet)
     note("drawing the plots", quiet)
-    emit(html.render(comparison), dest, "report", quiet, named)
+    emit(get("html", "comparison")().render(comparison), dest, "report", quiet, named)

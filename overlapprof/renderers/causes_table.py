@@ -8,36 +8,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from overlapprof.renderers.format import PLACEHOLDER, count, factor, human_bytes, ms, percent, text_table
+from overlapprof.renderers import columns as C
+from overlapprof.renderers.format import count, factor, human_bytes, late_ranks, ms, text_table
 from overlapprof.report import CAUSES, Report
 
-CAUSE_HEAD = [f"{c} ms" for c in CAUSES]
 CSV_CAUSES = [f"{c}_us" for c in CAUSES] + ["slow_transfer_us"]
-LATE_SHOWN = 3  # late ranks named per row
-
-
-def cause_cells(exposure) -> list[str]:
-    """The five causes of an Exposure, in ms (placeholders without one)."""
-    if exposure is None:
-        return [PLACEHOLDER] * len(CAUSES)
-    return [ms(getattr(exposure, f"{c}_us")) for c in CAUSES]
-
-
-def late_cell(exposure) -> str:
-    """The ranks waited for (roots), most first: ``3 (119.7 ms compute)``."""
-    if exposure is None or not exposure.late_peer_by_rank:
-        return PLACEHOLDER
-    ranked = sorted(exposure.late_peer_by_rank.items(), key=lambda kv: -kv[1])
-    text = ", ".join(f"{r} ({ms(us)})" for r, us in ranked[:LATE_SHOWN])
-    return text + (f", +{len(ranked) - LATE_SHOWN}" if len(ranked) > LATE_SHOWN else "")
-
-
-def activity_cell(exposure) -> str:
-    """What the late ranks were doing, as shares: ``comm 82%, compute 15%, other 3%``."""
-    if exposure is None or not exposure.late_peer_activity or exposure.late_peer_us <= 0:
-        return PLACEHOLDER
-    ranked = sorted(exposure.late_peer_activity.items(), key=lambda kv: -kv[1])
-    return ", ".join(f"{a} {100 * us / exposure.late_peer_us:.0f}%" for a, us in ranked)
 
 
 def csv_values(exposure) -> list:
@@ -54,11 +29,8 @@ def rank_table(report: Report) -> str | None:
     if not ranks:
         return None
     slow = any(r.exposure.slow_transfer_us is not None for r in ranks)
-    head = ["rank", "exposed ms", *CAUSE_HEAD, "late ranks (ms)", "late ranks were", *(["slow transfer ms"] if slow else []),
-            "overlap bound ms", "ceiling", "hidden of hideable"]
-    rows = [[str(r.rank), ms(r.metrics.exposed_comm_us), *cause_cells(r.exposure), late_cell(r.exposure),
-             activity_cell(r.exposure), *([ms(r.exposure.slow_transfer_us)] if slow else []), ms(r.overlap_bound_us),
-             factor(r.overlap_bound_speedup), percent(r.hidden_of_hideable)] for r in ranks]
+    columns = (*C.RANK_CAUSES, *([C.SLOW_TRANSFER] if slow else []), *C.RANK_BOUNDS)
+    head, rows = C.heads(columns), [C.cells(columns, r) for r in ranks]
     return text_table(head, rows)
 
 
@@ -95,7 +67,7 @@ def collective_table(report: Report) -> str | None:
     rows = [b for b in (c.bandwidth if c is not None else []) if b.exposure is not None]
     if not rows:
         return None
-    head = ["kind", "n", "bytes", "exposed ms", *CAUSE_HEAD, "late ranks (ms)"]
-    body = [[b.kind, count(b.group_size), human_bytes(b.bytes), ms(b.exposure.total_us()), *cause_cells(b.exposure),
-             late_cell(b.exposure)] for b in rows]
+    head = ["kind", "n", "bytes", "exposed ms", *C.heads(C.EXPOSURE_CAUSES), "late ranks (ms)"]
+    body = [[b.kind, count(b.group_size), human_bytes(b.bytes), ms(b.exposure.total_us()), *C.cells(C.EXPOSURE_CAUSES, b.exposure),
+             late_ranks(b.exposure)] for b in rows]
     return text_table(head, body)

@@ -8,37 +8,14 @@ unmatched operations and how matching and clocks were done. Definitions are thos
 
 from __future__ import annotations
 
+from overlapprof.renderers import columns as C
 from overlapprof.renderers.format import (
     RANK_SUMS,
     TRANSFER_RULE,
     WAIT_RULE,
-    PLACEHOLDER, count, factor, gbps, human_bytes, ms, percent, rank_list, text_table, times,
+    PLACEHOLDER, count, factor, ms, percent, rank_list, text_table, times,
 )
 from overlapprof.report import Report
-
-
-BANDWIDTH_HEAD = ["kind", "n", "bytes", "count", "transfer ms", "wait ms", "skew ms", "algbw GB/s", "busbw GB/s",
-                  "method", "transfer time"]
-RANK_HEAD = ["rank", "ops", "matched", "comm ms", "wait ms", "transfer ms", "wait share", "exposed wait ms",
-             "exposed wait share", "arrived last", "caused wait ms", "unmatched"]
-
-
-def bandwidth_rows(report: Report) -> list[list[str]]:
-    c = report.crossrank
-    return [
-        [b.kind, count(b.group_size), human_bytes(b.bytes), str(b.count), ms(b.median_transfer_us),
-         ms(b.median_wait_us), ms(b.median_skew_us), gbps(b.algbw_gbps), gbps(b.busbw_gbps), b.method, b.transfer]
-        for b in c.bandwidth
-    ]
-
-
-def rank_rows(report: Report) -> list[list[str]]:
-    return [
-        [str(r.rank), str(r.ops), str(r.matched_ops), ms(r.comm_us), ms(r.wait_us), ms(r.transfer_us),
-         percent(r.wait_share), ms(r.exposed_wait_us), percent(r.exposed_wait_share), str(r.last_arrivals),
-         ms(r.caused_wait_us), str(r.unmatched_ops)]
-        for r in report.crossrank.ranks
-    ]
 
 
 def rank_cells(report: Report, rank: int) -> list[str]:
@@ -49,11 +26,10 @@ def rank_cells(report: Report, rank: int) -> list[str]:
     except KeyError:
         r = None
     if r is None or not r.matched_ops:
-        return [PLACEHOLDER] * 3
-    return [ms(r.wait_us), ms(r.transfer_us), percent(r.wait_share)]
+        return [PLACEHOLDER] * len(C.RANK_WAITS)
+    return C.cells(C.RANK_WAITS, r)
 
 
-RANK_CELLS_HEAD = ["wait ms", "transfer ms", "wait share"]
 RANK_COLUMNS_NOTE = ("time in matched collectives, within the rank's comm (in flight at once counted once): "
                      "wait ms + transfer ms <= comm ms, the rest in no matched operation (warm-up, unmatched); "
                      "wait share = wait ms / comm ms")
@@ -122,10 +98,11 @@ def render(report: Report) -> str:
         return "\n".join([text, *(f"warning: {w}" for w in report.warnings)]) + "\n"
     parts = [
         f"collectives: medians per kind and size ({TRANSFER_RULE}; {WAIT_RULE})",
-        text_table(BANDWIDTH_HEAD, bandwidth_rows(report)) if report.crossrank.bandwidth else "(none)",
+        text_table(C.heads(C.BANDWIDTH), [C.cells(C.BANDWIDTH, b) for b in report.crossrank.bandwidth])
+        if report.crossrank.bandwidth else "(none)",
         "",
         f"ranks: wait vs transfer ({RANK_SUMS})",
-        text_table(RANK_HEAD, rank_rows(report)),
+        text_table(C.heads(C.CROSSRANK_RANK), [C.cells(C.CROSSRANK_RANK, r) for r in report.crossrank.ranks]),
         "",
         *_causes(report),
         *detail_lines(report),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 
+from overlapprof.renderers.base import Renderer
 from overlapprof.report import Comparison, VariantStats
 
 FIELDS = [name for name in VariantStats.__struct_fields__ if name not in ("inputs", "options")]
@@ -28,3 +29,14 @@ def render(c: Comparison) -> str:
         cells = [x for name in FIELDS for x in _cells(getattr(v, name), name.endswith("_ci"))]
         writer.writerow([*cells, c.basis, c.baseline, ";".join(v.inputs)])
     return out.getvalue()
+
+
+class ComparisonCsvRenderer(Renderer):
+    """One row per variant as CSV, raw numbers."""
+
+    name = "csv"
+    subject = "comparison"
+    extensions = ("csv",)
+
+    def render(self, c: Comparison) -> str:
+        return render(c)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from overlapprof.report import BOOTSTRAP, CAUSES, CI_LEVEL, PER_STEP, Comparison
 from overlapprof.renderers import workload_metrics
+from overlapprof.renderers.base import Renderer
 from overlapprof.renderers.format import PLACEHOLDER, factor, ms, percent, portion, saved_ms, text_table
 
 
@@ -139,3 +140,18 @@ def render(c: Comparison, report_warnings: bool = True) -> str:
     header = ["", *(v.label + (" (baseline)" if k == 0 else "") for k, v in enumerate(c.variants))]
     body = [[name, *(("" if cell is None else cell(v)) for v in c.variants)] for name, cell in _rows(c)]
     return "\n".join([text_table(header, body), "", *notes(c, report_warnings)]) + "\n"
+
+
+class ComparisonTableRenderer(Renderer):
+    """A plain-text table: one column per variant, one row per number, then the notes."""
+
+    name = "table"
+    subject = "comparison"
+    extensions = ("txt",)
+    shows_warnings = True
+
+    def __init__(self, report_warnings: bool = True):
+        self.report_warnings = report_warnings
+
+    def render(self, c: Comparison) -> str:
+        return render(c, self.report_warnings)

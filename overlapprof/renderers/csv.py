@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 
+from overlapprof.renderers.base import Renderer
 from overlapprof.renderers.causes_table import CSV_CAUSES, csv_values
 from overlapprof.report import Report
 
@@ -54,3 +55,16 @@ def render(report: Report, by: str = "rank") -> str:
     writer.writerow(head)
     writer.writerows(body)
     return out.getvalue()
+
+
+class CsvRenderer(Renderer):
+    """The --by rows as CSV, raw numbers (µs, ratios as fractions)."""
+
+    name = "csv"
+    extensions = ("csv",)
+
+    def __init__(self, by: str = "rank"):
+        self.by = by
+
+    def render(self, report: Report) -> str:
+        return render(report, by=self.by)

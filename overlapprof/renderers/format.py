@@ -16,6 +16,7 @@ value reads the same in the text tables, the CSV-free views and the HTML page:
 from __future__ import annotations
 
 PLACEHOLDER = "-"
+_LATE_SHOWN = 3  # late ranks named in a cell
 
 # How the cross-rank section splits time (overlapprof.report.crossrank), said the same way by
 # the table, the chart and the page.
@@ -98,6 +99,23 @@ def rank_list(ranks: list[int]) -> str:
     if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
         return f"{ranks[0]}-{ranks[-1]}"
     return ", ".join(map(str, ranks))
+
+
+def late_ranks(exposure) -> str:
+    """The ranks waited for (roots), most first: ``3 (119.7 ms compute)``."""
+    if exposure is None or not exposure.late_peer_by_rank:
+        return PLACEHOLDER
+    ranked = sorted(exposure.late_peer_by_rank.items(), key=lambda kv: -kv[1])
+    text = ", ".join(f"{r} ({ms(us)})" for r, us in ranked[:_LATE_SHOWN])
+    return text + (f", +{len(ranked) - _LATE_SHOWN}" if len(ranked) > _LATE_SHOWN else "")
+
+
+def late_activity(exposure) -> str:
+    """What the late ranks were doing, as shares: ``comm 82%, compute 15%, other 3%``."""
+    if exposure is None or not exposure.late_peer_activity or exposure.late_peer_us <= 0:
+        return PLACEHOLDER
+    ranked = sorted(exposure.late_peer_activity.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{a} {100 * us / exposure.late_peer_us:.0f}%" for a, us in ranked)
 
 
 def text_table(header: list[str], rows: list[list[str]]) -> str:

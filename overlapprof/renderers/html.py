@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from overlapprof.renderers import collectives_table as ct
-from overlapprof.renderers import compare_table, workload_metrics
-from overlapprof.renderers.format import (PLACEHOLDER, RANK_SUMS, TRANSFER_RULE, WAIT_RULE, factor, metric, ms, percent,
-                                          portion, saved_ms)
+from overlapprof.renderers import columns, compare_table, workload_metrics
+from overlapprof.renderers.base import Renderer
+from overlapprof.renderers.format import PLACEHOLDER, RANK_SUMS, TRANSFER_RULE, WAIT_RULE, metric, ms, percent
 from overlapprof.renderers.table import unmeasured_devices
 from overlapprof.report import PER_STEP, Comparison, Report
 
@@ -117,31 +117,15 @@ def _comparison(page: Page) -> str | None:
         return None
     from overlapprof.renderers import plots
 
-    header = ["variant", "step ms", "exposed ms", "overlap", "compute ms", "comm-free bound ms", "overlap bound ms",
-              "speedup", "exposed saved ms", "compute slowdown"]
-    host = any(v.host_unprofiled_step_us is not None for v in c.variants)
-    if host:
-        header += ["host step ms (unprofiled)", "host speedup"]
-    if loads := any(v.other_cpu is not None for v in c.variants):
-        header += ["others' CPU"]
-    rows = []
-    for v in c.variants:
-        saved = saved_ms(v.exposed_saved_us, v.exposed_saved_frac)
-        row = [_e(v.label) + (' <span class="tag">baseline</span>' if v.label == c.baseline else ""),
-               ms(v.step_us), ms(v.exposed_comm_us), percent(v.overlap_ratio), ms(v.compute_us),
-               ms(v.comm_free_bound_us), ms(v.overlap_bound_us), compare_table.judged(v, "speedup"), saved,
-               compare_table.judged(v, "compute_slowdown")]
-        if host:
-            row += [ms(v.host_unprofiled_step_us), compare_table.judged(v, "host_speedup")]
-        if loads:
-            row += [" / ".join(compare_table.share(v, k) for k in ("unprofiled", "profiled"))]
-        rows.append(row)
-    predicted = [[_e(v.label), ms(v.predicted_step_us), ms(v.step_us),
-                  factor(v.step_vs_predicted, v.step_vs_predicted_ci), portion(v.bound_reached, v.bound_reached_ci)]
+    shown = (*columns.PAGE_VARIANTS, *(columns.PAGE_HOST if any(v.host_unprofiled_step_us is not None for v in c.variants)
+                                       else ()), *(columns.PAGE_LOAD if any(v.other_cpu is not None for v in c.variants) else ()))
+    rows = [[_e(v.label) + (' <span class="tag">baseline</span>' if v.label == c.baseline else ""), *columns.cells(shown, v)]
+            for v in c.variants]
+    predicted = [[_e(v.label), ms(v.predicted_step_us), *columns.cells(columns.PAGE_PREDICTED, v)]
                  for v in c.variants[1:] if v.predicted_step_us is not None]
-    body = (table(header, rows, "numbers comparison")
-            + (table(["variant", f"predicted: {_e(c.baseline)}'s overlap bound ms", "step ms", "step / predicted",
-                      "share of what overlap could buy"], predicted, "numbers prediction") if predicted else "")
+    body = (table(["variant", *columns.heads(shown)], rows, "numbers comparison")
+            + (table(["variant", f"predicted: {_e(c.baseline)}'s overlap bound ms", *columns.heads(columns.PAGE_PREDICTED)],
+                     predicted, "numbers prediction") if predicted else "")
             + "".join(f'<p class="note">{_e(n)}</p>' for n in compare_table.notes(c))
             + figure(plots.comparison_figure(c), "variant comparison chart",
                      "Bars: step time with its overlap bound (the shortest step overlap could give; the tick: "
@@ -194,13 +178,8 @@ def _definitions(page: Page) -> str:
 # ---- per-run sections ----------------------------------------------------------------------
 
 def _rank_table(page: Page, label: str, report: Report) -> str:
-    header = ["rank", "mode", "comm ms", "hidden ms", "exposed ms", "overlap", "compute ms", "steps",
-              "median step ms"]
-    rows = []
-    for r in report.ranks:
-        m = r.metrics
-        rows.append([str(r.rank), _e(r.mode), ms(m.comm_us), ms(m.overlapped_us), ms(m.exposed_comm_us),
-                     percent(m.overlap_ratio), ms(m.compute_us), str(len(r.steps)), ms(r.median_step_us)])
+    header = columns.heads(columns.PAGE_RANK)
+    rows = [[_e(cell) for cell in columns.cells(columns.PAGE_RANK, r)] for r in report.ranks]
     s = report.summary
     lines = [f"Pooled overlap {percent(s.pooled_ratio)}; most exposed: rank {s.most_exposed_rank}"
              f" ({ms(s.most_exposed_us)} ms)" if s.ranks_with_comm else "No communication found."]
@@ -218,10 +197,8 @@ def _rank_table(page: Page, label: str, report: Report) -> str:
 def _partition(page: Page, label: str, report: Report) -> str | None:
     if not any(r.partition for r in report.ranks):
         return None
-    header = ["rank", "mean step ms", "compute ms", "exposed comm ms", "exposed memory ms", "idle ms"]
-    rows = [[str(r.rank), *(ms(getattr(p, f)) for f in ("step_us", "compute_us", "exposed_comm_us",
-                                                           "exposed_memory_us", "idle_us"))]
-            for r in report.ranks if (p := r.partition) is not None]
+    header = ["rank", *columns.heads(columns.PARTITION)]
+    rows = [[str(r.rank), *columns.cells(columns.PARTITION, p)] for r in report.ranks if (p := r.partition) is not None]
     note = ('<p class="note">Every millisecond of a step, once: compute, then communication not under '
             'compute (exposed), then memory copies under neither, then idle (none of them: host work, '
             'gaps). The four add up to the step time; means over each rank\'s steps.</p>')
@@ -271,11 +248,8 @@ def _causes(page: Page, label: str, report: Report) -> str | None:
     if not ranks:
         notes = "".join(f'<p class="note">{_e(n)}</p>' for n in report.exposure_notes)
         return _section("Why exposed", notes, level=3) if notes else None
-    header = ["rank", "exposed ms", *ca.CAUSE_HEAD, "late ranks (ms)", "late ranks were", "overlap bound ms",
-              "ceiling", "hidden of hideable"]
-    rows = [[str(r.rank), ms(r.metrics.exposed_comm_us), *ca.cause_cells(r.exposure), _e(ca.late_cell(r.exposure)),
-             _e(ca.activity_cell(r.exposure)), ms(r.overlap_bound_us), factor(r.overlap_bound_speedup),
-             percent(r.hidden_of_hideable)] for r in ranks]
+    shown = (*columns.RANK_CAUSES, *columns.RANK_BOUNDS)
+    header, rows = columns.heads(shown), [[_e(cell) for cell in columns.cells(shown, r)] for r in ranks]
     fig = plots.causes_figure([(f"rank {r.rank}", r.exposure) for r in ranks], unit="ms, whole trace",
                               title=f"{label}: why communication is exposed, per rank")
     lines = ca.summary_lines(report)
@@ -432,3 +406,15 @@ def render(comparison: Comparison) -> str:
             f'<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:; '
             f'style-src \'unsafe-inline\'">'
             f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><main>{body}</main></body></html>\n")
+
+
+class HtmlRenderer(Renderer):
+    """One self-contained HTML page: tables, plots, each run's metadata."""
+
+    name = "html"
+    subject = "comparison"
+    extensions = ("html", "htm")
+    shows_warnings = True
+
+    def render(self, comparison: Comparison) -> str:
+        return render(comparison)

@@ -9,43 +9,35 @@ from __future__ import annotations
 
 from overlapprof.renderers import causes_table
 from overlapprof.renderers import collectives_table as ct
+from overlapprof.renderers import columns as C
 from overlapprof.renderers import workload_metrics
+from overlapprof.renderers.base import Renderer
 from overlapprof.renderers.format import PLACEHOLDER, ms, percent, text_table
 from overlapprof.report import Report
 
 BY = ("rank", "step", "kind", "collective")
 
 
-def _metric_cells(m) -> list[str]:
-    return [ms(m.comm_us), ms(m.overlapped_us), ms(m.exposed_comm_us), percent(m.overlap_ratio), ms(m.compute_us)]
-
-
 _MODES = {
     "gpu": "NCCL/RCCL kernels vs other kernels, all streams pooled",
     "cpu": "c10d::* calls and <backend>:<op> annotations vs cpu_ops",
 }
-_METRIC_HEAD = ["comm ms", "overlapped ms", "exposed ms", "overlap", "compute ms"]
 
 
 def _rank_rows(report: Report):
-    header = ["rank", "mode", *_METRIC_HEAD, "memory ms", "steps", "median step ms"]
-    rows = []
-    for r in report.ranks:
-        rows.append([str(r.rank), r.mode, *_metric_cells(r.metrics), ms(r.metrics.memory_us), str(len(r.steps)),
-                     ms(r.median_step_us)])
+    header = C.heads(C.RANK)
+    rows = [C.cells(C.RANK, r) for r in report.ranks]
     if report.crossrank is not None and any(r.matched_ops for r in report.crossrank.ranks):  # wait vs transfer
-        header += ct.RANK_CELLS_HEAD
+        header += C.heads(C.RANK_WAITS)
         rows = [row + ct.rank_cells(report, r.rank) for row, r in zip(rows, report.ranks)]
     return header, rows
 
 
 def _step_rows(report: Report):
     causes = any(s.exposure is not None for r in report.ranks for s in r.steps)
-    header = ["rank", "step", "step ms", *_METRIC_HEAD, "exposed share",
-              *(causes_table.CAUSE_HEAD + ["overlap bound ms"] if causes else [])]
+    header = ["rank", *C.heads(C.STEP), *(C.heads(C.EXPOSURE_CAUSES) + ["overlap bound ms"] if causes else [])]
     rows = [
-        [str(r.rank), f"#{s.step}", ms(s.step_us), *_metric_cells(s), percent(s.exposed_share),
-         *(causes_table.cause_cells(s.exposure) + [ms(s.overlap_bound_us)] if causes else [])]
+        [str(r.rank), *C.cells(C.STEP, s), *(C.cells(C.EXPOSURE_CAUSES, s.exposure) + [ms(s.overlap_bound_us)] if causes else [])]
         for r in report.ranks
         for s in r.steps
     ]
@@ -53,10 +45,9 @@ def _step_rows(report: Report):
 
 
 def _kind_rows(report: Report):
-    # Each kind is measured against the rank's whole compute, so that column repeats per rank.
     causes = any(k.exposure is not None for r in report.ranks for k in r.kinds)
-    header = ["rank", "kind", "ops", *_METRIC_HEAD[:-1], "rank compute ms", *(causes_table.CAUSE_HEAD if causes else [])]
-    rows = [[str(r.rank), k.kind, str(k.count), *_metric_cells(k), *(causes_table.cause_cells(k.exposure) if causes else [])]
+    header = ["rank", *C.heads(C.KIND), *(C.heads(C.EXPOSURE_CAUSES) if causes else [])]
+    rows = [[str(r.rank), *C.cells(C.KIND, k), *(C.cells(C.EXPOSURE_CAUSES, k.exposure) if causes else [])]
             for r in report.ranks for k in r.kinds]
     return header, rows
 
@@ -102,9 +93,9 @@ def summary_lines(report: Report) -> list[str]:
         lines.append(f"step time: median {ms(s.median_step_us)} ms, p90 {ms(s.p90_step_us)} ms")
     for r in report.ranks:
         if (p := r.partition) is not None:
-            lines.append(f"rank {r.rank} mean step {ms(p.step_us)} ms = compute {ms(p.compute_us)} + exposed comm "
-                         f"{ms(p.exposed_comm_us)} + exposed memory {ms(p.exposed_memory_us)} + idle "
-                         f"{ms(p.idle_us)} ms")
+            step, *parts = C.PARTITION
+            lines.append(f"rank {r.rank} {step.header} {step.cell(p)} {step.unit} = "
+                         + " + ".join(f"{c.header} {c.cell(p)}" for c in parts) + f" {parts[-1].unit}")
     lines += workload_metrics.text_lines(report)
     modes = sorted({r.mode for r in report.ranks})
     sources = sorted({r.rank_source for r in report.ranks})
@@ -137,3 +128,17 @@ def render(report: Report, by: str = "rank") -> str:
                   "late ranks: who was waited for, followed to the rank not waiting\n" + why)
     head = [line] if (line := unmeasured_devices(report)) else []
     return "\n".join([*head, table, "", *summary_lines(report)]) + "\n"
+
+
+class TableRenderer(Renderer):
+    """A plain-text table: one row per rank, step or kind (--by), then the summary and the notes."""
+
+    name = "table"
+    extensions = ("txt",)
+    shows_warnings = True
+
+    def __init__(self, by: str = "rank"):
+        self.by = by
+
+    def render(self, report: Report) -> str:
+        return render(report, by=self.by)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import msgspec
 
+from overlapprof.renderers.base import Renderer
 from overlapprof.report import Report
 
 STEP_TID, COMPUTE_TID, COMM_TID, EXPOSED_TID = 1, 2, 3, 4
@@ -106,3 +107,14 @@ def render(report: Report) -> str:
         other["clock_offsets_us"] = {str(d.name): d.offset_us for d in report.crossrank.domains}
     data = {"displayTimeUnit": "ms", "otherData": other, "traceEvents": meta + slices}
     return msgspec.json.encode(data).decode() + "\n"
+
+
+class ChromeTraceRenderer(Renderer):
+    """All ranks on one timeline, as Chrome trace-event JSON for Perfetto (``overlapprof export``)."""
+
+    name = "chrome-trace"
+    extensions = ("json",)
+    lanes = True
+
+    def render(self, report: Report) -> str:
+        return render(report)
