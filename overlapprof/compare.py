@@ -28,9 +28,10 @@ import numpy as np
 
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.errors import InputError
-from overlapprof.launch.run_record import RunRecord, busiest, described, explains, load_factor, run_from_builtins
 from overlapprof.report import CAUSES, Exposure, Report
 from overlapprof.report.comparison import BOOTSTRAP, CI_LEVEL, PER_STEP, SEED, WHOLE_TRACE, Comparison, VariantStats
+from overlapprof.rundir.run_record import (RunRecord, busiest, describe_link, described, explains, load_factor,
+                                          run_from_builtins)
 
 def _percentile(values, q: float) -> float | None:
     return percentile(values, q) if len(values) else None
@@ -59,13 +60,11 @@ def _host_step_times_us(report: Report, kind: str) -> list[float]:
 def link_of(report: Report) -> str | None:
     """What the ranks talked over, from run.json: the ``--link-rate`` link (one medium shared by
     all ranks), "loopback (not paced)" for a single-node CPU run without one, else None."""
-    from overlapprof.launch.netns import describe  # no torch
-
     run = _run(report)
     if run is None:
         return None
     if run.link is not None:
-        return describe(run.link, run.world_size)
+        return describe_link(run.link, run.world_size)
     if run.device == "cpu" and run.nnodes == 1:
         return "loopback (not paced)"
     return None

@@ -427,7 +427,7 @@ def analyze(
     run, metrics = None, []
     if inputs.run:
         from overlapprof.analysis.workload_metrics import workload_metrics
-        from overlapprof.launch.run_record import missing_ranks, to_builtins  # run directories only
+        from overlapprof.rundir.run_record import missing_ranks, to_builtins  # run directories only
 
         if missing := missing_ranks(inputs.run.world_size, {r.rank for r in ranks}):
             warnings.append(f"run.json: world_size {inputs.run.world_size} but no trace for ranks {missing}")

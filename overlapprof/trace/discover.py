@@ -2,7 +2,7 @@
 
 - A **run directory** of ``overlapprof run`` has a ``run.json`` whose ``"traces"`` maps each rank
   to its trace files (``{"0": ["rank0.<ns>.pt.trace.json", ...]}``, relative to the directory;
-  see ``overlapprof/launch/run_record.py``). With ``--repeat`` a rank has several files, one per
+  see ``overlapprof/rundir/run_record.py``). With ``--repeat`` a rank has several files, one per
   profiler cycle: they are one rank, analyzed together. While run.json lists none (a run cut
   short), the directory's ``rank<N>.*.pt.trace.json[.gz]`` files are grouped by rank instead.
 - A **folder** is searched recursively (hidden entries skipped). A subfolder holding a
@@ -44,9 +44,9 @@ from overlapprof.errors import InputError
 from overlapprof.trace.decode import BOM
 
 if TYPE_CHECKING:  # imported where a run directory is read: traces given alone do not need it
-    from overlapprof.launch import run_record
+    from overlapprof.rundir import run_record
 
-RUN_FILE = "run.json"  # rundir.RUN_FILE
+RUN_FILE = "run.json"  # rundir.directory.RUN_FILE
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)(?!\d)", re.IGNORECASE)
 _SUFFIXES = (".json", ".json.gz")
 # tb_plugin / tensorboard_trace_handler names: <worker>.<span: digits>.pt.trace.json[.gz]
@@ -181,7 +181,7 @@ def _one_process_each(groups: list[TraceGroup], base: Path | None) -> None:
 
 
 def _read_run(run_dir: Path) -> run_record.RunRecord:
-    from overlapprof.launch.run_record import decode_run
+    from overlapprof.rundir.run_record import decode_run
 
     path = run_dir / RUN_FILE
     try:
@@ -269,7 +269,7 @@ def _one_job(runs: list[tuple[Path, run_record.RunRecord]], base: Path | None = 
 def _merged_run(runs: list[tuple[Path, run_record.RunRecord]]) -> run_record.RunRecord:
     """run.json of one run; for the node parts of a multi-node run, theirs with the per-node and
     per-rank records (nodes, ranks, traces) merged and the missing ranks recomputed."""
-    from overlapprof.launch.run_record import missing_ranks
+    from overlapprof.rundir.run_record import missing_ranks
 
     run = runs[0][1]
     if len(runs) > 1:
@@ -334,7 +334,7 @@ def discover(paths) -> Inputs:
         raise InputError("no trace files given")
     _one_process_each(inputs.groups, None)
     if runs:
-        from overlapprof.launch.blame import status_note
+        from overlapprof.rundir.blame import status_note
 
         inputs.run = _merged_run(runs)
         if note := status_note(inputs.run):
