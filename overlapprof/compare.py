@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from overlapprof.analysis.options import AnalyzeOptions
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.errors import InputError
 from overlapprof.report import CAUSES, Exposure, Report
@@ -353,10 +354,10 @@ def compare(reports: list[Report], labels: list[str] | None = None) -> Compariso
     )
 
 
-def load_reports(paths, progress=None, **analyze_options) -> tuple[list[Report], list[str] | None]:
+def load_reports(paths, options: AnalyzeOptions | None = None, progress=None) -> tuple[list[Report], list[str] | None]:
     """The Reports of command-line inputs, one per path: a saved report is loaded, a saved
     comparison gives back its reports (and labels), anything else is analyzed as one run or
-    trace set (``analyze_options`` go to :func:`overlapprof.analyze`). ``progress(k, n, path)``
+    trace set (with ``options``, see :func:`overlapprof.analyze`). ``progress(k, n, path)``
     is called before each input. Returns (reports, labels or None)."""
     from overlapprof.trace.discover import is_saved_comparison, is_saved_report
 
@@ -378,5 +379,5 @@ def load_reports(paths, progress=None, **analyze_options) -> tuple[list[Report],
         else:
             from overlapprof.analysis import analyze
 
-            reports.append(analyze([str(path)], **analyze_options))
+            reports.append(analyze([str(path)], options))
     return reports, None

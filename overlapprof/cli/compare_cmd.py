@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import analysis_options, check_data_outputs, command, emit_data, fail, load_comparison, reading_kwargs
+from overlapprof.cli.common import (analysis_options, analyze_options, check_data_outputs, command, emit_data, fail,
+                                    load_comparison)
 
 
 @command("compare")
@@ -32,6 +33,6 @@ def compare(paths, json_out, csv_out, labels, quiet, **kw):
     if len(paths) < 2 and not (Path(paths[0]).is_file() and is_saved_comparison(Path(paths[0]))):
         fail("give at least two runs to compare (the first is the baseline)")
     check_data_outputs(json_out, csv_out)  # before the analysis: a refused path costs nothing
-    comparison = load_comparison(paths, labels, quiet, **reading_kwargs(kw))
+    comparison = load_comparison(paths, labels, quiet, analyze_options(kw))
     emit_data(json_out, csv_out, quiet, comparison.warnings, lambda: compare_json.render(comparison),
               lambda: compare_csv.render(comparison), lambda: compare_table.render(comparison))

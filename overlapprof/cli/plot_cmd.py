@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import analysis_options, check_output, command, emit, fail, load_comparison, reading_kwargs
+from overlapprof.cli.common import analysis_options, analyze_options, check_output, command, emit, fail, load_comparison
 
 CHARTS = ("timeline", "exposure", "causes", "comparison", "straggler")
 
@@ -38,7 +38,7 @@ def plot(paths, output, chart, dpi, labels, quiet, **kw):
         fail("--chart comparison needs at least two inputs")
     check_output(output, "plot")
     fmt = plots.format_of(output)
-    comparison = load_comparison(paths, labels, quiet, **reading_kwargs(kw))
+    comparison = load_comparison(paths, labels, quiet, analyze_options(kw))
     first, label = comparison.reports[0], comparison.variants[0].label
     if chart == "timeline":
         fig = plots.timeline_figure(first, title=f"{label}: one step per rank")
