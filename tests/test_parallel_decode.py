@@ -21,6 +21,7 @@ from overlapprof.analysis.rank.claims import Claims
 from overlapprof.errors import TraceError
 from overlapprof.renderers import json as json_renderer
 from overlapprof.trace import decode as D
+from overlapprof.trace import kineto
 from overlapprof.trace import ranges as TR
 from overlapprof.trace import reader as R
 
@@ -90,7 +91,7 @@ def test_a_byte_order_mark_is_read_past_by_every_reader(tmp_path, small, gz):
     path = DATA / "negative_queue_length" / "rank0.json.gz"
     text = gzip.decompress(path.read_bytes())
     marked = tmp_path / ("bom.json.gz" if gz else "bom.json")
-    marked.write_bytes(gzip.compress(D.BOM + text, 1) if gz else D.BOM + text)
+    marked.write_bytes(gzip.compress(kineto.BOM + text, 1) if gz else kineto.BOM + text)
     want = overlapprof.analyze([path], workers=1).ranks[0]
     for workers in (1, 2):
         got = overlapprof.analyze([marked], workers=workers).ranks[0]
@@ -115,7 +116,7 @@ def test_finding_the_first_event_searches_each_byte_once():
         assert finder.find(buf) is None
     assert Counted.searched < len(buf) + 200 * len(b'"traceEvents"')
     with pytest.raises(R.LayoutError):  # the array layout is known at once
-        R.FirstEvent().find(bytearray(D.BOM + b' [{"ph": "X"}'))
+        R.FirstEvent().find(bytearray(kineto.BOM + b' [{"ph": "X"}'))
 
 
 @pytest.mark.parametrize("mode", P.MODES)

@@ -28,6 +28,7 @@ from overlapprof.analysis.rank.metrics import class_unions, rank_report, summari
 from overlapprof.errors import InputError, OverlapprofError, SpillError
 from overlapprof.report import Options, RankReport, Report
 from overlapprof.trace.discover import TraceGroup, discover, rank_from_name
+from overlapprof.trace.kineto import EPOCH_MIN_US, base_us
 
 # Below this many bytes of traces in all, starting worker processes costs more than it saves.
 PARALLEL_MIN_BYTES = 8 << 20
@@ -87,11 +88,9 @@ def _window(bounds: tuple[float, float] | None, base_ns: int | None) -> tuple[fl
     if bounds is None:
         return None
     lo, hi = bounds
-    offset = base_ns / 1000 if base_ns else 0.0
-    # Without baseTimeNanoseconds, only Unix-epoch timestamps (after 2001) are absolute.
-    if not base_ns and lo < 1e15:
+    if not base_ns and lo < EPOCH_MIN_US:
         return None
-    return lo + offset, hi + offset
+    return lo + base_us(base_ns), hi + base_us(base_ns)
 
 
 def analyze_group(files: list[str], options: Options, decode_workers: int = 1, range_pool=None) -> RankResult:

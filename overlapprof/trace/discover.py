@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from overlapprof.errors import InputError
-from overlapprof.trace.decode import BOM
+from overlapprof.trace.kineto import BOM, TRACE_EVENTS, WORKER_NAME
 
 if TYPE_CHECKING:  # imported where a run directory is read: traces given alone do not need it
     from overlapprof.rundir import run_record
@@ -49,8 +49,6 @@ if TYPE_CHECKING:  # imported where a run directory is read: traces given alone 
 RUN_FILE = "run.json"  # rundir.directory.RUN_FILE
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)(?!\d)", re.IGNORECASE)
 _SUFFIXES = (".json", ".json.gz")
-# tb_plugin / tensorboard_trace_handler names: <worker>.<span: digits>.pt.trace.json[.gz]
-_WORKER_NAME = re.compile(r"^(.+)\.(\d+)\.pt\.trace\.json(?:\.gz)?$")
 _ET_SNIFF = 1 << 16
 
 
@@ -114,7 +112,7 @@ def is_trace_file(path: Path, sniff: int = 1 << 20) -> bool:
     head = _head(path, sniff)
     if head is None:
         return False
-    return head[:2] == b"\x1f\x8b" or b'"traceEvents"' in head
+    return head[:2] == b"\x1f\x8b" or TRACE_EVENTS in head
 
 
 def is_saved_report(path: Path) -> bool:
@@ -156,7 +154,7 @@ def is_execution_trace(path: Path, sniff: int = _ET_SNIFF) -> bool:
     if head is None:
         return False
     return (head.lstrip()[:1] == b"{" and b'"schema"' in head and b'"nodes"' in head
-            and b'"traceEvents"' not in head and not is_saved_report(Path(path)))
+            and TRACE_EVENTS not in head and not is_saved_report(Path(path)))
 
 
 def _one_process_each(groups: list[TraceGroup], base: Path | None) -> None:
@@ -164,7 +162,7 @@ def _one_process_each(groups: list[TraceGroup], base: Path | None) -> None:
     worker name that repeats: one process recorded twice (profiler cycles), not two ranks."""
     by_worker: dict[str, list[Path]] = {}
     for g in groups:
-        if g.run_rank is None and len(g.files) == 1 and (m := _WORKER_NAME.match(g.files[0].name)):
+        if g.run_rank is None and len(g.files) == 1 and (m := WORKER_NAME.match(g.files[0].name)):
             by_worker.setdefault(m.group(1), []).append(g.files[0])
     twice = {w: fs for w, fs in by_worker.items() if len(fs) > 1}
     if not twice:
