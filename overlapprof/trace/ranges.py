@@ -82,7 +82,7 @@ def text_stream(path, start: int = 0, kept: Kept | None = None, step: int | None
         if not gz:
             f.seek(start)
             pos = start
-            while piece := f.read(step or R._READ):
+            while piece := f.read(step or R.READ_BYTES):
                 yield pos, piece
                 pos += len(piece)
             return

@@ -27,7 +27,7 @@ import msgspec
 from overlapprof.trace import decode as D
 from overlapprof.trace.kineto import EVENT_START, TRACE_EVENTS, is_array_layout, without_bom
 
-_READ = 1 << 22  # bytes read (or inflated) per step
+READ_BYTES = 1 << 22  # bytes read (or inflated) per step
 _CHUNK_BYTES = 1 << 22  # text decoded at a time when streaming
 _HEADER_MAX = 1 << 26  # text allowed before the first event
 
@@ -83,7 +83,7 @@ class TraceReader:
             head = f.read(2)
             f.seek(0)
             if head != b"\x1f\x8b":
-                while piece := f.read(_READ):
+                while piece := f.read(READ_BYTES):
                     yield piece
                 return
             yield from D.inflate(iter(lambda: f.read(D.GZIP_PIECE), b""), path)
