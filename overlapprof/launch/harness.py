@@ -60,13 +60,13 @@ from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E40
 
 from overlapprof import workload as workload_api  # noqa: E402
 from overlapprof.launch import recording  # noqa: E402
-from overlapprof.rundir import blame, directory, run_record  # noqa: E402
 from overlapprof.launch.logs import RANK_OK  # noqa: E402
 from overlapprof.launch.machine import LoadMeter  # noqa: E402
 from overlapprof.launch.rank_end import (INTERRUPTED_EXIT_CODE, PEER_GONE, TERMINATED_EXIT_CODE,  # noqa: E402
                                          TIMEOUT_EXIT_CODE, Stopped, Terminated, TimedOut, exit_code,
                                          stall_fields, write_elastic_error_file)
 from overlapprof.launch.watchdog import Watchdog, describe_traceback, first_line, main_thread_location  # noqa: E402
+from overlapprof.rundir import blame, directory, run_record  # noqa: E402
 
 # The process group's own timeout is this much longer than --timeout, so that the watchdog,
 # which can name the hung call, fires first (NCCL's watchdog would abort the process silently).
