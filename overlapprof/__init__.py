@@ -4,7 +4,8 @@ Data flows one way::
 
     workload -> launcher -> per-rank harness -> trace files -> analyzer -> report -> renderers
 
-``overlapprof.analyze(paths) -> Report`` is the library entry point of the analyzer, and
+``overlapprof.analyze(paths) -> Report`` is the library entry point of the analyzer (its options:
+``overlapprof.AnalyzeOptions``, or the same fields as keywords), and
 ``overlapprof.profile(...)`` records your own training loop into a run directory it reads
 (:mod:`overlapprof.profiling`). Importing this package imports neither torch nor the analyzer:
 names are resolved on first use, so the CLI's ``--help`` stays fast and analysis runs where
@@ -13,7 +14,7 @@ torch is not installed.
 
 __version__ = "0.1.0"
 
-__all__ = ["analyze", "profile", "ProfileConfig", "Report", "__version__"]
+__all__ = ["analyze", "AnalyzeOptions", "profile", "ProfileConfig", "Report", "__version__"]
 
 
 def __getattr__(name):
@@ -21,6 +22,10 @@ def __getattr__(name):
         from overlapprof.analysis import analyze
 
         return analyze
+    if name == "AnalyzeOptions":
+        from overlapprof.analysis.options import AnalyzeOptions
+
+        return AnalyzeOptions
     if name == "Report":
         from overlapprof.report import Report
 

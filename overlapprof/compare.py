@@ -26,11 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
+from overlapprof.analysis.options import AnalyzeOptions
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.errors import InputError
-from overlapprof.launch.run_record import RunRecord, busiest, described, explains, load_factor, run_from_builtins
 from overlapprof.report import CAUSES, Exposure, Report
 from overlapprof.report.comparison import BOOTSTRAP, CI_LEVEL, PER_STEP, SEED, WHOLE_TRACE, Comparison, VariantStats
+from overlapprof.rundir.run_record import (RunRecord, busiest, describe_link, described, explains, load_factor,
+                                          run_from_builtins)
 
 def _percentile(values, q: float) -> float | None:
     return percentile(values, q) if len(values) else None
@@ -59,13 +61,11 @@ def _host_step_times_us(report: Report, kind: str) -> list[float]:
 def link_of(report: Report) -> str | None:
     """What the ranks talked over, from run.json: the ``--link-rate`` link (one medium shared by
     all ranks), "loopback (not paced)" for a single-node CPU run without one, else None."""
-    from overlapprof.launch.netns import describe  # no torch
-
     run = _run(report)
     if run is None:
         return None
     if run.link is not None:
-        return describe(run.link, run.world_size)
+        return describe_link(run.link, run.world_size)
     if run.device == "cpu" and run.nnodes == 1:
         return "loopback (not paced)"
     return None
@@ -354,10 +354,10 @@ def compare(reports: list[Report], labels: list[str] | None = None) -> Compariso
     )
 
 
-def load_reports(paths, progress=None, **analyze_options) -> tuple[list[Report], list[str] | None]:
+def load_reports(paths, options: AnalyzeOptions | None = None, progress=None) -> tuple[list[Report], list[str] | None]:
     """The Reports of command-line inputs, one per path: a saved report is loaded, a saved
     comparison gives back its reports (and labels), anything else is analyzed as one run or
-    trace set (``analyze_options`` go to :func:`overlapprof.analyze`). ``progress(k, n, path)``
+    trace set (with ``options``, see :func:`overlapprof.analyze`). ``progress(k, n, path)``
     is called before each input. Returns (reports, labels or None)."""
     from overlapprof.trace.discover import is_saved_comparison, is_saved_report
 
@@ -379,5 +379,5 @@ def load_reports(paths, progress=None, **analyze_options) -> tuple[list[Report],
         else:
             from overlapprof.analysis import analyze
 
-            reports.append(analyze([str(path)], **analyze_options))
+            reports.append(analyze([str(path)], options))
     return reports, None

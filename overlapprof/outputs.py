@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from overlapprof.errors import OutputError
-from overlapprof.launch.rundir import RUN_FILE
+from overlapprof.rundir.directory import RUN_FILE
 
 TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
 

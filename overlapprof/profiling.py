@@ -35,10 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from overlapprof.errors import ProfileError, RunDirError
-from overlapprof.launch import blame, recording, run_record, rundir
+from overlapprof.launch import recording
 from overlapprof.launch.host import relevant_env, usable_cores, versions
 from overlapprof.launch.launcher import step_summary
 from overlapprof.launch.watchdog import describe_traceback, first_line
+from overlapprof.rundir import blame, directory, run_record
 
 _STEP_KINDS = ("warmup", "unprofiled", "profiler_wait", "profiler_warmup", "profiled")
 
@@ -178,7 +179,7 @@ class Profiler:
             self._say("torch.distributed is not initialized: recording this process alone, as rank 0 of 1")
         self.device = self._resolve_device(torch, backend)
         self.run_dir = self._open_run_dir(backend, dist if distributed else None)
-        self._write(status="running", started=time.time(), host=rundir.host(), pid=os.getpid(),
+        self._write(status="running", started=time.time(), host=directory.host(), pid=os.getpid(),
                     device=self._device_name(torch))
         self._prof = recording.torch_profiler(self.config.profiler_config(), self.device == "cuda",
                                               self._save_trace, skip_first=self.config.warmup_steps,
@@ -209,7 +210,7 @@ class Profiler:
             script = _script()
             name = self.config.run_id or f"{script.stem if script else 'profile'}-{time.strftime('%Y%m%d-%H%M%S')}"
             try:
-                rundir.create_run_dir(out / name, self._header(name, backend))
+                directory.create_run_dir(out / name, self._header(name, backend))
             except FileExistsError:
                 error = f"run directory {out / name} exists; runs are never overwritten"
             except (RunDirError, OSError) as exc:
@@ -225,10 +226,10 @@ class Profiler:
         for sub in ("", "ranks", "nodes"):  # a node without the shared filesystem makes its own
             (path / sub).mkdir(parents=True, exist_ok=True)
         local_rank = _launcher_int(("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"), self.rank)
-        rundir.claim(path, _node_rank(), [self.rank], first_local_rank=local_rank, node=self.rank == 0)
+        directory.claim(path, _node_rank(), [self.rank], first_local_rank=local_rank, node=self.rank == 0)
         if self.rank == 0:
             nproc = _launcher_int(("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE"), None)
-            run_record.update_node(rundir.node_file(path, _node_rank()), host=rundir.host(), pid=os.getpid(),
+            run_record.update_node(directory.node_file(path, _node_rank()), host=directory.host(), pid=os.getpid(),
                                    command=[sys.executable, *sys.argv], started=time.time(), status="running",
                                    cpu_cores=usable_cores(), nproc=nproc)
         return path
@@ -292,12 +293,12 @@ class Profiler:
                         if interrupted else "exception", error=error + blame.where_text(where),
                         where=run_record.to_builtins(where), ended=ended, **self._results())
         if self.rank == 0:
-            run_record.update_node(rundir.node_file(self.run_dir, _node_rank()), ended=ended,
+            run_record.update_node(directory.node_file(self.run_dir, _node_rank()), ended=ended,
                                    status="ok" if exc_type is None else "failed")
         if exc_type is None:
             self._barrier()
         if self.rank == 0:
-            self._finish(rundir.merge(self.run_dir))
+            self._finish(directory.merge(self.run_dir))
         return False
 
     def _barrier(self) -> None:
@@ -326,7 +327,7 @@ class Profiler:
                 "traces": self._traces}
 
     def _write(self, **fields) -> None:
-        run_record.update_rank(rundir.rank_file(self.run_dir, self.rank), **fields)
+        run_record.update_rank(directory.rank_file(self.run_dir, self.rank), **fields)
 
     def _say(self, line: str) -> None:
         if not self.config.quiet:

@@ -129,7 +129,7 @@ def test_rank_sources(tmp_path):
 
 
 def _run_dir(tmp_path, repeat=2, world_size=2):
-    """A run directory as `overlapprof run` writes it (see overlapprof/launch/rundir.py)."""
+    """A run directory as `overlapprof run` writes it (see overlapprof/launch/directory.py)."""
     run = tmp_path / "ring-20260101-000000-async"
     (run / "logs").mkdir(parents=True)
     traces = {}
@@ -292,16 +292,16 @@ def test_one_trace_imports_only_what_it_uses():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(eval(proc.stdout.splitlines()[-1]))
-    unused = {"overlapprof.analysis.like_hta", "overlapprof.analysis.lanes", "overlapprof.launch.rundir",
+    unused = {"overlapprof.analysis.like_hta", "overlapprof.analysis.lanes", "overlapprof.rundir.directory",
               "overlapprof.renderers.csv", "multiprocessing", "concurrent.futures", "tempfile", "socket"}
     assert not loaded & unused, sorted(loaded & unused)
 
 
 def test_run_file_name_is_rundir_s():
-    from overlapprof.launch import rundir
+    from overlapprof.rundir import directory
     from overlapprof.trace import discover
 
-    assert discover.RUN_FILE == rundir.RUN_FILE  # discover names it without importing rundir
+    assert discover.RUN_FILE == directory.RUN_FILE  # discover names it without importing rundir
 
 
 _PARENT = os.getpid()

@@ -37,7 +37,7 @@ def _events(chunks):
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Tiny read and chunk sizes, so every boundary case shows up in small files."""
-    monkeypatch.setattr(R, "_READ", 997)
+    monkeypatch.setattr(R, "READ_BYTES", 997)
     monkeypatch.setattr(R, "_CHUNK_BYTES", 5000)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import overlapprof
 from overlapprof.analysis.workload_metrics import workload_metrics
-from overlapprof.launch.run_record import RankRecord, RunRecord
+from overlapprof.rundir.run_record import RankRecord, RunRecord
 from overlapprof.report import Report
 
 REPO = Path(__file__).resolve().parent.parent

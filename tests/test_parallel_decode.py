@@ -21,6 +21,7 @@ from overlapprof.analysis.rank.claims import Claims
 from overlapprof.errors import TraceError
 from overlapprof.renderers import json as json_renderer
 from overlapprof.trace import decode as D
+from overlapprof.trace import kineto
 from overlapprof.trace import ranges as TR
 from overlapprof.trace import reader as R
 
@@ -39,7 +40,7 @@ def small(monkeypatch):
     monkeypatch.setattr(P, "PARALLEL_MIN_TEXT", 0)
     monkeypatch.setattr(P, "RANGE_MIN", 1)
     monkeypatch.setattr(TR, "PIECE_BYTES", 3000)
-    monkeypatch.setattr(R, "_READ", 997)
+    monkeypatch.setattr(R, "READ_BYTES", 997)
     monkeypatch.setattr(PR, "SUBPART_BYTES", 7000)  # a pool process sends its range back in several parts
 
 
@@ -90,7 +91,7 @@ def test_a_byte_order_mark_is_read_past_by_every_reader(tmp_path, small, gz):
     path = DATA / "negative_queue_length" / "rank0.json.gz"
     text = gzip.decompress(path.read_bytes())
     marked = tmp_path / ("bom.json.gz" if gz else "bom.json")
-    marked.write_bytes(gzip.compress(D.BOM + text, 1) if gz else D.BOM + text)
+    marked.write_bytes(gzip.compress(kineto.BOM + text, 1) if gz else kineto.BOM + text)
     want = overlapprof.analyze([path], workers=1).ranks[0]
     for workers in (1, 2):
         got = overlapprof.analyze([marked], workers=workers).ranks[0]
@@ -115,7 +116,7 @@ def test_finding_the_first_event_searches_each_byte_once():
         assert finder.find(buf) is None
     assert Counted.searched < len(buf) + 200 * len(b'"traceEvents"')
     with pytest.raises(R.LayoutError):  # the array layout is known at once
-        R.FirstEvent().find(bytearray(D.BOM + b' [{"ph": "X"}'))
+        R.FirstEvent().find(bytearray(kineto.BOM + b' [{"ph": "X"}'))
 
 
 @pytest.mark.parametrize("mode", P.MODES)
@@ -159,7 +160,7 @@ def _key(e):
 def test_ranges_tile_the_events_at_any_offset(tmp_path, monkeypatch, gz):
     """Cut at every offset (gzip: every 7th), inside strings too: the two ranges hold each event
     exactly once, in order, and the range with the last event start holds the tail."""
-    monkeypatch.setattr(R, "_READ", 61)
+    monkeypatch.setattr(R, "READ_BYTES", 61)
     events = _tricky_events(6)
     text = _kineto_text(events)
     path = S.write(tmp_path / "t.json", gzip.compress(text) if gz else text, gz=False)
@@ -232,7 +233,7 @@ def test_a_thief_takes_the_end_of_a_range(tmp_path, monkeypatch, gz):
     """A range whose second half is stolen after any number of pieces (the cut at any byte,
     inside strings too): its reader stops at the cut, and it and the thief's range hold each
     event exactly once, in order."""
-    monkeypatch.setattr(R, "_READ", 61)
+    monkeypatch.setattr(R, "READ_BYTES", 61)
     monkeypatch.setattr(D, "_INFLATE_MAX", 61)
     text = _kineto_text(_tricky_events(6))
     path = S.write(tmp_path / "t.json", gzip.compress(text) if gz else text, gz=False)
@@ -314,7 +315,7 @@ def test_a_gzip_thief_reads_the_kept_text(tmp_path, monkeypatch):
     """The end of a gzip range, kept as this process inflated its way past it (its own range
     after it): a thief that begins anywhere in it reads the same events from memory as from the
     file, without the file (it is gone); one that begins before it reads the file."""
-    monkeypatch.setattr(R, "_READ", 61)
+    monkeypatch.setattr(R, "READ_BYTES", 61)
     monkeypatch.setattr(D, "_INFLATE_MAX", 61)
     text = _kineto_text(_tricky_events(6))
     path = S.write(tmp_path / "t.json", gzip.compress(text), gz=False)

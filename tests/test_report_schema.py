@@ -17,6 +17,12 @@ DATA = Path(__file__).parent / "data"
 # later one. The schema (report) and the errors are shared by all and sit outside the order.
 STAGES = ["workload", "launch", "trace", "analysis", "compare", "renderers", "tensorboard", "view", "cli"]
 SHARED = {"report", "errors", "__init__", "__main__"}
+# The two sides of the run directory: the launching side writes it, the reading side reads it, and
+# neither imports the other; ``rundir`` (run.json's schema, the directory, the failure records) is
+# the neutral ground both import.
+LAUNCHING = {"workload", "launch", "profiling"}
+READING = {"trace", "analysis", "compare", "outputs", "report", "renderers", "tensorboard", "view", "after_run"}
+NEUTRAL = {"rundir": {"rundir", "report", "errors", "units"}}
 
 
 def test_import_report_loads_no_numpy_and_nothing_of_ours_but_errors():
@@ -56,6 +62,67 @@ def test_no_import_runs_back_up_the_flow():
             if here == "report" or (here in STAGES and STAGES.index(there) > STAGES.index(here)):
                 backwards.append(f"{path.relative_to(PACKAGE)} imports {module}")
     assert not backwards, backwards
+
+
+def test_the_reading_side_never_imports_the_launching_side():
+    crossing = [f"{path.relative_to(PACKAGE)} imports {module}"
+                for path in sorted(PACKAGE.rglob("*.py")) if path.relative_to(PACKAGE).parts[0].removesuffix(".py") in READING
+                for module in _imports(path) if _stage(module) in LAUNCHING]
+    assert not crossing, crossing
+
+
+def test_the_run_directory_is_neutral_ground():
+    for package, allowed in NEUTRAL.items():
+        for path in sorted((PACKAGE / package).glob("*.py")):
+            assert {_stage(m) for m in _imports(path)} <= allowed, path
+
+
+def _runtime_imports(path: Path, name: str, modules: set[str]) -> set[str]:
+    """The modules of ours that ``name`` (at ``path``) imports when it runs: at the top or inside a
+    function, resolved to the module named (``from a import b``: ``a.b`` when that is a module);
+    not under ``if TYPE_CHECKING``, and not its own packages (imported before it anyway)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    skipped = set()
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped |= {id(n) for n in ast.walk(node)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names}
+    ancestors = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+    return {m for m in found if m in modules} - ancestors - {name}
+
+
+def test_no_import_circle():
+    """No module of ours imports, through any chain of imports (inside functions too), one that
+    imports it back."""
+    paths = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {name: _runtime_imports(path, name, set(paths)) for name, path in paths.items()}
+    circles = []
+    for start in sorted(graph):  # a depth-first walk from each module, back to it
+        stack, seen = [(start, [start])], set()
+        while stack:
+            here, chain = stack.pop()
+            for there in sorted(graph[here]):
+                if there == start:
+                    circles.append(" -> ".join([*chain, start]))
+                elif there not in seen and there > start:  # each circle once, from its least module
+                    seen.add(there)
+                    stack.append((there, [*chain, there]))
+    assert not circles, circles
 
 
 def test_report_imports_only_itself_and_errors():

@@ -4,7 +4,7 @@ import io
 import json
 import time
 
-from overlapprof.launch import rundir
+from overlapprof.rundir import directory
 from overlapprof.launch.heartbeat import Heartbeat, describe_ranks
 
 
@@ -26,8 +26,8 @@ def test_ranks_in_the_same_place_are_grouped_and_a_stall_is_named():
 def test_heartbeat_prints_plain_lines_into_a_file(tmp_path):
     (tmp_path / "progress").mkdir()
     for rank in (0, 1):
-        rundir.write_progress(rundir.progress_file(tmp_path, rank),
-                              record(2, "unprofiled", "compute", updated=time.time()))
+        directory.write_progress(directory.progress_file(tmp_path, rank),
+                                 record(2, "unprofiled", "compute", updated=time.time()))
     stream = io.StringIO()
     beat = Heartbeat(tmp_path, [0, 1], stream, plain_interval_s=0.05).start()
     time.sleep(0.5)
@@ -36,4 +36,4 @@ def test_heartbeat_prints_plain_lines_into_a_file(tmp_path):
     assert lines and all(line.startswith("overlapprof: ") for line in lines)
     assert lines[0].endswith(" s: ranks 0-1 ProfilerStep#2 (unprofiled) 'compute'")
     assert "\r" not in stream.getvalue()
-    assert json.loads(rundir.progress_file(tmp_path, 0).read_text())["step"] == 2
+    assert json.loads(directory.progress_file(tmp_path, 0).read_text())["step"] == 2

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from overlapprof.errors import RunDirError
-from overlapprof.launch import run_record, rundir
+from overlapprof.rundir import directory, run_record
 
 
 def header(nnodes=1, run_id="r", world_size=2):
@@ -15,112 +15,112 @@ def header(nnodes=1, run_id="r", world_size=2):
 
 
 def test_rundir_does_not_import_torch():
-    code = ("import sys, overlapprof.launch.rundir\n"
+    code = ("import sys, overlapprof.rundir.directory\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_variants_of_one_invocation_sort_together():
-    names = rundir.run_dir_names("ring", ["sync", "async"], stamp="20260101-120000")
+    names = directory.run_dir_names("ring", ["sync", "async"], stamp="20260101-120000")
     assert names == {"sync": "ring-20260101-120000-sync", "async": "ring-20260101-120000-async"}
-    later = rundir.run_dir_names("ring", ["async"], stamp="20260101-120001")
+    later = directory.run_dir_names("ring", ["async"], stamp="20260101-120001")
     ordered = sorted([*names.values(), *later.values()])
     assert ordered[:2] == sorted(names.values())
-    assert rundir.run_dir_names("ring", ["sync"], run_id="exp1") == {"sync": "exp1-sync"}
+    assert directory.run_dir_names("ring", ["sync"], run_id="exp1") == {"sync": "exp1-sync"}
 
 
 def test_a_taken_time_name_gets_a_counter_and_a_taken_run_id_is_an_error(tmp_path):
-    first = rundir.plan_run_dirs(tmp_path, "ring", ["sync"])
+    first = directory.plan_run_dirs(tmp_path, "ring", ["sync"])
     first["sync"].mkdir()
-    second = rundir.plan_run_dirs(tmp_path, "ring", ["sync"])
+    second = directory.plan_run_dirs(tmp_path, "ring", ["sync"])
     assert second["sync"] != first["sync"] and not second["sync"].exists()
     (tmp_path / "x-async").mkdir()
     with pytest.raises(RunDirError, match="x-async exists; runs are never overwritten"):
-        rundir.plan_run_dirs(tmp_path, "ring", ["sync", "async"], run_id="x")
-    assert rundir.plan_run_dirs(tmp_path, "ring", ["async"], run_id="x", joinable=True)
+        directory.plan_run_dirs(tmp_path, "ring", ["sync", "async"], run_id="x")
+    assert directory.plan_run_dirs(tmp_path, "ring", ["async"], run_id="x", joinable=True)
 
 
 def test_single_node_run_dir_is_created_once(tmp_path):
-    path = rundir.open_run_dir(tmp_path / "r-sync", header(), 0, [0, 1])
+    path = directory.open_run_dir(tmp_path / "r-sync", header(), 0, [0, 1])
     assert sorted(p.name for p in path.iterdir()) == ["logs", "nodes", "progress", "ranks",
                                                        "run.json"]
-    run = rundir.load_run(path)
+    run = directory.load_run(path)
     assert run.status == "running" and run.ranks == {} and run.name == "r-sync"
-    assert run_record.read_rank(rundir.rank_file(path, 1)) == run_record.RankRecord(
+    assert run_record.read_rank(directory.rank_file(path, 1)) == run_record.RankRecord(
         rank=1, node_rank=0, local_rank=1, status="starting")
     with pytest.raises(RunDirError, match="exists; runs are never overwritten"):
-        rundir.open_run_dir(path, header(), 0, [0, 1])
+        directory.open_run_dir(path, header(), 0, [0, 1])
 
 
 def test_multi_node_joins_a_running_dir_and_claims_ranks_exclusively(tmp_path):
     path = tmp_path / "r-sync"
-    rundir.open_run_dir(path, header(nnodes=2, world_size=4), 0, [0, 1])
-    rundir.open_run_dir(path, header(nnodes=2, world_size=4), 1, [2, 3])  # node 1 joins
+    directory.open_run_dir(path, header(nnodes=2, world_size=4), 0, [0, 1])
+    directory.open_run_dir(path, header(nnodes=2, world_size=4), 1, [2, 3])  # node 1 joins
     with pytest.raises(RunDirError, match="node1.json of run directory .* is already taken"):
-        rundir.open_run_dir(path, header(nnodes=2, world_size=4), 1, [2, 3])
+        directory.open_run_dir(path, header(nnodes=2, world_size=4), 1, [2, 3])
     with pytest.raises(RunDirError, match="not a running 2-node run of --run-id other"):
-        rundir.open_run_dir(path, header(nnodes=2, run_id="other", world_size=4), 1, [2, 3])
-    rundir.update_json(path / "run.json", status="ok")
+        directory.open_run_dir(path, header(nnodes=2, run_id="other", world_size=4), 1, [2, 3])
+    directory.update_json(path / "run.json", status="ok")
     with pytest.raises(RunDirError, match="is not a running 2-node run"):
-        rundir.open_run_dir(path, header(nnodes=2, world_size=4), 0, [0, 1])
+        directory.open_run_dir(path, header(nnodes=2, world_size=4), 0, [0, 1])
 
 
 def test_a_foreign_directory_is_not_joined(tmp_path, monkeypatch):
-    monkeypatch.setattr(rundir, "_JOIN_WAIT_S", 0.2)  # how long a joiner waits for run.json
+    monkeypatch.setattr(directory, "_JOIN_WAIT_S", 0.2)  # how long a joiner waits for run.json
     (tmp_path / "r-sync").mkdir()
     with pytest.raises(RunDirError, match="exists and is not an overlapprof run"):
-        rundir.open_run_dir(tmp_path / "r-sync", header(nnodes=2), 1, [1])
+        directory.open_run_dir(tmp_path / "r-sync", header(nnodes=2), 1, [1])
 
 
 def test_atomic_write_replaces_and_leaves_no_temp_file(tmp_path):
     target = tmp_path / "run.json"
-    rundir.write_json_atomic(target, {"a": 1})
-    rundir.write_json_atomic(target, {"a": 2})
+    directory.write_json_atomic(target, {"a": 1})
+    directory.write_json_atomic(target, {"a": 2})
     assert json.loads(target.read_text()) == {"a": 2}
     assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
 
 
 def fragment(path, rank, **fields):
-    run_record.update_rank(rundir.rank_file(path, rank), **fields)
+    run_record.update_rank(directory.rank_file(path, rank), **fields)
 
 
 def test_merge_status_and_root_cause(tmp_path):
-    path = rundir.open_run_dir(tmp_path / "r", header(world_size=3), 0, [0, 1, 2])
-    rundir.write_json_atomic(rundir.node_file(path, 0), {"status": "running", "config": {}})
-    assert rundir.merge(path).status == "running"
+    path = directory.open_run_dir(tmp_path / "r", header(world_size=3), 0, [0, 1, 2])
+    directory.write_json_atomic(directory.node_file(path, 0), {"status": "running", "config": {}})
+    assert directory.merge(path).status == "running"
     # rank 2's error came first but was caused by rank 0's crash (its peer died)
     fragment(path, 2, status="failed", error="closed by peer", error_kind="peer", ended=10.0)
     fragment(path, 0, status="failed", error="ValueError: boom", error_kind="exception",
              ended=11.0, traces=["rank0.1.pt.trace.json"])
     fragment(path, 1, status="failed", error="terminated", error_kind="terminated", ended=9.0)
-    run = rundir.merge(path)
+    run = directory.merge(path)
     assert run.status == "failed"
     assert run.failure == run_record.Failure(rank=0, error="ValueError: boom", error_kind="exception",
                                              consequences=[1, 2])
     assert run.traces == {"0": ["rank0.1.pt.trace.json"], "1": [], "2": []}
-    assert rundir.read_json(path / "run.json")["nodes"]["0"]["config"] is None  # not copied
-    assert rundir.load_run(path) == run
+    assert directory.read_json(path / "run.json")["nodes"]["0"]["config"] is None  # not copied
+    assert directory.load_run(path) == run
 
 
 def test_merge_marks_missing_ranks_incomplete(tmp_path):
-    path = rundir.open_run_dir(tmp_path / "r", header(nnodes=2, world_size=4), 1, [2, 3])
-    rundir.write_json_atomic(rundir.node_file(path, 1), {"status": "ok"})
+    path = directory.open_run_dir(tmp_path / "r", header(nnodes=2, world_size=4), 1, [2, 3])
+    directory.write_json_atomic(directory.node_file(path, 1), {"status": "ok"})
     for rank in (2, 3):
         fragment(path, rank, status="ok")
-    run = rundir.merge(path)
+    run = directory.merge(path)
     assert (run.status, run.missing_ranks) == ("incomplete", [0, 1])
 
 
 def test_load_run_errors(tmp_path):
     with pytest.raises(RunDirError, match="is not a run directory"):
-        rundir.load_run(tmp_path)
+        directory.load_run(tmp_path)
     (tmp_path / "run.json").write_text('{"schema_version": 99}')
     with pytest.raises(RunDirError, match="schema_version 99 is not 1"):
-        rundir.load_run(tmp_path)
+        directory.load_run(tmp_path)
 
 
 def test_root_cause_prefers_a_rank_that_died_on_its_own_over_its_peers_errors():
-    from overlapprof.launch.blame import root_cause
+    from overlapprof.rundir.blame import root_cause
     R = run_record.RankRecord
     ranks = {"0": R(status="failed", error="RuntimeError: Connection closed by peer",
                     error_kind="peer", ended=10.0),
@@ -137,7 +137,7 @@ def stuck(kind, location, stalled_s, ended, waiting, step=0, step_kind="unprofil
 
 
 def test_a_hang_is_blamed_on_the_rank_stalled_in_its_own_code_whichever_watchdog_fired():
-    from overlapprof.launch.blame import root_cause
+    from overlapprof.rundir.blame import root_cause
     comm = "in torch.distributed.all_reduce at w.py:9 `dist.all_reduce(x)`"
     own = "at w.py:7 `time.sleep(3600)`"
     # rank 0's watchdog fired first; rank 1, asleep, was then stopped by the launcher
@@ -169,7 +169,7 @@ def test_a_hang_is_blamed_on_the_rank_stalled_in_its_own_code_whichever_watchdog
 
 
 def test_status_interrupted_unless_a_rank_failed_of_its_own_first():
-    from overlapprof.launch.blame import run_status, status_note
+    from overlapprof.rundir.blame import run_status, status_note
     node = run_record.NodeRecord(status="failed", error="interrupted (SIGINT)")
     peer = run_record.RankRecord(status="interrupted", error_kind="interrupted")
     assert run_status([peer], [node], None, []) == "interrupted"
@@ -195,7 +195,7 @@ def test_an_old_run_json_still_loads(tmp_path):
            "traces": {"0": ["rank0.1.pt.trace.json"]}, "missing_ranks": [1],
            "failure": {"rank": 0, "error": "boom", "error_kind": "exception"}}
     (tmp_path / "run.json").write_text(json.dumps(old))
-    run = rundir.load_run(tmp_path)
+    run = directory.load_run(tmp_path)
     assert (run.profiler.warmup_steps, run.profiler.active, run.profiler.wait) == (1, 2, 1)
     assert run.ranks["0"].where.phase == "comm" and run.ranks["0"].stalled_s is None
     assert run.failure.rank == 0 and run.failure.consequences == []

@@ -1,6 +1,7 @@
 """The analysis, by stage: trace files in, a :class:`~overlapprof.report.Report` out. Never imports torch.
 
-``analyze(paths, ...) -> Report`` (:mod:`.analyzer`, which only orchestrates) is the entry point.
+``analyze(paths, ...) -> Report`` (:mod:`.analyzer`, which only orchestrates) is the entry point;
+:mod:`.options` defines what it may be asked (``AnalyzeOptions``).
 
 - :mod:`.rank`: per rank, events -> classified intervals -> OVERLAP.md's metrics
 - :mod:`.records`: communication records and logical operations (what matching needs)
@@ -17,7 +18,11 @@ def __getattr__(name):
         from overlapprof.analysis.analyzer import analyze
 
         return analyze
+    if name == "AnalyzeOptions":
+        from overlapprof.analysis.options import AnalyzeOptions
+
+        return AnalyzeOptions
     raise AttributeError(f"module 'overlapprof.analysis' has no attribute {name!r}")
 
 
-__all__ = ["analyze"]
+__all__ = ["analyze", "AnalyzeOptions"]

@@ -10,9 +10,8 @@ run, and adds the cross-rank summary.
 from __future__ import annotations
 
 import os
-import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from overlapprof import __version__
@@ -22,12 +21,14 @@ from overlapprof.analysis.crossrank.inputs import CrossRankInput, crossrank_inpu
 from overlapprof.analysis.crossrank.section import build_crossrank
 from overlapprof.analysis.exposure import explain
 from overlapprof.analysis.exposure.inputs import ExposureInput, exposure_input
+from overlapprof.analysis.options import AnalyzeOptions
 from overlapprof.analysis.rank.classify import compile_comm_annotations, compile_comm_kernels
 from overlapprof.analysis.rank.events import RankEvents, filtered, last_step_dropped, rank_events
 from overlapprof.analysis.rank.metrics import class_unions, rank_report, summarize
 from overlapprof.errors import InputError, OverlapprofError, SpillError
 from overlapprof.report import Options, RankReport, Report
 from overlapprof.trace.discover import TraceGroup, discover, rank_from_name
+from overlapprof.trace.kineto import EPOCH_MIN_US, base_us
 
 # Below this many bytes of traces in all, starting worker processes costs more than it saves.
 PARALLEL_MIN_BYTES = 8 << 20
@@ -87,11 +88,9 @@ def _window(bounds: tuple[float, float] | None, base_ns: int | None) -> tuple[fl
     if bounds is None:
         return None
     lo, hi = bounds
-    offset = base_ns / 1000 if base_ns else 0.0
-    # Without baseTimeNanoseconds, only Unix-epoch timestamps (after 2001) are absolute.
-    if not base_ns and lo < 1e15:
+    if not base_ns and lo < EPOCH_MIN_US:
         return None
-    return lo + offset, hi + offset
+    return lo + base_us(base_ns), hi + base_us(base_ns)
 
 
 def analyze_group(files: list[str], options: Options, decode_workers: int = 1, range_pool=None) -> RankResult:
@@ -302,115 +301,31 @@ def _check_one_run(results: list[RankResult]) -> None:
                 )
 
 
-def _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms=True, align_clocks=False,
-             like_hta=False, comm_backends=(), lanes=False, bounded_memory=False, reference_bandwidth=None) -> Options:
-    patterns = [comm_kernels] if isinstance(comm_kernels, str) else list(comm_kernels or ())
-    for p in patterns:
-        try:
-            re.compile(p)
-        except re.error as exc:
-            raise InputError(f"comm kernel pattern {p!r} is not a valid regular expression ({exc})") from None
-    if bounded_memory:
-        for on, what, why in ((like_hta, "--like-hta", "it computes HTA's way, from every event in memory"),
-                              (lanes, "export's lanes", "they are every step's unions")):
-            if on:
-                raise InputError(f"--bounded-memory cannot be used with {what}: {why}")
-    reference = None
-    if reference_bandwidth is not None:
-        from overlapprof.units import HELP, bits_per_s
-
-        bits = bits_per_s(reference_bandwidth) if isinstance(reference_bandwidth, str) else float(reference_bandwidth) * 8
-        if bits is None or bits <= 0:
-            raise InputError(f"--reference-bandwidth {reference_bandwidth!r}: not a rate; use {HELP}")
-        reference = bits / 8
-    backends = [comm_backends] if isinstance(comm_backends, str) else list(comm_backends or ())
-    for b in backends:
-        if not re.fullmatch(r"[A-Za-z0-9_]+", b):
-            raise InputError(f"comm backend {b!r} is not a backend name (letters, digits and '_')")
-    return Options(
-        comm_kernels=patterns,
-        comm_backends=backends,
-        drop_last_step=drop_last_step or like_hta,
-        require_launch=require_launch or like_hta,
-        like_hta=like_hta,
-        allow_partial=allow_partial,
-        comm_records=comm_ops,
-        crossrank=comms,
-        align_clocks=align_clocks,
-        lanes=lanes,
-        bounded_memory=bounded_memory,
-        reference_bandwidth=reference,
-    )
-
-
-def analyze(
-    paths,
-    *,
-    comm_kernels=(),
-    comm_backends=(),
-    allow_partial: bool = False,
-    drop_last_step: bool = False,
-    require_launch: bool = False,
-    like_hta: bool = False,
-    comm_ops: bool = False,
-    comms: bool = True,
-    align_clocks: bool = False,
-    lanes: bool = False,
-    bounded_memory: bool | None = None,
-    reference_bandwidth: str | float | None = None,
-    workers: int | None = None,
-    progress=None,
-    dask_scheduler=None,
-) -> Report:
+def analyze(paths, options: AnalyzeOptions | None = None, **fields) -> Report:
     """Analyze PyTorch profiler traces; the numbers follow OVERLAP.md.
 
     ``paths``: a path or a list of trace files (``.json``/``.json.gz``), folders of traces, or
-    ``overlapprof run`` directories. ``comm_kernels``: extra regexes (searched, any case) naming
-    communication kernels. ``comm_backends``: CPU mode, backend names whose ``<backend>:<op>``
-    annotations are communication besides OVERLAP.md's (gloo, nccl, mpi, ucc, xccl, hccl). ``allow_partial``: a rank whose trace is bad becomes a warning
-    instead of an error. ``drop_last_step``/``require_launch``: HolisticTraceAnalysis's filters
-    (off by default; listed in ``Report.filters`` when on). ``like_hta``: both filters, and each
-    rank's ``metrics`` computed as HolisticTraceAnalysis 0.5.0's ``get_comm_comp_overlap`` does
-    (:mod:`overlapprof.analysis.like_hta`; steps and kinds keep the two filters). ``comm_ops``: keep one
-    :class:`~overlapprof.report.CommRecord` per communication kernel or annotation in each
-    RankReport (``comm_records``). ``comms``: match communication across ranks and fill
-    ``Report.crossrank`` (wait vs transfer, stragglers, bandwidth, warm-up;
-    :mod:`overlapprof.analysis.crossrank`);
-    ``align_clocks``: align the clocks of different hosts (or, without host names, of every
-    rank) on their matched collectives first. ``lanes``: give each rank its
-    :class:`~overlapprof.report.Lanes` (every step's unions on the common clock, for
-    ``overlapprof export``).
-    ``bounded_memory``: True, measure each rank with its events on disk
-    (:mod:`overlapprof.analysis.rank.bounded`: the same report, in memory that grows with the
-    operations, not the events); None (default), only when the traces would not fit in the
-    memory available (with a warning); False, never.
-    ``reference_bandwidth``: the bus bandwidth a transfer should reach (a rate such as
-    ``"25GB/s"`` or ``"2gbit"``, or bytes/s), for slow transfers (default: the shared link of a
-    ``--link-rate`` run).
-    ``workers``: processes for ranks, or for the pieces of a single large file (default: one
-    per CPU; 1: everything in this process). The report is the same with any number.
-    ``progress``: called as ``progress(done, total, path)`` as ranks finish.
-    ``dask_scheduler``: an :class:`~overlapprof.analysis.executors.DaskScheduler`: the ranks are
-    analyzed on that Dask cluster instead (``workers`` unused), its workers reading the traces at
-    their paths (a filesystem they share).
+    ``overlapprof run`` directories. ``options``: an :class:`~overlapprof.analysis.options.AnalyzeOptions`
+    (default: all its defaults); ``fields``: any of its fields as keywords, over ``options``
+    (``analyze(paths, comms=False, workers=1)``).
 
     Raises an :class:`~overlapprof.errors.OverlapprofError` (one-line message naming the file and
     the problem) on bad input.
     """
-    options = _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms, align_clocks,
-                       like_hta, comm_backends, lanes, bool(bounded_memory), reference_bandwidth)
+    asked = replace(options, **fields) if options is not None else AnalyzeOptions(**fields)
+    recorded = asked.recorded()
+    workers, progress, dask_scheduler = asked.workers, asked.progress, asked.dask_scheduler
     inputs = discover(paths)
     warnings: list[str] = list(inputs.notes)
-    if bounded_memory is None and not (like_hta or lanes or dask_scheduler is not None) and (
+    if asked.bounded_memory is None and not (asked.like_hta or asked.lanes or dask_scheduler is not None) and (
             why := _too_big_for_memory(inputs.groups, workers)):
         warnings.append(why)  # slower, but not a process killed for memory
-        options = _options(comm_kernels, drop_last_step, require_launch, allow_partial, comm_ops, comms, align_clocks,
-                           like_hta, comm_backends, lanes, bounded_memory=True, reference_bandwidth=reference_bandwidth)
-    results = _run_groups(inputs.groups, options, workers, progress, warnings, dask_scheduler)
+        recorded = asked.recorded(bounded_memory=True)
+    results = _run_groups(inputs.groups, recorded, workers, progress, warnings, dask_scheduler)
     warnings += [w for r in results for w in r.warnings]
     good = [(r, g) for r, g in zip(results, inputs.groups) if r.error is None]
     failed = [r for r in results if r.error is not None]
-    if failed and (not allow_partial or not good):
+    if failed and (not recorded.allow_partial or not good):
         raise failed[0].error
     if spill := next((r.error for r in failed if isinstance(r.error, SpillError)), None):
         raise spill  # the machine's problem, not a bad trace's: no rank is skipped for it
@@ -419,7 +334,7 @@ def analyze(
     _settle_ranks(results, groups)
     _check_one_run(results)
     _one_recording_each(results)
-    if options.like_hta:
+    if recorded.like_hta:
         from overlapprof.analysis import like_hta
 
         like_hta.settle(results)
@@ -427,7 +342,7 @@ def analyze(
     run, metrics = None, []
     if inputs.run:
         from overlapprof.analysis.workload_metrics import workload_metrics
-        from overlapprof.launch.run_record import missing_ranks, to_builtins  # run directories only
+        from overlapprof.rundir.run_record import missing_ranks, to_builtins  # run directories only
 
         if missing := missing_ranks(inputs.run.world_size, {r.rank for r in ranks}):
             warnings.append(f"run.json: world_size {inputs.run.world_size} but no trace for ranks {missing}")
@@ -438,16 +353,16 @@ def analyze(
         cpu = [r.rank for r in ranks if r.mode == "cpu"]
         warnings.append(f"ranks {cpu} have no GPU kernels and are read in CPU mode, the others in GPU mode")
     matching = []
-    crossrank = _cross_rank(results, options, matching)
-    if options.lanes:
+    crossrank = _cross_rank(results, recorded, matching)
+    if recorded.lanes:
         from overlapprof.analysis.lanes import place
 
         place(ranks, crossrank)
     report = Report(
         version=__version__,
         inputs=[str(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)],
-        options=options,
-        filters=[text for name, text in FILTER_TEXT.items() if getattr(options, name)],
+        options=recorded,
+        filters=[text for name, text in FILTER_TEXT.items() if getattr(recorded, name)],
         ranks=ranks,
         summary=summarize(ranks),
         warnings=warnings,
@@ -456,15 +371,15 @@ def analyze(
         workload_metrics=metrics,
     )
     inputs = {r.report.rank: r.exposure_input for r in results if r.exposure_input is not None}
-    if options.like_hta:
+    if recorded.like_hta:
         inputs = {}  # the causes split overlapprof's exposed communication, not HTA's
         report.exposure_notes.append("--like-hta: the causes of exposure and the overlap bound are left out (they "
                                      "split overlapprof's exposed communication, not HolisticTraceAnalysis's)")
-    elif options.bounded_memory:
+    elif recorded.bounded_memory:
         report.exposure_notes.append("--bounded-memory: the causes of exposure and the overlap bound are left out "
                                      "(they need each rank's unions in memory)")
     report.exposure_notes += explain(report, inputs, matching[0] if matching and inputs else None, run,
-                                     options.reference_bandwidth, options.comm_records)
+                                     recorded.reference_bandwidth, recorded.comm_records)
     return report
 
 

@@ -34,6 +34,7 @@ from overlapprof.analysis import intervals as iv
 from overlapprof.analysis.records.recorder import hashable
 from overlapprof.errors import InputError
 from overlapprof.report.lanes import Lanes, SliceEvent, StepLanes, TraceSlice
+from overlapprof.trace.kineto import base_us
 
 Pairs = list[tuple[float, float]]
 
@@ -53,7 +54,7 @@ def rank_lanes(ev, steps, base_ns: int | None) -> Lanes:
     else:
         present = [s for s in (ev.comm, ev.compute, ev.memory) if len(s)]
         if not present:
-            return Lanes(clock_base_us=base_ns / 1000 if base_ns else 0.0)
+            return Lanes(clock_base_us=base_us(base_ns))
         lo = min(float(s.start.min()) for s in present)
         hi = max(float(s.end.max()) for s in present)
         windows = [(None, lo, hi)]
@@ -65,7 +66,7 @@ def rank_lanes(ev, steps, base_ns: int | None) -> Lanes:
         compute = iv.intersection(iv.union(sets[1][k].start, sets[1][k].end), w)
         out.append(StepLanes(step=number, start_us=start, end_us=end, compute=_pairs(compute), comm=_pairs(comm),
                              exposed=_pairs(iv.difference(comm, compute))))
-    return Lanes(clock_base_us=base_ns / 1000 if base_ns else 0.0, steps=out)
+    return Lanes(clock_base_us=base_us(base_ns), steps=out)
 
 
 def place(ranks, crossrank) -> None:

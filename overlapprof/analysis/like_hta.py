@@ -44,7 +44,8 @@ import numpy as np
 
 from overlapprof.errors import InputError
 from overlapprof.report import Metrics
-from overlapprof.trace.decode import read_bytes, without_bom
+from overlapprof.trace.decode import read_bytes
+from overlapprof.trace.kineto import without_bom
 
 COMM_RE = re.compile(r"^nccl.*Kernel")
 MEMORY_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import (BOUNDED_MEMORY, ProgressBar, command, reading_kwargs, reading_options,
+from overlapprof.cli.common import (BOUNDED_MEMORY, ProgressBar, analyze_options, command, reading_options,
                                     unwind_on_sigterm)
 from overlapprof.cli.formats import emit_outputs, output_options, planned_outputs
 
@@ -80,9 +80,9 @@ def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, bou
         unwind_on_sigterm()
         progress = ProgressBar("analyzing ranks", quiet)
         try:
-            report = run_analysis(list(paths), comm_backends=comm_backends, like_hta=like_hta,
-                                  comm_ops=comm_ops, bounded_memory=bounded_memory, workers=workers, progress=progress, dask_scheduler=cluster,
-                                  **reading_kwargs(kw))
+            report = run_analysis(list(paths), analyze_options(
+                kw, comm_backends=comm_backends, like_hta=like_hta, comm_ops=comm_ops, bounded_memory=bounded_memory,
+                workers=workers, progress=progress, dask_scheduler=cluster))
         finally:
             progress.close()
     emit_outputs(outputs, report, quiet, report.warnings, by=by)

@@ -160,16 +160,19 @@ def reading_options(command):
     return command
 
 
-def reading_kwargs(kw: dict) -> dict:
-    """The analyze() keywords of :func:`reading_options` (and :data:`BOUNDED_MEMORY`, where a
-    command has it) popped from a command's ``kw`` (-q stays)."""
-    out = {"comm_kernels": kw.pop("comm_kernels"), "drop_last_step": kw.pop("drop_last_step"),
-           "require_launch": kw.pop("require_launch"), "allow_partial": kw.pop("allow_partial"),
-           "align_clocks": kw.pop("align_clocks"), "comms": not kw.pop("no_comms"),
-           "reference_bandwidth": kw.pop("reference_bandwidth")}
+def analyze_options(kw: dict, **fields):
+    """The :class:`~overlapprof.analysis.options.AnalyzeOptions` of :func:`reading_options` (and
+    :data:`BOUNDED_MEMORY`, where a command has it), popped from a command's ``kw`` (-q stays),
+    with a command's own ``fields``."""
+    from overlapprof.analysis.options import AnalyzeOptions
+
+    reading = {"comm_kernels": kw.pop("comm_kernels"), "drop_last_step": kw.pop("drop_last_step"),
+               "require_launch": kw.pop("require_launch"), "allow_partial": kw.pop("allow_partial"),
+               "align_clocks": kw.pop("align_clocks"), "comms": not kw.pop("no_comms"),
+               "reference_bandwidth": kw.pop("reference_bandwidth")}
     if "bounded_memory" in kw:
-        out["bounded_memory"] = kw.pop("bounded_memory")
-    return out
+        reading["bounded_memory"] = kw.pop("bounded_memory")
+    return AnalyzeOptions(**reading, **fields)
 
 
 def analysis_options(command):
@@ -181,7 +184,7 @@ def analysis_options(command):
                              "input's name). Give one per input.")(command)
 
 
-def load_comparison(paths, labels, quiet, **reading):
+def load_comparison(paths, labels, quiet, options):
     """The Comparison of the inputs (run directories, trace sets, saved reports or one saved
     comparison), the first as baseline; bad input raises (the one error path: exit 2)."""
     from overlapprof.compare import compare, load_reports
@@ -194,7 +197,7 @@ def load_comparison(paths, labels, quiet, **reading):
             note(f"analyzing {path} ({k + 1}/{n})", quiet)
 
     unwind_on_sigterm()
-    reports, saved_labels = load_reports(paths, progress=progress, **reading)
+    reports, saved_labels = load_reports(paths, options, progress=progress)
     return compare(reports, list(labels) or saved_labels)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import analysis_options, command, fail, load_comparison, reading_kwargs
+from overlapprof.cli.common import analysis_options, analyze_options, command, fail, load_comparison
 from overlapprof.cli.formats import emit_outputs, output_options, planned_outputs
 
 
@@ -33,5 +33,5 @@ def compare(paths, json_out, csv_out, labels, quiet, **kw):
     if len(paths) < 2 and not (Path(paths[0]).is_file() and is_saved_comparison(Path(paths[0]))):
         fail("give at least two runs to compare (the first is the baseline)")
     outputs = planned_outputs("comparison", json_out, csv_out, kw.pop("fmt"), kw.pop("output"))  # a refused path costs nothing
-    comparison = load_comparison(paths, labels, quiet, **reading_kwargs(kw))
+    comparison = load_comparison(paths, labels, quiet, analyze_options(kw))
     emit_outputs(outputs, comparison, quiet, comparison.warnings)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import (EXIT_CODES_PLAIN, ProgressBar, check_output, command, emit, fail, note, reading_kwargs,
-                                    reading_options)
+from overlapprof.cli.common import (EXIT_CODES_PLAIN, ProgressBar, analyze_options, check_output, command, emit, fail,
+                                    note, reading_options)
 
 
 def parse_window(text: str) -> tuple[float, float]:
@@ -65,7 +65,7 @@ def export(run, output, step, window, quiet, **kw):
 
     progress = ProgressBar("analyzing ranks", quiet)
     try:
-        report = analyze([run], lanes=True, progress=progress, **reading_kwargs(kw))
+        report = analyze([run], analyze_options(kw, lanes=True, progress=progress))
     finally:
         progress.close()
     progress = ProgressBar("reading their events", quiet)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import analysis_options, check_output, command, emit, fail, load_comparison, reading_kwargs
+from overlapprof.cli.common import analysis_options, analyze_options, check_output, command, emit, fail, load_comparison
 from overlapprof.cli.formats import ListedOption, RendererChoice
 
 _COUNTS = {2: "two", 3: "three"}
@@ -36,7 +36,7 @@ def plot(paths, output, chart, dpi, labels, quiet, **kw):
         fail(f"--chart {chart} needs at least {_COUNTS.get(renderer.min_inputs, renderer.min_inputs)} inputs")
     check_output(output, "plot")
     fmt = plots.format_of(output)
-    comparison = load_comparison(paths, labels, quiet, **reading_kwargs(kw))
+    comparison = load_comparison(paths, labels, quiet, analyze_options(kw))
     try:
         image = renderer(fmt=fmt, dpi=dpi).render(comparison)
     except InputError as exc:  # what the first input lacks for this chart

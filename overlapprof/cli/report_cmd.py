@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import analysis_options, check_output, command, emit, load_comparison, note, reading_kwargs
+from overlapprof.cli.common import analysis_options, analyze_options, check_output, command, emit, load_comparison, note
 
 DEFAULT_OUT = "report.html"
 
@@ -31,7 +31,7 @@ def report(paths, output, labels, quiet, **kw):
     named = output is not None
     dest = output if named else Path(DEFAULT_OUT)
     check_output(dest, "report", named)
-    comparison = load_comparison(paths, labels, quiet, **reading_kwargs(kw))
+    comparison = load_comparison(paths, labels, quiet, analyze_options(kw))
     for warning in comparison.warnings:
         note(f"warning: {warning}", quiet)
     note("drawing the plots", quiet)

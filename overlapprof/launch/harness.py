@@ -59,13 +59,14 @@ import torch.distributed as dist  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
 from overlapprof import workload as workload_api  # noqa: E402
-from overlapprof.launch import blame, recording, run_record, rundir  # noqa: E402
+from overlapprof.launch import recording  # noqa: E402
 from overlapprof.launch.logs import RANK_OK  # noqa: E402
 from overlapprof.launch.machine import LoadMeter  # noqa: E402
 from overlapprof.launch.rank_end import (INTERRUPTED_EXIT_CODE, PEER_GONE, TERMINATED_EXIT_CODE,  # noqa: E402
                                          TIMEOUT_EXIT_CODE, Stopped, Terminated, TimedOut, exit_code,
                                          stall_fields, write_elastic_error_file)
 from overlapprof.launch.watchdog import Watchdog, describe_traceback, first_line, main_thread_location  # noqa: E402
+from overlapprof.rundir import blame, directory, run_record  # noqa: E402
 
 # The process group's own timeout is this much longer than --timeout, so that the watchdog,
 # which can name the hung call, fires first (NCCL's watchdog would abort the process silently).
@@ -87,19 +88,19 @@ _PROGRESS_EVERY_S = 2.0  # progress/rankN.json: rarely enough to cost the steps 
 class Harness:
     def __init__(self, run_dir, node_rank):
         self.run_dir = run_dir
-        self.config = run_record.read_node(rundir.node_file(run_dir, node_rank)).config
+        self.config = run_record.read_node(directory.node_file(run_dir, node_rank)).config
         self.rank = int(os.environ["RANK"])
         self.local_rank = int(os.environ["LOCAL_RANK"])
         self.world_size = int(os.environ["WORLD_SIZE"])
         self.node_rank = int(os.environ.get("GROUP_RANK", node_rank))
-        self.fragment_path = rundir.rank_file(run_dir, self.rank)
+        self.fragment_path = directory.rank_file(run_dir, self.rank)
         self.times = {kind: [] for kind in ("warmup", "unprofiled", "profiler_wait",
                                             "profiler_warmup", "profiled")}
         self.profiled_steps = []
         self.traces = []
         self.ctx = None
         self.stopped = None  # a Stopped, once SIGINT or SIGTERM arrived
-        self.progress_path = rundir.progress_file(run_dir, self.rank)
+        self.progress_path = directory.progress_file(run_dir, self.rank)
         self.stall_sample = None  # (progress_at, where the main thread was) during a stall
         self.hung = False  # the watchdog fired: recorded as a timeout, the rank unwinds
         self.held = 0  # > 0 while a signal must not raise (the profiler changing state or saving)
@@ -118,7 +119,7 @@ class Harness:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         self._write(status="running", error=None, error_kind=None, where=None,
-                    started=time.time(), ended=None, host=rundir.host(), pid=os.getpid(),
+                    started=time.time(), ended=None, host=directory.host(), pid=os.getpid(),
                     node_rank=self.node_rank, local_rank=self.local_rank, device=str(device))
         watchdog = None
         try:
@@ -314,12 +315,12 @@ class Harness:
         os._exit(INTERRUPTED_EXIT_CODE if interrupted else TERMINATED_EXIT_CODE)
 
     def _report_progress(self, idle_s, ended=None):
-        """The heartbeat: a small file the launcher reads (see rundir.progress_file); during a
+        """The heartbeat: a small file the launcher reads (see directory.progress_file); during a
         stall, also where the main thread is stuck (for a stop that comes later)."""
         if idle_s >= 1.0:
             self.stall_sample = (self.ctx.progress_at, main_thread_location())
         with contextlib.suppress(OSError):  # the heartbeat is a nicety, never a failure
-            rundir.write_progress(self.progress_path, {
+            directory.write_progress(self.progress_path, {
                 "rank": self.rank, "updated": time.time(), "idle_s": round(idle_s, 1),
                 "traces": len(self.traces), "ended": ended, **self._where()})
 

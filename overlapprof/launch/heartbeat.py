@@ -1,7 +1,7 @@
 """The launcher's heartbeat: which step each rank is in, while the ranks run.
 
 Each rank's watchdog rewrites ``progress/rank{N}.json`` every 2 s (see
-``rundir.progress_file``); a thread of the launcher reads them and prints one line::
+``directory.progress_file``); a thread of the launcher reads them and prints one line::
 
     overlapprof: 12 s: ranks 0,2-3 ProfilerStep#4 (profiled) 'comm'; rank 1 ProfilerStep#4 (profiled) 'compute', no progress for 9 s
 
@@ -12,7 +12,7 @@ file or pipe a plain line is printed every ``plain_interval_s``. No torch here.
 import threading
 import time
 
-from overlapprof.launch import rundir
+from overlapprof.rundir import directory
 
 _STALL_NOTE_S = 3.0  # a rank this long without progress gets "no progress for N s"
 
@@ -94,7 +94,7 @@ class Heartbeat:
             records = {}
             for rank in self._ranks:
                 try:
-                    records[rank] = rundir.read_json(rundir.progress_file(self._run_dir, rank))
+                    records[rank] = directory.read_json(directory.progress_file(self._run_dir, rank))
                 except (OSError, ValueError):
                     continue  # not started yet, or being replaced
             if not records:

@@ -1,12 +1,14 @@
 """What the machine and its software are, as run.json records them: versions, the environment
 variables that change communication, the CPU cores ranks can use (and a note when CPU ranks
-outnumber them). Shared by ``overlapprof run``'s launcher and ``overlapprof.profile``."""
+outnumber them), and the device and backend the flags come to here. Shared by ``overlapprof run``'s
+launcher, its ``--link-rate`` check and ``overlapprof.profile``."""
 
 import contextlib
 import os
 import platform
 
 from overlapprof import __version__
+from overlapprof.errors import LaunchError
 
 _ENV_NAMES = ("CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
               "TORCH_DISTRIBUTED_DEBUG")
@@ -60,3 +62,27 @@ def oversubscription(nproc):
         return ""
     return (f"note: {nproc} ranks x {threads} thread(s) on {cores} CPU core(s): ranks time-share "
             "cores, so hidden communication cannot shorten steps much and step times are noisy")
+
+
+def resolve_device(device, backend, nproc):
+    """("cpu"|"cuda", "gloo"|"nccl") from the flags; raises LaunchError if impossible here."""
+    import torch
+    import torch.distributed as dist
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device == "auto":
+        device = "cuda" if gpus >= nproc else "cpu"
+    if device == "cuda" and gpus == 0:
+        raise LaunchError(f"--device cuda: no CUDA device is available (torch "
+                          f"{torch.__version__})")
+    if device == "cuda" and gpus < nproc:
+        raise LaunchError(f"--device cuda with --nproc {nproc}: only {gpus} GPU(s) here; each "
+                          "rank pins cuda:LOCAL_RANK")
+    if backend == "auto":
+        backend = "nccl" if device == "cuda" else "gloo"
+    if backend == "nccl" and device != "cuda":
+        raise LaunchError("--backend nccl needs --device cuda")
+    available = {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available()}
+    if not available[backend]:
+        raise LaunchError(f"--backend {backend}: not available in torch {torch.__version__}")
+    return device, backend

@@ -29,9 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from overlapprof.errors import LaunchError
-from overlapprof.launch import netns, run_record, rundir
-from overlapprof.launch.host import oversubscription, relevant_env, usable_cores, versions
+from overlapprof.launch import netns
+from overlapprof.launch.host import oversubscription, relevant_env, resolve_device, usable_cores, versions
 from overlapprof.launch.watchdog import first_line, main_thread_location
+from overlapprof.rundir import directory, run_record
 
 _SHUTDOWN_TIMEOUT_S = 10  # how long a rank may take to save its traces after SIGTERM
 _NODES_END_WAIT_S = 60  # how long a node waits for the other nodes' records when it is done
@@ -166,30 +167,6 @@ def load_workload(path, timeout_s):
         done.set()
 
 
-def resolve_device(device, backend, nproc):
-    """("cpu"|"cuda", "gloo"|"nccl") from the flags; raises LaunchError if impossible here."""
-    import torch
-    import torch.distributed as dist
-
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if device == "auto":
-        device = "cuda" if gpus >= nproc else "cpu"
-    if device == "cuda" and gpus == 0:
-        raise LaunchError(f"--device cuda: no CUDA device is available (torch "
-                          f"{torch.__version__})")
-    if device == "cuda" and gpus < nproc:
-        raise LaunchError(f"--device cuda with --nproc {nproc}: only {gpus} GPU(s) here; each "
-                          "rank pins cuda:LOCAL_RANK")
-    if backend == "auto":
-        backend = "nccl" if device == "cuda" else "gloo"
-    if backend == "nccl" and device != "cuda":
-        raise LaunchError("--backend nccl needs --device cuda")
-    available = {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available()}
-    if not available[backend]:
-        raise LaunchError(f"--backend {backend}: not available in torch {torch.__version__}")
-    return device, backend
-
-
 @contextlib.contextmanager
 def rank_environment(request):
     """The environment the ranks inherit, restored when the launch is over."""
@@ -210,8 +187,8 @@ def plan(request):
     """Resolve device and backend and choose the run directories, before anything starts.
     Returns ({variant: run_dir}, device, backend); raises LaunchError or RunDirError."""
     device, backend = resolve_device(request.device, request.backend, request.nproc)
-    dirs = rundir.plan_run_dirs(request.out, request.workload.name, request.variants,
-                                run_id=request.run_id or None, joinable=request.nnodes > 1)
+    dirs = directory.plan_run_dirs(request.out, request.workload.name, request.variants,
+                                   run_id=request.run_id or None, joinable=request.nnodes > 1)
     return dirs, device, backend
 
 
@@ -229,7 +206,7 @@ def run(request, log=None):
     results = []
     for number, (variant, run_dir) in enumerate(dirs.items(), 1):
         where = f"[{number}/{len(dirs)}] {request.workload.name}/{variant}"
-        link = f", link {netns.describe(request.link)}" if request.link else ""
+        link = f", link {run_record.describe_link(request.link)}" if request.link else ""
         log(f"{where}: {request.nnodes * request.nproc} ranks ({device}, {backend}{link}) -> "
             f"{run_dir}")
         result = launch_variant(request, variant, run_dir, device, backend)
@@ -247,11 +224,11 @@ def launch_variant(request, variant, run_dir, device, backend):
     local_ranks = list(range(first, first + request.nproc))
     with rank_environment(request):
         header = _header(request, variant, run_dir, device, backend)
-        rundir.open_run_dir(run_dir, header, request.node_rank, local_ranks)
-        node_path = rundir.node_file(run_dir, request.node_rank)
+        directory.open_run_dir(run_dir, header, request.node_rank, local_ranks)
+        node_path = directory.node_file(run_dir, request.node_rank)
         try:
             run_record.write_record(node_path, run_record.NodeRecord(
-                node_rank=request.node_rank, host=rundir.host(), pid=os.getpid(),
+                node_rank=request.node_rank, host=directory.host(), pid=os.getpid(),
                 command=[str(a) for a in request.command], started=started, status="running",
                 cpu_cores=usable_cores(), nproc=request.nproc, config=header))
             failures, error = _elastic_launch(request, variant, run_dir)
@@ -271,7 +248,7 @@ def _merge_when_nodes_end(run_dir, wait_s):
     elsewhere only this node's are, and the run is "incomplete" here."""
     deadline = time.monotonic() + wait_s
     while True:
-        run = rundir.merge(run_dir)
+        run = directory.merge(run_dir)
         if run.status != "running" or time.monotonic() > deadline:
             return run
         time.sleep(0.5)
@@ -337,7 +314,7 @@ def _elastic_launch(request, variant, run_dir):
             if not quiet else None)
     clear = beat.clear if beat else None
     try:
-        with elastic_logging_to(rundir.launcher_log(run_dir, request.node_rank)), \
+        with elastic_logging_to(directory.launcher_log(run_dir, request.node_rank)), \
                 contextlib.redirect_stdout(ConsoleLines(sys.stdout, clear, quiet)), \
                 contextlib.redirect_stderr(ConsoleLines(sys.stderr, clear, quiet)):
             elastic_launch(config, sys.executable)(*entrypoint_args)
@@ -357,7 +334,7 @@ def _finalize_rank(run_dir, rank, failure, node_error):
     """Give a rank that did not report an end (killed, never started) the launcher's verdict;
     after Ctrl-C, a rank that failed because of it (its peer stopped, or the launcher stopped
     it) was interrupted."""
-    path = rundir.rank_file(run_dir, rank)
+    path = directory.rank_file(run_dir, rank)
     fragment = run_record.read_rank_or_none(path)
     if fragment is None:  # never let the launcher fail on it: the rank gets the launcher's verdict
         fragment = run_record.RankRecord(rank=rank)

@@ -12,7 +12,7 @@ import re
 
 from torch.distributed.elastic.multiprocessing.api import LogsDest, LogsSpecs, Std
 
-from overlapprof.launch import rundir
+from overlapprof.rundir import directory
 
 
 class RunLogsSpecs(LogsSpecs):
@@ -28,7 +28,7 @@ class RunLogsSpecs(LogsSpecs):
         """Log files of each local rank, from the global ``RANK`` torchelastic gives it."""
         dest = LogsDest()
         for local_rank, env in envs.items():
-            stdout, stderr, error_file = map(str, rundir.log_paths(self._run_dir, int(env["RANK"])))
+            stdout, stderr, error_file = map(str, directory.log_paths(self._run_dir, int(env["RANK"])))
             dest.stdouts[local_rank] = dest.tee_stdouts[local_rank] = stdout
             dest.stderrs[local_rank] = dest.tee_stderrs[local_rank] = stderr
             dest.error_files[local_rank] = error_file

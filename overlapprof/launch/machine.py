@@ -3,15 +3,15 @@
 No torch here.
 
 **What is recorded** (``run.json``: ``ranks.<r>.machine_load`` of each node's local rank 0, a
-:class:`~overlapprof.launch.run_record.MachineLoad`): over the steps of each kind the comparison
+:class:`~overlapprof.rundir.run_record.MachineLoad`): over the steps of each kind the comparison
 uses (``unprofiled``, ``profiled``; the profiler cycles interleave them), the share of the
 machine's CPU time taken by processes outside this run, from ``/proc/stat`` (every CPU's busy
 time) less the CPU time of the launcher and all its descendants (the ranks), sampled between
 steps when the kind of step changes (only over at least :data:`MIN_TICKS` ticks of CPU time:
 steps that short are not judged); and the 1-minute load average at the start and at the end.
 
-How a comparison uses it: :class:`overlapprof.launch.run_record.MachineLoad` (the rule, and
-:func:`~overlapprof.launch.run_record.explains`).
+How a comparison uses it: :class:`overlapprof.rundir.run_record.MachineLoad` (the rule, and
+:func:`~overlapprof.rundir.run_record.explains`).
 """
 
 from __future__ import annotations

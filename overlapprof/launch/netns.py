@@ -28,8 +28,8 @@ workload") for the values measured and why these were chosen.
 
 Ctrl-C and exit codes go through the re-execution: the parent forwards SIGINT, SIGTERM and
 SIGHUP to the child's process group (the launcher and its ranks, as a terminal's Ctrl-C would)
-and exits with the child's exit code (128 + N when signal N killed it). No torch here (the
-analyzer imports ``describe``).
+and exits with the child's exit code (128 + N when signal N killed it). No torch here. The link's
+record in run.json, and its description in words, are :mod:`overlapprof.rundir.run_record`'s.
 """
 
 import json
@@ -40,6 +40,8 @@ import subprocess
 import sys
 
 from overlapprof.errors import LaunchError
+from overlapprof.launch.host import resolve_device
+from overlapprof.rundir.run_record import describe_link
 
 ENV = "OVERLAPPROF_LINK"  # set in the re-executed run: the link (JSON) it runs over
 LOOPBACK_MTU = 65536
@@ -232,7 +234,7 @@ def qdisc_here():
 
 def header_line(link, world_size):
     """The console line that names the link of a run."""
-    return (f"link: {describe(link)} (tbf on lo in a private network namespace, burst "
+    return (f"link: {describe_link(link)} (tbf on lo in a private network namespace, burst "
             f"{link['burst_bytes'] // 1024} KiB, queue {link['latency_ms']:g} ms); one medium "
             f"shared by all {world_size} ranks, not a port per rank; no added latency")
 
@@ -243,25 +245,12 @@ def plain_loopback_note():
             "2gbit) emulates a network link")
 
 
-def describe(link, world_size=None):
-    """``2 Gbit/s shared`` for a link record (run.json's ``link``); None for None."""
-    if not link:
-        return None
-    bits = link.get("bits_per_s") or 0
-    unit, scale = next(((u, s) for u, s in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6),
-                                             ("kbit/s", 1e3)) if bits >= s), ("bit/s", 1))
-    by = f" by {world_size} ranks" if world_size else ""
-    return f"{bits / scale:g} {unit} shared{by}"
-
-
 def prepare(request, rate, argv, burst_bytes=None, latency_ms=None):
     """The ``--link-rate`` hook of ``overlapprof run`` (``--link-burst``/``--link-latency``:
     tbf's burst and queue, see link_for): returns (link, exit code). Outside the
     namespace: checks everything (before any rank starts), re-executes ``overlapprof ARGV``
     inside it and returns (link, its exit code): the caller exits with that. Inside (the
     re-executed run): returns (link with its ``qdisc`` line, None), and the run goes on."""
-    from overlapprof.launch.launcher import resolve_device
-
     link = inside() or link_for(rate, burst_bytes, latency_ms)
     device, _ = resolve_device(request.device, request.backend, request.nproc)
     check_request(link, request.nnodes, device)

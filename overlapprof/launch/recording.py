@@ -4,12 +4,12 @@
 
 The loop, after ``warmup_steps`` unprofiled steps, is ``repeat`` cycles of ``unprofiled_steps``
 (profiler off: the baseline of its overhead) + ``wait`` + ``warmup`` + ``active`` steps (see
-:class:`overlapprof.launch.run_record.ProfilerConfig`).
+:class:`overlapprof.rundir.run_record.ProfilerConfig`).
 """
 
 import torch
 
-from overlapprof.launch import rundir
+from overlapprof.rundir import directory
 
 
 def schedule_kinds(unprofiled, wait, warmup, active, repeat):
@@ -54,6 +54,6 @@ def torch_profiler(config, cuda, on_trace_ready, skip_first=0, cuda_sync_events=
 def save_trace(prof, run_dir, rank, gzip):
     """Write the profiler's trace into the run directory under a name analyze recognises
     (``rank<N>.<time_ns>.pt.trace.json[.gz]``); returns the name."""
-    name = rundir.trace_file_name(rank, gzip=gzip)
+    name = directory.trace_file_name(rank, gzip=gzip)
     prof.export_chrome_trace(str(run_dir / name))
     return name

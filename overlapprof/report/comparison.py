@@ -55,7 +55,7 @@ Every factor (and ``comm_free_speedup``, ``overlap_bound_speedup``, ``step_vs_pr
 bootstrap interval of the factor over ``BOOTSTRAP`` resamples with seed ``SEED`` (how: the
 module docstring of :mod:`overlapprof.compare`).
 
-``not_trusted`` names the factors the machine's load explains (:class:`overlapprof.launch.run_record.MachineLoad`:
+``not_trusted`` names the factors the machine's load explains (:class:`overlapprof.rundir.run_record.MachineLoad`:
 the other processes' share of the CPU differed between the baseline's steps and the variant's
 by a load factor at least as large as the difference measured): shown as not trusted, with a
 rerun suggested, instead of a verdict.

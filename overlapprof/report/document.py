@@ -68,7 +68,10 @@ def load(cls, path: str | Path):
 
 
 class Options(msgspec.Struct, kw_only=True):
-    """The analysis options. Every option off = OVERLAP.md's whole-trace window."""
+    """The options a report was analyzed with, as it records them: only those that change the
+    numbers, checked and normalized (``AnalyzeOptions.recorded`` makes them from the options
+    ``analyze`` was asked, :class:`overlapprof.analysis.options.AnalyzeOptions`, which also say
+    how the work runs). Every option off = OVERLAP.md's whole-trace window."""
 
     comm_kernels: list[str] = []
     comm_backends: list[str] = []  # CPU mode: backends added to OVERLAP.md's `<backend>:<op>` list

@@ -11,9 +11,9 @@ communication records). :class:`ScanEvent`, with its args typed, is the reader's
 
 Gzip is detected from the magic bytes, not the file name, and inflated a bounded piece at a time
 (with ISA-L when the ``isal`` package is installed: ~3x faster than zlib). A UTF-8 byte-order
-mark before the JSON is skipped (:func:`without_bom`), and the trace-event format's "JSON Array
-Format" (a top-level array of events, its closing ``]`` optional) is read as the events of a
-trace with nothing else (:func:`is_array_layout`). A trace is data:
+mark before the JSON is skipped, and the trace-event format's "JSON Array Format" (a top-level
+array of events, its closing ``]`` optional) is read as the events of a trace with nothing else
+(both :mod:`overlapprof.trace.kineto`'s layouts). A trace is data:
 nothing in it is executed or unpickled. Every failure becomes a
 :class:`~overlapprof.errors.TraceError` whose message names the file and the problem in one line
 (``bad.json: event 12: 'ts' is not a number``).
@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Union
 import msgspec
 
 from overlapprof.errors import TraceError
+from overlapprof.trace.kineto import is_array_layout, without_bom
 
 try:  # ISA-L's inflate: same format, faster; optional
     from isal.igzip_lib import DECOMP_GZIP, IgzipDecompressor
@@ -174,21 +175,6 @@ CHUNK = 20_000  # events decoded at a time: bounds the Python objects alive at o
 _AT = re.compile(r" - at `\$\.?(.*)`$")
 _EVENT_FIELD = re.compile(r"^traceEvents\[(\d+)\]\.?(.*)$")
 _EXPECTED = re.compile(r"Expected `([^`]*)`, got `([^`]*)`")
-
-
-BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark: Windows tools write it; JSON decoders refuse it
-
-
-def without_bom(data):
-    """``data`` (bytes-like) without a leading UTF-8 byte-order mark (a view, not a copy)."""
-    return memoryview(data)[len(BOM):] if data[: len(BOM)] == BOM else data
-
-
-def is_array_layout(data) -> bool:
-    """Does the text start (after a BOM and whitespace) with ``[``: the Chrome trace-event format's
-    "JSON Array Format", the events alone, as torch's autograd profiler wrote them before
-    Kineto (2020)?"""
-    return bytes(without_bom(data[:4096])).lstrip()[:1] == b"["
 
 
 def read_bytes(path: str | Path) -> bytes:

@@ -2,7 +2,7 @@
 
 - A **run directory** of ``overlapprof run`` has a ``run.json`` whose ``"traces"`` maps each rank
   to its trace files (``{"0": ["rank0.<ns>.pt.trace.json", ...]}``, relative to the directory;
-  see ``overlapprof/launch/run_record.py``). With ``--repeat`` a rank has several files, one per
+  see ``overlapprof/rundir/run_record.py``). With ``--repeat`` a rank has several files, one per
   profiler cycle: they are one rank, analyzed together. While run.json lists none (a run cut
   short), the directory's ``rank<N>.*.pt.trace.json[.gz]`` files are grouped by rank instead.
 - A **folder** is searched recursively (hidden entries skipped). A subfolder holding a
@@ -41,16 +41,14 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from overlapprof.errors import InputError
-from overlapprof.trace.decode import BOM
+from overlapprof.trace.kineto import BOM, TRACE_EVENTS, WORKER_NAME
 
 if TYPE_CHECKING:  # imported where a run directory is read: traces given alone do not need it
-    from overlapprof.launch import run_record
+    from overlapprof.rundir import run_record
 
-RUN_FILE = "run.json"  # rundir.RUN_FILE
+RUN_FILE = "run.json"  # rundir.directory.RUN_FILE
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)(?!\d)", re.IGNORECASE)
 _SUFFIXES = (".json", ".json.gz")
-# tb_plugin / tensorboard_trace_handler names: <worker>.<span: digits>.pt.trace.json[.gz]
-_WORKER_NAME = re.compile(r"^(.+)\.(\d+)\.pt\.trace\.json(?:\.gz)?$")
 _ET_SNIFF = 1 << 16
 
 
@@ -114,7 +112,7 @@ def is_trace_file(path: Path, sniff: int = 1 << 20) -> bool:
     head = _head(path, sniff)
     if head is None:
         return False
-    return head[:2] == b"\x1f\x8b" or b'"traceEvents"' in head
+    return head[:2] == b"\x1f\x8b" or TRACE_EVENTS in head
 
 
 def is_saved_report(path: Path) -> bool:
@@ -156,7 +154,7 @@ def is_execution_trace(path: Path, sniff: int = _ET_SNIFF) -> bool:
     if head is None:
         return False
     return (head.lstrip()[:1] == b"{" and b'"schema"' in head and b'"nodes"' in head
-            and b'"traceEvents"' not in head and not is_saved_report(Path(path)))
+            and TRACE_EVENTS not in head and not is_saved_report(Path(path)))
 
 
 def _one_process_each(groups: list[TraceGroup], base: Path | None) -> None:
@@ -164,7 +162,7 @@ def _one_process_each(groups: list[TraceGroup], base: Path | None) -> None:
     worker name that repeats: one process recorded twice (profiler cycles), not two ranks."""
     by_worker: dict[str, list[Path]] = {}
     for g in groups:
-        if g.run_rank is None and len(g.files) == 1 and (m := _WORKER_NAME.match(g.files[0].name)):
+        if g.run_rank is None and len(g.files) == 1 and (m := WORKER_NAME.match(g.files[0].name)):
             by_worker.setdefault(m.group(1), []).append(g.files[0])
     twice = {w: fs for w, fs in by_worker.items() if len(fs) > 1}
     if not twice:
@@ -181,7 +179,7 @@ def _one_process_each(groups: list[TraceGroup], base: Path | None) -> None:
 
 
 def _read_run(run_dir: Path) -> run_record.RunRecord:
-    from overlapprof.launch.run_record import decode_run
+    from overlapprof.rundir.run_record import decode_run
 
     path = run_dir / RUN_FILE
     try:
@@ -269,7 +267,7 @@ def _one_job(runs: list[tuple[Path, run_record.RunRecord]], base: Path | None = 
 def _merged_run(runs: list[tuple[Path, run_record.RunRecord]]) -> run_record.RunRecord:
     """run.json of one run; for the node parts of a multi-node run, theirs with the per-node and
     per-rank records (nodes, ranks, traces) merged and the missing ranks recomputed."""
-    from overlapprof.launch.run_record import missing_ranks
+    from overlapprof.rundir.run_record import missing_ranks
 
     run = runs[0][1]
     if len(runs) > 1:
@@ -334,7 +332,7 @@ def discover(paths) -> Inputs:
         raise InputError("no trace files given")
     _one_process_each(inputs.groups, None)
     if runs:
-        from overlapprof.launch.blame import status_note
+        from overlapprof.rundir.blame import status_note
 
         inputs.run = _merged_run(runs)
         if note := status_note(inputs.run):

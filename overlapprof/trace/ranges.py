@@ -28,7 +28,8 @@ from pathlib import Path
 
 from overlapprof.trace import decode as D
 from overlapprof.trace import reader as R
-from overlapprof.trace.reader import EVENT_START, FirstEvent, LayoutError, split_array
+from overlapprof.trace.kineto import EVENT_START
+from overlapprof.trace.reader import FirstEvent, LayoutError, split_array
 
 PIECE_BYTES = 1 << 22  # text per decoded piece: bounds a reader's buffer and the objects it decodes into
 _PROBE_STEP = 1 << 16
@@ -81,7 +82,7 @@ def text_stream(path, start: int = 0, kept: Kept | None = None, step: int | None
         if not gz:
             f.seek(start)
             pos = start
-            while piece := f.read(step or R._READ):
+            while piece := f.read(step or R.READ_BYTES):
                 yield pos, piece
                 pos += len(piece)
             return

@@ -25,10 +25,9 @@ from pathlib import Path
 import msgspec
 
 from overlapprof.trace import decode as D
+from overlapprof.trace.kineto import EVENT_START, TRACE_EVENTS, is_array_layout, without_bom
 
-EVENT_START = b"\n  {"
-_KEY = b'"traceEvents"'
-_READ = 1 << 22  # bytes read (or inflated) per step
+READ_BYTES = 1 << 22  # bytes read (or inflated) per step
 _CHUNK_BYTES = 1 << 22  # text decoded at a time when streaming
 _HEADER_MAX = 1 << 26  # text allowed before the first event
 
@@ -84,7 +83,7 @@ class TraceReader:
             head = f.read(2)
             f.seek(0)
             if head != b"\x1f\x8b":
-                while piece := f.read(_READ):
+                while piece := f.read(READ_BYTES):
                     yield piece
                 return
             yield from D.inflate(iter(lambda: f.read(D.GZIP_PIECE), b""), path)
@@ -117,7 +116,7 @@ class TraceReader:
         if header is None:
             raise LayoutError
         try:  # the document without its middle: the top level and the last events
-            top = D.DECODER.decode(D.without_bom(header + bytes(buf)))
+            top = D.DECODER.decode(without_bom(header + bytes(buf)))
         except (msgspec.ValidationError, msgspec.DecodeError):
             raise LayoutError from None
         raws, top.traceEvents = top.traceEvents or [], None
@@ -168,15 +167,15 @@ class FirstEvent:
 
     def find(self, buf: bytearray) -> int | None:
         if self.key < 0:
-            if self.searched == 0 and D.is_array_layout(buf):
+            if self.searched == 0 and is_array_layout(buf):
                 raise LayoutError  # the JSON Array Format: the events alone, no "traceEvents"
-            self.key = buf.find(_KEY, max(0, self.searched - len(_KEY) + 1))
+            self.key = buf.find(TRACE_EVENTS, max(0, self.searched - len(TRACE_EVENTS) + 1))
             self.searched = len(buf)
             if self.key < 0:
                 if len(buf) > _HEADER_MAX:
                     raise LayoutError
                 return None
-        i, n = self.key + len(_KEY), len(buf)
+        i, n = self.key + len(TRACE_EVENTS), len(buf)
         for expected in b":[":  # "traceEvents": [
             while i < n and buf[i] in b" \t\r\n":
                 i += 1

@@ -18,6 +18,7 @@ from overlapprof.analysis.columns import distinct_rows
 from overlapprof.analysis.records.operations import DEFAULT_GROUP, CommOperations, rank_operations
 from overlapprof.analysis.records.table import CommTable
 from overlapprof.trace.decode import TraceFile
+from overlapprof.trace.kineto import base_us
 
 
 @dataclass
@@ -93,4 +94,4 @@ def crossrank_input(traces: list[TraceFile], base_ns: int | None) -> CrossRankIn
             except (msgspec.DecodeError, msgspec.ValidationError):
                 groups = []
             pg_ranks.update({str(g.pg_name): g.ranks for g in groups})
-    return CrossRankInput(rank=-1, host=host, base_us=base_ns / 1000 if base_ns else 0.0, pg_ranks=pg_ranks)
+    return CrossRankInput(rank=-1, host=host, base_us=base_us(base_ns), pg_ranks=pg_ranks)

@@ -11,24 +11,25 @@ events. Otherwise in **CPU mode**: communication is the ``c10d::*`` calls and th
 ``user_annotation`` spans named ``<backend>:<op>`` for the backends :data:`COMM_BACKENDS` plus
 the user's (``gloo:all_reduce``, ``nccl:recv 0<-1``; ``fwd:attn`` is not); compute the ``cpu_op``
 spans except communication calls, ``ProfilerStep#N`` step markers, and cpu_ops inside a
-communication call. Device activity of any other category (MTIA's ``mtia_ccp_events``, a bare
-``privateuse1``, IBM Spyre's ``aiu*``, Kineto's ``cuda_profiler_range``) is not classified: an
-event of a category this module does not know (:data:`UNKNOWN`) is such activity when it runs in
-a process that holds no host event (cpu_op, annotation, runtime call): a device's (the scan
-decides, and the report warns). Known categories that are not device work are
-:data:`NOT_DEVICE_WORK`.
+communication call. Device activity of any other category is not classified: an event of a
+category Kineto's quirks do not know (``UNKNOWN``) is such activity when it runs in a process
+that holds no host event (cpu_op, annotation, runtime call): a device's (the scan decides, and
+the report warns).
 
-Only complete events (``"ph": "X"``) have a duration and count. Category names of old Kineto
-versions (``Kernel``, ``Memcpy``, ``Memset``, ``Runtime``, ``Operator``) are read as today's, and
-so are the events of torch's autograd profiler before Kineto (the JSON Array Format, 2020), which
-have no category: their process is named ``CPU functions`` or ``CUDA functions``
-(:data:`LEGACY_PROCESSES`).
+Only complete events (``"ph": "X"``) have a duration and count. What the categories are called
+(old Kineto versions' names, vendors' runtimes, torch's profiler before Kineto) and which are
+device work is :mod:`overlapprof.trace.kineto`'s; its codes are re-exported here, where the
+rank's pipeline reads them (``classify.KERNEL``).
 """
 
 from __future__ import annotations
 
 import functools
 import re
+
+from overlapprof.trace.kineto import (  # noqa: F401 (re-exported: the codes the classification reads)
+    ANNOTATION, CATEGORIES, CATEGORY_CODES, CPU_OP, GPU_CATEGORIES, KERNEL, LEGACY_PROCESSES, MEMCPY, MEMSET,
+    NOT_DEVICE_WORK, OTHER, RUNTIME, STREAM_WAIT, SYNC, UNKNOWN, category_code)
 
 KINDS = (
     "all_reduce",
@@ -41,33 +42,6 @@ KINDS = (
     "barrier",
     "other",
 )
-
-# Category codes (small ints so the classification is a numpy array). UNKNOWN: a category this
-# module does not know (or none): device work left out when it runs in a device's process.
-OTHER, KERNEL, MEMCPY, MEMSET, RUNTIME, CPU_OP, ANNOTATION, UNKNOWN, SYNC = range(9)
-CATEGORIES = 9  # how many codes
-STREAM_WAIT = "Stream Wait Event"  # a cuda_sync event: a stream waits for another stream's event
-# Kineto's categories that are not device work, though some sit on a device's lanes: the GPU's
-# copy of the user's annotations, its synchronization records, the trace's span markers, and the
-# host's Python frames (many: known here so that the scan never looks at their processes).
-NOT_DEVICE_WORK = frozenset({"gpu_user_annotation", "cuda_sync", "Trace", "python_function"})
-LEGACY_PROCESSES = {"CPU functions": CPU_OP, "CUDA functions": KERNEL}
-GPU_CATEGORIES = (KERNEL, MEMCPY, MEMSET)
-CATEGORY_CODES = {
-    "kernel": KERNEL,
-    "Kernel": KERNEL,
-    "gpu_memcpy": MEMCPY,
-    "Memcpy": MEMCPY,
-    "gpu_memset": MEMSET,
-    "Memset": MEMSET,
-    "cuda_runtime": RUNTIME,
-    "cuda_driver": RUNTIME,
-    "Runtime": RUNTIME,
-    "cpu_op": CPU_OP,
-    "Operator": CPU_OP,
-    "user_annotation": ANNOTATION,
-    "cuda_sync": SYNC,
-}
 
 COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
 COMM_ANNOTATION = re.compile(r"^[A-Za-z0-9_]+:[A-Za-z0-9_]+(?:\s.*)?$", re.DOTALL)  # any `a:b` (records)
@@ -87,16 +61,6 @@ _KIND_PATTERNS = (
     ("reduce", ("reduce",)),
 )
 _NOT_ALNUM = re.compile(r"[^a-z0-9]")
-
-
-def category_code(cat: str) -> int:
-    """The category code of an event's ``cat`` (runtime covers ``*_runtime`` of any vendor)."""
-    code = CATEGORY_CODES.get(cat)
-    if code is not None:
-        return code
-    if cat.endswith("_runtime") or cat.endswith("_driver"):
-        return RUNTIME
-    return OTHER if cat in NOT_DEVICE_WORK else UNKNOWN
 
 
 @functools.lru_cache(maxsize=1 << 16)  # names recur: per property, per rank

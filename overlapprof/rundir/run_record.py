@@ -3,15 +3,15 @@ written atomically. No torch here: the analyzer reads them.
 
 ``run.json`` (schema_version 1) is one typed record, :class:`RunRecord` (its fields documented
 there; :class:`RankRecord` and :class:`NodeRecord` are the fragments, :class:`ProfilerConfig`
-the profiler settings the launcher hands the harness). ``rundir.load_run`` is its one reader
-and ``rundir.merge`` (through :func:`write_record`) its one writer; fields added since a run
+the profiler settings the launcher hands the harness). ``directory.load_run`` is its one reader
+and ``directory.merge`` (through :func:`write_record`) its one writer; fields added since a run
 directory was written take their defaults, so old run directories still load. It is written atomically (temp
 file + ``os.replace``) when the run starts and again, merged from the fragments, when a launcher
 ends. Its parts: the run's config (workload, variant, options, world size, nodes, backend,
 device, ``--timeout``, the ``--link-rate`` link, the profiler settings, versions, environment),
 then ``status``, ``created``, ``nodes`` and ``ranks`` (the fragments, by number), ``traces``
 (each rank's trace files), ``missing_ranks`` and ``failure`` (the root cause and its
-consequences, from ``overlapprof.launch.blame``).
+consequences, from ``overlapprof.rundir.blame``).
 
 Step times are host wall times in milliseconds around one call of the workload's step (on CUDA
 after ``torch.cuda.synchronize()``). "warmup" steps run first, unprofiled (NCCL builds its
@@ -95,7 +95,8 @@ class RunConfig(msgspec.Struct, kw_only=True):
     timeout_s: float | None = None
     """``--timeout``: the longest a rank may make no progress."""
     link: dict[str, Any] | None = None
-    """The ``--link-rate`` link (overlapprof.launch.netns), null for plain loopback."""
+    """The ``--link-rate`` link (overlapprof.launch.netns; :func:`describe_link` in words), null for
+    plain loopback."""
     profiler: ProfilerConfig = msgspec.field(default_factory=ProfilerConfig)
     versions: dict[str, str | None] = {}
     """python, torch, overlapprof, cuda, nccl, gloo (null: absent)."""
@@ -207,7 +208,7 @@ class NodeRecord(msgspec.Struct, kw_only=True):
 
 
 class Failure(msgspec.Struct, kw_only=True):
-    """The root cause of a failed run (overlapprof.launch.blame.root_cause)."""
+    """The root cause of a failed run (overlapprof.rundir.blame.root_cause)."""
 
     rank: int
     error: str | None = None
@@ -340,3 +341,14 @@ def described(other_a: float, other_b: float, a: str, b: str, measured: float) -
     return (f"other processes took {other_a:.0%} of the machine's CPU during {a} and {other_b:.0%} during {b} "
             f"(load factor {factor:.2f}x, which alone can change steps by up to {factor ** EXPONENT:.2f}x: "
             f"enough to explain the {measured:.2f}x measured)")
+
+
+def describe_link(link, world_size=None):
+    """``2 Gbit/s shared`` for a link record (run.json's ``link``); None for None."""
+    if not link:
+        return None
+    bits = link.get("bits_per_s") or 0
+    unit, scale = next(((u, s) for u, s in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6),
+                                             ("kbit/s", 1e3)) if bits >= s), ("bit/s", 1))
+    by = f" by {world_size} ranks" if world_size else ""
+    return f"{bits / scale:g} {unit} shared{by}"

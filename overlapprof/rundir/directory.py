@@ -13,7 +13,7 @@ Layout of one run directory (one per variant; the directory is a TensorBoard log
         ranks/rank{N}.json                    what rank N wrote about itself (its fragment)
         nodes/node{K}.json                    what the launcher of node K wrote (config, command)
 
-``run.json`` is one typed record (:mod:`overlapprof.launch.run_record`): ``load_run`` is its one
+``run.json`` is one typed record (:mod:`overlapprof.rundir.run_record`): ``load_run`` is its one
 reader and ``merge`` its one writer.
 
 Joining: on a single node a run directory is created with ``mkdir`` and never reused. With
@@ -31,8 +31,8 @@ from pathlib import Path
 import msgspec
 
 from overlapprof.errors import RunDirError
-from overlapprof.launch import blame
-from overlapprof.launch.run_record import (SCHEMA_VERSION, Failure, NodeRecord, RankRecord, RunRecord,
+from overlapprof.rundir import blame
+from overlapprof.rundir.run_record import (SCHEMA_VERSION, Failure, NodeRecord, RankRecord, RunRecord,
                                           decode_run, missing_ranks, write_record)
 
 RUN_FILE = "run.json"

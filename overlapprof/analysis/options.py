@@ -1,0 +1,124 @@
+"""What an analysis is asked to do: :class:`AnalyzeOptions`, the one definition of
+``overlapprof.analyze``'s keywords.
+
+Two records of options, two things: an ``AnalyzeOptions`` is the *request* (as a caller or the
+command line gives it: rates as text, how the work runs, a progress callback), and
+:class:`~overlapprof.report.Options` is what the report *records* of it (:meth:`AnalyzeOptions.recorded`:
+checked, normalized, only what changes the numbers, saved with the report).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from overlapprof.errors import InputError
+from overlapprof.report import Options
+
+if TYPE_CHECKING:
+    from overlapprof.analysis.executors import DaskScheduler
+
+
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    """The options of one analysis; every one off (the defaults) = OVERLAP.md's whole-trace
+    window. ``overlapprof.analyze(paths, **fields)`` takes these fields as keywords."""
+
+    comm_kernels: Sequence[str] | str = ()
+    """Extra regular expressions (searched, any case) naming communication kernels
+    (``--comm-kernel``); default none."""
+    comm_backends: Sequence[str] | str = ()
+    """CPU mode: backend names whose ``<backend>:<op>`` annotations are communication besides
+    OVERLAP.md's (gloo, nccl, mpi, ucc, xccl, hccl) (``--comm-backend``); default none."""
+    allow_partial: bool = False
+    """A rank whose trace is bad becomes a warning instead of an error (``--allow-partial``);
+    default off."""
+    drop_last_step: bool = False
+    """HolisticTraceAnalysis's filter: events of each rank's last ProfilerStep are left out
+    (``--drop-last-step``; listed in ``Report.filters``); default off."""
+    require_launch: bool = False
+    """HolisticTraceAnalysis's filter: GPU events whose launching runtime call is not in the trace
+    are left out (``--require-launch``; listed in ``Report.filters``); default off."""
+    like_hta: bool = False
+    """Both filters, and each rank's ``metrics`` as HolisticTraceAnalysis 0.5.0's
+    ``get_comm_comp_overlap`` computes them (``--like-hta``; steps and kinds keep the two
+    filters); default off."""
+    comm_ops: bool = False
+    """Keep one :class:`~overlapprof.report.CommRecord` per communication kernel or annotation in
+    each RankReport's ``comm_records`` (``--comm-ops``; recorded as ``Options.comm_records``);
+    default off."""
+    comms: bool = True
+    """Match communication across ranks into ``Report.crossrank``: wait vs transfer, stragglers,
+    bandwidth, warm-up (off: ``--no-comms``; recorded as ``Options.crossrank``); default on."""
+    align_clocks: bool = False
+    """Align the clocks of different hosts (of every rank, when traces name no host) on their
+    matched collectives first (``--align-clocks``); default off."""
+    lanes: bool = False
+    """Give each rank its :class:`~overlapprof.report.Lanes`: every step's unions on the common
+    clock, for ``overlapprof export``; default off."""
+    bounded_memory: bool | None = None
+    """True: measure each rank with its events on disk (``--bounded-memory``: the same report, in
+    memory that grows with the operations, not the events); None (default): only when the
+    traces would not fit in the memory available, with a warning; False: never (``--in-memory``)."""
+    reference_bandwidth: str | float | None = None
+    """The bus bandwidth a rank's transfer should reach: a rate as text (``"25GB/s"``,
+    ``"2gbit"``) or bytes/s; transfer time beyond it is slow transfer (``--reference-bandwidth``).
+    Default None: the shared link of a ``--link-rate`` run."""
+    workers: int | None = None
+    """Processes for ranks, or for the pieces of one large file (``--workers``); 1: everything in
+    this process. Default None: one per CPU. The report is the same with any number."""
+    progress: Callable[[int, int, str], object] | None = None
+    """Called as ``progress(done, total, path)`` as ranks finish; default None."""
+    dask_scheduler: DaskScheduler | str | None = None
+    """Analyze the ranks on this Dask cluster instead: a DaskScheduler, or its address
+    ``tcp://HOST:PORT`` (``--dask-scheduler``; ``workers`` unused), its workers reading the traces
+    at their paths (a filesystem they share); default None."""
+
+    def recorded(self, bounded_memory: bool | None = None) -> Options:
+        """The report's record of these options, checked (InputError, one line, on a bad pattern,
+        backend or rate) and normalized (lists; the filters ``like_hta`` implies; bytes/s).
+        ``bounded_memory``: what was decided for None (default: ``self.bounded_memory``)."""
+        bounded = bool(self.bounded_memory if bounded_memory is None else bounded_memory)
+        patterns = [self.comm_kernels] if isinstance(self.comm_kernels, str) else list(self.comm_kernels or ())
+        for p in patterns:
+            try:
+                re.compile(p)
+            except re.error as exc:
+                raise InputError(f"comm kernel pattern {p!r} is not a valid regular expression ({exc})") from None
+        if bounded:
+            for on, what, why in ((self.like_hta, "--like-hta", "it computes HTA's way, from every event in memory"),
+                                  (self.lanes, "export's lanes", "they are every step's unions")):
+                if on:
+                    raise InputError(f"--bounded-memory cannot be used with {what}: {why}")
+        reference = _bytes_per_s(self.reference_bandwidth)
+        backends = [self.comm_backends] if isinstance(self.comm_backends, str) else list(self.comm_backends or ())
+        for b in backends:
+            if not re.fullmatch(r"[A-Za-z0-9_]+", b):
+                raise InputError(f"comm backend {b!r} is not a backend name (letters, digits and '_')")
+        return Options(
+            comm_kernels=patterns,
+            comm_backends=backends,
+            drop_last_step=self.drop_last_step or self.like_hta,
+            require_launch=self.require_launch or self.like_hta,
+            like_hta=self.like_hta,
+            allow_partial=self.allow_partial,
+            comm_records=self.comm_ops,
+            crossrank=self.comms,
+            align_clocks=self.align_clocks,
+            lanes=self.lanes,
+            bounded_memory=bounded,
+            reference_bandwidth=reference,
+        )
+
+
+def _bytes_per_s(rate: str | float | None) -> float | None:
+    if rate is None:
+        return None
+    from overlapprof.units import HELP, bits_per_s
+
+    bits = bits_per_s(rate) if isinstance(rate, str) else float(rate) * 8
+    if bits is None or bits <= 0:
+        raise InputError(f"--reference-bandwidth {rate!r}: not a rate; use {HELP}")
+    return bits / 8
