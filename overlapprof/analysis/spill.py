@@ -11,11 +11,18 @@ in a process's resident memory), into arrays that are let go of once used.
 from __future__ import annotations
 
 import os
+import tempfile
 
 import numpy as np
 
 # Each open file's write buffer (bytes): a few dozen files are open at once.
 WRITE_BUFFER = 1 << 16
+
+
+def new_folder() -> str:
+    """A new private folder (``overlapprof-*``) in ``$TMPDIR`` as it is set now (``tempfile``
+    reads it once per process), or the system's temporary folder; the caller removes it."""
+    return tempfile.mkdtemp(prefix="overlapprof-", dir=os.environ.get("TMPDIR") or None)
 
 
 class SpillFailed(Exception):

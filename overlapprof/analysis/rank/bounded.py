@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from overlapprof.analysis.columns import Index
-from overlapprof.analysis.forks import make_folder
 from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.rank.events import (EventSet, Steps, _extract, _inside, filtered, last_step_dropped,
                                               merged_counts)
@@ -37,7 +36,7 @@ from overlapprof.analysis.rank.metrics import TIMELINE_CAP, _metrics, _pairs, as
 from overlapprof.analysis.rank.scan import _Scan
 from overlapprof.analysis.rank import spilled
 from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, read_spilled
-from overlapprof.analysis.spill import Sample, SpillFailed
+from overlapprof.analysis.spill import Sample, SpillFailed, new_folder
 from overlapprof.analysis.intervals import Intervals
 from overlapprof.analysis.records.table import CommTable
 from overlapprof.analysis.sweep import Sweep
@@ -177,7 +176,7 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, workers: i
     ``workers``: processes that read a large file (the result is the same with any number)."""
     folder = None
     try:
-        folder = make_folder()
+        folder = new_folder()
         for k in range(len(files)):
             os.mkdir(os.path.join(folder, f"file{k}"))
         os.mkdir(os.path.join(folder, "sweep"))

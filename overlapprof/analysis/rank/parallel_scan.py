@@ -20,8 +20,8 @@ How the text reaches the workers:
 
 In both, this process reads pieces too. Ranges (plain JSON, gzip ``skip``) are handed out
 from both ends (:class:`_Schedule`): the pool's processes take them from the front, one at a
-time, and this process from the back. The pool is forked from this process
-(:class:`~overlapprof.analysis.forks.ForkPool`); a pool process's part comes back through a
+time, and this process from the back. The pool is the stdlib's process pool, forked from this
+process; a pool process's part comes back through a
 file of a private temporary folder (:func:`~overlapprof.analysis.rank.parts.pool_read`), and only the file's name through the
 pool's pipe, so the process never waits for this one to read it. ``feed`` pieces go to the
 pool as they are inflated and this process reads the newest one not started (:func:`_drain`).
@@ -48,6 +48,7 @@ from overlapprof.analysis.rank import parts
 from overlapprof.analysis.rank.parts import Job, Merge, Part, pool_read, read_part, read_tail, share_claims, unspool
 from overlapprof.analysis.rank.scan import rows_hint
 from overlapprof.analysis.records.recorder import CommRecorder
+from overlapprof.analysis.spill import new_folder
 from overlapprof.errors import OverlapprofError
 from overlapprof.trace import ranges as TR
 from overlapprof.trace.reader import LayoutError
@@ -235,7 +236,7 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: 
     reads it in this process).
 
     ``pool``: where the ``workers - 1`` other processes come from: None, forked here
-    (:class:`~overlapprof.analysis.forks.ForkPool`); else a callable that makes a pool of them
+    (``concurrent.futures.ProcessPoolExecutor``); else a callable that makes a pool of them
     (``pool(processes)``: a context manager with ``submit(fn, *args)``, whose tasks have
     ``done()`` and ``result()``, and ``shutdown()``), such as
     :class:`~overlapprof.analysis.executors.DaskRanges`, whose processes may be on other
@@ -261,7 +262,10 @@ def _read(path, names, recorder, workers, mode, pool, sink, keep):
         return None
     if keep is not None and pool is not None:
         return None  # a keep is inherited by forked processes, not sent
-    from overlapprof.analysis.forks import ForkPool, PoolBroken, make_folder, remove_folder  # a small file needs no pool
+    import multiprocessing  # a small file needs no pool
+    import shutil
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     base = Job(str(path), recorder is not None, recorder.comm_re if recorder else None,
                 recorder.own if recorder else False, header=probe.header, keep=keep is not None)
@@ -270,14 +274,16 @@ def _read(path, names, recorder, workers, mode, pool, sink, keep):
     tail, claims, top, last, spool = None, None, None, None, None
     try:  # the folder is made inside: a SIGTERM right after it still removes it (finally)
         if pool is None:
-            spool = make_folder()
+            spool = new_folder()
             base.spool = spool
             for job in jobs or ():
                 job.spool = spool
         make_pool = pool
         if make_pool is None:
             claims = Claims(spool, len(jobs)) if jobs is not None else None
-            make_pool = partial(ForkPool, initializer=share_claims, initargs=(claims,))
+            # forked: the processes inherit the claims' mapping and KEEP, which are never sent
+            make_pool = partial(ProcessPoolExecutor, mp_context=multiprocessing.get_context("fork"),
+                                initializer=share_claims, initargs=(claims,))
         with make_pool(workers - 1) as pool:
             for part in _parts(probe, pool, workers, base, jobs, claims, spill_own=sink is not None):
                 if part.failed:
@@ -287,7 +293,7 @@ def _read(path, names, recorder, workers, mode, pool, sink, keep):
                 if part.top is not None:
                     top, last = part.top, part.last
                 merged.add(part)
-    except (PoolBroken, OSError, OverlapprofError):  # a worker died, none could start, a damaged gzip
+    except (BrokenProcessPool, OSError, OverlapprofError):  # a worker died, none could start, a damaged gzip
         return None
     except MemoryError:
         raise
@@ -297,7 +303,7 @@ def _read(path, names, recorder, workers, mode, pool, sink, keep):
         if claims is not None:
             claims.close()
         if spool is not None:
-            remove_folder(spool)
+            shutil.rmtree(spool, ignore_errors=True)
     if top is None:
         if tail is None or (read := read_tail(base, probe.header, tail)) is None:
             return None
