@@ -33,8 +33,9 @@ from analyze_bench import _RUSAGE, measure_once, trace_files  # noqa: E402
 import gen_traces  # noqa: E402
 
 CHILD = (
-    "import json, os, sys, time\nRES = {}\nimport overlapprof, overlapprof.analysis.analyzer\n"
-    "tree = os.path.realpath(os.environ['PYTHONPATH'])\n"
+    "import json, os, sys, time\nRES = {}\ntree = os.path.realpath(os.environ['PYTHONPATH'])\n"
+    "sys.path.insert(0, tree)  # before the working folder, which python -c puts first\n"
+    "import overlapprof, overlapprof.analysis.analyzer\n"
     "assert os.path.realpath(overlapprof.__file__).startswith(tree + os.sep), (overlapprof.__file__, tree)\n"
     "t = time.perf_counter()\n"
     "r = overlapprof.analyze(sys.argv[2:], workers=int(sys.argv[1]))\n"
