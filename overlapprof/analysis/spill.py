@@ -11,7 +11,6 @@ in a process's resident memory), into arrays that are let go of once used.
 from __future__ import annotations
 
 import os
-import tempfile
 
 import numpy as np
 
@@ -22,6 +21,8 @@ WRITE_BUFFER = 1 << 16
 def new_folder() -> str:
     """A new private folder (``overlapprof-*``) in ``$TMPDIR`` as it is set now (``tempfile``
     reads it once per process), or the system's temporary folder; the caller removes it."""
+    import tempfile  # only when a folder is needed
+
     return tempfile.mkdtemp(prefix="overlapprof-", dir=os.environ.get("TMPDIR") or None)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from overlapprof.analysis.columns import Index
-from overlapprof.analysis.rank.scan import FileColumns, _Problems, _read_chunks, _Threads, rows_hint
+from overlapprof.analysis.rank.scan import FileColumns, Problems, read_chunks, Threads, rows_hint
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
 from overlapprof.errors import OverlapprofError
@@ -139,15 +139,15 @@ def read_part(job: Job, between=None, flush=None) -> Part:
         values = Values() if job.recording else None
         names = values.index if values is not None else Index()
         recorder = CommRecorder(job.comm_re, values, job.own) if job.recording else None
-        threads = _Threads()
+        threads = Threads()
         part = Part()
         try:
             rows = rows_hint(min(len(job.text) if job.text is not None else job.bytes, budget or 1 << 62))
-            arrays, part.unclassified, problems = _read_chunks(job.path, chunks(part), names, recorder, threads, rows,
+            arrays, part.unclassified, problems = read_chunks(job.path, chunks(part), names, recorder, threads, rows,
                                                                keep=KEEP if job.keep else None)
         except (LayoutError, OverlapprofError, OSError):
             return Part(failed=True)
-        if problems != _Problems():  # a missing or odd time: worded by one process
+        if problems != Problems():  # a missing or odd time: worded by one process
             return Part(failed=True)
         part.arrays = arrays
         part.names = names.order
@@ -189,7 +189,7 @@ class Merge:
     copied into the file's columns as they come."""
 
     def __init__(self, names: Index, recorder: CommRecorder | None, rows: int, sink=None):
-        self.names, self.recorder, self.threads = names, recorder, _Threads()
+        self.names, self.recorder, self.threads = names, recorder, Threads()
         self.columns = sink if sink is not None else FileColumns(rows)  # see scan._read_chunks
         self.unclassified: dict = {}
         self.events = 0

@@ -19,9 +19,9 @@ import numpy as np
 
 from overlapprof.analysis.columns import GrowingColumns, Index
 from overlapprof.analysis.rank import classify as C
-from overlapprof.analysis.rank.events import _step_number
-from overlapprof.analysis.rank.scan import (_IS_CORRELATED, _IS_GPU, SCAN_COLUMNS, _launches, _Scan, file_rows_hint,
-                                            read_file)
+from overlapprof.analysis.rank.events import step_number
+from overlapprof.analysis.rank.read import read_file
+from overlapprof.analysis.rank.scan import IS_CORRELATED, IS_GPU, SCAN_COLUMNS, launch_rows, Scan, file_rows_hint
 from overlapprof.analysis.spill import Buckets, Sample, SpillFailed, SpillFile
 from overlapprof.errors import TraceError
 
@@ -41,7 +41,7 @@ _CALL, _STEP, _COMM_ANN, _CPU_COMPUTE = 1, 2, 4, 8
 
 
 def _role(name: str, comm_ann) -> int:
-    return ((_CALL if C.is_comm_call(name) else 0) | (_STEP if _step_number(name) >= 0 else 0)
+    return ((_CALL if C.is_comm_call(name) else 0) | (_STEP if step_number(name) >= 0 else 0)
             | (_COMM_ANN if comm_ann.match(name) else 0) | (_CPU_COMPUTE if C.is_cpu_compute(name) else 0))
 
 
@@ -83,7 +83,7 @@ class SpilledRows:
             few |= is_call | (is_ann & ((role & _COMM_ANN) != 0))
         if few.any():
             self.few.append(**{k: v[few] for k, v in columns.items()})
-        linked = _IS_CORRELATED[codes]
+        linked = IS_CORRELATED[codes]
         if corr.size:
             rec = np.empty(corr.size, dtype=_GPU_ROW)
             rec["corr"] = corr
@@ -105,11 +105,9 @@ class SpilledRows:
     def result(self):
         return self if self.size else None
 
-    def few_scan(self, path: str) -> _Scan:
+    def few_scan(self, path: str) -> Scan:
         """A scan of the rows kept in memory."""
-        cols = self.few.arrays()
-        return _Scan(path, **{k: cols[k] for k in SCAN_COLUMNS}, launch=np.empty(0, dtype=np.int64), negative=0,
-                     events=0, header=None)
+        return Scan.of_columns(path, self.few.arrays())
 
     def remove(self) -> None:
         self.gpu.remove()
@@ -164,8 +162,8 @@ def joined_by_time(f: SpilledFile, edges: np.ndarray, folder: str) -> Buckets:
     for bucket in f.rows.gpu:
         rec = bucket.read()
         bucket.remove()
-        launch = _launches(rec["codes"], rec["corr"])  # rows of rec, for its GPU rows
-        gpu = rec[_IS_GPU[rec["codes"]]]
+        launch = launch_rows(rec["codes"], rec["corr"])  # rows of rec, for its GPU rows
+        gpu = rec[IS_GPU[rec["codes"]]]
         joined = np.empty(gpu.size, dtype=_JOINED_ROW)
         for k in ("ts", "dur", "codes", "name_ids", "corr"):
             joined[k] = gpu[k]
