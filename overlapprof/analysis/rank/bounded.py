@@ -5,7 +5,7 @@ with the per-event data on disk.
 1. Each file is read (by several processes when it is large) into
    :class:`~overlapprof.analysis.rank.spilled.SpilledRows`: the steps in memory, the rest on disk.
 2. The steps come from the rows kept in memory and, in CPU mode, so does the communication
-   (classified by :func:`~overlapprof.analysis.rank.events._extract` on a scan of those rows).
+   (classified by :func:`~overlapprof.analysis.rank.events.extract` on a scan of those rows).
 3. GPU mode: each GPU event joined to its launch, a correlation bucket at a time, then each time
    bucket with every call that overlaps it, classified by ``extract`` as a whole file is. CPU
    mode: the CPU ops a window at a time against the calls.

@@ -6,7 +6,7 @@ The first pass (:mod:`overlapprof.analysis.rank.bounded`) finds each file's comm
 events. On the second read, their correlations keep those events and the runtime calls that
 launched them; with every communication call, every ``a:b`` annotation (what a record's fields
 come from) and every kernel named as communication, that is a scan of a size per operation,
-not per event. :func:`~overlapprof.analysis.rank.events._extract` classifies it (the same events
+not per event. :func:`~overlapprof.analysis.rank.events.extract` classifies it (the same events
 come out as communication: their launches and every call are there) and builds the rank's
 :class:`~overlapprof.analysis.records.table.CommTable` as from the whole file: the other GPU
 activity is no record's (:meth:`~overlapprof.analysis.records.recorder.Records.drop`).
@@ -28,7 +28,7 @@ _CALL, _ANNOTATION, _KERNEL = 1, 2, 4  # roles of a name: what a row of the righ
 
 
 class KeepRecordRows:
-    """Which rows of a chunk the second read keeps (``scan._read_chunks``' ``keep``): the
+    """Which rows of a chunk the second read keeps (``scan.read_chunks``' ``keep``): the
     communication calls, ``a:b`` annotations, kernels named as communication, and the GPU events
     and runtime calls of the correlations ``corr``."""
 

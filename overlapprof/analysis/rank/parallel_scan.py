@@ -129,7 +129,7 @@ def _running(result) -> bool:
 
 
 def read(path, names: Index, recorder: CommRecorder | None, workers: int, pool=None, sink=None, keep=None):
-    """``(arrays, unclassified, header, threads)`` of the file as :func:`scan._read_chunks`
+    """``(arrays, unclassified, header, threads)`` of the file as :func:`scan.read_chunks`
     gives them (and its top level, and the keys of its thread codes), read by ``workers``
     processes (which checked every ``ts`` and ``dur``: there are no problems to report); None
     when the file is small, not in the line layout, or anything went wrong (the caller then
@@ -142,9 +142,9 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, pool=N
     :class:`~overlapprof.analysis.executors.DaskRanges`, whose processes may be on other
     machines: then the ranges are read as plain ranges, their parts come back as
     results. ``sink``: makes where the columns go
-    (see :func:`scan._read_chunks`; its ``result()`` is the first item), and then this process's
+    (see :func:`scan.read_chunks`; its ``result()`` is the first item), and then this process's
     own parts wait in files as the pool's do. ``keep``: only the rows it keeps (see
-    :func:`scan._read_chunks`; the forked pool inherits it: not with ``pool``)."""
+    :func:`scan.read_chunks`; the forked pool inherits it: not with ``pool``)."""
     parts.KEEP = keep  # before the pool is forked, so that its processes have it
     try:
         return _read(path, names, recorder, workers, pool, sink, keep)

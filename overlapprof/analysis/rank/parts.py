@@ -32,7 +32,7 @@ from overlapprof.trace.reader import Chunk, LayoutError
 @dataclass
 class Part:
     """What a worker read of some consecutive events: ``events`` (every phase) and, for the
-    complete ones, the columns of :func:`~overlapprof.analysis.rank.scan._read_chunks`, with
+    complete ones, the columns of :func:`~overlapprof.analysis.rank.scan.read_chunks`, with
     its own codes (None: none), whose keys are ``names`` and ``threads`` (by code); ``records``:
     its :meth:`~overlapprof.analysis.records.recorder.CommRecorder.export`; ``tail``: the text
     after the file's last event start, when the range held it; ``failed``: it could not."""
@@ -66,7 +66,7 @@ class Job:
     keep: bool = False  # only the rows KEEP keeps
 
 
-KEEP = None  # the rows a read keeps (scan._read_chunks' keep), set before the pool is forked: never sent
+KEEP = None  # the rows a read keeps (scan.read_chunks' keep), set before the pool is forked: never sent
 
 
 SUBPART_BYTES = 64 << 20  # text per part a pool process sends back as it goes (see pool_read)
@@ -190,7 +190,7 @@ class Merge:
 
     def __init__(self, names: Index, recorder: CommRecorder | None, rows: int, sink=None):
         self.names, self.recorder, self.threads = names, recorder, Threads()
-        self.columns = sink if sink is not None else FileColumns(rows)  # see scan._read_chunks
+        self.columns = sink if sink is not None else FileColumns(rows)  # see scan.read_chunks
         self.unclassified: dict = {}
         self.events = 0
 

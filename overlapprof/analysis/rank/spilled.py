@@ -1,7 +1,7 @@
 """A trace file read into files on disk, for :mod:`overlapprof.analysis.rank.bounded`.
 
 :class:`SpilledRows` takes the place of the in-memory columns while a file is read (the
-``sink`` of :func:`~overlapprof.analysis.rank.scan._read_chunks`, in this process or from the
+``sink`` of :func:`~overlapprof.analysis.rank.scan.read_chunks`, in this process or from the
 parts of a parallel read): in memory it keeps only the ``ProfilerStep#N`` spans and, until a
 kernel is seen (CPU mode), the communication calls and annotations; on disk the GPU activity
 and runtime calls in buckets of correlation id (:data:`BUCKET_ROWS` rows each, about), the
@@ -46,7 +46,7 @@ def _role(name: str, comm_ann) -> int:
 
 
 class SpilledRows:
-    """A file's complete events as :func:`~overlapprof.analysis.rank.scan._read_chunks` gives
+    """A file's complete events as :func:`~overlapprof.analysis.rank.scan.read_chunks` gives
     them (its ``sink``), kept as the module docstring says: ``few`` (the scan's columns, in row
     order), ``gpu`` (GPU events and runtime calls, bucket ``corr mod len(gpu)``, row order within
     a bucket; no correlation: bucket 0) and ``cpu`` (CPU ops that may be compute)."""
