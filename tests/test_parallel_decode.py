@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,7 @@ import overlapprof
 from overlapprof.analysis.rank import parallel_scan as P
 from overlapprof.analysis.rank import parts as PR
 from overlapprof.analysis.columns import Index
+from overlapprof.analysis.rank.claims import Claims
 from overlapprof.errors import TraceError
 from overlapprof.renderers import json as json_renderer
 from overlapprof.trace import decode as D
@@ -245,6 +248,75 @@ def test_parts_through_files_are_cleaned_up(tmp_path, small, monkeypatch):
     assert list(spool.iterdir()) == []
 
 
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
+def test_a_thief_takes_the_end_of_a_range(tmp_path, monkeypatch, gz):
+    """A range whose second half is stolen after any number of pieces (the cut at any byte,
+    inside strings too): its reader stops at the cut, and it and the thief's range hold each
+    event exactly once, in order."""
+    monkeypatch.setattr(R, "_READ", 61)
+    monkeypatch.setattr(D, "_INFLATE_MAX", 61)
+    text = _kineto_text(_tricky_events(6))
+    path = S.write(tmp_path / "t.json", gzip.compress(text) if gz else text, gz=False)
+    probe = TR.probe(path)
+    top = D.DECODER.decode(text)
+    want = [_key(e) for e in D.THREAD_ROW_DECODER.decode(b"[" + b",".join(top.traceEvents) + b"]")][:-1]
+    inside = _inside_strings(text)
+    b = len(text) - 300  # the last range, [b, end), holds the tail: not stealable
+    steals, in_strings = 0, 0
+    for after in range(len(text) // 200 + 2):
+        (tmp_path / str(after)).mkdir()
+        claims = Claims(str(tmp_path / str(after)), 1)
+        claims.open(0, probe.first, b)
+        owner = TR.RangeText(path, probe.first, b, piece_bytes=200, claim=lambda hi: claims.claim(0, hi))
+        got, thief = [], None
+        for k, piece in enumerate(owner.pieces()):
+            got += _decoded([piece])
+            if k + 1 == after:
+                taken = claims.steal(0, 1, P.SKIP_COST if gz else 0.0)
+                if taken is not None:
+                    thief = TR.RangeText(path, *taken, piece_bytes=200)
+                    in_strings += inside[taken[0]]
+        if thief is not None:
+            got += _decoded(thief.pieces())
+            steals += 1
+        rest = TR.RangeText(path, b, piece_bytes=200)
+        got += _decoded(rest.pieces())
+        assert owner.tail is None and rest.tail is not None
+        assert [_key(e) for e in got] == want, after
+    assert steals > 10 and in_strings > 2
+
+
+def test_schedule_steals_from_the_pool(tmp_path, small):
+    """This process's own range is a few events: it then takes the unread ends of the pool's
+    range, and the columns are those one process reads."""
+    text = _kineto_text(_tricky_events(3000))
+    path = S.write(tmp_path / "t.json", text, gz=False)
+    probe = TR.probe(path)
+    back = len(text) - 2000
+    base = PR.Job(str(path), False, bytes=len(text))
+    jobs = [PR.Job(**{**base.__dict__, "a": probe.first, "b": back, "number": 0}),
+            PR.Job(**{**base.__dict__, "a": back, "number": 1})]
+    claims = Claims(str(tmp_path), len(jobs))
+    names, alone = Index(), PR.Merge(Index(), None, 1 << 16)
+    for a, b in ((probe.first, back), (back, None)):  # the same last range: the same tail, left out of both
+        alone.add(PR.read_part(PR.Job(**{**base.__dict__, "a": a, "b": b})))
+    merged = PR.Merge(names, None, 1 << 16)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"), initializer=PR.share_claims,
+                             initargs=(claims,)) as pool:
+        for job in jobs:
+            job.spool = str(spool)
+        schedule = P._Schedule(jobs, pool, 1, claims)
+        for part in schedule.parts():
+            assert not part.failed
+            merged.add(part)
+    assert schedule.stolen >= 1 and len(schedule.jobs) == 2 + schedule.stolen
+    got, want = merged.result()[0], alone.result()[0]
+    assert got.keys() == want.keys() and [k for k in want if not np.array_equal(got[k], want[k])] == []
+    assert merged.events == alone.events > 20_000
+
+
 @pytest.mark.parametrize("count", [1, 2, 3, 8])
 def test_gzip_ranges_take_equal_time(count):
     """With a cost of reaching a range's start (gzip), range k is as much shorter as its reader
@@ -258,6 +330,50 @@ def test_gzip_ranges_take_equal_time(count):
         times = [(a - probe.first) * cost + (b - a) for a, b in zip(starts, ends)]
         assert max(times) - min(times) <= count, (cost, times)
         assert cost == 0 or count == 1 or ends[0] - starts[0] > ends[-1] - starts[-1]
+
+
+def test_a_gzip_thief_reads_the_kept_text(tmp_path, monkeypatch):
+    """The end of a gzip range, kept as this process inflated its way past it (its own range
+    after it): a thief that begins anywhere in it reads the same events from memory as from the
+    file, without the file (it is gone); one that begins before it reads the file."""
+    monkeypatch.setattr(R, "_READ", 61)
+    monkeypatch.setattr(D, "_INFLATE_MAX", 61)
+    text = _kineto_text(_tricky_events(6))
+    path = S.write(tmp_path / "t.json", gzip.compress(text), gz=False)
+    probe = TR.probe(path)
+    b = text.rfind(R.EVENT_START, 0, len(text) - 300)  # the next range starts with an event
+    lows = list(range(probe.first, b, 131))
+    cuts = list(range(probe.first, b, 37))
+    file_events = {cut: [_key(e) for e in _decoded(TR.RangeText(path, cut, b, piece_bytes=200).pieces())]
+                   for cut in cuts}
+    kept = TR.Kept([(lo, b + 50) for lo in lows])
+    own = TR.RangeText(path, b, piece_bytes=200, kept=kept)
+    assert _decoded(own.pieces()) and own.tail is not None
+    for lo in lows:
+        steps, end = kept.text_from(lo)
+        assert b"".join(v for _, v in steps) == text[lo : b + 50] and end == b + 50
+        assert [s for s, _ in steps] == sorted(s for s, _ in steps) and steps[0][0] == lo
+    assert kept.start_of(lows[-1]) == probe.first  # the first window that holds it
+    assert kept.text_from(probe.first - 1) is None and kept.start_of(b + 50) is None
+    os.remove(path)
+    for cut in cuts:
+        got = TR.RangeText(path, cut, b, piece_bytes=200, kept=kept)
+        assert [_key(e) for e in _decoded(got.pieces())] == file_events[cut], cut
+    with pytest.raises(FileNotFoundError):  # a window that ends before the range does: the rest is read from the file
+        list(TR.RangeText(path, b - 10, None, kept=TR.Kept([(b - 10, b)])).pieces())
+
+
+def test_a_thief_that_reaches_its_range_for_free_takes_the_middle(tmp_path):
+    """gzip: a thief pays for the text before its cut, unless it begins where this process kept
+    the text (``free``): then the middle of what is left, or ``free`` when that is sooner done."""
+    claims = Claims(str(tmp_path), 1)
+    cases = {None: int(1000 / 1.9), 300: 500, 520: 520, 700: int(1000 / 1.9)}
+    for free, want in cases.items():
+        claims.open(0, 0, 1000)
+        assert claims.steal(0, 1, 0.1, free) == (want, 1000), free
+    claims.open(0, 0, 1000)
+    assert claims.steal(0, 1, 0.0, 300) == (500, 1000) and claims.steal(0, 600, 0.0) is None
+    claims.close()
 
 
 def test_a_pool_range_comes_back_in_parts(tmp_path, small):

@@ -5,7 +5,7 @@ The file's text is cut at event boundaries (:mod:`overlapprof.trace.ranges`); th
 :mod:`overlapprof.analysis.rank.scan` reads a file, into parts that come together in file order
 (:mod:`overlapprof.analysis.rank.parts`): the report is the same with any number of workers.
 This module decides who reads what. The worker processes are forked here, or are the workers
-of a Dask cluster (:func:`read`'s ``pool``).
+of a Dask cluster (:func:`read`'s ``pool``; then only the plain ranges below, without stealing).
 
 How the text reaches the workers:
 
@@ -17,16 +17,18 @@ How the text reaches the workers:
   was cut.
 
 This process reads ranges too. They are handed out from both ends (:class:`_Schedule`): the
-pool's processes take them from the front, one at a time, and this process from the back. The
-pool is the stdlib's process pool, forked from this process; a pool process's part comes back
-through a file of a private temporary folder (:func:`~overlapprof.analysis.rank.parts.pool_read`),
-and only the file's name through the pool's pipe, so the process never waits for this one to
-read it.
+pool's processes take them from the front, one at a time, and this process from the back; once
+all are handed out, this process takes the unread end of a range the pool is reading (work
+stealing, :class:`~overlapprof.analysis.rank.claims.Claims`). The pool is the stdlib's process
+pool, forked from this process; a pool process's part comes back through a file of a private
+temporary folder (:func:`~overlapprof.analysis.rank.parts.pool_read`), and only the file's name
+through the pool's pipe, so the process never waits for this one to read it.
 
 Memory: each worker holds a piece of text and its decoded events, plus the arrays of its range;
 the parent, the columns of the file (as when reading it alone,
-:class:`~overlapprof.analysis.rank.parts.Merge`) and its own parts not merged yet (the last
-ranges, merged once the pool's are).
+:class:`~overlapprof.analysis.rank.parts.Merge`), its own parts not merged yet (the last ranges,
+merged once the pool's are) and, for gzip, the end of each pool range kept for a thief (at most
+:data:`KEPT_MAX` each).
 
 A worker that meets anything unexpected (not the line layout, a bad event, a damaged gzip)
 reports it, and the file is read again in this process, which words the error exactly as always.
@@ -38,8 +40,9 @@ import os
 from functools import partial
 
 from overlapprof.analysis.columns import Index
+from overlapprof.analysis.rank.claims import Claims, can_share
 from overlapprof.analysis.rank import parts
-from overlapprof.analysis.rank.parts import Job, Merge, Part, pool_read, read_part, read_tail, unspool
+from overlapprof.analysis.rank.parts import Job, Merge, Part, pool_read, read_part, read_tail, share_claims, unspool
 from overlapprof.analysis.rank.scan import rows_hint
 from overlapprof.analysis.records.recorder import CommRecorder
 from overlapprof.analysis.spill import new_folder
@@ -58,8 +61,26 @@ RANGE_MIN = 32 << 20
 RANGES_PER_WORKER = 8  # ranges per worker: a slow worker or a dense range does not finish last alone
 # gzip ``skip``: inflating a byte to drop it costs about this share of decoding it (isal inflates
 # the generated 2 GB trace at over 1 GB/s, overlapprof decodes it at about 100 MB/s; mtia's
-# dense half 0.017 s of inflation against 0.25 s). Ranges further in are shorter by that much.
+# dense half 0.017 s of inflation against 0.25 s). Ranges further in are shorter by that much,
+# and a thief of a gzip range takes less than half of it (Claims.steal).
 SKIP_COST = 0.1
+KEPT_MIN, KEPT_MAX = 16 << 20, 128 << 20  # gzip: how much of a range's end this process keeps for a thief (Kept)
+KEPT_AFTER = 1 << 20  # ... and past it: where the thief's text ends is the first event start there
+
+
+def _kept_bytes(job: Job) -> int:
+    """How much of the end of a gzip range the thief may find kept: an eighth of it, at least
+    :data:`KEPT_MIN` (and at most half), at most :data:`KEPT_MAX` (this process holds it while
+    it reads). The pool's readers were 5-12% slower than this process (2 GB: the pool's 1 GB
+    range took 0.9 s longer than this process's skip and range together)."""
+    length = job.b - job.a
+    return min(max(KEPT_MIN, length // 8), length // 2, KEPT_MAX)
+
+
+def _steal_min() -> int:
+    """The smallest share worth taking (bytes): a quarter of a piece. On mtia, the dense range
+    was often left with 3-7 MB (20-60 ms of decoding) when this process ran out of work."""
+    return TR.PIECE_BYTES // 4
 
 
 def _jobs_of_ranges(probe: TR.Probe, workers: int, base: Job) -> list[Job]:
@@ -76,14 +97,23 @@ class _Schedule:
     """Ranges handed out from both ends: the pool's processes take them from the front, one at
     a time each (a new one as soon as one is done: this process looks before each piece it
     decodes), this process from the back; so neither waits while there is work. When all are
-    handed out, this process waits for the pool. (Work stealing, this process taking the unread
-    end of a range the pool was reading, was cut in December 2026: measured side by side on a
-    shared machine, it did not pay; benchmarks/RESULTS.md.)"""
+    handed out, this process takes the unread second half of a range the pool is reading
+    (:class:`Claims`), again and again while one is large enough, then waits for the pool.
+    Measured side by side with and without it (benchmarks/baseline_bench.py, 2026-12-05): on
+    mtia with 2 workers it saved a tenth of the analysis (0.274 -> 0.249 s, median of 21); on a
+    generated 300 MB gzip trace nothing."""
 
-    def __init__(self, jobs: list[Job], pool, processes: int, spill_own: bool = False):
-        self.jobs, self.pool, self.processes = list(jobs), pool, processes
+    def __init__(self, jobs: list[Job], pool, processes: int, claims: Claims | None = None,
+                 skip_cost: float = 0.0, spill_own: bool = False):
+        self.jobs, self.pool, self.processes, self.claims = list(jobs), pool, processes, claims
         # This process's parts wait for those before them: in memory, or (bounded memory) in files.
         self.read_here = partial(pool_read, between=self.refill) if spill_own else partial(read_part, between=self.refill)
+        self.skip_cost = skip_cost  # gzip: what a thief pays to reach its range (Claims.steal)
+        # gzip: the end of each range but the last, kept as this process inflates its way to its
+        # own (the last ranges): a thief of it then reads it from memory
+        self.kept = TR.Kept([(max(j.a, j.b - _kept_bytes(j)), j.b + KEPT_AFTER) for j in jobs[:-1]]) \
+            if skip_cost and claims is not None and len(jobs) > 1 else None
+        self.stolen = 0  # ranges taken from the pool's (tests read it)
         self.released = False  # the pool was shut down: nothing was left for it
         self.results: list = [None] * len(jobs)  # a future, or a Part read here, in file order
         self.front, self.back = 0, len(jobs)  # jobs[front:back]: not handed out yet
@@ -95,20 +125,49 @@ class _Schedule:
         for _ in range(self.processes - busy):
             if self.front == self.back:
                 return
-            self.results[self.front] = self.pool.submit(pool_read, self.jobs[self.front])
+            job = self.jobs[self.front]
+            if self.claims is not None and job.b is not None and job.number < len(self.claims.slots) // 2:
+                job.slot = job.number
+                self.claims.open(job.slot, job.a, job.b)
+            self.results[self.front] = self.pool.submit(pool_read, job)
             self.front += 1
+
+    def steal(self, head: int) -> bool:
+        """Take the end of a range the pool has (from ``head`` on) and read it here; whether one was."""
+        for k in range(head, self.front):
+            got, job = self.results[k], self.jobs[k]
+            if not _running(got) or job.slot is None:
+                continue
+            free = self.kept.start_of(job.b - 1) if self.kept is not None else None
+            taken = self.claims.steal(job.slot, _steal_min(), self.skip_cost, free)
+            if taken is None:
+                continue
+            cut, end = taken
+            thief = Job(**{**job.__dict__, "a": cut, "b": end, "bytes": end - cut, "slot": None, "number": -1,
+                            "kept": self.kept})
+            self.jobs.insert(k + 1, thief)
+            self.results.insert(k + 1, None)
+            self.front += 1
+            self.back += 1
+            self.results[k + 1] = self.read_here(thief)
+            self.stolen += 1
+            return True
+        return False
 
     def parts(self):
         """The parts in file order (a generator: they are merged as they come)."""
         head = 0
-        while head < len(self.jobs):
+        while head < len(self.jobs):  # stealing inserts jobs after the head
             while True:
                 got = self.results[head]
                 if isinstance(got, Part) or (got is not None and got.done()):
                     break
                 if self.front == self.back:  # all handed out: the head is in the pool
+                    if self.claims is not None and self.steal(head):
+                        continue
                     break
                 self.back -= 1
+                self.jobs[self.back].kept = self.kept
                 self.results[self.back] = self.read_here(self.jobs[self.back])
             self.results[head] = None
             parts = unspool(got if isinstance(got, Part) else got.result())
@@ -141,7 +200,7 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, pool=N
     ``done()`` and ``result()``, and ``shutdown()``), such as
     :class:`~overlapprof.analysis.executors.DaskRanges`, whose processes may be on other
     machines: then the ranges are read as plain ranges, their parts come back as
-    results. ``sink``: makes where the columns go
+    results, and nothing is shared (no work stealing). ``sink``: makes where the columns go
     (see :func:`scan.read_chunks`; its ``result()`` is the first item), and then this process's
     own parts wait in files as the pool's do. ``keep``: only the rows it keeps (see
     :func:`scan.read_chunks`; the forked pool inherits it: not with ``pool``)."""
@@ -157,7 +216,7 @@ def _read(path, names, recorder, workers, pool, sink, keep):
         probe = TR.probe(path)
     except (LayoutError, OverlapprofError, OSError):
         return None
-    if probe.size - probe.first < PARALLEL_MIN_TEXT or (pool is None and not hasattr(os, "fork")):
+    if probe.size - probe.first < PARALLEL_MIN_TEXT or (pool is None and not can_share()):
         return None
     if keep is not None and pool is not None:
         return None  # a keep is inherited by forked processes, not sent
@@ -170,7 +229,7 @@ def _read(path, names, recorder, workers, pool, sink, keep):
                 recorder.own if recorder else False, header=probe.header, keep=keep is not None)
     merged = Merge(names, recorder, rows_hint(probe.size - probe.first), sink() if sink is not None else None)
     jobs = _jobs_of_ranges(probe, workers, base)
-    tail, top, last, spool = None, None, None, None
+    tail, claims, top, last, spool = None, None, None, None, None
     try:  # the folder is made inside: a SIGTERM right after it still removes it (finally)
         if pool is None:
             spool = new_folder()
@@ -178,10 +237,13 @@ def _read(path, names, recorder, workers, pool, sink, keep):
             for job in jobs:
                 job.spool = spool
         make_pool = pool
-        if make_pool is None:  # forked: the processes inherit KEEP, which is never sent
-            make_pool = partial(ProcessPoolExecutor, mp_context=multiprocessing.get_context("fork"))
+        if make_pool is None:
+            claims = Claims(spool, len(jobs))
+            # forked: the processes inherit the claims' mapping and KEEP, which are never sent
+            make_pool = partial(ProcessPoolExecutor, mp_context=multiprocessing.get_context("fork"),
+                                initializer=share_claims, initargs=(claims,))
         with make_pool(workers - 1) as pool:
-            schedule = _Schedule(jobs, pool, workers - 1, sink is not None)
+            schedule = _Schedule(jobs, pool, workers - 1, claims, SKIP_COST if probe.gzip else 0.0, sink is not None)
             for part in schedule.parts():
                 if part.failed:
                     return None
@@ -197,6 +259,8 @@ def _read(path, names, recorder, workers, pool, sink, keep):
     except Exception:  # noqa: BLE001 - anything a worker did not expect: one process reads it, and words it
         return None
     finally:
+        if claims is not None:
+            claims.close()
         if spool is not None:
             shutil.rmtree(spool, ignore_errors=True)
     if top is None:

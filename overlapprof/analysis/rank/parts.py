@@ -16,10 +16,12 @@ import os
 import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from overlapprof.analysis.columns import Index
+from overlapprof.analysis.rank.claims import Claims
 from overlapprof.analysis.rank.scan import FileColumns, Problems, read_chunks, Threads, rows_hint
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
@@ -62,11 +64,20 @@ class Job:
     bytes: int = 0  # about how much text the range holds (reserves room for its columns)
     number: int = 0  # its place in file order
     spool: str | None = None  # a folder for the parts read in the pool (see pool_read)
+    slot: int | None = None  # its place in the shared Claims, when a thief may take its end
+    kept: TR.Kept | None = None  # gzip text kept on the way (this process's ranges only: never sent)
     header: bytes | None = None  # the text before the first event: a range that holds the tail reads it
     keep: bool = False  # only the rows KEEP keeps
 
 
+_CLAIMS: Claims | None = None  # in a pool process: the shared claims
 KEEP = None  # the rows a read keeps (scan.read_chunks' keep), set before the pool is forked: never sent
+
+
+def share_claims(claims: Claims | None) -> None:
+    """The pool's initializer."""
+    global _CLAIMS
+    _CLAIMS = claims
 
 
 SUBPART_BYTES = 64 << 20  # text per part a pool process sends back as it goes (see pool_read)
@@ -113,7 +124,8 @@ def read_part(job: Job, between=None, flush=None) -> Part:
     is called before each piece of text is decoded. With ``flush``, the events are read in parts
     of about :data:`SUBPART_BYTES` of text, each with tables of its own, and each but the last
     given to ``flush`` as soon as it is read; the last is returned."""
-    source = TR.RangeText(job.path, job.a, job.b) if job.text is None else None
+    claim = partial(_CLAIMS.claim, job.slot) if job.slot is not None and _CLAIMS is not None else None
+    source = TR.RangeText(job.path, job.a, job.b, claim=claim, kept=job.kept) if job.text is None else None
     texts = iter(source.pieces() if source is not None else [job.text])
     budget = SUBPART_BYTES if flush is not None else None
     ended = False
@@ -180,7 +192,7 @@ def read_tail(job: Job, header: bytes, tail: bytes) -> tuple[D.TraceFile, Part |
     if not raws:
         return top, None
     text = b"[" + b",".join(raws) + b"]"
-    last = read_part(Job(**{**job.__dict__, "a": 0, "b": None, "text": text, "header": None}))
+    last = read_part(Job(**{**job.__dict__, "a": 0, "b": None, "text": text, "header": None, "slot": None, "kept": None}))
     return (top, last) if not last.failed else None
 
 
