@@ -19,8 +19,7 @@ installed package has them. Inputs:
 then a scaling table (one rank, growing event counts: time should grow linearly), a 64-rank
 generated set (must analyze on a 24 GiB machine), and one generated single-rank trace of
 ``--big-size`` MB of JSON (default 2000), plain and gzipped, analyzed with 1 and 2 workers (one
-file decoded in pieces by worker processes, issue 12), gzip both ways (one decompressor feeding
-the workers, ``feed``, vs each worker inflating from the start, ``skip``), and by HTA under a
+file decoded in pieces by worker processes, issue 12), and by HTA under a
 memory cap (``--hta-mem-mb``; it is stopped there). The big trace is deleted at the end. The decoder baseline is gunzip + msgspec of the
 same bytes (overlapprof's own gunzip), untyped (``msgspec.json.decode``) and typed (the struct
 overlapprof decodes each event into, all events at once). "overlapprof" is the default analysis
@@ -308,7 +307,7 @@ def scaling(work: Path, sizes: list[int]) -> None:
 
 def big_trace(work: Path, size_mb: float, hta: bool, hta_mem_mb: float, hta_timeout_s: float) -> None:
     """Issue 12: one generated single-rank trace of ``size_mb`` MB of JSON, plain and gzipped:
-    1 vs 2 workers, the two ways of feeding a gzip to workers, and HTA under a memory cap."""
+    1 vs 2 workers, and HTA under a memory cap."""
     folder = work / f"big-{size_mb:.0f}mb"
     plain, packed = folder / "plain", folder / "gzip"
     try:
@@ -321,13 +320,8 @@ def big_trace(work: Path, size_mb: float, hta: bool, hta_mem_mb: float, hta_time
             size = sum(Path(f).stat().st_size for f in files)
             print(f"\n== one rank, {size_mb:.0f} MB of JSON, {label}: {size / 1e6:.1f} MB on disk")
             print(f"  {'':<22} {'wall s':>8} {'work s':>8} {'peak MB':>9} {'maxrss':>9}  speedup over 1 worker (wall, work)")
-            runs = {"overlapprof -w1": measure(CHILD_OVERLAPPROF, ["1,comms", str(d)])}
-            if label == "gzip":
-                for mode in ("feed", "skip"):
-                    runs[f"overlapprof -w2 {mode}"] = measure(CHILD_OVERLAPPROF, ["2,comms", str(d)],
-                                                              env={"OVERLAPPROF_GZIP_MODE": mode})
-            else:
-                runs["overlapprof -w2"] = measure(CHILD_OVERLAPPROF, ["2,comms", str(d)])
+            runs = {"overlapprof -w1": measure(CHILD_OVERLAPPROF, ["1,comms", str(d)]),
+                    "overlapprof -w2": measure(CHILD_OVERLAPPROF, ["2,comms", str(d)])}
             for w in (1, 2):
                 runs[f"bounded --no-comms -w{w}"] = measure(CHILD_OVERLAPPROF, [f"{w},none,bounded", str(d)])
             if hta:
@@ -340,9 +334,7 @@ def big_trace(work: Path, size_mb: float, hta: bool, hta_mem_mb: float, hta_time
                     line += f"  {b1['wall_s'] / res['wall_s']:.2f}x, {b1['work_s'] / res['work_s']:.2f}x over its -w1"
                 if name.startswith("overlapprof -w2") and "work_s" in res and "work_s" in one:
                     line += f"  {one['wall_s'] / res['wall_s']:.2f}x, {one['work_s'] / res['work_s']:.2f}x"
-                    # the targets are the default's: feed is measured beside it, not used
-                    line += ("  (not the default)" if name.endswith("feed") else
-                             f"  [target ≥ 1.6x]; peak {res['peak_mb']:.0f} MB [target < 1024]")
+                    line += f"  [target ≥ 1.6x]; peak {res['peak_mb']:.0f} MB [target < 1024]"
                 print(line)
             h = runs.get("HTA 0.5.0")
             best = min((r for n, r in runs.items() if n.startswith("overlapprof -w2") and "work_s" in r),

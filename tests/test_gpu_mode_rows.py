@@ -1,4 +1,4 @@
-"""A file keeps only the rows its rank's classification reads (scan._rows_read: in a file with
+"""A file keeps only the rows its rank's classification reads (scan.drop_unread_rows: in a file with
 kernels, the rows GPU mode reads), and its report is the one every row gives: metrics, steps,
 kinds, timeline and communication records alike."""
 
@@ -17,6 +17,7 @@ from overlapprof.analysis.columns import Index
 from overlapprof.analysis.rank.events import rank_events
 from overlapprof.analysis.rank.metrics import rank_report
 from overlapprof.analysis.rank import classify as C
+from overlapprof.analysis.rank import read as RD
 from overlapprof.analysis.rank import scan as SC
 from overlapprof.renderers import json as json_renderer
 
@@ -29,7 +30,7 @@ REAL = sorted(DATA.glob("*/*.json.gz"))
 def _report(paths, monkeypatch, *, every_row: bool) -> str:
     with monkeypatch.context() as m:
         if every_row:
-            m.setattr(SC, "_rows_read", lambda arrays, names: None)
+            m.setattr(SC, "drop_unread_rows", lambda arrays, names: None)
         return json_renderer.render(overlapprof.analyze(paths, workers=1, comm_ops=True))
 
 
@@ -72,7 +73,7 @@ def _rows_read_reference(path) -> int:
 def test_real_traces_same_report_and_fewer_rows(monkeypatch):
     fewer = 0
     for path in REAL:
-        scan = SC._scan(path, Index())
+        scan = RD.read_scan(path, Index())
         assert scan.ts.size == _rows_read_reference(path), path
         fewer += scan.ts.size < scan.events
         got = _report([path], monkeypatch, every_row=False)
@@ -88,7 +89,7 @@ def test_synthetic_rank_same_report(tmp_path, monkeypatch, cpu_file_first):
     cpu_only = [S.cpu_op("aten::mm", 900, 10), S.cpu_op("record_param_comms", 905, 3), S.step(5, 900, 50)]
     other = S.write(tmp_path / "cpu.json", S.trace(cpu_only, rank=0, world_size=2))
     files = [other, gpu] if cpu_file_first else [gpu, other]
-    scan = SC._scan(gpu, Index())
+    scan = RD.read_scan(gpu, Index())
     assert scan.ts.size == scan.events - 14  # 12 aten ops and 2 python_function events dropped
     a = overlapprof.analyze([gpu, peer], workers=1, comm_ops=True)
     assert a.ranks[0].mode == "gpu" and a.ranks[0].comm_records and a.ranks[0].kinds
@@ -98,7 +99,7 @@ def test_synthetic_rank_same_report(tmp_path, monkeypatch, cpu_file_first):
     def one_rank(every_row: bool) -> bytes:
         with monkeypatch.context() as m:
             if every_row:
-                m.setattr(SC, "_rows_read", lambda arrays, names: None)
+                m.setattr(SC, "drop_unread_rows", lambda arrays, names: None)
             ev = rank_events(files, C.compile_comm_kernels(()), records=True, record_own_args=True)
             return msgspec.json.encode(rank_report(ev, keep_records=True))
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import multiprocessing
 import os
+import signal
 import subprocess
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +19,6 @@ import overlapprof
 from overlapprof.analysis.rank import parallel_scan as P
 from overlapprof.analysis.rank import parts as PR
 from overlapprof.analysis.columns import Index
-from overlapprof.analysis.forks import ForkPool
 from overlapprof.analysis.rank.claims import Claims
 from overlapprof.errors import TraceError
 from overlapprof.renderers import json as json_renderer
@@ -119,10 +121,8 @@ def test_finding_the_first_event_searches_each_byte_once():
         R.FirstEvent().find(bytearray(kineto.BOM + b' [{"ph": "X"}'))
 
 
-@pytest.mark.parametrize("mode", P.MODES)
 @pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
-def test_tricky_strings_same_report(tmp_path, small, monkeypatch, gz, mode):
-    monkeypatch.setattr(P, "GZIP_MODE", mode)
+def test_tricky_strings_same_report(tmp_path, small, gz):
     events = _tricky_events(120)
     text = _kineto_text(events)
     path = S.write(tmp_path / ("t.json.gz" if gz else "t.json"), gzip.compress(text) if gz else text, gz=False)
@@ -217,6 +217,27 @@ def test_cli_workers_one_line_error(tmp_path):
     assert proc.stderr.strip().splitlines() == [f"Error: {path}: truncated gzip (the file ends before the compressed stream)"]
 
 
+def test_a_worker_killed_mid_read_leaves_one_process_to_read(tmp_path, monkeypatch):
+    """A pool process killed while it reads its range: the parallel read gives up (None), so the
+    file is read in this process; no folder is left behind."""
+    monkeypatch.setattr(P, "PARALLEL_MIN_TEXT", 0)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    path = S.write(tmp_path / "t.json", _kineto_text(_tricky_events(3000)), gz=False)
+    parent = os.getpid()
+    real = PR.read_part
+
+    def killed(job, between=None, flush=None):
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(job, between, flush)
+
+    monkeypatch.setattr(PR, "read_part", killed)
+    assert P.read(path, Index(), None, 2) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+    monkeypatch.setattr(PR, "read_part", real)
+    assert P.read(path, Index(), None, 2) is not None
+
+
 def test_parts_through_files_are_cleaned_up(tmp_path, small, monkeypatch):
     """The pool's parts come back through files of a temporary folder, removed afterwards."""
     spool = tmp_path / "tmp"
@@ -283,7 +304,8 @@ def test_schedule_steals_from_the_pool(tmp_path, small):
     merged = PR.Merge(names, None, 1 << 16)
     spool = tmp_path / "spool"
     spool.mkdir()
-    with ForkPool(1, initializer=PR.share_claims, initargs=(claims,)) as pool:
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"), initializer=PR.share_claims,
+                             initargs=(claims,)) as pool:
         for job in jobs:
             job.spool = str(spool)
         schedule = P._Schedule(jobs, pool, 1, claims)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from overlapprof.analysis import intervals as iv
 from overlapprof.analysis.rank import metrics as M
 from overlapprof.analysis.rank.events import EventSet, RankEvents, Steps
-from overlapprof.analysis.rank.metrics import _by_step, metrics_of, step_metrics
+from overlapprof.analysis.rank.metrics import by_step, metrics_of, step_metrics
 from overlapprof.report import Partition, StepMetrics
 
 
@@ -36,7 +36,7 @@ def partition_of(comm: iv.Intervals, compute: iv.Intervals, memory: iv.Intervals
 
 def _reference(ev: RankEvents) -> list[StepMetrics]:
     """The one-step formulas, one step at a time."""
-    split = [_by_step(ev, s) for s in (ev.comm, ev.compute, ev.memory)]
+    split = [by_step(ev, s) for s in (ev.comm, ev.compute, ev.memory)]
     out = []
     for k in range(ev.steps.start.size):
         sets = [split[c][k] for c in range(3)]

@@ -305,6 +305,3 @@ class _DaskTask:
             return self.future.result()
         finally:
             rejoin()
-
-    def cancel(self) -> bool:
-        return False  # whether a Dask task has started cannot be told here: it is left to run

@@ -46,11 +46,11 @@ def _pairs(u: iv.Intervals, shift: float = 0.0) -> Pairs:
 def rank_lanes(ev, steps, base_ns: int | None) -> Lanes:
     """The Lanes of one rank (on its own ``ts`` clock until :func:`place` shifts them), from its
     classified events (:class:`~overlapprof.analysis.rank.events.RankEvents`) and StepMetrics."""
-    from overlapprof.analysis.rank.metrics import _by_step
+    from overlapprof.analysis.rank.metrics import by_step
 
     if steps:
         windows = [(s.step, s.start_us, s.start_us + s.step_us) for s in steps]
-        sets = [_by_step(ev, s) for s in (ev.comm, ev.compute)]
+        sets = [by_step(ev, s) for s in (ev.comm, ev.compute)]
     else:
         present = [s for s in (ev.comm, ev.compute, ev.memory) if len(s)]
         if not present:

@@ -18,6 +18,14 @@ import numpy as np
 WRITE_BUFFER = 1 << 16
 
 
+def new_folder() -> str:
+    """A new private folder (``overlapprof-*``) in ``$TMPDIR`` as it is set now (``tempfile``
+    reads it once per process), or the system's temporary folder; the caller removes it."""
+    import tempfile  # only when a folder is needed
+
+    return tempfile.mkdtemp(prefix="overlapprof-", dir=os.environ.get("TMPDIR") or None)
+
+
 class SpillFailed(Exception):
     """The files cannot be made, written or read back (a full disk, too many open files): the
     ``OSError`` with the spill's ``path``."""

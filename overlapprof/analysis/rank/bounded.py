@@ -5,9 +5,9 @@ with the per-event data on disk.
 1. Each file is read (by several processes when it is large) into
    :class:`~overlapprof.analysis.rank.spilled.SpilledRows`: the steps in memory, the rest on disk.
 2. The steps come from the rows kept in memory and, in CPU mode, so does the communication
-   (classified by :func:`~overlapprof.analysis.rank.events._extract` on a scan of those rows).
+   (classified by :func:`~overlapprof.analysis.rank.events.extract` on a scan of those rows).
 3. GPU mode: each GPU event joined to its launch, a correlation bucket at a time, then each time
-   bucket with every call that overlaps it, classified by ``_extract`` as a whole file is. CPU
+   bucket with every call that overlaps it, classified by ``extract`` as a whole file is. CPU
    mode: the CPU ops a window at a time against the calls.
 4. Each classified interval goes to a :class:`~overlapprof.analysis.sweep.Sweep` under its step
    and under the whole rank; the sweep gives every metric as a time per coverage pattern.
@@ -29,15 +29,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from overlapprof.analysis.columns import Index
-from overlapprof.analysis.forks import make_folder
 from overlapprof.analysis.rank import classify as C
-from overlapprof.analysis.rank.events import (EventSet, Steps, _extract, _inside, filtered, last_step_dropped,
+from overlapprof.analysis.rank.events import (EventSet, Steps, extract, inside_calls, filtered, last_step_dropped,
                                               merged_counts)
-from overlapprof.analysis.rank.metrics import TIMELINE_CAP, _metrics, _pairs, assemble, timeline_step
-from overlapprof.analysis.rank.scan import _Scan
+from overlapprof.analysis.rank.metrics import TIMELINE_CAP, make_metrics, timeline_pairs, assemble, timeline_step
+from overlapprof.analysis.rank.scan import Scan
 from overlapprof.analysis.rank import spilled
 from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, read_spilled
-from overlapprof.analysis.spill import Sample, SpillFailed
+from overlapprof.analysis.spill import Sample, SpillFailed, new_folder
 from overlapprof.analysis.intervals import Intervals
 from overlapprof.analysis.records.table import CommTable
 from overlapprof.analysis.sweep import Sweep
@@ -133,9 +132,9 @@ def _classify_gpu(f: SpilledFile, comm_re, comm_ann, names: list[str], feed: _Fe
         launch[found] = n_calls + np.arange(n_launch)
         corr = ev["corr"]
         del ev, c
-        scan = _Scan(f.path, **cols, launch=launch, negative=0, events=0, header=None)
+        scan = Scan.of_columns(f.path, cols, launch)
         del cols
-        sets, _, _, comm_rows, _ = _extract(scan, True, comm_re, comm_ann, names, None)
+        sets, _, _, comm_rows, _ = extract(scan, True, comm_re, comm_ann, names, None)
         if feed.comm_corr is not None:  # what the communication records are read again for
             feed.comm_corr.append(np.unique(corr[comm_rows - n_calls - n_launch]))
         for cls, s in zip((COMM, COMPUTE, MEMORY), sets):
@@ -149,11 +148,11 @@ def _classify_cpu_ops(f: SpilledFile, names: list[str], feed: _Feed) -> None:
                            & np.array([C.is_comm_call(n) for n in names], dtype=bool)[few.name_ids])
     c = {k: getattr(few, k)[calls] for k in ("ts", "dur", "thread")}
     for rec in f.rows.cpu.windows(spilled.BUCKET_ROWS):
-        scan = _Scan(f.path, ts=np.concatenate((c["ts"], rec["ts"])), dur=np.concatenate((c["dur"], rec["dur"])),
-                     codes=None, launch=None, name_ids=None, thread=np.concatenate((c["thread"], rec["thread"])),
-                     collective=None, negative=0, events=0, header=None)
+        scan = Scan.of_columns(f.path, {"ts": np.concatenate((c["ts"], rec["ts"])),
+                                        "dur": np.concatenate((c["dur"], rec["dur"])),
+                                        "thread": np.concatenate((c["thread"], rec["thread"]))})
         rows = np.arange(calls.size, calls.size + rec.size)
-        out = ~_inside(np.arange(calls.size), scan, scan.thread[rows], scan.ts[rows])
+        out = ~inside_calls(np.arange(calls.size), scan, scan.thread[rows], scan.ts[rows])
         start = rec["ts"][out]
         end = scan.end(rows[out])
         n = start.size
@@ -177,7 +176,7 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, workers: i
     ``workers``: processes that read a large file (the result is the same with any number)."""
     folder = None
     try:
-        folder = make_folder()
+        folder = new_folder()
         for k in range(len(files)):
             os.mkdir(os.path.join(folder, f"file{k}"))
         os.mkdir(os.path.join(folder, "sweep"))
@@ -203,7 +202,7 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers) -> Bound
     order = names.order
     few_sets, step_parts = [], []
     for f in read:
-        sets, steps, _, _, _ = _extract(f.rows.few_scan(f.path), gpu, comm_re, comm_ann, order, None)
+        sets, steps, _, _, _ = extract(f.rows.few_scan(f.path), gpu, comm_re, comm_ann, order, None)
         few_sets.append(sets[0])
         step_parts.append(steps)
     steps = Steps.of_files(step_parts)
@@ -265,7 +264,7 @@ def _report(feed: _Feed, steps: Steps, files, mode, events, shown, runs) -> Rank
     for k, (number, start, end) in enumerate(zip(steps.number.tolist(), steps.start.astype(np.float64).tolist(),
                                                  feed.last_end.tolist())):
         step_us = float(end - start)
-        m = _metrics(comm[k], compute[k], both[k], memory[k], StepMetrics, step=number, start_us=start,
+        m = make_metrics(comm[k], compute[k], both[k], memory[k], StepMetrics, step=number, start_us=start,
                      step_us=step_us, exposed_share=None,
                      partition=Partition(compute_us=in_window[k], exposed_comm_us=exposed[k],
                                          exposed_memory_us=exposed_memory[k], idle_us=idle[k], step_us=end - start))
@@ -274,7 +273,7 @@ def _report(feed: _Feed, steps: Steps, files, mode, events, shown, runs) -> Rank
     kinds = []
     for code in np.flatnonzero(feed.kinds).tolist():
         bit = 1 << (KIND0 + code)
-        kinds.append(_metrics(float(sweep.totals(_has(bit))[rank]), compute[rank], float(sweep.totals(_has(bit, _K))[rank]), 0.0,
+        kinds.append(make_metrics(float(sweep.totals(_has(bit))[rank]), compute[rank], float(sweep.totals(_has(bit, _K))[rank]), 0.0,
                               KindMetrics, kind=C.KINDS[code], count=int(feed.operations[code])))
     if shown is not None:
         origin, span, number = out_steps[shown].start_us, out_steps[shown].step_us, out_steps[shown].step
@@ -286,8 +285,8 @@ def _report(feed: _Feed, steps: Steps, files, mode, events, shown, runs) -> Rank
         origin = None
     timeline = None
     if origin is not None:
-        lists = [_pairs(runs[name], origin) for name in ("comm", "compute", "both")]
+        lists = [timeline_pairs(runs[name], origin) for name in ("comm", "compute", "both")]
         timeline = Timeline(step=number, start_us=origin, span_us=span, comm=lists[0][0], compute=lists[1][0],
                             overlapped=lists[2][0], truncated=any(cut for _, cut in lists))
-    return assemble(files, mode, _metrics(comm[rank], compute[rank], both[rank], memory[rank], Metrics), out_steps,
+    return assemble(files, mode, make_metrics(comm[rank], compute[rank], both[rank], memory[rank], Metrics), out_steps,
                     kinds, events, feed.counts, timeline)

@@ -6,7 +6,7 @@ The first pass (:mod:`overlapprof.analysis.rank.bounded`) finds each file's comm
 events. On the second read, their correlations keep those events and the runtime calls that
 launched them; with every communication call, every ``a:b`` annotation (what a record's fields
 come from) and every kernel named as communication, that is a scan of a size per operation,
-not per event. :func:`~overlapprof.analysis.rank.events._extract` classifies it (the same events
+not per event. :func:`~overlapprof.analysis.rank.events.extract` classifies it (the same events
 come out as communication: their launches and every call are there) and builds the rank's
 :class:`~overlapprof.analysis.records.table.CommTable` as from the whole file: the other GPU
 activity is no record's (:meth:`~overlapprof.analysis.records.recorder.Records.drop`).
@@ -17,8 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from overlapprof.analysis.rank import classify as C
-from overlapprof.analysis.rank.events import Steps, _extract, place_in_steps
-from overlapprof.analysis.rank.scan import _IS_GPU, SCAN_COLUMNS, _launches, _Scan, read_file
+from overlapprof.analysis.rank.events import Steps, extract, place_in_steps
+from overlapprof.analysis.rank.read import read_file
+from overlapprof.analysis.rank.scan import IS_GPU, SCAN_COLUMNS, launch_rows, Scan
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
 from overlapprof.analysis.records.table import CommTable
@@ -27,7 +28,7 @@ _CALL, _ANNOTATION, _KERNEL = 1, 2, 4  # roles of a name: what a row of the righ
 
 
 class KeepRecordRows:
-    """Which rows of a chunk the second read keeps (``scan._read_chunks``' ``keep``): the
+    """Which rows of a chunk the second read keeps (``scan.read_chunks``' ``keep``): the
     communication calls, ``a:b`` annotations, kernels named as communication, and the GPU events
     and runtime calls of the correlations ``corr``."""
 
@@ -47,7 +48,7 @@ class KeepRecordRows:
             self.roles = np.concatenate((self.roles, np.array(new, dtype=np.int8)))
         role = self.roles[name_ids]
         keep = (((codes == C.CPU_OP) & ((role & _CALL) != 0)) | ((codes == C.ANNOTATION) & ((role & _ANNOTATION) != 0))
-                | (_IS_GPU[codes] & ((role & _KERNEL) != 0)))
+                | (IS_GPU[codes] & ((role & _KERNEL) != 0)))
         if self.corr.size and linked.size:
             at = np.minimum(np.searchsorted(self.corr, corr), self.corr.size - 1)
             keep[linked[self.corr[at] == corr]] = True  # NaN matches nothing
@@ -69,11 +70,10 @@ def comm_table(files: list[str], gpu: bool, comm_re, comm_ann, own: bool, comm_c
                                                     keep=keep)
         if arrays is None:  # no row kept
             arrays = {k: np.empty(0, dtype) for k, dtype in {**SCAN_COLUMNS, "corr": np.float64}.items()}
-        launch = _launches(arrays["codes"], arrays.pop("corr"))
+        launch = launch_rows(arrays["codes"], arrays.pop("corr"))
         records = recorder.records(arrays["thread"], list(threads))
-        scan = _Scan(path, **{c: arrays[c] for c in SCAN_COLUMNS}, launch=launch, negative=0, events=0, header=None,
-                     records=records)
-        tables.append(_extract(scan, gpu, comm_re, comm_ann, names.order, values)[2])
+        scan = Scan.of_columns(path, arrays, launch, records)
+        tables.append(extract(scan, gpu, comm_re, comm_ann, names.order, values)[2])
     table = CommTable.concat(tables)
     place_in_steps(table, steps)
     return table

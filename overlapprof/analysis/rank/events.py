@@ -21,7 +21,8 @@ from overlapprof.analysis import heap
 from overlapprof.analysis.columns import Index
 from overlapprof.analysis.intervals import union
 from overlapprof.analysis.rank import classify as C
-from overlapprof.analysis.rank.scan import _IS_GPU, _KIND_CODE, _Scan, _scan
+from overlapprof.analysis.rank.read import read_scan
+from overlapprof.analysis.rank.scan import IS_GPU, KIND_CODE, Scan
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
 from overlapprof.analysis.records.table import CommTable, comm_table, innermost
@@ -102,16 +103,16 @@ def _name_property(names: list[str], func, dtype, ids: np.ndarray) -> np.ndarray
     return np.array([func(n) for n in names], dtype=dtype)[ids]
 
 
-def _step_number(name: str) -> int:
+def step_number(name: str) -> int:
     m = C.STEP_NAME.match(name)
     return int(m.group(1)) if m else -1
 
 
 def _kind_code(pattern_test):
-    return lambda name: _KIND_CODE[C.comm_kind(name)] if pattern_test(name) else -1
+    return lambda name: KIND_CODE[C.comm_kind(name)] if pattern_test(name) else -1
 
 
-def _inside(calls: np.ndarray, scan: _Scan, q_thread: np.ndarray, q_time: np.ndarray) -> np.ndarray:
+def inside_calls(calls: np.ndarray, scan: Scan, q_thread: np.ndarray, q_time: np.ndarray) -> np.ndarray:
     """Whether each query (thread, time) lies in [call.ts, call.ts + dur) of one of the call
     rows ``calls`` on that thread: per thread, the union of its calls and one sorted search."""
     out = np.zeros(q_time.size, dtype=bool)
@@ -130,7 +131,7 @@ def _inside(calls: np.ndarray, scan: _Scan, q_thread: np.ndarray, q_time: np.nda
     return out
 
 
-def _issuing_kind(scan: _Scan, names: list[str], calls: np.ndarray, q_thread, q_time, fallback) -> np.ndarray:
+def _issuing_kind(scan: Scan, names: list[str], calls: np.ndarray, q_thread, q_time, fallback) -> np.ndarray:
     """The kind code of the collective each query was issued for (OVERLAP.md section 3): the
     ``Collective name`` of the innermost enclosing record_param_comms on its thread, else the
     name of the innermost enclosing ``c10d::*`` call, else ``fallback`` (its own name's kind)."""
@@ -147,7 +148,7 @@ def _issuing_kind(scan: _Scan, names: list[str], calls: np.ndarray, q_thread, q_
         found = innermost(scan.thread[rows], scan.ts[rows], np.nextafter(scan.end(rows), -np.inf), q_thread, q_time)
         ok = found >= 0
         if codes is None:
-            value = _name_property(names, lambda n: _KIND_CODE[C.comm_kind(n[6:])], np.int8, scan.name_ids[rows])
+            value = _name_property(names, lambda n: KIND_CODE[C.comm_kind(n[6:])], np.int8, scan.name_ids[rows])
         else:
             value = codes[rows]
         got = np.where(ok, value[np.maximum(found, 0)], -1)
@@ -155,7 +156,7 @@ def _issuing_kind(scan: _Scan, names: list[str], calls: np.ndarray, q_thread, q_
     return np.where(kind >= 0, kind, out).astype(np.int8)
 
 
-def _operations(scan: _Scan, comm_rows: np.ndarray, kinds: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _operations(scan: Scan, comm_rows: np.ndarray, kinds: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """CPU mode: whether each comm row is an operation of its own, so that a rank's count of a
     kind is the number of operations issued, not of spans recorded for them; and the call each
     comm row is part of (a row of the scan, -1: none), whose start is when it was issued.
@@ -198,7 +199,7 @@ def _operations(scan: _Scan, comm_rows: np.ndarray, kinds: np.ndarray, calls: np
     return out, holder_row
 
 
-def _waited_for(scan: _Scan, names: list[str], gpu_rows: np.ndarray, launch: np.ndarray, comm: np.ndarray,
+def _waited_for(scan: Scan, names: list[str], gpu_rows: np.ndarray, launch: np.ndarray, comm: np.ndarray,
                 comm_launch: np.ndarray) -> np.ndarray:
     """GPU mode: when the program needed each communication event's result (``comm``: GPU rows,
     ``comm_launch``: their launching runtime rows, -1 none; NaN: not known), from the CUDA sync
@@ -237,7 +238,7 @@ def _waited_for(scan: _Scan, names: list[str], gpu_rows: np.ndarray, launch: np.
     return need
 
 
-def _need_times(scan: _Scan, activity: np.ndarray, thread: np.ndarray, issue: np.ndarray, end: np.ndarray) -> np.ndarray:
+def _need_times(scan: Scan, activity: np.ndarray, thread: np.ndarray, issue: np.ndarray, end: np.ndarray) -> np.ndarray:
     """CPU mode: when the program needed each operation's result: the end of the last host
     activity (``activity`` rows: compute cpu_ops and communication calls) on its issuing
     ``thread`` that started between its ``issue`` and its ``end``, clipped to ``[issue, end]``;
@@ -260,7 +261,7 @@ def _need_times(scan: _Scan, activity: np.ndarray, thread: np.ndarray, issue: np
     return need
 
 
-def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: Values | None):
+def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: Values | None):
     """Classify one file's complete events (the scan's thread, collective and launch columns
     are dropped once read). Returns (EventSets, steps arrays, CommTable or None, the rows of
     the comm EventSet, the union of the host synchronizations).
@@ -274,7 +275,7 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
         return _name_property(names, func, dtype, name_ids[rows])
 
     is_cpu = codes == C.CPU_OP
-    step_of_name = np.array([_step_number(n) for n in names], dtype=np.int64)
+    step_of_name = np.array([step_number(n) for n in names], dtype=np.int64)
     step_named = (step_of_name >= 0)[name_ids]
     step_rows = np.concatenate((np.flatnonzero(step_named & (codes == C.ANNOTATION)),
                                 np.flatnonzero(step_named & is_cpu)))
@@ -284,18 +285,18 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
     del is_cpu
 
     if gpu:
-        gpu_rows = np.flatnonzero(_IS_GPU[codes])
+        gpu_rows = np.flatnonzero(IS_GPU[codes])
         launch = scan_launch = scan.launch
         launched = launch >= 0
         in_call = np.zeros(gpu_rows.size, dtype=bool)
-        in_call[launched] = _inside(calls, scan, scan.thread[launch[launched]], ts[launch[launched]])
+        in_call[launched] = inside_calls(calls, scan, scan.thread[launch[launched]], ts[launch[launched]])
         is_kernel = codes[gpu_rows] == C.KERNEL
         named = np.zeros(gpu_rows.size, dtype=np.int8) - 1
         named[is_kernel] = prop(_kind_code(comm_re.search), np.int8, gpu_rows[is_kernel])
         is_comm = (named >= 0) | in_call
         picks = (is_comm, is_kernel & ~is_comm, ~is_kernel & ~is_comm)  # comm, compute, memory: of the GPU rows
         comm_rows, compute_rows, memory_rows = (gpu_rows[m] for m in picks)
-        own_kind = np.where(named >= 0, named, prop(lambda n: _KIND_CODE[C.comm_kind(n)], np.int8, gpu_rows))[is_comm]
+        own_kind = np.where(named >= 0, named, prop(lambda n: KIND_CODE[C.comm_kind(n)], np.int8, gpu_rows))[is_comm]
         clr = launch[is_comm]
         has = clr >= 0
         kind_codes = own_kind.copy()
@@ -313,13 +314,13 @@ def _extract(scan: _Scan, gpu: bool, comm_re, comm_ann, names: list[str], values
         c10d_rows = calls[prop(C.is_comm_wrapper, bool, calls)]
         comm_rows = np.concatenate((comm_ann_rows, c10d_rows))
         own_kind = np.concatenate((ann_kinds[ann_kinds >= 0],
-                                   prop(lambda n: _KIND_CODE[C.comm_kind(n[6:])], np.int8, c10d_rows)))
+                                   prop(lambda n: KIND_CODE[C.comm_kind(n[6:])], np.int8, c10d_rows)))
         kind_codes = _issuing_kind(scan, names, calls, scan.thread[comm_rows], ts[comm_rows], own_kind)
         order = np.argsort(comm_rows, kind="stable")  # file order, as the records are
         comm_rows, kind_codes = comm_rows[order], kind_codes[order]
         operation, holders = _operations(scan, comm_rows, kind_codes, c10d_rows)
         candidates = cpu_rows[prop(C.is_cpu_compute, bool, cpu_rows)]
-        compute_rows = candidates[~_inside(calls, scan, scan.thread[candidates], ts[candidates])]
+        compute_rows = candidates[~inside_calls(calls, scan, scan.thread[candidates], ts[candidates])]
         memory_rows = np.empty(0, dtype=np.int64)
         anchors = [ts[rows] for rows in (comm_rows, compute_rows, memory_rows)]  # no launches: their own start
         launches = [np.zeros(rows.size, dtype=bool) for rows in (comm_rows, compute_rows, memory_rows)]
@@ -425,7 +426,7 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
     comm_ann = comm_ann if comm_ann is not None else C.compile_comm_annotations()
     values = Values() if records else None
     names = values.index if values is not None else Index()
-    scans = [_scan(path, names, CommRecorder(comm_re, values, record_own_args) if records else None, workers,
+    scans = [read_scan(path, names, CommRecorder(comm_re, values, record_own_args) if records else None, workers,
                    range_pool) for path in files]
     gpu = any(bool((s.codes == C.KERNEL).any()) for s in scans)
     unclassified = merged_counts([s.unclassified for s in scans])
@@ -434,7 +435,7 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
     headers = [scan.header for scan in scans]
     parts = []
     while scans:  # each file's columns are freed once classified: they are the largest arrays
-        parts.append(_extract(scans.pop(0), gpu, comm_re, comm_ann, names.order, values))
+        parts.append(extract(scans.pop(0), gpu, comm_re, comm_ann, names.order, values))
         heap.release(events)
     comm, compute, memory = (EventSet.concat([p[0][k] for p in parts]) for k in range(3))
     steps = Steps.of_files([p[1] for p in parts])

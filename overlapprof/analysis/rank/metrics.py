@@ -25,11 +25,11 @@ STEP_GROUP_INTERVALS = 1 << 19
 
 def metrics_of(comm: iv.Intervals, compute: iv.Intervals, memory: iv.Intervals = iv.EMPTY, cls=Metrics, **extra):
     """Metrics (or a subclass, with ``extra`` fields) of three unions."""
-    return _metrics(iv.length(comm), iv.length(compute), iv.overlap_length(comm, compute), iv.length(memory),
+    return make_metrics(iv.length(comm), iv.length(compute), iv.overlap_length(comm, compute), iv.length(memory),
                     cls, **extra)
 
 
-def _metrics(comm_us: float, compute_us: float, overlap_us: float, memory_us: float, cls, **extra):
+def make_metrics(comm_us: float, compute_us: float, overlap_us: float, memory_us: float, cls, **extra):
     """Metrics from |comm|, |compute|, |comm ∩ compute| and |memory| (µs)."""
     overlapped = min(overlap_us, comm_us)
     return cls(
@@ -47,7 +47,7 @@ def _union(s: EventSet) -> iv.Intervals:
     return iv.union(s.start, s.end)
 
 
-def _by_step(events: RankEvents, s: EventSet) -> list[EventSet]:
+def by_step(events: RankEvents, s: EventSet) -> list[EventSet]:
     """Split an event set by step (index into ``events.steps``); events outside steps dropped."""
     idx = events.steps.index_of(s.anchor)
     order = np.argsort(idx, kind="stable")
@@ -124,7 +124,7 @@ def _step_group(sets, numbers: np.ndarray, starts: np.ndarray, last_end: np.ndar
     for k, (number, start, end) in enumerate(zip(numbers.tolist(), starts.tolist(), last_end.tolist())):
         step_us = float(end - start)
         overlap = max(0.0, comm_us[k] + compute_us[k] - both_us[k]) if n_comm[k] and n_compute[k] else 0.0
-        m = _metrics(comm_us[k], compute_us[k], overlap, memory_us[k], StepMetrics,
+        m = make_metrics(comm_us[k], compute_us[k], overlap, memory_us[k], StepMetrics,
                      step=number, start_us=start, step_us=step_us, exposed_share=None,
                      partition=Partition(compute_us=comp_us[k], exposed_comm_us=exposed_us[k],
                                          exposed_memory_us=exposed_mem_us[k], idle_us=idle_us[k], step_us=end - start))
@@ -150,7 +150,7 @@ def kind_metrics(events: RankEvents, compute: iv.Intervals, exposed_out: dict | 
     return out
 
 
-def _pairs(u: iv.Intervals, origin: float) -> tuple[list[tuple[float, float]], bool]:
+def timeline_pairs(u: iv.Intervals, origin: float) -> tuple[list[tuple[float, float]], bool]:
     starts, ends = u
     cut = starts.size > TIMELINE_CAP
     starts, ends = starts[:TIMELINE_CAP] - origin, ends[:TIMELINE_CAP] - origin
@@ -187,7 +187,7 @@ def timeline(events: RankEvents, steps: list[StepMetrics]) -> Timeline | None:
         origin = min(float(s.start.min()) for s in sets if len(s))
         span, step = max(float(e.max()) for e in ends) - origin, None
     comm, compute = (_union(s) for s in sets)
-    lists = [_pairs(u, origin) for u in (comm, compute, iv.intersection(comm, compute))]
+    lists = [timeline_pairs(u, origin) for u in (comm, compute, iv.intersection(comm, compute))]
     return Timeline(
         step=step,
         start_us=origin,

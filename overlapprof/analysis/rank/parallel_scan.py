@@ -9,28 +9,26 @@ of a Dask cluster (:func:`read`'s ``pool``; then only the plain ranges below, wi
 
 How the text reaches the workers:
 
-- plain JSON: each worker reads its own byte ranges of the file (``ranges``: seek, read);
-- gzip (``feed``): this process inflates the stream once and sends pieces of a few MB to the
-  workers, at most ``2 x workers`` in flight. The alternative, each worker inflating the stream
-  from the start and dropping the text before its range (``skip``), costs every worker the
-  inflation of all the text before its range; ``benchmarks/analyze_bench.py --only big``
-  measures both (``OVERLAPPROF_GZIP_MODE=feed|skip`` selects one; README, "Speed and memory"):
-  ``skip`` was faster (2 GB, 2026-12-04: 1.45x against 1.24x over one worker; mtia end to end
-  0.30 s against 0.38 s), so it is the default.
+- plain JSON: each worker reads its own byte ranges of the file (seek, read);
+- gzip: each worker inflates the stream from the start and drops the text before its range
+  (``skip``). That costs every worker the inflation of the text before its range, yet it was
+  faster than this process inflating the stream once and sending pieces to the workers (2 GB,
+  2026-12-04: 1.45x against 1.24x over one worker; mtia end to end 0.30 s against 0.38 s), which
+  was cut.
 
-In both, this process reads pieces too. Ranges (plain JSON, gzip ``skip``) are handed out
-from both ends (:class:`_Schedule`): the pool's processes take them from the front, one at a
-time, and this process from the back. The pool is forked from this process
-(:class:`~overlapprof.analysis.forks.ForkPool`); a pool process's part comes back through a
-file of a private temporary folder (:func:`~overlapprof.analysis.rank.parts.pool_read`), and only the file's name through the
-pool's pipe, so the process never waits for this one to read it. ``feed`` pieces go to the
-pool as they are inflated and this process reads the newest one not started (:func:`_drain`).
+This process reads ranges too. They are handed out from both ends (:class:`_Schedule`): the
+pool's processes take them from the front, one at a time, and this process from the back; once
+all are handed out, this process takes the unread end of a range the pool is reading (work
+stealing, :class:`~overlapprof.analysis.rank.claims.Claims`). The pool is the stdlib's process
+pool, forked from this process; a pool process's part comes back through a file of a private
+temporary folder (:func:`~overlapprof.analysis.rank.parts.pool_read`), and only the file's name
+through the pool's pipe, so the process never waits for this one to read it.
 
 Memory: each worker holds a piece of text and its decoded events, plus the arrays of its range;
 the parent, the columns of the file (as when reading it alone,
-:class:`~overlapprof.analysis.rank.parts.Merge`), its own parts
-not merged yet (the last ranges, merged once the pool's are), the pieces in flight and, for
-gzip, the end of each pool range kept for a thief (at most :data:`KEPT_MAX` each).
+:class:`~overlapprof.analysis.rank.parts.Merge`), its own parts not merged yet (the last ranges,
+merged once the pool's are) and, for gzip, the end of each pool range kept for a thief (at most
+:data:`KEPT_MAX` each).
 
 A worker that meets anything unexpected (not the line layout, a bad event, a damaged gzip)
 reports it, and the file is read again in this process, which words the error exactly as always.
@@ -39,7 +37,6 @@ reports it, and the file is read again in this process, which words the error ex
 from __future__ import annotations
 
 import os
-from collections import deque
 from functools import partial
 
 from overlapprof.analysis.columns import Index
@@ -48,6 +45,7 @@ from overlapprof.analysis.rank import parts
 from overlapprof.analysis.rank.parts import Job, Merge, Part, pool_read, read_part, read_tail, share_claims, unspool
 from overlapprof.analysis.rank.scan import rows_hint
 from overlapprof.analysis.records.recorder import CommRecorder
+from overlapprof.analysis.spill import new_folder
 from overlapprof.errors import OverlapprofError
 from overlapprof.trace import ranges as TR
 from overlapprof.trace.reader import LayoutError
@@ -68,8 +66,6 @@ RANGES_PER_WORKER = 8  # ranges per worker: a slow worker or a dense range does 
 SKIP_COST = 0.1
 KEPT_MIN, KEPT_MAX = 16 << 20, 128 << 20  # gzip: how much of a range's end this process keeps for a thief (Kept)
 KEPT_AFTER = 1 << 20  # ... and past it: where the thief's text ends is the first event start there
-MODES = ("feed", "skip")
-GZIP_MODE = os.environ.get("OVERLAPPROF_GZIP_MODE", "skip")  # the benchmark's switch; skip measured faster
 
 
 def _kept_bytes(job: Job) -> int:
@@ -88,7 +84,7 @@ def _steal_min() -> int:
 
 
 def _jobs_of_ranges(probe: TR.Probe, workers: int, base: Job) -> list[Job]:
-    """Plain JSON: a few ranges per worker, of equal size. gzip (``skip``): one per worker, as
+    """Plain JSON: a few ranges per worker, of equal size. gzip: one per worker, as
     each inflates all the text before its range, each as long as its reader then has time for
     (:func:`~overlapprof.trace.ranges.split`, ``skip_cost``)."""
     count = workers if probe.gzip else min(workers * RANGES_PER_WORKER, (probe.size - probe.first) // RANGE_MIN)
@@ -97,30 +93,15 @@ def _jobs_of_ranges(probe: TR.Probe, workers: int, base: Job) -> list[Job]:
             for k, (a, b) in enumerate(cuts)]
 
 
-def _parts(probe: TR.Probe, pool, workers: int, base: Job, jobs: list[Job] | None, claims: Claims | None,
-           spill_own: bool = False):
-    """The parts of the file in file order (a generator: they are merged as they come): of the
-    ranges ``jobs``, or (None: gzip ``feed``) of the pieces this process inflates.
-    ``spill_own``: the parts this process reads ahead of their turn wait in files too."""
-    pending: deque = deque()  # [job, its future or, once read here, its part], in file order
-    if jobs is not None:
-        yield from _Schedule(jobs, pool, workers - 1, claims, SKIP_COST if probe.gzip else 0.0, spill_own).parts()
-        return
-    source = TR.RangeText(base.path, probe.first)  # this process inflates and cuts
-    for text in source.pieces():
-        job = Job(**{**base.__dict__, "text": text})
-        pending.append([job, pool.submit(read_part, job)])
-        yield from _drain(pending, 2 * workers)
-    yield from _drain(pending, 0)
-    yield Part(tail=source.tail)
-
-
 class _Schedule:
     """Ranges handed out from both ends: the pool's processes take them from the front, one at
     a time each (a new one as soon as one is done: this process looks before each piece it
     decodes), this process from the back; so neither waits while there is work. When all are
     handed out, this process takes the unread second half of a range the pool is reading
-    (:class:`Claims`), again and again while one is large enough, then waits for the pool."""
+    (:class:`Claims`), again and again while one is large enough, then waits for the pool.
+    Measured side by side with and without it (benchmarks/baseline_bench.py, 2026-12-05): on
+    mtia with 2 workers it saved a tenth of the analysis (0.274 -> 0.249 s, median of 21); on a
+    generated 300 MB gzip trace nothing."""
 
     def __init__(self, jobs: list[Job], pool, processes: int, claims: Claims | None = None,
                  skip_cost: float = 0.0, spill_own: bool = False):
@@ -206,53 +187,31 @@ def _running(result) -> bool:
     return result is not None and not isinstance(result, Part) and not result.done()
 
 
-def _drain(pending: deque, limit: int):
-    """Yield the parts at the head of ``pending`` until at most ``limit`` jobs are left. While
-    the head is not read yet, this process reads the newest job the pool has not started
-    (cancelled there): the pool works from the oldest jobs, this process from the newest, and
-    neither waits while there is work."""
-    while len(pending) > limit:
-        head = pending[0][1]
-        if isinstance(head, Part) or head.done():
-            pending.popleft()
-            yield head if isinstance(head, Part) else head.result()
-            continue
-        for entry in reversed(pending):
-            if not isinstance(entry[1], Part) and entry[1].cancel():
-                entry[1] = read_part(entry[0])
-                break
-        else:  # every job is started: wait for the oldest
-            pending.popleft()
-            yield head.result()
-
-
-def read(path, names: Index, recorder: CommRecorder | None, workers: int, mode: str | None = None, pool=None,
-         sink=None, keep=None):
-    """``(arrays, unclassified, header, threads)`` of the file as :func:`scan._read_chunks`
+def read(path, names: Index, recorder: CommRecorder | None, workers: int, pool=None, sink=None, keep=None):
+    """``(arrays, unclassified, header, threads)`` of the file as :func:`scan.read_chunks`
     gives them (and its top level, and the keys of its thread codes), read by ``workers``
     processes (which checked every ``ts`` and ``dur``: there are no problems to report); None
     when the file is small, not in the line layout, or anything went wrong (the caller then
     reads it in this process).
 
     ``pool``: where the ``workers - 1`` other processes come from: None, forked here
-    (:class:`~overlapprof.analysis.forks.ForkPool`); else a callable that makes a pool of them
+    (``concurrent.futures.ProcessPoolExecutor``); else a callable that makes a pool of them
     (``pool(processes)``: a context manager with ``submit(fn, *args)``, whose tasks have
     ``done()`` and ``result()``, and ``shutdown()``), such as
     :class:`~overlapprof.analysis.executors.DaskRanges`, whose processes may be on other
-    machines: then the ranges are read as plain ranges (gzip: ``skip``), their parts come back as
+    machines: then the ranges are read as plain ranges, their parts come back as
     results, and nothing is shared (no work stealing). ``sink``: makes where the columns go
-    (see :func:`scan._read_chunks`; its ``result()`` is the first item), and then this process's
+    (see :func:`scan.read_chunks`; its ``result()`` is the first item), and then this process's
     own parts wait in files as the pool's do. ``keep``: only the rows it keeps (see
-    :func:`scan._read_chunks`; the forked pool inherits it: not with ``pool``)."""
+    :func:`scan.read_chunks`; the forked pool inherits it: not with ``pool``)."""
     parts.KEEP = keep  # before the pool is forked, so that its processes have it
     try:
-        return _read(path, names, recorder, workers, mode, pool, sink, keep)
+        return _read(path, names, recorder, workers, pool, sink, keep)
     finally:
         parts.KEEP = None
 
 
-def _read(path, names, recorder, workers, mode, pool, sink, keep):
-    mode = mode or GZIP_MODE
+def _read(path, names, recorder, workers, pool, sink, keep):
     try:
         probe = TR.probe(path)
     except (LayoutError, OverlapprofError, OSError):
@@ -261,25 +220,31 @@ def _read(path, names, recorder, workers, mode, pool, sink, keep):
         return None
     if keep is not None and pool is not None:
         return None  # a keep is inherited by forked processes, not sent
-    from overlapprof.analysis.forks import ForkPool, PoolBroken, make_folder, remove_folder  # a small file needs no pool
+    import multiprocessing  # a small file needs no pool
+    import shutil
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     base = Job(str(path), recorder is not None, recorder.comm_re if recorder else None,
                 recorder.own if recorder else False, header=probe.header, keep=keep is not None)
     merged = Merge(names, recorder, rows_hint(probe.size - probe.first), sink() if sink is not None else None)
-    jobs = _jobs_of_ranges(probe, workers, base) if not probe.gzip or mode == "skip" or pool is not None else None
+    jobs = _jobs_of_ranges(probe, workers, base)
     tail, claims, top, last, spool = None, None, None, None, None
     try:  # the folder is made inside: a SIGTERM right after it still removes it (finally)
         if pool is None:
-            spool = make_folder()
+            spool = new_folder()
             base.spool = spool
-            for job in jobs or ():
+            for job in jobs:
                 job.spool = spool
         make_pool = pool
         if make_pool is None:
-            claims = Claims(spool, len(jobs)) if jobs is not None else None
-            make_pool = partial(ForkPool, initializer=share_claims, initargs=(claims,))
+            claims = Claims(spool, len(jobs))
+            # forked: the processes inherit the claims' mapping and KEEP, which are never sent
+            make_pool = partial(ProcessPoolExecutor, mp_context=multiprocessing.get_context("fork"),
+                                initializer=share_claims, initargs=(claims,))
         with make_pool(workers - 1) as pool:
-            for part in _parts(probe, pool, workers, base, jobs, claims, spill_own=sink is not None):
+            schedule = _Schedule(jobs, pool, workers - 1, claims, SKIP_COST if probe.gzip else 0.0, sink is not None)
+            for part in schedule.parts():
                 if part.failed:
                     return None
                 if part.tail is not None:
@@ -287,7 +252,7 @@ def _read(path, names, recorder, workers, mode, pool, sink, keep):
                 if part.top is not None:
                     top, last = part.top, part.last
                 merged.add(part)
-    except (PoolBroken, OSError, OverlapprofError):  # a worker died, none could start, a damaged gzip
+    except (BrokenProcessPool, OSError, OverlapprofError):  # a worker died, none could start, a damaged gzip
         return None
     except MemoryError:
         raise
@@ -297,7 +262,7 @@ def _read(path, names, recorder, workers, mode, pool, sink, keep):
         if claims is not None:
             claims.close()
         if spool is not None:
-            remove_folder(spool)
+            shutil.rmtree(spool, ignore_errors=True)
     if top is None:
         if tail is None or (read := read_tail(base, probe.header, tail)) is None:
             return None

@@ -22,7 +22,7 @@ import numpy as np
 
 from overlapprof.analysis.columns import Index
 from overlapprof.analysis.rank.claims import Claims
-from overlapprof.analysis.rank.scan import FileColumns, _Problems, _read_chunks, _Threads, rows_hint
+from overlapprof.analysis.rank.scan import FileColumns, Problems, read_chunks, Threads, rows_hint
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
 from overlapprof.errors import OverlapprofError
@@ -34,7 +34,7 @@ from overlapprof.trace.reader import Chunk, LayoutError
 @dataclass
 class Part:
     """What a worker read of some consecutive events: ``events`` (every phase) and, for the
-    complete ones, the columns of :func:`~overlapprof.analysis.rank.scan._read_chunks`, with
+    complete ones, the columns of :func:`~overlapprof.analysis.rank.scan.read_chunks`, with
     its own codes (None: none), whose keys are ``names`` and ``threads`` (by code); ``records``:
     its :meth:`~overlapprof.analysis.records.recorder.CommRecorder.export`; ``tail``: the text
     after the file's last event start, when the range held it; ``failed``: it could not."""
@@ -71,7 +71,7 @@ class Job:
 
 
 _CLAIMS: Claims | None = None  # in a pool process: the shared claims
-KEEP = None  # the rows a read keeps (scan._read_chunks' keep), set before the pool is forked: never sent
+KEEP = None  # the rows a read keeps (scan.read_chunks' keep), set before the pool is forked: never sent
 
 
 def share_claims(claims: Claims | None) -> None:
@@ -151,15 +151,15 @@ def read_part(job: Job, between=None, flush=None) -> Part:
         values = Values() if job.recording else None
         names = values.index if values is not None else Index()
         recorder = CommRecorder(job.comm_re, values, job.own) if job.recording else None
-        threads = _Threads()
+        threads = Threads()
         part = Part()
         try:
             rows = rows_hint(min(len(job.text) if job.text is not None else job.bytes, budget or 1 << 62))
-            arrays, part.unclassified, problems = _read_chunks(job.path, chunks(part), names, recorder, threads, rows,
+            arrays, part.unclassified, problems = read_chunks(job.path, chunks(part), names, recorder, threads, rows,
                                                                keep=KEEP if job.keep else None)
         except (LayoutError, OverlapprofError, OSError):
             return Part(failed=True)
-        if problems != _Problems():  # a missing or odd time: worded by one process
+        if problems != Problems():  # a missing or odd time: worded by one process
             return Part(failed=True)
         part.arrays = arrays
         part.names = names.order
@@ -201,8 +201,8 @@ class Merge:
     copied into the file's columns as they come."""
 
     def __init__(self, names: Index, recorder: CommRecorder | None, rows: int, sink=None):
-        self.names, self.recorder, self.threads = names, recorder, _Threads()
-        self.columns = sink if sink is not None else FileColumns(rows)  # see scan._read_chunks
+        self.names, self.recorder, self.threads = names, recorder, Threads()
+        self.columns = sink if sink is not None else FileColumns(rows)  # see scan.read_chunks
         self.unclassified: dict = {}
         self.events = 0
 

@@ -7,11 +7,13 @@ complete events' ``ts``, ``dur``, category code, name id, thread and (GPU events
 calls, their args decoded in one batch) correlation; the chunk's values are copied into the file's columns
 (:class:`~overlapprof.analysis.columns.GrowingColumns`) and the chunk is dropped. The times are
 checked a chunk at a time and a problem is raised, naming the event, once the file is read
-(:class:`_Problems`). At the end the rows the classification never reads are dropped
-(:func:`_rows_read`: on real GPU traces about half), and the correlations are replaced by
-each GPU event's launching runtime call (:func:`_launches`). When asked, a
+(:class:`Problems`). At the end the rows the classification never reads are dropped
+(:func:`drop_unread_rows`: on real GPU traces about half), and the correlations are replaced by
+each GPU event's launching runtime call (:func:`launch_rows`). When asked, a
 :class:`~overlapprof.analysis.records.recorder.CommRecorder` reads the communication records from
-the same chunks. The result is a :class:`_Scan`, classified by :mod:`overlapprof.analysis.rank.events`.
+the same chunks. The result is a :class:`Scan` (:mod:`overlapprof.analysis.rank.read` reads a
+file into one, by several processes when it is large), classified by
+:mod:`overlapprof.analysis.rank.events`.
 """
 
 from __future__ import annotations
@@ -45,18 +47,18 @@ class _Cache(dict):
 
 
 _CATEGORY = _Cache(C.category_code)
-_KIND_CODE = {kind: i for i, kind in enumerate(C.KINDS)}
+KIND_CODE = {kind: i for i, kind in enumerate(C.KINDS)}
 
 
-def _launches(codes: np.ndarray, corr: np.ndarray, of=None) -> np.ndarray:
+def launch_rows(codes: np.ndarray, corr: np.ndarray, of=None) -> np.ndarray:
     """For the GPU events (the rows of a GPU category, in row order): the row of their launching
     runtime call (same correlation) or -1. ``corr``: the correlation (NaN: none) of each row of
     a correlated category (GPU events, runtime calls, CUDA sync events), in row order.
     ``of``: the category codes to join instead of the GPU ones (a CUDA sync event's ``corr`` is
     the correlation of the ``cudaEventRecord`` it waits on: that call's row)."""
-    linked = np.flatnonzero(_IS_CORRELATED[codes])
+    linked = np.flatnonzero(IS_CORRELATED[codes])
     linked_codes = codes[linked]
-    side = _IS_GPU if of is None else np.isin(np.arange(C.CATEGORIES), of)
+    side = IS_GPU if of is None else np.isin(np.arange(C.CATEGORIES), of)
     gpu, runtime = np.flatnonzero(side[linked_codes]), np.flatnonzero(linked_codes == C.RUNTIME)
     if runtime.size == 0 or gpu.size == 0:
         return np.full(gpu.size, -1, dtype=np.int64)
@@ -69,7 +71,7 @@ def _launches(codes: np.ndarray, corr: np.ndarray, of=None) -> np.ndarray:
 
 
 @dataclass
-class _Scan:
+class Scan:
     """One file's complete ("X") events as arrays, by row (in file order).
 
     ``launch``: the row of the launching runtime call of each GPU event (the rows of a GPU
@@ -77,7 +79,7 @@ class _Scan:
     sync event (in row order), the row of the ``cudaEventRecord`` call it waits on (-1: none). ``name_ids``: ids
     in the rank's name index. ``records``: what communication records need, when asked for.
     ``events``: the file's complete events; the rows are only those the classification reads
-    (:func:`_rows_read`).
+    (:func:`drop_unread_rows`).
     """
 
     path: str
@@ -94,6 +96,15 @@ class _Scan:
     unclassified: dict[str, int] = field(default_factory=dict)
     records: Records | None = None
     sync_record: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+
+    @classmethod
+    def of_columns(cls, path, columns: dict, launch: np.ndarray | None = None, records: Records | None = None) -> Scan:
+        """A scan of rows given as columns, not read from a file (no counts, no header): the
+        :data:`SCAN_COLUMNS` in ``columns`` (those absent are None, for a caller that reads only
+        some); ``launch`` as above (None: no GPU event)."""
+        return cls(str(path), **{k: columns.get(k) for k in SCAN_COLUMNS},
+                   launch=np.empty(0, dtype=np.int64) if launch is None else launch, negative=0, events=0,
+                   header=None, records=records)
 
     def end(self, rows) -> np.ndarray:
         """Where the events of ``rows`` end: ``ts + max(dur, 0)`` µs (computed, not kept: one
@@ -117,13 +128,13 @@ def _collective_code(value) -> int:
     if not isinstance(value, str):
         return -1
     kind = C.comm_kind(value)
-    return -1 if kind == "other" else _KIND_CODE[kind]
+    return -1 if kind == "other" else KIND_CODE[kind]
 
 
 _COLLECTIVE_CODE = _Cache(_collective_code)
 
 
-class _Threads(dict):
+class Threads(dict):
     """(pid, tid) -> a small int code, one per distinct thread of a file."""
 
     def __missing__(self, key):
@@ -152,21 +163,21 @@ def _correlations(path, events: list, rows: np.ndarray, index, sync: np.ndarray)
                      for a, s in zip(args, sync.tolist())], dtype=np.float64)
 
 
-# The columns of a file's complete events (see _Scan), as _read_chunks gives them.
+# The columns of a file's complete events (see Scan), as read_chunks gives them.
 # ``corr`` (the correlation of the GPU events and runtime calls, NaN: none) has a value per row
-# of those categories only (_IS_CORRELATED), in row order.
+# of those categories only (IS_CORRELATED), in row order.
 SCAN_COLUMNS = {"ts": np.float64, "dur": np.float64, "codes": np.int8, "name_ids": np.int32, "thread": np.int32,
                 "collective": np.int8}
-_IS_CORRELATED = np.isin(np.arange(C.CATEGORIES), _CORRELATED)  # by category code
+IS_CORRELATED = np.isin(np.arange(C.CATEGORIES), _CORRELATED)  # by category code
 _IS_THREADED = np.isin(np.arange(C.CATEGORIES), _THREADED)
-_IS_GPU = np.isin(np.arange(C.CATEGORIES), C.GPU_CATEGORIES)
+IS_GPU = np.isin(np.arange(C.CATEGORIES), C.GPU_CATEGORIES)
 _READ_IN_GPU_MODE = np.isin(np.arange(C.CATEGORIES), (*C.GPU_CATEGORIES, C.RUNTIME, C.ANNOTATION, C.SYNC))  # and some CPU ops
 _READ_IN_ANY_MODE = ~np.isin(np.arange(C.CATEGORIES), (C.OTHER, C.UNKNOWN))  # correlated rows stay: corr is per row
 _IS_HOST = np.isin(np.arange(C.CATEGORIES), (C.CPU_OP, C.ANNOTATION, C.RUNTIME))
 
 
 @dataclass
-class _Problems:
+class Problems:
     """The first event (number in the file) with a missing ``ts``, with a missing ``dur``, and
     whose ``ts + dur`` is not finite; checked a chunk at a time, raised in that order once the
     whole file is read (as one check over the whole file would)."""
@@ -198,7 +209,7 @@ def rows_hint(text_bytes: int) -> int:
 
 
 class FileColumns:
-    """Where :func:`_read_chunks` puts a file's columns by default: in memory, growing a chunk at
+    """Where :func:`read_chunks` puts a file's columns by default: in memory, growing a chunk at
     a time. (:class:`overlapprof.analysis.rank.bounded.SpilledRows` takes their place to keep
     them on disk.)"""
 
@@ -223,17 +234,17 @@ class FileColumns:
 _NO_CORR = np.empty(0, dtype=np.float64)
 
 
-def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threads: _Threads, rows: int,
+def read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threads: Threads, rows: int,
                  sink=None, keep=None):
     """The complete events of ``chunks`` as the columns :data:`SCAN_COLUMNS` and ``corr`` (None:
-    there are none), the counts of the device categories left out, and the :class:`_Problems` of their
+    there are none), the counts of the device categories left out, and the :class:`Problems` of their
     times. ``names``/``threads``: the ids given to names and threads; ``rows``: room reserved;
     ``sink``: where the columns go (default :class:`FileColumns`; what is returned is its ``result()``);
     ``keep(codes, name_ids, names, linked, corr)``: which of a chunk's complete events go to the
     sink and the recorder (None: all; ``names``: the names by id, ``linked``: the correlated
     rows, ``corr`` their correlations)."""
     sink = sink if sink is not None else FileColumns(rows)
-    problems = _Problems()
+    problems = Problems()
     unknown = _Unknown()
     params_id = names[C.PARAM_COMMS]
     for chunk in chunks:
@@ -251,7 +262,7 @@ def _read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, thre
         if (odd := np.flatnonzero(codes == C.UNKNOWN)).size:
             unknown.sort(xe, odd, codes)
         name_ids = np.array([names[e.name] for e in xe], dtype=np.int32)
-        linked = np.flatnonzero(_IS_CORRELATED[codes])
+        linked = np.flatnonzero(IS_CORRELATED[codes])
         corr = _correlations(path, xe, linked, index, codes[linked] == C.SYNC) if linked.size else _NO_CORR
         thread = np.full(len(xe), -1, dtype=np.int32)
         located = np.flatnonzero(_IS_THREADED[codes])
@@ -309,7 +320,7 @@ class _Unknown:
                 key = (e.cat, hashable(e.pid))
                 self.counts[key] = self.counts.get(key, 0) + 1
 
-    def on_devices(self, threads: _Threads) -> dict[str, int]:
+    def on_devices(self, threads: Threads) -> dict[str, int]:
         """{category: events} of the unknown categories outside the host's processes."""
         if not self.counts:
             return {}
@@ -321,7 +332,7 @@ class _Unknown:
         return found
 
 
-def _rows_read(arrays: dict, names: list[str]) -> np.ndarray | None:
+def drop_unread_rows(arrays: dict, names: list[str]) -> np.ndarray | None:
     """Drop from ``arrays`` (a column at a time, rows keeping their order) the rows that the
     rank's classification never reads, before the launch join: events of other categories
     (``python_function``, ``gpu_user_annotation``, unclassified device activity, ...) and, in a
@@ -356,57 +367,17 @@ def read_serially(path, names: Index, recorder: CommRecorder | None, sink=None, 
     is read: None, :class:`FileColumns`): ``(sink's result, unclassified, header, threads,
     recorder)``. A file not in the line layout is read again with the generic reader (and a
     fresh recorder). Raises the first problem of the times once the file is read. ``keep``:
-    see :func:`_read_chunks`."""
+    see :func:`read_chunks`."""
     reader = TraceReader(path, ROWS_DECODER)
-    rows, threads = file_rows_hint(path), _Threads()
+    rows, threads = file_rows_hint(path), Threads()
     make = sink or (lambda: None)
     try:
-        got, unclassified, problems = _read_chunks(path, reader.chunks(), names, recorder, threads, rows, make(), keep)
+        got, unclassified, problems = read_chunks(path, reader.chunks(), names, recorder, threads, rows, make(), keep)
     except LayoutError:
         if recorder is not None:
             recorder = recorder.fresh()
-        threads = _Threads()
-        got, unclassified, problems = _read_chunks(path, reader.chunks(generic=True), names, recorder, threads, rows,
+        threads = Threads()
+        got, unclassified, problems = read_chunks(path, reader.chunks(generic=True), names, recorder, threads, rows,
                                                    make(), keep)
     problems.raise_first(path)
     return got, unclassified, reader.header, threads, recorder
-
-
-def read_file(path, names: Index, recorder: CommRecorder | None, workers: int = 1, range_pool=None, sink=None,
-              keep=None):
-    """:func:`read_serially`'s result, the file read by ``workers`` processes when it is large
-    (:func:`~overlapprof.analysis.rank.parallel_scan.read`, which checked every time: no problem
-    to raise), else, or when they give up, by this one."""
-    if workers > 1:
-        from overlapprof.analysis.rank import parallel_scan  # it imports this module
-
-        got = parallel_scan.read(path, names, recorder, workers, pool=range_pool, sink=sink, keep=keep)
-        if got is not None:
-            arrays, unclassified, header, threads = got
-            return arrays, unclassified, header, threads, recorder
-        if recorder is not None:
-            recorder = recorder.fresh()  # it may hold the parts read before the workers gave up
-    return read_serially(path, names, recorder, sink, keep)
-
-
-def _scan(path, names: Index, recorder: CommRecorder | None = None, workers: int = 1, range_pool=None) -> _Scan:
-    """Read a file's events chunk by chunk (:mod:`overlapprof.trace.reader`) into arrays; with
-    ``workers`` > 1, a large file in that many processes (:mod:`overlapprof.analysis.rank.parallel_scan`;
-    ``range_pool``: where the other processes come from, None: forked here)."""
-    arrays, unclassified, header, threads, recorder = read_file(path, names, recorder, workers, range_pool)
-    if arrays is None:
-        raise TraceError(path, "no complete ('X') events: nothing to measure")
-    negative = int(np.count_nonzero(arrays["dur"] < 0))
-    events = arrays["ts"].size
-    kept = _rows_read(arrays, names.order)
-    corr = arrays.pop("corr")  # correlated rows are all kept in GPU mode: corr is unchanged
-    launch = _launches(arrays["codes"], corr)
-    sync_record = _launches(arrays["codes"], corr, of=(C.SYNC,)) if (arrays["codes"] == C.SYNC).any() else None
-    records = recorder.records(arrays["thread"], list(threads)) if recorder is not None else None
-    if records is not None and kept is not None:
-        records.rows = np.searchsorted(np.flatnonzero(kept), records.rows)  # every record row is a kept row
-    scan = _Scan(str(path), **arrays, launch=launch, negative=negative, events=events, header=header,
-                 unclassified=unclassified, records=records)
-    if sync_record is not None:
-        scan.sync_record = sync_record
-    return scan

@@ -1,7 +1,7 @@
 """A trace file read into files on disk, for :mod:`overlapprof.analysis.rank.bounded`.
 
 :class:`SpilledRows` takes the place of the in-memory columns while a file is read (the
-``sink`` of :func:`~overlapprof.analysis.rank.scan._read_chunks`, in this process or from the
+``sink`` of :func:`~overlapprof.analysis.rank.scan.read_chunks`, in this process or from the
 parts of a parallel read): in memory it keeps only the ``ProfilerStep#N`` spans and, until a
 kernel is seen (CPU mode), the communication calls and annotations; on disk the GPU activity
 and runtime calls in buckets of correlation id (:data:`BUCKET_ROWS` rows each, about), the
@@ -19,9 +19,9 @@ import numpy as np
 
 from overlapprof.analysis.columns import GrowingColumns, Index
 from overlapprof.analysis.rank import classify as C
-from overlapprof.analysis.rank.events import _step_number
-from overlapprof.analysis.rank.scan import (_IS_CORRELATED, _IS_GPU, SCAN_COLUMNS, _launches, _Scan, file_rows_hint,
-                                            read_file)
+from overlapprof.analysis.rank.events import step_number
+from overlapprof.analysis.rank.read import read_file
+from overlapprof.analysis.rank.scan import IS_CORRELATED, IS_GPU, SCAN_COLUMNS, launch_rows, Scan, file_rows_hint
 from overlapprof.analysis.spill import Buckets, Sample, SpillFailed, SpillFile
 from overlapprof.errors import TraceError
 
@@ -41,12 +41,12 @@ _CALL, _STEP, _COMM_ANN, _CPU_COMPUTE = 1, 2, 4, 8
 
 
 def _role(name: str, comm_ann) -> int:
-    return ((_CALL if C.is_comm_call(name) else 0) | (_STEP if _step_number(name) >= 0 else 0)
+    return ((_CALL if C.is_comm_call(name) else 0) | (_STEP if step_number(name) >= 0 else 0)
             | (_COMM_ANN if comm_ann.match(name) else 0) | (_CPU_COMPUTE if C.is_cpu_compute(name) else 0))
 
 
 class SpilledRows:
-    """A file's complete events as :func:`~overlapprof.analysis.rank.scan._read_chunks` gives
+    """A file's complete events as :func:`~overlapprof.analysis.rank.scan.read_chunks` gives
     them (its ``sink``), kept as the module docstring says: ``few`` (the scan's columns, in row
     order), ``gpu`` (GPU events and runtime calls, bucket ``corr mod len(gpu)``, row order within
     a bucket; no correlation: bucket 0) and ``cpu`` (CPU ops that may be compute)."""
@@ -83,7 +83,7 @@ class SpilledRows:
             few |= is_call | (is_ann & ((role & _COMM_ANN) != 0))
         if few.any():
             self.few.append(**{k: v[few] for k, v in columns.items()})
-        linked = _IS_CORRELATED[codes]
+        linked = IS_CORRELATED[codes]
         if corr.size:
             rec = np.empty(corr.size, dtype=_GPU_ROW)
             rec["corr"] = corr
@@ -105,11 +105,9 @@ class SpilledRows:
     def result(self):
         return self if self.size else None
 
-    def few_scan(self, path: str) -> _Scan:
+    def few_scan(self, path: str) -> Scan:
         """A scan of the rows kept in memory."""
-        cols = self.few.arrays()
-        return _Scan(path, **{k: cols[k] for k in SCAN_COLUMNS}, launch=np.empty(0, dtype=np.int64), negative=0,
-                     events=0, header=None)
+        return Scan.of_columns(path, self.few.arrays())
 
     def remove(self) -> None:
         self.gpu.remove()
@@ -164,8 +162,8 @@ def joined_by_time(f: SpilledFile, edges: np.ndarray, folder: str) -> Buckets:
     for bucket in f.rows.gpu:
         rec = bucket.read()
         bucket.remove()
-        launch = _launches(rec["codes"], rec["corr"])  # rows of rec, for its GPU rows
-        gpu = rec[_IS_GPU[rec["codes"]]]
+        launch = launch_rows(rec["codes"], rec["corr"])  # rows of rec, for its GPU rows
+        gpu = rec[IS_GPU[rec["codes"]]]
         joined = np.empty(gpu.size, dtype=_JOINED_ROW)
         for k in ("ts", "dur", "codes", "name_ids", "corr"):
             joined[k] = gpu[k]

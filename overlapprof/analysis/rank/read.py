@@ -1,0 +1,54 @@
+"""A trace file read into a :class:`~overlapprof.analysis.rank.scan.Scan`: by several processes
+when it is large (:mod:`overlapprof.analysis.rank.parallel_scan`), else, or when they give up,
+by this one (:mod:`overlapprof.analysis.rank.scan`). Above both, so neither imports the other's
+caller."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from overlapprof.analysis.columns import Index
+from overlapprof.analysis.rank import classify as C
+from overlapprof.analysis.rank import scan as S
+from overlapprof.analysis.records.recorder import CommRecorder
+from overlapprof.errors import TraceError
+
+
+def read_file(path, names: Index, recorder: CommRecorder | None, workers: int = 1, range_pool=None, sink=None,
+              keep=None):
+    """:func:`~overlapprof.analysis.rank.scan.read_serially`'s result, the file read by
+    ``workers`` processes when it is large (:func:`~overlapprof.analysis.rank.parallel_scan.read`,
+    which checked every time: no problem to raise), else, or when they give up, by this one."""
+    if workers > 1:
+        from overlapprof.analysis.rank import parallel_scan  # a small file's analysis needs no pool
+
+        got = parallel_scan.read(path, names, recorder, workers, pool=range_pool, sink=sink, keep=keep)
+        if got is not None:
+            arrays, unclassified, header, threads = got
+            return arrays, unclassified, header, threads, recorder
+        if recorder is not None:
+            recorder = recorder.fresh()  # it may hold the parts read before the workers gave up
+    return S.read_serially(path, names, recorder, sink, keep)
+
+
+def read_scan(path, names: Index, recorder: CommRecorder | None = None, workers: int = 1, range_pool=None) -> S.Scan:
+    """Read a file's events chunk by chunk (:mod:`overlapprof.trace.reader`) into a scan; with
+    ``workers`` > 1, a large file in that many processes (``range_pool``: where the other
+    processes come from, None: forked here)."""
+    arrays, unclassified, header, threads, recorder = read_file(path, names, recorder, workers, range_pool)
+    if arrays is None:
+        raise TraceError(path, "no complete ('X') events: nothing to measure")
+    negative = int(np.count_nonzero(arrays["dur"] < 0))
+    events = arrays["ts"].size
+    kept = S.drop_unread_rows(arrays, names.order)
+    corr = arrays.pop("corr")  # correlated rows are all kept in GPU mode: corr is unchanged
+    launch = S.launch_rows(arrays["codes"], corr)
+    sync_record = S.launch_rows(arrays["codes"], corr, of=(C.SYNC,)) if (arrays["codes"] == C.SYNC).any() else None
+    records = recorder.records(arrays["thread"], list(threads)) if recorder is not None else None
+    if records is not None and kept is not None:
+        records.rows = np.searchsorted(np.flatnonzero(kept), records.rows)  # every record row is a kept row
+    scan = S.Scan(str(path), **arrays, launch=launch, negative=negative, events=events, header=header,
+                  unclassified=unclassified, records=records)
+    if sync_record is not None:
+        scan.sync_record = sync_record
+    return scan
