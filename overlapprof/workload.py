@@ -1,6 +1,6 @@
 """The API a workload file uses: module-level declarations plus a ``Context`` passed to each step.
 
-A workload is a plain Python file (see README, section "Writing a workload")::
+A workload is a plain Python file (see docs/writing-a-workload.md)::
 
     VARIANTS = {"sync": "blocking all_reduce", "async": "all_reduce(async_op=True), waited later"}
     DEFAULT_VARIANT = "async"                      # optional; else the first variant

@@ -71,7 +71,7 @@ def _nccl_debug(ctx, param, value):
 @click.option("--warmup", type=click.IntRange(min=0), default=1,
               help="Profiler schedule: steps traced but discarded before the active ones.")
 # 16: the comparison's bootstrap intervals narrow up to about there within a run of seconds
-# (benchmarks/active_bench.py; README, "Running a workload").
+# (benchmarks/active_bench.py; docs/running-workloads.md).
 @click.option("--active", type=click.IntRange(min=1), default=16,
               help="Profiler schedule: steps recorded per cycle. Each cycle starts with as "
                    "many steps with the profiler off, the baseline of its overhead.")

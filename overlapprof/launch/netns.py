@@ -23,8 +23,8 @@ BURST must exceed the loopback MTU (64 KiB), or a full-size segment can never be
 default (:func:`default_burst`) is half a millisecond of the link and at least two MTUs (128 KiB
 up to 2gbit): a bucket of 1 MiB, refilled while the ranks compute, let a 4-rank ring's whole round
 pass unpaced, so the link cost nothing to hide; LATENCY (``LATENCY_MS``) bounds how long a packet may queue before tbf drops it, so a
-short one makes TCP drop and retransmit when 4 ranks send at once. See README ("Running a
-workload") for the values measured and why these were chosen.
+short one makes TCP drop and retransmit when 4 ranks send at once. See docs/running-workloads.md
+for the values measured and why these were chosen.
 
 Ctrl-C and exit codes go through the re-execution: the parent forwards SIGINT, SIGTERM and
 SIGHUP to the child's process group (the launcher and its ranks, as a terminal's Ctrl-C would)

@@ -186,7 +186,7 @@ def _time_split(ops: CommOperations, x: Measured, mine: np.ndarray, r: CrossRank
     return iv.length(waits), iv.length(iv.difference(moving, waits)), iv.overlap_length(waits, r.exposed)
 
 
-# A straggler is named only on this evidence (README, "Across ranks"), from the matched instances
+# A straggler is named only on this evidence (docs/crossrank.md), from the matched instances
 # of process groups whose every rank has a trace, warm-up left out: it caused at least
 # STRAGGLER_SHARE of all their waiting and at least STRAGGLER_LEAD times what any other rank
 # caused, and it did so again and again: it caused most of the waiting in more than
