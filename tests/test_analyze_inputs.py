@@ -185,7 +185,7 @@ def test_parallel_workers_give_the_same_report(tmp_path):
     assert parallel.ranks == serial.ranks and parallel.summary == serial.summary
 
 
-def test_cli_outputs(tmp_path):
+def test_outputs(tmp_path):
     folder = DATA / "trace_filter"
     table = cli(folder)
     assert table.exit_code == 0

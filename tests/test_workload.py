@@ -152,7 +152,7 @@ def test_an_error_in_torch_distributed_names_the_call_and_the_line():
     except Exception as exc:
         where = describe_traceback(exc.__traceback__)
     assert where.startswith("in torch.distributed.send at ")
-    assert "test_run_workload_api.py:" in where
+    assert "test_workload.py:" in where
     assert where.endswith("`dist.send(torch.ones(1), dst=1)`")
 
 
@@ -176,7 +176,7 @@ def test_watchdog_names_the_line_the_main_thread_is_stuck_on():
     assert found["idle_s"] >= 0.3
     assert found["where"].startswith("at ")  # time.sleep is C: the line that called it is named
     assert found["where"].endswith("`time.sleep(seconds)`")
-    assert "test_run_workload_api.py:" in found["where"]
+    assert "test_workload.py:" in found["where"]
 
 
 def docs_example():

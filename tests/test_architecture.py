@@ -1,4 +1,5 @@
-"""The report schema package (issue 11): light to import, imported by all, importing none of ours."""
+"""The package's layering (issues 11 and 28): data flows one way, the report schema imports none of ours,
+the reading side never imports the launching side, rundir/ is neutral ground, and no import circle."""
 
 from __future__ import annotations
 
@@ -8,10 +9,8 @@ import sys
 from pathlib import Path
 
 import overlapprof
-from overlapprof.report import Report
 
 PACKAGE = Path(overlapprof.__file__).parent
-DATA = Path(__file__).parent / "data"
 
 # The flow of data, stage by stage; a module may import its own stage or an earlier one, never a
 # later one. The schema (report) and the errors are shared by all and sit outside the order.
@@ -128,30 +127,3 @@ def test_no_import_circle():
 def test_report_imports_only_itself_and_errors():
     for path in sorted((PACKAGE / "report").glob("*.py")):
         assert {m.split(".")[1] for m in _imports(path)} <= {"report", "errors"}, path
-
-
-def test_saved_report_keeps_its_json_names_and_loads_them(tmp_path):
-    """``crossrank`` and ``comm_records`` are the attributes; the JSON keeps ``comms`` and
-    ``comm_ops`` (reports saved before the rename load)."""
-    report = overlapprof.analyze(DATA / "nccl_parser_config", comm_ops=True, workers=1)
-    text = report.to_json()
-    assert '"comms":' in text and '"comm_ops":' in text and '"crossrank"' not in text and '"comm_records"' not in text
-    again = Report.from_json(text)
-    assert again == report and again.options.comm_records and again.options.crossrank
-    assert again.ranks[0].comm_records and again.ranks[0].comm_records[0].kind
-
-
-def test_rank_median_step_is_the_summarys_median():
-    """A one-rank report: the row's median step and the summary's are one number (the analyzer
-    computes it; the renderers only format it)."""
-    from overlapprof.renderers import html, table
-    from overlapprof.compare import compare
-
-    report = overlapprof.analyze(DATA / "negative_queue_length", workers=1, comms=False, drop_last_step=True)
-    (rank,) = report.ranks
-    steps = sorted(s.step_us for s in rank.steps)
-    assert len(steps) == 4 and steps[1] != steps[2]  # even: the lower median (a renderer's own) would differ
-    assert rank.median_step_us == report.summary.median_step_us
-    cell = f"{rank.median_step_us / 1000:.3f}"
-    assert table.render(report).splitlines()[2].split()[-1] == cell
-    assert f"<td>{cell}</td>" in html.render(compare([report]))
