@@ -1,0 +1,428 @@
+"""Prototype of the single engine's core (docs/engine.md): a rank's metrics from one sweep over
+coverage patterns, fed a batch of classified intervals at a time, in memory up to a budget.
+
+Not wired into ``analyze``: :func:`measure` takes a rank's classified events
+(:class:`~overlapprof.analysis.rank.events.RankEvents`, after any filter) and gives the
+:class:`~overlapprof.report.RankReport` that :func:`~overlapprof.analysis.rank.metrics.rank_report`
+gives, float for float (the rank metrics, the steps with their partition, the kinds, the
+timeline).
+
+Each interval ``[start, end)`` becomes two *boundaries* (position, segment, class bit, ±1),
+under its step's segment and under the whole rank's. Boundaries are held in memory; past the
+budget, the held ones are sorted by position and written to a *run file*, and at the end the run
+files are merged a window of positions at a time (an external merge sort), so memory holds one
+window whatever the trace's size. A window's boundaries, sorted by (segment, position), give by a
+cumulative sum per class the classes that cover each piece of time between two boundaries: the
+piece's *pattern*. Every metric is a predicate on the pattern (:data:`PREDICATES`); the maximal
+*runs* of pieces that satisfy it are the intervals of the set it names, with the same float ends
+as the union, clip or difference that :mod:`overlapprof.analysis.intervals` builds, so their
+lengths summed the same way give the same floats.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from overlapprof.analysis.rank.classify import KINDS
+from overlapprof.analysis.rank.events import EventSet, RankEvents
+from overlapprof.analysis.rank.metrics import TIMELINE_CAP, assemble, make_metrics, timeline_pairs, timeline_step
+from overlapprof.report import KindMetrics, Metrics, Partition, RankReport, StepMetrics, Timeline
+
+BOUNDARY = np.dtype([("pos", "<f8"), ("seg", "<i4"), ("cls", "i1"), ("delta", "i1")])
+
+# Class bits of a pattern: communication, compute, memory, the step's window, then one per kind.
+C, K, M, W = 1, 2, 4, 8
+KIND0 = 4  # bit index of the first kind's class
+CLASSES = KIND0 + len(KINDS)
+
+BUDGET_BYTES = 64 << 20  # boundaries held in memory before the held ones go to a run file
+WINDOW_ROWS = 1 << 20  # boundaries swept at once once they are on disk
+BATCH_ROWS = 1 << 16  # intervals fed at once (what a batch of a streaming read would hold)
+
+
+# -- the metrics, one predicate each (pattern bits -> whether the piece counts) ----------------
+
+def comm(p):
+    """U(comm): time under communication. Bits: C. µs."""
+    return (p & C) != 0
+
+
+def compute(p):
+    """U(compute): time under compute. Bits: K. µs."""
+    return (p & K) != 0
+
+
+def memory(p):
+    """U(memory): time under copies and memsets. Bits: M. µs."""
+    return (p & M) != 0
+
+
+def comm_or_compute(p):
+    """U(comm) ∪ U(compute), for overlapped = |C| + |K| − |C ∨ K|. Bits: C ∨ K. µs."""
+    return (p & (C | K)) != 0
+
+
+def comm_and_compute(p):
+    """U(comm) ∩ U(compute), the timeline's overlapped intervals. Bits: C ∧ K. µs."""
+    return (p & (C | K)) == (C | K)
+
+
+def window_compute(p):
+    """Partition ``compute_us``: |U(compute) ∩ W|. Bits: K ∧ W. µs."""
+    return (p & (K | W)) == (K | W)
+
+
+def window_exposed_comm(p):
+    """Partition ``exposed_comm_us``: |(U(comm) ∩ W) \\ U(compute)|. Bits: C ∧ W ∧ ¬K. µs."""
+    return (p & (C | W | K)) == (C | W)
+
+
+def window_exposed_memory(p):
+    """Partition ``exposed_memory_us``: |(U(memory) ∩ W) \\ (U(compute) ∪ U(comm))|. Bits: M ∧ W ∧ ¬K ∧ ¬C. µs."""
+    return (p & (M | W | K | C)) == (M | W)
+
+
+def window_idle(p):
+    """Partition ``idle_us``: |W \\ (U(compute) ∪ U(comm) ∪ U(memory))|. Bits: W ∧ ¬K ∧ ¬C ∧ ¬M. µs."""
+    return (p & (W | K | C | M)) == W
+
+
+def kind(code: int):
+    """U(comm of kind ``code``). Bits: G(code). µs."""
+    bit = 1 << (KIND0 + code)
+    return lambda p: (p & bit) != 0
+
+
+def kind_or_compute(code: int):
+    """U(comm of the kind) ∪ U(compute), for the kind's overlapped. Bits: G(code) ∨ K. µs."""
+    bits = (1 << (KIND0 + code)) | K
+    return lambda p: (p & bits) != 0
+
+
+# name -> (predicate, where: "rank", "steps" or "all" segments)
+PREDICATES: dict[str, tuple[Callable, str]] = {
+    "comm": (comm, "all"), "compute": (compute, "all"), "memory": (memory, "all"),
+    "comm_or_compute": (comm_or_compute, "all"), "comm_and_compute": (comm_and_compute, "all"),
+    "window_compute": (window_compute, "steps"), "window_exposed_comm": (window_exposed_comm, "steps"),
+    "window_exposed_memory": (window_exposed_memory, "steps"), "window_idle": (window_idle, "steps"),
+}
+
+
+# -- boundaries: in memory up to the budget, then sorted run files merged at the end -----------
+
+class Boundaries:
+    """Boundaries held up to ``budget`` bytes; past it, each full hold is sorted and written to a
+    run file in a folder of its own (removed by :meth:`remove`)."""
+
+    def __init__(self, budget: int = BUDGET_BYTES):
+        self.budget, self.held, self.held_bytes = budget, [], 0
+        self.folder: str | None = None
+        self.runs: list[str] = []
+
+    def add(self, start: np.ndarray, end: np.ndarray, seg, cls: int) -> None:
+        keep = end > start  # zero-length intervals add nothing (as intervals.union drops them)
+        start, end = start[keep], end[keep]
+        n = start.size
+        if n == 0:
+            return
+        rec = np.empty(2 * n, dtype=BOUNDARY)
+        rec["pos"][:n], rec["pos"][n:] = start, end
+        seg = np.broadcast_to(seg, keep.shape)[keep] if np.ndim(seg) else seg
+        rec["seg"][:n], rec["seg"][n:] = seg, seg
+        rec["cls"], rec["delta"][:n], rec["delta"][n:] = cls, 1, -1
+        self.held.append(rec)
+        self.held_bytes += rec.nbytes
+        if self.held_bytes > self.budget:
+            self._spill()
+
+    def _spill(self) -> None:
+        if self.folder is None:
+            self.folder = tempfile.mkdtemp(prefix="overlapprof-")
+        rec = np.concatenate(self.held)
+        self.held, self.held_bytes = [], 0
+        rec = rec[np.argsort(rec["pos"], kind="stable")]
+        self.runs.append(os.path.join(self.folder, f"run{len(self.runs)}"))
+        rec.tofile(self.runs[-1])
+
+    def windows(self, rows: int = WINDOW_ROWS) -> Iterator[np.ndarray]:
+        """Every boundary, in windows of consecutive positions (all those at one position in one
+        window): one window when nothing was spilled."""
+        if not self.runs:
+            if self.held:
+                yield np.concatenate(self.held)
+            self.held = []
+            return
+        if self.held:
+            self._spill()
+        files = [_RunFile(path, max(1, rows // len(self.runs))) for path in self.runs]
+        while any(not f.done for f in files):
+            for f in files:
+                f.fill()
+            unread = [f for f in files if f.more]
+            cut = min(float(f.buffer["pos"][-1]) for f in unread) if unread else np.inf
+            got = [f.take(cut) for f in files]
+            if not any(g.size for g in got):  # one position fills a whole buffer: read further there
+                next(f for f in unread if float(f.buffer["pos"][-1]) == cut).grow()
+                continue
+            yield np.concatenate(got)
+
+    def remove(self) -> None:
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class _RunFile:
+    """A sorted run file read a buffer at a time."""
+
+    def __init__(self, path: str, rows: int):
+        self.path, self.rows, self.offset = path, rows, 0
+        self.size = os.path.getsize(path) // BOUNDARY.itemsize
+        self.buffer = np.empty(0, dtype=BOUNDARY)
+
+    @property
+    def more(self) -> bool:  # rows in the file past the buffer
+        return self.offset < self.size
+
+    @property
+    def done(self) -> bool:
+        return not self.more and self.buffer.size == 0
+
+    def fill(self) -> None:
+        if self.buffer.size == 0 and self.more:
+            self.grow()
+
+    def grow(self) -> None:
+        got = np.fromfile(self.path, dtype=BOUNDARY, count=self.rows, offset=self.offset * BOUNDARY.itemsize)
+        self.offset += got.size
+        self.buffer = np.concatenate((self.buffer, got))
+
+    def take(self, cut: float) -> np.ndarray:
+        """The buffered rows before ``cut`` (all of them when ``cut`` is infinite)."""
+        k = self.buffer.size if cut == np.inf else int(np.searchsorted(self.buffer["pos"], cut, "left"))
+        out, self.buffer = self.buffer[:k], self.buffer[k:]
+        return out
+
+
+# -- the sweep ---------------------------------------------------------------------------------
+
+class PatternSweep:
+    """Coverage patterns of ``segments`` segments, a window of boundaries at a time (counts
+    carried from one window to the next), and the runs of each predicate."""
+
+    def __init__(self, segments: int, predicates: dict[str, tuple[Callable, object]]):
+        self.count = np.zeros((segments, CLASSES), dtype=np.int64)
+        self.last = np.zeros(segments, dtype=np.float64)
+        self.rank = segments - 1
+        self.predicates = predicates
+        self.runs: dict[str, list] = {name: [] for name in predicates}
+
+    def window(self, rec: np.ndarray) -> None:
+        if rec.size == 0:
+            return
+        carried = np.flatnonzero(self.count.any(axis=1))
+        nc = carried.size
+        pos = np.concatenate((self.last[carried], rec["pos"]))
+        seg = np.concatenate((carried.astype(np.int32), rec["seg"]))
+        order = np.lexsort((pos, seg))
+        pos, seg = pos[order], seg[order]
+        n = pos.size
+        first = np.empty(n, dtype=bool)
+        first[0] = True
+        first[1:] = seg[1:] != seg[:-1]
+        heads = np.flatnonzero(first)
+        tails = np.append(heads[1:] - 1, n - 1)
+        group = np.cumsum(first) - 1
+        cls = np.concatenate((np.full(nc, -1, dtype=np.int8), rec["cls"]))[order]
+        delta = np.concatenate((np.zeros(nc, dtype=np.int8), rec["delta"]))[order]
+        is_carry = order < nc
+        pattern = np.zeros(n, dtype=np.int64)
+        present = np.zeros(CLASSES, dtype=bool)
+        present[np.unique(rec["cls"])] = True
+        present |= self.count.any(axis=0)
+        tail_segs = seg[tails]
+        for c in np.flatnonzero(present).tolist():
+            d = np.where(cls == c, delta, 0).astype(np.int64)
+            d[is_carry] = self.count[seg[is_carry], c]
+            cum = np.cumsum(d)
+            count = cum - (cum[heads] - d[heads])[group]
+            pattern |= (count > 0).astype(np.int64) << c
+            self.count[tail_segs, c] = count[tails]
+        self.last[tail_segs] = pos[tails]
+        # the pieces of positive length: [pos[k], pos[k + 1]) within a segment
+        piece = np.flatnonzero((seg[1:] == seg[:-1]) & (pos[1:] > pos[:-1]))
+        p_pat, p_seg, p_start, p_end = pattern[piece], seg[piece], pos[piece], pos[piece + 1]
+        same_prev = np.empty(piece.size, dtype=bool)
+        if piece.size:
+            same_prev[0] = False
+            same_prev[1:] = p_seg[1:] == p_seg[:-1]
+        in_rank = p_seg == self.rank
+        for name, (test, where) in self.predicates.items():
+            hit = test(p_pat)
+            if where == "rank":
+                hit &= in_rank
+            elif where == "steps":
+                hit &= ~in_rank
+            elif where is not None and where != "all":  # one segment
+                hit &= p_seg == where
+            if not hit.any():
+                continue
+            joined = np.zeros(piece.size, dtype=bool)  # a hit piece that continues the previous hit
+            joined[1:] = hit[1:] & hit[:-1] & same_prev[1:]
+            starts = hit & ~joined
+            ends = hit & ~np.append(joined[1:], False)
+            self.runs[name].append((p_seg[starts], p_start[starts], p_end[ends]))
+
+    def result(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The runs of a predicate (segment, start, end), by segment then time: a run cut by two
+        windows is joined again (runs of one window never touch: a piece that fails lies between)."""
+        parts = self.runs[name]
+        if not parts:
+            return np.empty(0, dtype=np.int32), np.empty(0), np.empty(0)
+        seg, start, end = (np.concatenate([p[k] for p in parts]) for k in range(3))
+        if len(parts) > 1:
+            order = np.argsort(seg, kind="stable")
+            seg, start, end = seg[order], start[order], end[order]
+            touch = np.zeros(seg.size, dtype=bool)
+            touch[1:] = (seg[1:] == seg[:-1]) & (start[1:] == end[:-1])
+            if touch.any():
+                keep = ~touch
+                last = np.append(np.flatnonzero(keep)[1:] - 1, seg.size - 1)
+                seg, start, end = seg[keep], start[keep], end[last]
+        return seg, start, end
+
+
+def lengths(runs, segments: int) -> tuple[list[float], np.ndarray]:
+    """Per segment the total length of its runs, summed as :func:`~overlapprof.analysis.intervals.lengths_by`
+    sums a segmented union (so the same floats), and how many runs it has."""
+    seg, start, end = runs
+    bounds = np.searchsorted(seg, np.arange(segments + 1))
+    sizes = np.diff(bounds)
+    gaps = end - start
+    out = [0.0] * segments
+    for k in np.flatnonzero(sizes).tolist():
+        out[k] = float(gaps[bounds[k]]) if sizes[k] == 1 else float(np.add.reduce(gaps[bounds[k]:bounds[k + 1]]))
+    return out, sizes
+
+
+def _runs_of(runs, segment: int) -> tuple[np.ndarray, np.ndarray]:
+    seg, start, end = runs
+    a, b = np.searchsorted(seg, (segment, segment + 1))
+    return start[a:b], end[a:b]
+
+
+# -- one rank ----------------------------------------------------------------------------------
+
+@dataclass
+class _Feed:
+    """What the batches leave besides boundaries: each step's last end, counts, spans."""
+
+    last_end: np.ndarray
+    counts: list
+    operations: np.ndarray
+    spans: list
+
+
+def _batches(s: EventSet, rows: int) -> Iterator[EventSet]:
+    for a in range(0, len(s), rows):
+        yield EventSet(*(getattr(s, f)[a:a + rows] for f in EventSet.__dataclass_fields__))
+
+
+def measure(ev: RankEvents, budget: int = BUDGET_BYTES, batch_rows: int = BATCH_ROWS,
+            window_rows: int = WINDOW_ROWS, held: Boundaries | None = None) -> RankReport:
+    """A rank's report from its classified events, as :func:`~overlapprof.analysis.rank.metrics.rank_report`
+    gives it (without communication records), the intervals fed ``batch_rows`` at a time, held
+    in ``held`` (default: a new :class:`Boundaries` of ``budget`` bytes)."""
+    steps = ev.steps
+    n = steps.start.size
+    rank = n  # the whole rank's segment
+    feed = _Feed(steps.end.astype(np.float64, copy=True), [0, 0, 0], np.zeros(len(KINDS), dtype=np.int64),
+                 [[np.inf, -np.inf] for _ in range(3)])
+    held = held if held is not None else Boundaries(budget)
+    try:
+        for k, (s, bit) in enumerate(((ev.comm, C), (ev.compute, K), (ev.memory, M))):
+            cls = bit.bit_length() - 1
+            feed.counts[k] = len(s)
+            for b in _batches(s, batch_rows):
+                span = feed.spans[k]
+                span[0], span[1] = min(span[0], float(b.start.min())), max(span[1], float(b.end.max()))
+                seg = steps.index_of(b.anchor)
+                inside = seg >= 0
+                np.maximum.at(feed.last_end, seg[inside], b.end[inside])
+                held.add(b.start, b.end, rank, cls)
+                held.add(b.start[inside], b.end[inside], seg[inside], cls)
+                if bit == C:
+                    feed.operations += np.bincount(b.kind[b.operation], minlength=len(KINDS))
+                    for code in np.flatnonzero(np.bincount(b.kind)).tolist():
+                        mine = b.kind == code
+                        held.add(b.start[mine], b.end[mine], rank, KIND0 + code)
+        held.add(steps.start.astype(np.float64), feed.last_end, np.arange(n, dtype=np.int32), W.bit_length() - 1)
+        kinds = np.flatnonzero(np.bincount(ev.comm.kind, minlength=len(KINDS))).tolist() if len(ev.comm) else []
+        predicates = dict(PREDICATES)
+        for code in kinds:
+            predicates[f"kind{code}"] = (kind(code), "rank")
+            predicates[f"kind{code}_or_compute"] = (kind_or_compute(code), "rank")
+        sweep = PatternSweep(n + 1, predicates)
+        for rec in held.windows(window_rows):
+            sweep.window(rec)
+    finally:
+        held.remove()
+    return _report(ev, sweep, feed, kinds)
+
+
+def _overlap(a: float, b: float, both: float, na: int, nb: int) -> float:
+    """|A ∩ B| = |A| + |B| − |A ∪ B| (0 when either is empty), as intervals.overlap_length."""
+    return max(0.0, a + b - both) if na and nb else 0.0
+
+
+def _report(ev: RankEvents, sweep: PatternSweep, feed: _Feed, kinds: list[int]) -> RankReport:
+    n = ev.steps.start.size
+    runs = {name: sweep.result(name) for name in sweep.predicates}
+    got = {name: lengths(r, n + 1) for name, r in runs.items()}
+    (comm_us, n_comm), (compute_us, n_compute), (memory_us, _), (both_us, _) = (
+        got[name] for name in ("comm", "compute", "memory", "comm_or_compute"))
+    parts = [got[name][0] for name in ("window_compute", "window_exposed_comm", "window_exposed_memory", "window_idle")]
+    out_steps = []
+    for k, (number, start, end) in enumerate(zip(ev.steps.number.tolist(), ev.steps.start.astype(np.float64).tolist(),
+                                                 feed.last_end.tolist())):
+        step_us = float(end - start)
+        overlap = _overlap(comm_us[k], compute_us[k], both_us[k], n_comm[k], n_compute[k])
+        m = make_metrics(comm_us[k], compute_us[k], overlap, memory_us[k], StepMetrics, step=number, start_us=start,
+                         step_us=step_us, exposed_share=None,
+                         partition=Partition(compute_us=parts[0][k], exposed_comm_us=parts[1][k],
+                                             exposed_memory_us=parts[2][k], idle_us=parts[3][k], step_us=end - start))
+        m.exposed_share = m.exposed_comm_us / step_us if step_us > 0 else None
+        out_steps.append(m)
+    r = n  # the rank's segment
+    metrics = make_metrics(comm_us[r], compute_us[r], _overlap(comm_us[r], compute_us[r], both_us[r], n_comm[r],
+                                                               n_compute[r]), memory_us[r], Metrics)
+    out_kinds = []
+    for code in kinds:
+        (kind_us, n_kind), (either_us, _) = got[f"kind{code}"], got[f"kind{code}_or_compute"]
+        out_kinds.append(make_metrics(kind_us[r], compute_us[r], _overlap(kind_us[r], compute_us[r], either_us[r],
+                                                                         n_kind[r], n_compute[r]),
+                                      0.0, KindMetrics, kind=KINDS[code], count=int(feed.operations[code])))
+    return assemble(ev.files, ev.mode, metrics, out_steps, out_kinds, ev.events, tuple(feed.counts),
+                    _timeline(runs, out_steps, feed, r))
+
+
+def _timeline(runs, steps: list[StepMetrics], feed: _Feed, rank: int) -> Timeline | None:
+    """The representative step's runs of C, K and C ∧ K (see metrics.timeline)."""
+    k = timeline_step([s.step for s in steps])
+    if k is not None:
+        segment, origin, span, number = k, steps[k].start_us, steps[k].step_us, steps[k].step
+    else:
+        spans = [feed.spans[c] for c in (0, 1) if feed.counts[c]]
+        if not spans:
+            return None
+        segment, origin, number = rank, min(s[0] for s in spans), None
+        span = max(s[1] for s in spans) - origin
+    lists = [timeline_pairs(_runs_of(runs[name], segment), origin)
+             for name in ("comm", "compute", "comm_and_compute")]
+    return Timeline(step=number, start_us=origin, span_us=span, comm=lists[0][0], compute=lists[1][0],
+                    overlapped=lists[2][0], truncated=any(cut for _, cut in lists))
