@@ -44,6 +44,7 @@ CLASSES = KIND0 + len(KINDS)
 BUDGET_BYTES = 64 << 20  # boundaries held in memory before the held ones go to a run file
 WINDOW_ROWS = 1 << 20  # boundaries swept at once once they are on disk
 BATCH_ROWS = 1 << 16  # intervals fed at once (what a batch of a streaming read would hold)
+MAX_RUNS = 32  # run files before they are merged into one
 
 
 # -- the metrics, one predicate each (pattern bits -> whether the piece counts) ----------------
@@ -124,6 +125,7 @@ class Boundaries:
         self.budget, self.held, self.held_bytes = budget, [], 0
         self.folder: str | None = None
         self.runs: list[str] = []
+        self.made = 0  # run files written (merged ones included)
 
     def add(self, start: np.ndarray, end: np.ndarray, seg, cls: int) -> None:
         keep = end > start  # zero-length intervals add nothing (as intervals.union drops them)
@@ -147,8 +149,20 @@ class Boundaries:
         rec = np.concatenate(self.held)
         self.held, self.held_bytes = [], 0
         rec = rec[np.argsort(rec["pos"], kind="stable")]
-        self.runs.append(os.path.join(self.folder, f"run{len(self.runs)}"))
+        self.runs.append(self._path())
         rec.tofile(self.runs[-1])
+        if len(self.runs) >= MAX_RUNS:  # merged into one, so that a window reads from few files
+            path = self._path()
+            with open(path, "wb") as f:
+                for window in _merged(self.runs, WINDOW_ROWS):
+                    window[np.argsort(window["pos"], kind="stable")].tofile(f)
+            for old in self.runs:
+                os.remove(old)
+            self.runs = [path]
+
+    def _path(self) -> str:
+        self.made += 1
+        return os.path.join(self.folder, f"run{self.made}")
 
     def windows(self, rows: int = WINDOW_ROWS) -> Iterator[np.ndarray]:
         """Every boundary, in windows of consecutive positions (all those at one position in one
@@ -160,21 +174,27 @@ class Boundaries:
             return
         if self.held:
             self._spill()
-        files = [_RunFile(path, max(1, rows // len(self.runs))) for path in self.runs]
-        while any(not f.done for f in files):
-            for f in files:
-                f.fill()
-            unread = [f for f in files if f.more]
-            cut = min(float(f.buffer["pos"][-1]) for f in unread) if unread else np.inf
-            got = [f.take(cut) for f in files]
-            if not any(g.size for g in got):  # one position fills a whole buffer: read further there
-                next(f for f in unread if float(f.buffer["pos"][-1]) == cut).grow()
-                continue
-            yield np.concatenate(got)
+        yield from _merged(self.runs, rows)
 
     def remove(self) -> None:
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _merged(paths: list[str], rows: int) -> Iterator[np.ndarray]:
+    """The boundaries of sorted run files, in windows of consecutive positions (about ``rows``
+    in all; each window's rows are not sorted)."""
+    files = [_RunFile(path, max(1, rows // len(paths))) for path in paths]
+    while any(not f.done for f in files):
+        for f in files:
+            f.fill()
+        unread = [f for f in files if f.more]
+        cut = min(float(f.buffer["pos"][-1]) for f in unread) if unread else np.inf
+        got = [f.take(cut) for f in files]
+        if not any(g.size for g in got):  # one position fills a whole buffer: read further there
+            next(f for f in unread if float(f.buffer["pos"][-1]) == cut).grow()
+            continue
+        yield np.concatenate(got)
 
 
 class _RunFile:
