@@ -237,6 +237,7 @@ class PatternSweep:
 
     def __init__(self, segments: int, predicates: dict[str, tuple[Callable, object]]):
         self.count = np.zeros((segments, CLASSES), dtype=np.int64)
+        self.count_in = self.count.copy()  # the counts carried into the window being swept
         self.last = np.zeros(segments, dtype=np.float64)
         self.rank = segments - 1
         self.predicates = predicates
@@ -256,24 +257,39 @@ class PatternSweep:
         first[0] = True
         first[1:] = seg[1:] != seg[:-1]
         heads = np.flatnonzero(first)
-        tails = np.append(heads[1:] - 1, n - 1)
         group = np.cumsum(first) - 1
+        head_segs = seg[heads]
+        # A class's bit changes only at its own boundaries: each class's counts are summed over
+        # its rows alone; a bit turning on adds it, turning off subtracts it, so the pattern is
+        # the sum of the changes so far in the segment plus the pattern carried into it.
         cls = np.concatenate((np.full(nc, -1, dtype=np.int8), rec["cls"]))[order]
         delta = np.concatenate((np.zeros(nc, dtype=np.int8), rec["delta"]))[order]
-        is_carry = order < nc
-        pattern = np.zeros(n, dtype=np.int64)
-        present = np.zeros(CLASSES, dtype=bool)
-        present[np.unique(rec["cls"])] = True
-        present |= self.count.any(axis=0)
-        tail_segs = seg[tails]
-        for c in np.flatnonzero(present).tolist():
-            d = np.where(cls == c, delta, 0).astype(np.int64)
-            d[is_carry] = self.count[seg[is_carry], c]
+        by_class = np.argsort(cls, kind="stable")  # rows of each class, in (segment, position) order
+        bounds = np.searchsorted(cls[by_class], np.arange(-1, CLASSES + 1))
+        flips = np.zeros(n, dtype=np.int32)
+        for c in np.flatnonzero(np.diff(bounds)[1:]).tolist():
+            rows = by_class[bounds[c + 1]:bounds[c + 2]]
+            g = group[rows]
+            d = delta[rows].astype(np.int32)
             cum = np.cumsum(d)
-            count = cum - (cum[heads] - d[heads])[group]
-            pattern |= (count > 0).astype(np.int64) << c
-            self.count[tail_segs, c] = count[tails]
-        self.last[tail_segs] = pos[tails]
+            new_group = np.empty(rows.size, dtype=bool)
+            new_group[0] = True
+            new_group[1:] = g[1:] != g[:-1]
+            starts = np.flatnonzero(new_group)
+            base = np.where(starts > 0, cum[np.maximum(starts - 1, 0)], 0)  # the sum before each group
+            size = np.diff(np.append(starts, rows.size))
+            after = cum - np.repeat(base, size) + self.count[seg[rows], c].astype(np.int32)
+            changed = (after > 0) != (after - d > 0)
+            flips[rows[changed]] = np.where(after[changed] > 0, 1 << c, -(1 << c))
+            ends = np.append(starts[1:], rows.size) - 1
+            self.count[seg[rows[ends]], c] = after[ends]
+        acc = np.cumsum(flips, dtype=np.int32)
+        before = np.where(heads > 0, acc[np.maximum(heads - 1, 0)], 0)
+        initial = ((self.count_in[head_segs] > 0).astype(np.int32) << np.arange(CLASSES, dtype=np.int32)).sum(axis=1)
+        pattern = acc + np.repeat((initial - before).astype(np.int32), np.diff(np.append(heads, n)))
+        tails = np.append(heads[1:] - 1, n - 1)
+        self.last[seg[tails]] = pos[tails]
+        self.count_in = self.count.copy()
         # the pieces of positive length: [pos[k], pos[k + 1]) within a segment
         piece = np.flatnonzero((seg[1:] == seg[:-1]) & (pos[1:] > pos[:-1]))
         p_pat, p_seg, p_start, p_end = pattern[piece], seg[piece], pos[piece], pos[piece + 1]
@@ -384,6 +400,8 @@ def measure(ev: RankEvents, budget: int = BUDGET_BYTES, batch_rows: int = BATCH_
         held.add(steps.start.astype(np.float64), feed.last_end, np.arange(n, dtype=np.int32), W.bit_length() - 1)
         kinds = np.flatnonzero(np.bincount(ev.comm.kind, minlength=len(KINDS))).tolist() if len(ev.comm) else []
         predicates = dict(PREDICATES)
+        shown = timeline_step(steps.number.tolist())
+        predicates["comm_and_compute"] = (comm_and_compute, shown if shown is not None else rank)  # the timeline's
         for code in kinds:
             predicates[f"kind{code}"] = (kind(code), "rank")
             predicates[f"kind{code}_or_compute"] = (kind_or_compute(code), "rank")
