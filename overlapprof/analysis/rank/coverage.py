@@ -290,13 +290,19 @@ class PatternSweep:
         tails = np.append(heads[1:] - 1, n - 1)
         self.last[seg[tails]] = pos[tails]
         self.count_in = self.count.copy()
-        # the pieces of positive length: [pos[k], pos[k + 1]) within a segment
+        # the pieces of positive length, [pos[k], pos[k + 1]) within a segment, and of those
+        # the stretches of one pattern (consecutive pieces of a segment are adjacent)
         piece = np.flatnonzero((seg[1:] == seg[:-1]) & (pos[1:] > pos[:-1]))
-        p_pat, p_seg, p_start, p_end = pattern[piece], seg[piece], pos[piece], pos[piece + 1]
+        if piece.size == 0:
+            return
+        p_pat, p_seg = pattern[piece], seg[piece]
         same_prev = np.empty(piece.size, dtype=bool)
-        if piece.size:
-            same_prev[0] = False
-            same_prev[1:] = p_seg[1:] == p_seg[:-1]
+        same_prev[0] = False
+        same_prev[1:] = p_seg[1:] == p_seg[:-1]
+        stretch = np.flatnonzero(~same_prev | np.append(True, p_pat[1:] != p_pat[:-1]))
+        last = np.append(stretch[1:] - 1, piece.size - 1)
+        p_start, p_end = pos[piece[stretch]], pos[piece[last] + 1]
+        p_pat, p_seg, same_prev = p_pat[stretch], p_seg[stretch], same_prev[stretch]
         in_rank = p_seg == self.rank
         for name, (test, where) in self.predicates.items():
             hit = test(p_pat)
@@ -308,7 +314,7 @@ class PatternSweep:
                 hit &= p_seg == where
             if not hit.any():
                 continue
-            joined = np.zeros(piece.size, dtype=bool)  # a hit piece that continues the previous hit
+            joined = np.zeros(p_pat.size, dtype=bool)  # a hit stretch that continues the previous hit
             joined[1:] = hit[1:] & hit[:-1] & same_prev[1:]
             starts = hit & ~joined
             ends = hit & ~np.append(joined[1:], False)
