@@ -74,6 +74,18 @@ def test_spilled_and_merged_in_small_windows(folder):
         assert _fields(mine) == _fields(rank)
 
 
+@pytest.mark.parametrize("folder", [d for d in REAL if d.name in ("mtia", "trace_filter", "ddp-async")],
+                         ids=real_data.name)
+def test_held_in_memory_and_swept_in_small_windows(folder):
+    report = overlapprof.analyze(folder, workers=1)
+    for rank in report.ranks:
+        held = coverage.Boundaries()
+        mine = coverage.measure(_events(rank.files), window_rows=1000, held=held)
+        mine.files = rank.files
+        assert held.made == 0
+        assert _fields(mine) == _fields(rank)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_runs_are_the_unions_and_differences(seed, tmp_path):
     """Random intervals of two classes in three segments, cut into windows of 7 boundaries: the

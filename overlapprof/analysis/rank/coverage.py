@@ -42,7 +42,7 @@ KIND0 = 4  # bit index of the first kind's class
 CLASSES = KIND0 + len(KINDS)
 
 BUDGET_BYTES = 64 << 20  # boundaries held in memory before the held ones go to a run file
-WINDOW_ROWS = 1 << 20  # boundaries swept at once once they are on disk
+WINDOW_ROWS = 1 << 18  # boundaries swept at once (about 90 bytes each while swept)
 BATCH_ROWS = 1 << 16  # intervals fed at once (what a batch of a streaming read would hold)
 MAX_RUNS = 32  # run files before they are merged into one
 
@@ -165,12 +165,24 @@ class Boundaries:
         return os.path.join(self.folder, f"run{self.made}")
 
     def windows(self, rows: int = WINDOW_ROWS) -> Iterator[np.ndarray]:
-        """Every boundary, in windows of consecutive positions (all those at one position in one
-        window): one window when nothing was spilled."""
+        """Every boundary, in windows of consecutive positions of about ``rows`` (all those at one
+        position in one window)."""
         if not self.runs:
-            if self.held:
-                yield np.concatenate(self.held)
+            rec = np.concatenate(self.held) if self.held else np.empty(0, dtype=BOUNDARY)
             self.held = []
+            if rec.size <= rows:
+                yield rec
+                return
+            rec = rec[np.argsort(rec["pos"], kind="stable")]
+            pos = rec["pos"]
+            a = 0
+            while a < rec.size:  # cut where the position changes, so one position is in one window
+                b = min(a + rows, rec.size)
+                if b < rec.size:
+                    b = int(np.searchsorted(pos, pos[b], "left"))
+                    b = b if b > a else int(np.searchsorted(pos, pos[a], "right"))
+                yield rec[a:b]
+                a = b
             return
         if self.held:
             self._spill()
