@@ -14,6 +14,7 @@ import pytest
 
 import overlapprof
 from overlapprof.analysis import intervals as iv
+from overlapprof.analysis.boundaries import Boundaries
 from overlapprof.analysis.rank import coverage
 from overlapprof.analysis.rank.classify import compile_comm_annotations, compile_comm_kernels
 from overlapprof.analysis.rank.events import filtered, last_step_dropped, rank_events
@@ -64,10 +65,10 @@ def test_same_floats_as_the_report(folder):
                                                                    "ddp-async")], ids=real_data.name)
 def test_spilled_and_merged_in_small_windows(folder):
     """A budget of 20 kB: the boundaries go to many run files (merged into one past
-    :data:`~overlapprof.analysis.rank.coverage.MAX_RUNS`), swept 4,096 rows at a time."""
+    :data:`~overlapprof.analysis.boundaries.MAX_RUNS`), swept 4,096 rows at a time."""
     report = overlapprof.analyze(folder, workers=1)
     for rank in report.ranks:
-        held = coverage.Boundaries(20_000)
+        held = Boundaries(20_000)
         mine = coverage.measure(_events(rank.files), batch_rows=500, window_rows=4096, held=held)
         mine.files = rank.files
         assert held.made >= 2
@@ -79,7 +80,7 @@ def test_spilled_and_merged_in_small_windows(folder):
 def test_held_in_memory_and_swept_in_small_windows(folder):
     report = overlapprof.analyze(folder, workers=1)
     for rank in report.ranks:
-        held = coverage.Boundaries()
+        held = Boundaries()
         mine = coverage.measure(_events(rank.files), window_rows=1000, held=held)
         mine.files = rank.files
         assert held.made == 0
@@ -97,7 +98,7 @@ def test_runs_are_the_unions_and_differences(seed, tmp_path):
     start = np.round(rng.uniform(0, 1000, size=n), 1)
     end = start + np.round(rng.exponential(5, size=n), 1)  # some zero-length, many touching
     is_comm = rng.random(n) < 0.5
-    held = coverage.Boundaries(2_000)
+    held = Boundaries(2_000)
     for a in range(0, n, 37):
         sl = slice(a, a + 37)
         c, k = is_comm[sl], ~is_comm[sl]
@@ -121,7 +122,7 @@ def test_runs_are_the_unions_and_differences(seed, tmp_path):
 
 
 def test_small_trace_never_touches_the_disk():
-    held = coverage.Boundaries()
+    held = Boundaries()
     coverage.measure(_events([str(p) for p in sorted((real_data.DATA / "trace_filter").glob("*.json.gz"))][:1]),
                      held=held)
     assert held.runs == [] and held.folder is None

@@ -8,10 +8,9 @@ gives, float for float (the rank metrics, the steps with their partition, the ki
 timeline).
 
 Each interval ``[start, end)`` becomes two *boundaries* (position, segment, class bit, ±1),
-under its step's segment and under the whole rank's. Boundaries are held in memory; past the
-budget, the held ones are sorted by position and written to a *run file*, and at the end the run
-files are merged a window of positions at a time (an external merge sort), so memory holds one
-window whatever the trace's size. A window's boundaries, sorted by (segment, position), give by a
+under its step's segment and under the whole rank's, held in memory up to a budget and on disk
+past it (:class:`~overlapprof.analysis.boundaries.Boundaries`), and swept a window of
+consecutive positions at a time. A window's boundaries, sorted by (segment, position), give by a
 cumulative sum per class the classes that cover each piece of time between two boundaries: the
 piece's *pattern*. Every metric is a predicate on the pattern (:data:`PREDICATES`); the maximal
 *runs* of pieces that satisfy it are the intervals of the set it names, with the same float ends
@@ -21,30 +20,23 @@ lengths summed the same way give the same floats.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
+from overlapprof.analysis.boundaries import BUDGET_BYTES, WINDOW_ROWS, Boundaries
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.rank.events import EventSet, RankEvents
-from overlapprof.analysis.rank.metrics import TIMELINE_CAP, assemble, make_metrics, timeline_pairs, timeline_step
+from overlapprof.analysis.rank.metrics import assemble, make_metrics, timeline_pairs, timeline_step
 from overlapprof.report import KindMetrics, Metrics, Partition, RankReport, StepMetrics, Timeline
-
-BOUNDARY = np.dtype([("pos", "<f8"), ("seg", "<i4"), ("cls", "i1"), ("delta", "i1")])
 
 # Class bits of a pattern: communication, compute, memory, the step's window, then one per kind.
 C, K, M, W = 1, 2, 4, 8
 KIND0 = 4  # bit index of the first kind's class
 CLASSES = KIND0 + len(KINDS)
 
-BUDGET_BYTES = 64 << 20  # boundaries held in memory before the held ones go to a run file
-WINDOW_ROWS = 1 << 18  # boundaries swept at once (about 90 bytes each while swept)
 BATCH_ROWS = 1 << 16  # intervals fed at once (what a batch of a streaming read would hold)
-MAX_RUNS = 32  # run files before they are merged into one
 
 
 # -- the metrics, one predicate each (pattern bits -> whether the piece counts) ----------------
@@ -113,132 +105,6 @@ PREDICATES: dict[str, tuple[Callable, str]] = {
     "window_compute": (window_compute, "steps"), "window_exposed_comm": (window_exposed_comm, "steps"),
     "window_exposed_memory": (window_exposed_memory, "steps"), "window_idle": (window_idle, "steps"),
 }
-
-
-# -- boundaries: in memory up to the budget, then sorted run files merged at the end -----------
-
-class Boundaries:
-    """Boundaries held up to ``budget`` bytes; past it, each full hold is sorted and written to a
-    run file in a folder of its own (removed by :meth:`remove`)."""
-
-    def __init__(self, budget: int = BUDGET_BYTES):
-        self.budget, self.held, self.held_bytes = budget, [], 0
-        self.folder: str | None = None
-        self.runs: list[str] = []
-        self.made = 0  # run files written (merged ones included)
-
-    def add(self, start: np.ndarray, end: np.ndarray, seg, cls: int) -> None:
-        keep = end > start  # zero-length intervals add nothing (as intervals.union drops them)
-        start, end = start[keep], end[keep]
-        n = start.size
-        if n == 0:
-            return
-        rec = np.empty(2 * n, dtype=BOUNDARY)
-        rec["pos"][:n], rec["pos"][n:] = start, end
-        seg = np.broadcast_to(seg, keep.shape)[keep] if np.ndim(seg) else seg
-        rec["seg"][:n], rec["seg"][n:] = seg, seg
-        rec["cls"], rec["delta"][:n], rec["delta"][n:] = cls, 1, -1
-        self.held.append(rec)
-        self.held_bytes += rec.nbytes
-        if self.held_bytes > self.budget:
-            self._spill()
-
-    def _spill(self) -> None:
-        if self.folder is None:
-            self.folder = tempfile.mkdtemp(prefix="overlapprof-")
-        rec = np.concatenate(self.held)
-        self.held, self.held_bytes = [], 0
-        rec = rec[np.argsort(rec["pos"], kind="stable")]
-        self.runs.append(self._path())
-        rec.tofile(self.runs[-1])
-        if len(self.runs) >= MAX_RUNS:  # merged into one, so that a window reads from few files
-            path = self._path()
-            with open(path, "wb") as f:
-                for window in _merged(self.runs, WINDOW_ROWS):
-                    window[np.argsort(window["pos"], kind="stable")].tofile(f)
-            for old in self.runs:
-                os.remove(old)
-            self.runs = [path]
-
-    def _path(self) -> str:
-        self.made += 1
-        return os.path.join(self.folder, f"run{self.made}")
-
-    def windows(self, rows: int = WINDOW_ROWS) -> Iterator[np.ndarray]:
-        """Every boundary, in windows of consecutive positions of about ``rows`` (all those at one
-        position in one window)."""
-        if not self.runs:
-            rec = np.concatenate(self.held) if self.held else np.empty(0, dtype=BOUNDARY)
-            self.held = []
-            if rec.size <= rows:
-                yield rec
-                return
-            rec = rec[np.argsort(rec["pos"], kind="stable")]
-            pos = rec["pos"]
-            a = 0
-            while a < rec.size:  # cut where the position changes, so one position is in one window
-                b = min(a + rows, rec.size)
-                if b < rec.size:
-                    b = int(np.searchsorted(pos, pos[b], "left"))
-                    b = b if b > a else int(np.searchsorted(pos, pos[a], "right"))
-                yield rec[a:b]
-                a = b
-            return
-        if self.held:
-            self._spill()
-        yield from _merged(self.runs, rows)
-
-    def remove(self) -> None:
-        if self.folder is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def _merged(paths: list[str], rows: int) -> Iterator[np.ndarray]:
-    """The boundaries of sorted run files, in windows of consecutive positions (about ``rows``
-    in all; each window's rows are not sorted)."""
-    files = [_RunFile(path, max(1, rows // len(paths))) for path in paths]
-    while any(not f.done for f in files):
-        for f in files:
-            f.fill()
-        unread = [f for f in files if f.more]
-        cut = min(float(f.buffer["pos"][-1]) for f in unread) if unread else np.inf
-        got = [f.take(cut) for f in files]
-        if not any(g.size for g in got):  # one position fills a whole buffer: read further there
-            next(f for f in unread if float(f.buffer["pos"][-1]) == cut).grow()
-            continue
-        yield np.concatenate(got)
-
-
-class _RunFile:
-    """A sorted run file read a buffer at a time."""
-
-    def __init__(self, path: str, rows: int):
-        self.path, self.rows, self.offset = path, rows, 0
-        self.size = os.path.getsize(path) // BOUNDARY.itemsize
-        self.buffer = np.empty(0, dtype=BOUNDARY)
-
-    @property
-    def more(self) -> bool:  # rows in the file past the buffer
-        return self.offset < self.size
-
-    @property
-    def done(self) -> bool:
-        return not self.more and self.buffer.size == 0
-
-    def fill(self) -> None:
-        if self.buffer.size == 0 and self.more:
-            self.grow()
-
-    def grow(self) -> None:
-        got = np.fromfile(self.path, dtype=BOUNDARY, count=self.rows, offset=self.offset * BOUNDARY.itemsize)
-        self.offset += got.size
-        self.buffer = np.concatenate((self.buffer, got))
-
-    def take(self, cut: float) -> np.ndarray:
-        """The buffered rows before ``cut`` (all of them when ``cut`` is infinite)."""
-        k = self.buffer.size if cut == np.inf else int(np.searchsorted(self.buffer["pos"], cut, "left"))
-        out, self.buffer = self.buffer[:k], self.buffer[k:]
-        return out
 
 
 # -- the sweep ---------------------------------------------------------------------------------
