@@ -105,9 +105,11 @@ def test_runs_are_the_unions_and_differences(seed, tmp_path):
         held.add(start[sl][c], end[sl][c], seg[sl][c], 0)
         held.add(start[sl][k], end[sl][k], seg[sl][k], 1)
     sweep = coverage.PatternSweep(4, {"comm": (coverage.comm, "all"), "exposed": (lambda p: (p & 3) == 1, "all"),
-                                      "either": (coverage.comm_or_compute, "all")})
+                                      "either": (coverage.comm_or_compute, "all")},
+                                     follow={"comm": "all", "exposed": "all", "either": "all"})
     for rec in held.windows(7):
         sweep.window(rec)
+    sweep.finish()
     held.remove()
     assert held.made >= 5
     for s in range(3):
@@ -119,6 +121,7 @@ def test_runs_are_the_unions_and_differences(seed, tmp_path):
             got = coverage._runs_of(sweep.result(name), s)
             assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), (seed, s, name)
             assert coverage.lengths(sweep.result(name), 4)[0][s] == iv.length(want)
+            assert sweep.lengths(name)[0][s] == iv.length(want)
 
 
 def test_small_trace_never_touches_the_disk():

@@ -111,15 +111,29 @@ PREDICATES: dict[str, tuple[Callable, str]] = {
 
 class PatternSweep:
     """Coverage patterns of ``segments`` segments, a window of boundaries at a time (counts
-    carried from one window to the next), and the runs of each predicate."""
+    carried from one window to the next), and the lengths of each predicate's runs.
 
-    def __init__(self, segments: int, predicates: dict[str, tuple[Callable, object]]):
+    ``ends``: the last position each segment can have (a step: its window's end; the rank's:
+    infinite). Once a window passes it, the segment's run lengths are summed and let go of, so
+    what is kept is the rank's run lengths (8 bytes a run) and the steps still open. A run that
+    ends at its segment's last boundary so far is *pending*: the next window may continue it.
+    ``follow``: predicates whose runs are kept whole in one segment (an int) or all (``"all"``)."""
+
+    def __init__(self, segments: int, predicates: dict[str, tuple[Callable, object]], ends: np.ndarray | None = None,
+                 follow: dict | None = None):
         self.count = np.zeros((segments, CLASSES), dtype=np.int64)
         self.count_in = self.count.copy()  # the counts carried into the window being swept
         self.last = np.zeros(segments, dtype=np.float64)
         self.rank = segments - 1
-        self.predicates = predicates
-        self.runs: dict[str, list] = {name: [] for name in predicates}
+        self.ends = np.full(segments, np.inf) if ends is None else np.append(ends[: segments - 1], np.inf)
+        self.summed = np.zeros(segments, dtype=bool)
+        self.predicates, self.follow = predicates, follow or {}
+        empty = (np.empty(0, dtype=np.int32), np.empty(0), np.empty(0))
+        self.pending = {name: empty for name in predicates}
+        self.open_gaps = {name: [] for name in predicates}  # (segment, length) of closed runs of open steps
+        self.rank_gaps: dict[str, list] = {name: [] for name in predicates}
+        self.totals = {name: ([0.0] * segments, np.zeros(segments, dtype=np.int64)) for name in predicates}
+        self.kept: dict[str, list] = {name: [] for name in self.follow}
 
     def window(self, rec: np.ndarray) -> None:
         if rec.size == 0:
@@ -171,14 +185,11 @@ class PatternSweep:
         # the pieces of positive length, [pos[k], pos[k + 1]) within a segment, and of those
         # the stretches of one pattern (consecutive pieces of a segment are adjacent)
         piece = np.flatnonzero((seg[1:] == seg[:-1]) & (pos[1:] > pos[:-1]))
-        if piece.size == 0:
-            return
         p_pat, p_seg = pattern[piece], seg[piece]
-        same_prev = np.empty(piece.size, dtype=bool)
-        same_prev[0] = False
+        same_prev = np.zeros(piece.size, dtype=bool)
         same_prev[1:] = p_seg[1:] == p_seg[:-1]
-        stretch = np.flatnonzero(~same_prev | np.append(True, p_pat[1:] != p_pat[:-1]))
-        last = np.append(stretch[1:] - 1, piece.size - 1)
+        stretch = np.flatnonzero(~same_prev | np.append(True, p_pat[1:] != p_pat[:-1])[: piece.size])
+        last = np.append(stretch[1:] - 1, piece.size - 1) if piece.size else stretch
         p_start, p_end = pos[piece[stretch]], pos[piece[last] + 1]
         p_pat, p_seg, same_prev = p_pat[stretch], p_seg[stretch], same_prev[stretch]
         in_rank = p_seg == self.rank
@@ -190,23 +201,22 @@ class PatternSweep:
                 hit &= ~in_rank
             elif where is not None and where != "all":  # one segment
                 hit &= p_seg == where
-            if not hit.any():
-                continue
             joined = np.zeros(p_pat.size, dtype=bool)  # a hit stretch that continues the previous hit
             joined[1:] = hit[1:] & hit[:-1] & same_prev[1:]
             starts = hit & ~joined
             ends = hit & ~np.append(joined[1:], False)
-            self.runs[name].append((p_seg[starts], p_start[starts], p_end[ends]))
+            self._settle(name, (p_seg[starts], p_start[starts], p_end[ends]))
+        self._sum(self.ends <= float(rec["pos"].max()))  # steps whose window the sweep has passed
 
-    def result(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The runs of a predicate (segment, start, end), by segment then time: a run cut by two
-        windows is joined again (runs of one window never touch: a piece that fails lies between)."""
-        parts = self.runs[name]
-        if not parts:
-            return np.empty(0, dtype=np.int32), np.empty(0), np.empty(0)
-        seg, start, end = (np.concatenate([p[k] for p in parts]) for k in range(3))
-        if len(parts) > 1:
-            order = np.argsort(seg, kind="stable")
+    def _settle(self, name: str, runs) -> None:
+        """A window's runs after the pending ones: a pending run the window continues is joined to
+        it (runs of one window never touch: a stretch that fails lies between); those that may
+        still go on stay pending; the others are closed."""
+        seg, start, end = (np.concatenate((p, r)) for p, r in zip(self.pending[name], runs))
+        if seg.size == 0:
+            return
+        if self.pending[name][0].size:
+            order = np.argsort(seg, kind="stable")  # pending first within a segment: earlier
             seg, start, end = seg[order], start[order], end[order]
             touch = np.zeros(seg.size, dtype=bool)
             touch[1:] = (seg[1:] == seg[:-1]) & (start[1:] == end[:-1])
@@ -214,7 +224,72 @@ class PatternSweep:
                 keep = ~touch
                 last = np.append(np.flatnonzero(keep)[1:] - 1, seg.size - 1)
                 seg, start, end = seg[keep], start[keep], end[last]
-        return seg, start, end
+        going = (end == self.last[seg]) & (end < self.ends[seg])
+        self.pending[name] = (seg[going], start[going], end[going])
+        self._close(name, seg[~going], start[~going], end[~going])
+
+    def _close(self, name: str, seg, start, end) -> None:
+        if seg.size == 0:
+            return
+        in_rank = seg == self.rank
+        self.rank_gaps[name].append((end - start)[in_rank])
+        self.open_gaps[name].append((seg[~in_rank], (end - start)[~in_rank]))
+        where = self.follow.get(name)
+        if where is not None:
+            mine = np.ones(seg.size, dtype=bool) if where == "all" else seg == where
+            self.kept[name].append((seg[mine], start[mine], end[mine]))
+
+    def _sum(self, done: np.ndarray) -> None:
+        """Sum the run lengths of the steps ``done`` (and not yet summed), as
+        :func:`lengths` sums them, and let them go."""
+        done = done & ~self.summed
+        done[self.rank] = False
+        if not done.any():
+            return
+        for name in self.predicates:
+            parts = self.open_gaps[name]
+            if not parts:
+                continue
+            seg = np.concatenate([p[0] for p in parts])
+            gaps = np.concatenate([p[1] for p in parts])
+            order = np.argsort(seg, kind="stable")  # closed in time order within a segment
+            seg, gaps = seg[order], gaps[order]
+            finished = done[seg]
+            out, counts = self.totals[name]
+            bounds = np.searchsorted(seg, np.flatnonzero(done)[:, None] + np.array([0, 1])).tolist()
+            for k, (a, b) in zip(np.flatnonzero(done).tolist(), bounds):
+                if b > a:
+                    out[k] = float(gaps[a]) if b - a == 1 else float(np.add.reduce(gaps[a:b]))
+                    counts[k] = b - a
+            self.open_gaps[name] = [(seg[~finished], gaps[~finished])]
+        self.summed |= done
+
+    def finish(self) -> None:
+        """Close what is pending and sum every segment (the rank's too), once every window is swept."""
+        for name in self.predicates:
+            seg, start, end = self.pending[name]
+            self.pending[name] = (seg[:0], start[:0], end[:0])
+            self._close(name, seg, start, end)
+        self._sum(np.ones(self.summed.size, dtype=bool))
+        r = self.rank
+        for name in self.predicates:
+            gaps = np.concatenate(self.rank_gaps[name]) if self.rank_gaps[name] else np.empty(0)
+            out, counts = self.totals[name]
+            out[r], counts[r] = (float(np.sum(gaps)) if gaps.size else 0.0), gaps.size
+            self.rank_gaps[name] = []
+
+    def lengths(self, name: str) -> tuple[list[float], np.ndarray]:
+        """Per segment the total length of the predicate's runs and how many there are (after :meth:`finish`)."""
+        return self.totals[name]
+
+    def result(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The runs kept of a followed predicate (segment, start, end), by segment then time."""
+        parts = self.kept[name]
+        if not parts:
+            return np.empty(0, dtype=np.int32), np.empty(0), np.empty(0)
+        seg, start, end = (np.concatenate([p[k] for p in parts]) for k in range(3))
+        order = np.argsort(seg, kind="stable")
+        return seg[order], start[order], end[order]
 
 
 def lengths(runs, segments: int) -> tuple[list[float], np.ndarray]:
@@ -289,9 +364,12 @@ def measure(ev: RankEvents, budget: int = BUDGET_BYTES, batch_rows: int = BATCH_
         for code in kinds:
             predicates[f"kind{code}"] = (kind(code), "rank")
             predicates[f"kind{code}_or_compute"] = (kind_or_compute(code), "rank")
-        sweep = PatternSweep(n + 1, predicates)
+        timeline = shown if shown is not None else rank
+        sweep = PatternSweep(n + 1, predicates, feed.last_end,
+                             follow={"comm": timeline, "compute": timeline, "comm_and_compute": timeline})
         for rec in held.windows(window_rows):
             sweep.window(rec)
+        sweep.finish()
     finally:
         held.remove()
     return _report(ev, sweep, feed, kinds)
@@ -304,8 +382,7 @@ def _overlap(a: float, b: float, both: float, na: int, nb: int) -> float:
 
 def _report(ev: RankEvents, sweep: PatternSweep, feed: _Feed, kinds: list[int]) -> RankReport:
     n = ev.steps.start.size
-    runs = {name: sweep.result(name) for name in sweep.predicates}
-    got = {name: lengths(r, n + 1) for name, r in runs.items()}
+    got = {name: sweep.lengths(name) for name in sweep.predicates}
     (comm_us, n_comm), (compute_us, n_compute), (memory_us, _), (both_us, _) = (
         got[name] for name in ("comm", "compute", "memory", "comm_or_compute"))
     parts = [got[name][0] for name in ("window_compute", "window_exposed_comm", "window_exposed_memory", "window_idle")]
@@ -330,10 +407,10 @@ def _report(ev: RankEvents, sweep: PatternSweep, feed: _Feed, kinds: list[int]) 
                                                                          n_kind[r], n_compute[r]),
                                       0.0, KindMetrics, kind=KINDS[code], count=int(feed.operations[code])))
     return assemble(ev.files, ev.mode, metrics, out_steps, out_kinds, ev.events, tuple(feed.counts),
-                    _timeline(runs, out_steps, feed, r))
+                    _timeline(sweep, out_steps, feed, r))
 
 
-def _timeline(runs, steps: list[StepMetrics], feed: _Feed, rank: int) -> Timeline | None:
+def _timeline(sweep: PatternSweep, steps: list[StepMetrics], feed: _Feed, rank: int) -> Timeline | None:
     """The representative step's runs of C, K and C ∧ K (see metrics.timeline)."""
     k = timeline_step([s.step for s in steps])
     if k is not None:
@@ -344,7 +421,7 @@ def _timeline(runs, steps: list[StepMetrics], feed: _Feed, rank: int) -> Timelin
             return None
         segment, origin, number = rank, min(s[0] for s in spans), None
         span = max(s[1] for s in spans) - origin
-    lists = [timeline_pairs(_runs_of(runs[name], segment), origin)
+    lists = [timeline_pairs(_runs_of(sweep.result(name), segment), origin)
              for name in ("comm", "compute", "comm_and_compute")]
     return Timeline(step=number, start_us=origin, span_us=span, comm=lists[0][0], compute=lists[1][0],
                     overlapped=lists[2][0], truncated=any(cut for _, cut in lists))
