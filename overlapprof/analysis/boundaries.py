@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 
 import numpy as np
 
-BOUNDARY = np.dtype([("pos", "<f8"), ("seg", "<i4"), ("cls", "i1"), ("delta", "i1")])
+from overlapprof.analysis.spill import new_folder
+from overlapprof.analysis.sweep import BOUNDARY, boundary_records
 
 BUDGET_BYTES = 64 << 20  # boundaries held in memory before the held ones go to a run file
 WINDOW_ROWS = 1 << 18  # boundaries swept at once (about 90 bytes each while swept)
@@ -35,16 +35,9 @@ class Boundaries:
         self.made = 0  # run files written (merged ones included)
 
     def add(self, start: np.ndarray, end: np.ndarray, seg, cls: int) -> None:
-        keep = end > start  # zero-length intervals add nothing (as intervals.union drops them)
-        start, end = start[keep], end[keep]
-        n = start.size
-        if n == 0:
+        rec = boundary_records(start, end, seg, cls)
+        if rec is None:
             return
-        rec = np.empty(2 * n, dtype=BOUNDARY)
-        rec["pos"][:n], rec["pos"][n:] = start, end
-        seg = np.broadcast_to(seg, keep.shape)[keep] if np.ndim(seg) else seg
-        rec["seg"][:n], rec["seg"][n:] = seg, seg
-        rec["cls"], rec["delta"][:n], rec["delta"][n:] = cls, 1, -1
         self.held.append(rec)
         self.held_bytes += rec.nbytes
         if self.held_bytes > self.budget:
@@ -52,7 +45,7 @@ class Boundaries:
 
     def _spill(self) -> None:
         if self.folder is None:
-            self.folder = tempfile.mkdtemp(prefix="overlapprof-")
+            self.folder = new_folder()
         rec = np.concatenate(self.held)
         self.held, self.held_bytes = [], 0
         rec = rec[np.argsort(rec["pos"], kind="stable")]

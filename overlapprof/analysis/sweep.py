@@ -43,16 +43,9 @@ class Sweep:
 
     def add(self, start: np.ndarray, end: np.ndarray, seg, cls: int) -> None:
         """Intervals ``[start, end)`` of class ``cls``, in segment ``seg`` (one, or one each)."""
-        keep = end > start
-        start, end = start[keep], end[keep]
-        n = start.size
-        if n == 0:
+        rec = boundary_records(start, end, seg, cls)
+        if rec is None:
             return
-        rec = np.empty(2 * n, dtype=BOUNDARY)
-        rec["pos"][:n], rec["pos"][n:] = start, end
-        seg = np.broadcast_to(seg, keep.shape)[keep] if np.ndim(seg) else seg
-        rec["seg"][:n], rec["seg"][n:] = seg, seg
-        rec["cls"], rec["delta"][:n], rec["delta"][n:] = cls, 1, -1
         self.slabs.route(np.searchsorted(self.edges, rec["pos"], "right"), rec)
 
     def run(self, follow: dict | None = None) -> dict[str, iv.Intervals]:
@@ -88,17 +81,9 @@ class Sweep:
         n_carried = carried.size
         if rec.size == 0:
             return None
-        pos = np.concatenate((self.last[carried], rec["pos"]))
-        seg = np.concatenate((carried.astype(np.int32), rec["seg"]))
-        order = np.lexsort((pos, seg))
-        pos, seg = pos[order], seg[order]
+        order, pos, seg, first, heads, group = in_segment_order(rec, carried, self.last)
         n = pos.size
-        first = np.empty(n, dtype=bool)
-        first[0] = True
-        first[1:] = seg[1:] != seg[:-1]
-        heads = np.flatnonzero(first)
         tails = np.append(heads[1:] - 1, n - 1)
-        group = np.cumsum(first) - 1
         length = np.zeros(n, dtype=np.float64)
         length[:-1] = np.where(first[1:], 0.0, pos[1:] - pos[:-1])
         pattern = np.zeros(n, dtype=np.int64)
@@ -137,3 +122,35 @@ class Sweep:
 
     def remove(self) -> None:
         self.slabs.remove()
+
+
+def boundary_records(start: np.ndarray, end: np.ndarray, seg, cls: int) -> np.ndarray | None:
+    """The boundaries of intervals ``[start, end)`` of class ``cls`` in segment ``seg`` (one, or one
+    each): a +1 at each start, a -1 at each end; None when no interval has a length (zero-length
+    intervals add nothing, as :func:`overlapprof.analysis.intervals.union` drops them)."""
+    keep = end > start
+    start, end = start[keep], end[keep]
+    n = start.size
+    if n == 0:
+        return None
+    rec = np.empty(2 * n, dtype=BOUNDARY)
+    rec["pos"][:n], rec["pos"][n:] = start, end
+    seg = np.broadcast_to(seg, keep.shape)[keep] if np.ndim(seg) else seg
+    rec["seg"][:n], rec["seg"][n:] = seg, seg
+    rec["cls"], rec["delta"][:n], rec["delta"][n:] = cls, 1, -1
+    return rec
+
+
+def in_segment_order(rec: np.ndarray, carried: np.ndarray, last: np.ndarray):
+    """Boundaries ``rec`` after one row per ``carried`` segment (at its ``last`` position: the
+    counts carried into this batch), sorted by segment then position: ``(order, pos, seg, first,
+    heads, group)``, ``order`` the sort of the carried rows then ``rec``'s, ``first`` true at a
+    segment's first row, ``heads`` those rows, ``group`` each row's segment ordinal."""
+    pos = np.concatenate((last[carried], rec["pos"]))
+    seg = np.concatenate((carried.astype(np.int32), rec["seg"]))
+    order = np.lexsort((pos, seg))
+    pos, seg = pos[order], seg[order]
+    first = np.empty(pos.size, dtype=bool)
+    first[0] = True
+    first[1:] = seg[1:] != seg[:-1]
+    return order, pos, seg, first, np.flatnonzero(first), np.cumsum(first) - 1

@@ -29,6 +29,7 @@ from overlapprof.analysis.boundaries import BUDGET_BYTES, WINDOW_ROWS, Boundarie
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.rank.events import EventSet, RankEvents
 from overlapprof.analysis.rank.metrics import assemble, make_metrics, timeline_pairs, timeline_step
+from overlapprof.analysis.sweep import in_segment_order
 from overlapprof.report import KindMetrics, Metrics, Partition, RankReport, StepMetrics, Timeline
 
 # Class bits of a pattern: communication, compute, memory, the step's window, then one per kind.
@@ -140,16 +141,8 @@ class PatternSweep:
             return
         carried = np.flatnonzero(self.count.any(axis=1))
         nc = carried.size
-        pos = np.concatenate((self.last[carried], rec["pos"]))
-        seg = np.concatenate((carried.astype(np.int32), rec["seg"]))
-        order = np.lexsort((pos, seg))
-        pos, seg = pos[order], seg[order]
+        order, pos, seg, _, heads, group = in_segment_order(rec, carried, self.last)
         n = pos.size
-        first = np.empty(n, dtype=bool)
-        first[0] = True
-        first[1:] = seg[1:] != seg[:-1]
-        heads = np.flatnonzero(first)
-        group = np.cumsum(first) - 1
         head_segs = seg[heads]
         # A class's bit changes only at its own boundaries: each class's counts are summed over
         # its rows alone; a bit turning on adds it, turning off subtracts it, so the pattern is
