@@ -57,7 +57,7 @@ FUNCTIONS = [
     ("rank_events", "overlapprof.analysis.rank.events", "rank_events"),
     ("read_scan", "overlapprof.analysis.rank.read", "read_scan"),
     ("read_serially", "overlapprof.analysis.rank.scan", "read_serially"),
-    ("class_unions", "overlapprof.analysis.rank.metrics", "class_unions"),
+    ("rank_unions", "overlapprof.analysis.rank.unions", "rank_unions"),
     ("rank_report", "overlapprof.analysis.rank.metrics", "rank_report"),
     ("exposure_input", "overlapprof.analysis.exposure.inputs", "exposure_input"),
     ("crossrank_input", "overlapprof.analysis.crossrank.inputs", "crossrank_input"),
@@ -119,7 +119,7 @@ def install() -> None:
 def stages(s: dict[str, float]) -> dict[str, float]:
     """Exclusive times from the inclusive ones."""
     g = lambda k: s.get(k, 0.0)  # noqa: E731
-    metrics = g("class_unions") + g("rank_report")
+    metrics = g("rank_unions") + g("rank_report")
     return {
         "decode": g("decode"),
         "columns": g("read_serially") - g("decode") - g("records_add"),

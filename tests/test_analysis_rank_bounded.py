@@ -1,11 +1,11 @@
 """``analyze --bounded-memory`` (issue 12): the per-event data on disk, the same report as in
-memory (to float rounding: per rank, the cross-rank section, ``--comm-ops`` records), on every
-real trace, on real CPU runs, on random traces cut into many buckets and slabs, read by one
-process or two; what it refuses; and what happens when its files find no room."""
+memory, float for float (per rank, the cross-rank section, the causes of exposure and the
+overlap bound, ``--comm-ops`` records, export's lanes), on every real trace, on real CPU runs, on
+random traces cut into many buckets whose unions are merged a few at a time, read by one process
+or two; what it refuses; and what happens when its files find no room."""
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import subprocess
@@ -17,12 +17,10 @@ import numpy as np
 import pytest
 
 import overlapprof
-from overlapprof.analysis import intervals as iv
-from overlapprof.analysis.rank import bounded, spilled
+from overlapprof.analysis.rank import spilled, unions
 from overlapprof.analysis.rank import parallel_scan as PS
 from overlapprof.analysis.rank import parts
 from overlapprof.analysis.spill import Sample
-from overlapprof.analysis.sweep import Sweep
 from overlapprof.errors import OverlapprofError
 
 import real_data
@@ -33,69 +31,29 @@ REAL = real_data.jobs()
 REPO = Path(__file__).resolve().parent.parent
 
 
-# The causes of exposure and the overlap bound (issue 26) are computed in memory only: bounded
-# memory leaves them out and says so (exposure_notes). Everything else is the same report.
-CAUSES_ONLY = {"exposure", "overlap_bound_us", "overlap_bound_speedup", "overlap_bound_form", "verdict",
-               "operations", "exposed_by_cause", "exposure_notes"}
-
-
-# The lines of the text tables that show the causes and the overlap bound (absent in bounded memory).
-CAUSE_LINES = ("verdict", "bounds (", "  other ranks:", "note: overlap bound", "note: causes", "note: slow transfer",
-               "note: --bounded-memory", "why exposed", "  late_peer", "  host_blocked", "  queued", "  no_window",
-               "  window_short", "hidden of hideable", "overlap bound", "overlap ceiling", "  predicted",
-               "  step / predicted", "  share of what", "  overlap bound =", "predicted:")
-
-
-def _without_cause_lines(text: str) -> str:
-    """A table's text without the causes' lines (and the per-rank causes table: from its title to
-    the blank line after it)."""
-    out, skipping = [], False
-    for line in text.splitlines():
-        if line.startswith("why exposed:"):
-            skipping = True
-        if skipping:
-            skipping = bool(line.strip())
-            continue
-        if not line.startswith(CAUSE_LINES):
-            out.append(line)
-    return "\n".join(out)
-
-
-def _without_causes(d):
-    if isinstance(d, dict):
-        return {k: _without_causes(v) for k, v in d.items() if k not in CAUSES_ONLY}
-    if isinstance(d, list):
-        return [_without_causes(v) for v in d]
-    return d
-
-
 def _per_rank(report) -> dict:
     d = msgspec.to_builtins(report)
     for key in ("options", "comms", "warnings", "filters"):
         d.pop(key, None)
-    return _without_causes(d)
+    return d
 
 
 def _whole(report) -> dict:
     d = msgspec.to_builtins(report)
     d.pop("options")
-    if report.options.bounded_memory and any(r.metrics.comm_us for r in report.ranks):
-        assert any("--bounded-memory" in n for n in report.exposure_notes), report.exposure_notes
-    return _without_causes(d)
+    return d
 
 
-def _assert_close(a, b, where="report"):
-    """Equal, floats to 1e-9 relative (sums of the same lengths in another order)."""
+def _assert_same(a, b, where="report"):
+    """Equal, floats to the last bit (the same unions, summed the same way), and of one type."""
     if isinstance(a, dict):
         assert a.keys() == b.keys(), where
         for k in a:
-            _assert_close(a[k], b[k], f"{where}.{k}")
+            _assert_same(a[k], b[k], f"{where}.{k}")
     elif isinstance(a, list):
         assert len(a) == len(b), where
         for k, (x, y) in enumerate(zip(a, b)):
-            _assert_close(x, y, f"{where}[{k}]")
-    elif isinstance(a, float) and isinstance(b, float):
-        assert math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6), (where, a, b)
+            _assert_same(x, y, f"{where}[{k}]")
     else:
         assert a == b and type(a) is type(b), (where, a, b)  # 0 is not 0.0 in the JSON
 
@@ -108,18 +66,20 @@ def _both(paths, workers=1, **kw):
 
 @pytest.fixture
 def small_pieces(monkeypatch):
-    """Buckets, windows and slabs of a few hundred rows: every trace is cut into many."""
+    """Buckets and windows of a few hundred rows: every trace is cut into many, and their
+    unions are merged two at a time."""
     monkeypatch.setattr(spilled, "BUCKET_ROWS", 300)
-    monkeypatch.setattr(bounded, "SLAB_ROWS", 300)
+    monkeypatch.setattr(unions, "_MERGE_PARTS", 2)
 
 
 @pytest.mark.parametrize("folder", REAL, ids=[real_data.name(d) for d in REAL])
 def test_real_traces_same_report(folder):
-    """The whole report: each rank, the cross-rank section and the --comm-ops records."""
-    for kw in ({}, {"comm_ops": True}):
+    """The whole report: each rank, the cross-rank section, the causes and bounds, the --comm-ops
+    records and export's lanes."""
+    for kw in ({}, {"comm_ops": True, "lanes": True}):
         memory = overlapprof.analyze(folder, workers=1, bounded_memory=False, **kw)
         on_disk = overlapprof.analyze(folder, workers=1, bounded_memory=True, **kw)
-        _assert_close(_whole(memory), _whole(on_disk))
+        _assert_same(_whole(memory), _whole(on_disk))
         assert on_disk.options.bounded_memory
 
 
@@ -127,19 +87,20 @@ def test_real_traces_same_report(folder):
 def test_real_traces_in_small_pieces_and_filters(folder, small_pieces):
     for kw in ({}, {"drop_last_step": True}, {"require_launch": True}):
         memory, on_disk = _both(folder, **kw)
-        _assert_close(_per_rank(memory), _per_rank(on_disk))
+        _assert_same(_per_rank(memory), _per_rank(on_disk))
         assert on_disk.filters == memory.filters
     memory = overlapprof.analyze(folder, workers=1, bounded_memory=False, drop_last_step=True)
     on_disk = overlapprof.analyze(folder, workers=1, bounded_memory=True, drop_last_step=True)
-    _assert_close(_whole(memory), _whole(on_disk))
+    _assert_same(_whole(memory), _whole(on_disk))
 
 
 def test_real_cpu_runs(runs, small_pieces):
     for run in runs.ring.values():
         memory = overlapprof.analyze(run, workers=1, bounded_memory=False, comm_ops=True)
         on_disk = overlapprof.analyze(run, workers=1, bounded_memory=True, comm_ops=True)
-        _assert_close(_whole(memory), _whole(on_disk))
+        _assert_same(_whole(memory), _whole(on_disk))
         assert on_disk.ranks[0].mode == "cpu" and on_disk.ranks[0].kinds and on_disk.crossrank.bandwidth
+        assert on_disk.ranks[0].exposure is not None and on_disk.ranks[0].overlap_bound_us is not None
 
 
 def _random_gpu_trace(rng: random.Random, steps=6) -> list[dict]:
@@ -208,10 +169,10 @@ def test_random_traces_in_small_pieces(tmp_path, small_pieces, seed):
     paths = [S.write(tmp_path / f"rank{r}.pt.trace.json", S.trace(make(rng), rank=r, world_size=2)) for r in range(2)]
     for kw in ({}, {"drop_last_step": True}, {"require_launch": True}):
         memory, on_disk = _both(paths, **kw)
-        _assert_close(_per_rank(memory), _per_rank(on_disk))
+        _assert_same(_per_rank(memory), _per_rank(on_disk))
     memory = overlapprof.analyze(paths, workers=1, bounded_memory=False, comm_ops=True)
     on_disk = overlapprof.analyze(paths, workers=1, bounded_memory=True, comm_ops=True)
-    _assert_close(_whole(memory), _whole(on_disk))
+    _assert_same(_whole(memory), _whole(on_disk))
 
 
 def test_two_processes_read_one_file(tmp_path, monkeypatch, small_pieces):
@@ -232,7 +193,7 @@ def test_two_processes_read_one_file(tmp_path, monkeypatch, small_pieces):
     rng = random.Random(7)
     path = S.write(tmp_path / "rank0.pt.trace.json", S.kineto_text(_random_gpu_trace(rng, steps=20)), gz=False)
     memory, on_disk = _both([path], workers=2)
-    _assert_close(_per_rank(memory), _per_rank(on_disk))
+    _assert_same(_per_rank(memory), _per_rank(on_disk))
     assert used and all(used)
 
 
@@ -269,41 +230,10 @@ def test_cli_tables_are_the_same():
         got = _cli("analyze", DATA / "trace_filter", "--bounded-memory", "--workers", 1, "--by", by)
         plain = _cli("analyze", DATA / "trace_filter", "--in-memory", "--workers", 1, "--by", by)
         assert got.returncode == 0 and plain.returncode == 0, got.stderr + plain.stderr
-        assert _without_cause_lines(got.stdout) == _without_cause_lines(plain.stdout)
-        assert "note: --bounded-memory: the causes of exposure" in got.stdout or by == "collective"
+        assert got.stdout == plain.stdout
+        assert "why exposed" in got.stdout or by == "collective"
     off = _cli("analyze", DATA / "trace_filter", "--bounded-memory", "--no-comms", "--by", "collective")
     assert off.returncode == 0 and "(cross-rank analysis off: --no-comms)" in off.stdout
-
-
-def test_sweep_gives_the_interval_lengths(tmp_path):
-    rng = np.random.default_rng(3)
-    for trial in range(10):
-        n = int(rng.integers(1, 2000))
-        a0 = rng.uniform(0, 1000, n)
-        a1 = a0 + rng.exponential(3, n) * (rng.random(n) > 0.1)  # some of zero length
-        b0 = rng.uniform(0, 1000, n)
-        b1 = b0 + rng.exponential(3, n)
-        seg_a, seg_b = rng.integers(0, 3, n), rng.integers(0, 3, n)
-        folder = tmp_path / str(trial)
-        folder.mkdir()
-        sweep = Sweep(str(folder), np.sort(rng.uniform(0, 1000, int(rng.integers(0, 12)))), 4, 2)
-        for cls, (lo, hi, seg) in enumerate(((a0, a1, seg_a), (b0, b1, seg_b))):
-            sweep.add(lo, hi, 3, cls)
-            sweep.add(lo, hi, seg.astype(np.int32), cls)
-        runs = sweep.run({"a": (3, lambda p: (p & 1) != 0, 40), "ab": (1, lambda p: (p & 3) == 3, 40),
-                          "a-b": (3, lambda p: ((p & 1) != 0) & ((p & 2) == 0), None)})
-        assert not list(folder.iterdir())  # the slabs are removed as they are read
-        a_len, ab_len = sweep.totals(lambda p: (p & 1) != 0), sweep.totals(lambda p: (p & 3) == 3)
-        for seg, keep_a, keep_b in ((3, slice(None), slice(None)), *((s, seg_a == s, seg_b == s) for s in range(3))):
-            ua, ub = iv.union(a0[keep_a], a1[keep_a]), iv.union(b0[keep_b], b1[keep_b])
-            assert math.isclose(a_len[seg], iv.length(ua), rel_tol=1e-12, abs_tol=1e-9)
-            assert math.isclose(ab_len[seg], iv.overlap_length(ua, ub), rel_tol=1e-12, abs_tol=1e-9)
-        whole = iv.union(a0, a1)
-        exposed = iv.difference(whole, iv.union(b0, b1))
-        assert np.array_equal(runs["a-b"][0], exposed[0]) and np.array_equal(runs["a-b"][1], exposed[1])
-        assert np.array_equal(runs["a"][0][:40], whole[0][:40]) and np.array_equal(runs["a"][1][:40], whole[1][:40])
-        both = iv.intersection(iv.union(a0[seg_a == 1], a1[seg_a == 1]), iv.union(b0[seg_b == 1], b1[seg_b == 1]))
-        assert np.array_equal(runs["ab"][0][:40], both[0][:40]) and np.array_equal(runs["ab"][1][:40], both[1][:40])
 
 
 def test_sample_stays_small_and_even():
@@ -352,7 +282,7 @@ def test_too_big_for_memory_is_measured_bounded(monkeypatch):
     assert any(w.startswith("measured with --bounded-memory") for w in got.warnings), got.warnings
     kept = overlapprof.analyze(DATA / "nccl_parser_config", workers=1, bounded_memory=False)  # --in-memory
     assert not kept.options.bounded_memory
-    _assert_close(_whole(kept), {**_whole(got), "warnings": kept.warnings})
+    _assert_same(_whole(kept), {**_whole(got), "warnings": kept.warnings})
     hta = overlapprof.analyze(DATA / "nccl_parser_config", workers=1, like_hta=True)  # needs every event
     assert not hta.options.bounded_memory
 
@@ -389,12 +319,12 @@ def test_sigterm_removes_the_files(tmp_path):
 
 def test_compare_report_and_plot_take_the_flag(runs, tmp_path):
     """The commands that analyze runs take --bounded-memory/--in-memory too (what the automatic
-    switch's warning names); export (lanes: every step's unions) does not."""
+    switch's warning names); export does not (it switches by itself when the traces would not fit)."""
     pair = [runs.ring["sync"], runs.ring["async"]]
     on_disk = _cli("compare", *pair, "--bounded-memory", "-q")
     memory = _cli("compare", *pair, "--in-memory", "-q")
     assert on_disk.returncode == 0, on_disk.stderr
-    assert _without_cause_lines(on_disk.stdout) == _without_cause_lines(memory.stdout)
+    assert on_disk.stdout == memory.stdout
     for cmd, out in (("report", tmp_path / "r.html"), ("plot", tmp_path / "p.png")):
         got = _cli(cmd, runs.ring["async"], "--bounded-memory", "-o", out, "-q")
         assert got.returncode == 0 and out.stat().st_size > 0, got.stderr

@@ -1,5 +1,7 @@
 """The per-step metrics computed for all steps at once (segmented interval functions) are,
-float for float, those of the one-step formulas (metrics_of, partition_of) applied step by step."""
+float for float, those of the one-step formulas (metrics_of, partition_of) applied step by step;
+and a rank's whole report is the same float for float when its unions are built from the events
+in one batch (a rank read in memory) or in many, merged a few at a time (--bounded-memory)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from overlapprof.analysis import intervals as iv
-from overlapprof.analysis.rank import metrics as M
+from overlapprof.analysis.rank import unions as U
 from overlapprof.analysis.rank.events import EventSet, RankEvents, Steps
-from overlapprof.analysis.rank.metrics import by_step, metrics_of, step_metrics
+from overlapprof.analysis.rank.metrics import metrics_of, rank_report, step_metrics
+from overlapprof.analysis.rank.unions import UnionsBuilder, rank_unions
 from overlapprof.report import Partition, StepMetrics
 
 
@@ -32,6 +35,12 @@ def partition_of(comm: iv.Intervals, compute: iv.Intervals, memory: iv.Intervals
         idle_us=iv.length(iv.difference(w, everything)),
         step_us=end - start,
     )
+
+
+def by_step(ev: RankEvents, s: EventSet) -> list[EventSet]:
+    """An event set split by step (index into ``ev.steps``); events outside steps dropped."""
+    idx = ev.steps.index_of(s.anchor)
+    return [s.select(idx == k) for k in range(ev.steps.start.size)]
 
 
 def _reference(ev: RankEvents) -> list[StepMetrics]:
@@ -57,8 +66,19 @@ def _event_set(rng, n: int, lo: float, hi: float, grid: bool) -> EventSet:
     if grid:  # touching and identical intervals, zero lengths
         start, dur = np.round(start), np.round(dur)
     anchor = np.where(rng.random(n) < 0.7, start - rng.exponential(2.0, n), start)
-    return EventSet(start, start + dur, anchor, np.ones(n, dtype=bool), np.zeros(n, dtype=np.int8),
-                    np.ones(n, dtype=bool))
+    return EventSet(start, start + dur, anchor, np.ones(n, dtype=bool), rng.integers(0, 3, n).astype(np.int8),
+                    rng.random(n) < 0.8)
+
+
+def _in_batches(rng, ev: RankEvents):
+    """The rank's unions built from its events cut into random batches, in random order."""
+    build = UnionsBuilder(ev.steps)
+    for cls, s in enumerate((ev.comm, ev.compute, ev.memory)):
+        order = rng.permutation(len(s))
+        cuts = np.sort(rng.integers(0, len(s) + 1, rng.integers(0, 6)))
+        for part in np.split(order, cuts):
+            build.add(s.select(part), cls)
+    return build.result()
 
 
 @settings(max_examples=60, deadline=None)
@@ -77,9 +97,14 @@ def test_segmented_step_metrics_equal_the_one_step_formulas(seed, steps, sizes, 
     sets = [_event_set(rng, n, lo, hi, grid) for n in sizes]
     ev = RankEvents(mode="gpu", comm=sets[0], compute=sets[1], memory=sets[2],
                     steps=Steps(np.arange(steps), starts, ends), comm_records=None, events=sum(sizes))
-    default = M.STEP_GROUP_INTERVALS
-    M.STEP_GROUP_INTERVALS = group or default
+    default, merge = U.STEP_GROUP_INTERVALS, U._MERGE_PARTS
+    U.STEP_GROUP_INTERVALS, U._MERGE_PARTS = group or default, 2
     try:
-        assert step_metrics(ev) == _reference(ev)
+        whole = rank_unions(ev)
+        assert step_metrics(whole) == _reference(ev)
+        report = rank_report(whole, ["f"], "gpu", ev.events)
+        assert rank_report(_in_batches(rng, ev), ["f"], "gpu", ev.events) == report
+        assert [k.count for k in report.kinds] == [int(np.count_nonzero(ev.comm.operation & (ev.comm.kind == c)))
+                                                   for c in range(3) if (ev.comm.kind == c).any()]
     finally:
-        M.STEP_GROUP_INTERVALS = default
+        U.STEP_GROUP_INTERVALS, U._MERGE_PARTS = default, merge

@@ -16,6 +16,7 @@ import overlapprof
 from overlapprof.analysis.columns import Index
 from overlapprof.analysis.rank.events import rank_events
 from overlapprof.analysis.rank.metrics import rank_report
+from overlapprof.analysis.rank.unions import rank_unions
 from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.rank import read as RD
 from overlapprof.analysis.rank import scan as SC
@@ -101,7 +102,8 @@ def test_synthetic_rank_same_report(tmp_path, monkeypatch, cpu_file_first):
             if every_row:
                 m.setattr(SC, "drop_unread_rows", lambda arrays, names: None)
             ev = rank_events(files, C.compile_comm_kernels(()), records=True, record_own_args=True)
-            return msgspec.json.encode(rank_report(ev, keep_records=True))
+            return msgspec.json.encode(rank_report(rank_unions(ev), ev.files, ev.mode, ev.events,
+                                                   ev.comm_records.records()))
 
     assert one_rank(False) == one_rank(True)
     assert b'"mode":"gpu"' in one_rank(False)

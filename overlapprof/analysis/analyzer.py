@@ -24,7 +24,8 @@ from overlapprof.analysis.exposure.inputs import ExposureInput, exposure_input
 from overlapprof.analysis.options import AnalyzeOptions
 from overlapprof.analysis.rank.classify import compile_comm_annotations, compile_comm_kernels
 from overlapprof.analysis.rank.events import RankEvents, filtered, last_step_dropped, rank_events
-from overlapprof.analysis.rank.metrics import class_unions, rank_report, summarize
+from overlapprof.analysis.rank.metrics import rank_report, summarize
+from overlapprof.analysis.rank.unions import rank_unions
 from overlapprof.errors import InputError, OverlapprofError, SpillError
 from overlapprof.report import Options, RankReport, Report
 from overlapprof.trace.discover import TraceGroup, discover, rank_from_name
@@ -131,28 +132,27 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
             result.warnings.append(f"{label}: {ev.negative_durations} events with a negative 'dur' count as zero-length")
         if options.bounded_memory:
             result.warnings += ev.warnings
-            report, table, comm, exposed = ev.report, ev.table, ev.comm, ev.exposed
-            if options.comm_records:
-                report.comm_records = table.records()
+            unions, table = ev.unions, ev.table
         else:
             _apply_filters(ev, options, label, result.warnings)
-            unions = class_unions(ev)
-            sets = {} if result.crossrank_input is not None else None
-            report = rank_report(ev, keep_records=options.comm_records, unions=unions, exposed_out=sets)
-            if sets is not None:
-                result.exposure_input = exposure_input(ev.mode, unions, ev.host_sync, sets, ev.comm_records)
+            unions, table = rank_unions(ev), ev.comm_records
             heap.release(ev.events)
-            table, comm, exposed = ev.comm_records, unions[0], None
-            if result.crossrank_input is not None:
-                exposed = iv.difference(unions[0], unions[1])  # U(comm) − U(compute)
-            if options.lanes:
-                from overlapprof.analysis.lanes import rank_lanes
+        sets = {} if result.crossrank_input is not None else None
+        records = table.records() if options.comm_records and table is not None else None
+        report = rank_report(unions, ev.files, ev.mode, ev.events, records, exposed_out=sets)
+        if sets is not None:
+            result.exposure_input = exposure_input(ev.mode, unions.whole, ev.host_sync, sets, table)
+        comm, exposed = unions.comm, None
+        if result.crossrank_input is not None:
+            exposed = iv.difference(unions.comm, unions.compute)  # U(comm) − U(compute)
+        if options.lanes:
+            from overlapprof.analysis.lanes import rank_lanes
 
-                report.lanes = rank_lanes(ev, report.steps, base)
-            if options.like_hta:  # the rank's numbers as HolisticTraceAnalysis 0.5.0 computes them
-                from overlapprof.analysis import like_hta
+            report.lanes = rank_lanes(unions, report.steps, base)
+        if options.like_hta:  # the rank's numbers as HolisticTraceAnalysis 0.5.0 computes them
+            from overlapprof.analysis import like_hta
 
-                report.metrics, result.hta_steps = like_hta.rank_metrics(files)
+            report.metrics, result.hta_steps = like_hta.rank_metrics(files)
         report.world_size, report.backend = result.world_size, result.backend
         if ev.unclassified and ev.mode == "cpu":
             report.device_not_measured = dict(sorted(ev.unclassified.items()))
@@ -317,7 +317,7 @@ def analyze(paths, options: AnalyzeOptions | None = None, **fields) -> Report:
     workers, progress, dask_scheduler = asked.workers, asked.progress, asked.dask_scheduler
     inputs = discover(paths)
     warnings: list[str] = list(inputs.notes)
-    if asked.bounded_memory is None and not (asked.like_hta or asked.lanes or dask_scheduler is not None) and (
+    if asked.bounded_memory is None and not (asked.like_hta or dask_scheduler is not None) and (
             why := _too_big_for_memory(inputs.groups, workers)):
         warnings.append(why)  # slower, but not a process killed for memory
         recorded = asked.recorded(bounded_memory=True)
@@ -375,9 +375,6 @@ def analyze(paths, options: AnalyzeOptions | None = None, **fields) -> Report:
         inputs = {}  # the causes split overlapprof's exposed communication, not HTA's
         report.exposure_notes.append("--like-hta: the causes of exposure and the overlap bound are left out (they "
                                      "split overlapprof's exposed communication, not HolisticTraceAnalysis's)")
-    elif recorded.bounded_memory:
-        report.exposure_notes.append("--bounded-memory: the causes of exposure and the overlap bound are left out "
-                                     "(they need each rank's unions in memory)")
     report.exposure_notes += explain(report, inputs, matching[0] if matching and inputs else None, run,
                                      recorded.reference_bandwidth, recorded.comm_records)
     return report

@@ -43,27 +43,25 @@ def _pairs(u: iv.Intervals, shift: float = 0.0) -> Pairs:
     return list(zip((u[0] + shift).tolist(), (u[1] + shift).tolist()))
 
 
-def rank_lanes(ev, steps, base_ns: int | None) -> Lanes:
-    """The Lanes of one rank (on its own ``ts`` clock until :func:`place` shifts them), from its
-    classified events (:class:`~overlapprof.analysis.rank.events.RankEvents`) and StepMetrics."""
-    from overlapprof.analysis.rank.metrics import by_step
+def rank_lanes(u, steps, base_ns: int | None) -> Lanes:
+    """The Lanes of one rank (on its own ``ts`` clock until :func:`place` shifts them), from the
+    unions of its classified events (:class:`~overlapprof.analysis.rank.unions.RankUnions`) and
+    its StepMetrics."""
+    from overlapprof.analysis.rank.unions import COMM, COMPUTE
 
     if steps:
         windows = [(s.step, s.start_us, s.start_us + s.step_us) for s in steps]
-        sets = [by_step(ev, s) for s in (ev.comm, ev.compute)]
+        sets = [[u.step(c, k) for k in range(len(steps))] for c in (COMM, COMPUTE)]
     else:
-        present = [s for s in (ev.comm, ev.compute, ev.memory) if len(s)]
+        present = [s for s in u.spans if s is not None]
         if not present:
             return Lanes(clock_base_us=base_us(base_ns))
-        lo = min(float(s.start.min()) for s in present)
-        hi = max(float(s.end.max()) for s in present)
-        windows = [(None, lo, hi)]
-        sets = [[ev.comm], [ev.compute]]
+        windows = [(None, min(s[0] for s in present), max(s[1] for s in present))]
+        sets = [[u.comm], [u.compute]]
     out = []
     for k, (number, start, end) in enumerate(windows):
         w = (np.array([start]), np.array([end]))
-        comm = iv.intersection(iv.union(sets[0][k].start, sets[0][k].end), w)
-        compute = iv.intersection(iv.union(sets[1][k].start, sets[1][k].end), w)
+        comm, compute = iv.intersection(sets[0][k], w), iv.intersection(sets[1][k], w)
         out.append(StepLanes(step=number, start_us=start, end_us=end, compute=_pairs(compute), comm=_pairs(comm),
                              exposed=_pairs(iv.difference(comm, compute))))
     return Lanes(clock_base_us=base_us(base_ns), steps=out)

@@ -87,11 +87,9 @@ class AnalyzeOptions:
                 re.compile(p)
             except re.error as exc:
                 raise InputError(f"comm kernel pattern {p!r} is not a valid regular expression ({exc})") from None
-        if bounded:
-            for on, what, why in ((self.like_hta, "--like-hta", "it computes HTA's way, from every event in memory"),
-                                  (self.lanes, "export's lanes", "they are every step's unions")):
-                if on:
-                    raise InputError(f"--bounded-memory cannot be used with {what}: {why}")
+        if bounded and self.like_hta:
+            raise InputError("--bounded-memory cannot be used with --like-hta: it computes HTA's way, from every "
+                             "event in memory")
         reference = _bytes_per_s(self.reference_bandwidth)
         backends = [self.comm_backends] if isinstance(self.comm_backends, str) else list(self.comm_backends or ())
         for b in backends:

@@ -238,17 +238,38 @@ def _waited_for(scan: Scan, names: list[str], gpu_rows: np.ndarray, launch: np.n
     return need
 
 
-def _need_times(scan: Scan, activity: np.ndarray, thread: np.ndarray, issue: np.ndarray, end: np.ndarray) -> np.ndarray:
+def thread_reach(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Host activity ``[start, end]`` per thread, compressed for :func:`need_times`: each
+    thread's connected runs (closed intervals: touching ones join, zero-length ones count), as
+    (thread, start, end) sorted by thread and start. The latest end of the activity that starts
+    before a time t is the end of the last run that starts before t, or t itself is inside that
+    run: so the need times of the runs are those of the activity (and runs of runs are the runs)."""
+    if thread.size == 0:
+        return thread, start, end
+    order = np.lexsort((start, thread))
+    thread, start, end = thread[order], start[order], end[order]
+    reach = np.empty_like(end)
+    new = np.ones(thread.size, dtype=bool)
+    for t in np.flatnonzero(np.bincount(thread)).tolist():  # (np.unique imports numpy.ma)
+        a, b = np.searchsorted(thread, (t, t + 1))
+        reach[a:b] = np.maximum.accumulate(end[a:b])
+        new[a + 1 : b] = start[a + 1 : b] > reach[a : b - 1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, thread.size - 1)
+    return thread[first], start[first], reach[last]
+
+
+def need_times(activity: tuple, thread: np.ndarray, issue: np.ndarray, end: np.ndarray) -> np.ndarray:
     """CPU mode: when the program needed each operation's result: the end of the last host
-    activity (``activity`` rows: compute cpu_ops and communication calls) on its issuing
-    ``thread`` that started between its ``issue`` and its ``end``, clipped to ``[issue, end]``;
-    its issue when the thread did nothing else (a blocking call)."""
+    ``activity`` ((thread, start, end): compute cpu_ops and communication calls, or their
+    :func:`thread_reach`) on its issuing ``thread`` that started between its ``issue`` and its
+    ``end``, clipped to ``[issue, end]``; its issue when the thread did nothing else (a blocking call)."""
     need = issue.copy()
-    if activity.size == 0 or issue.size == 0:
+    a_thread, a_start, a_end = activity
+    if a_thread.size == 0 or issue.size == 0:
         return need
-    a_thread = scan.thread[activity]
-    order = np.lexsort((scan.ts[activity], a_thread))
-    a_thread, a_start, a_end = a_thread[order], scan.ts[activity][order], scan.end(activity[order])
+    order = np.lexsort((a_start, a_thread))
+    a_thread, a_start, a_end = a_thread[order], a_start[order], a_end[order]
     lo, hi = np.searchsorted(a_thread, thread, "left"), np.searchsorted(a_thread, thread, "right")
     for t in np.flatnonzero(np.bincount(thread[hi > lo])).tolist():
         q = np.flatnonzero(thread == t)
@@ -261,10 +282,12 @@ def _need_times(scan: Scan, activity: np.ndarray, thread: np.ndarray, issue: np.
     return need
 
 
-def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: Values | None):
+def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: Values | None, activity=None):
     """Classify one file's complete events (the scan's thread, collective and launch columns
     are dropped once read). Returns (EventSets, steps arrays, CommTable or None, the rows of
-    the comm EventSet, the union of the host synchronizations).
+    the comm EventSet, the union of the host synchronizations). ``activity``: CPU mode, the
+    host activity of the file's compute cpu_ops as (thread, start, end), when the scan does not
+    hold them (default: the scan's; see :func:`need_times`).
 
     Rows are picked with masks over the file's rows and per-name tables (one lookup per row),
     and the launch and anchor of GPU events are kept per GPU event (the CommTable takes its
@@ -356,8 +379,10 @@ def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: 
             issuer = np.where(holder >= 0, holder, rows)
             elsewhere = scan.thread[issuer] != scan.thread[rows]
             issue_ts = np.where(elsewhere, ts[issuer], ts[rows])
-            need_ts = _need_times(scan, np.concatenate((compute_rows, calls)), scan.thread[issuer], issue_ts,
-                                  end(rows))
+            if activity is None:
+                activity = (scan.thread[compute_rows], ts[compute_rows], end(compute_rows))
+            activity = tuple(np.concatenate(p) for p in zip(activity, (scan.thread[calls], ts[calls], end(calls))))
+            need_ts = need_times(activity, scan.thread[issuer], issue_ts, end(rows))
         if gpu:  # GPU activity that is not communication is no record's (a table row's, or its call's)
             rec.drop(np.concatenate((compute_rows, memory_rows)))
         rec.gather(ts, scan.dur, codes, name_ids)

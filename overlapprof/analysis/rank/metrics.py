@@ -1,4 +1,5 @@
-"""The metrics of OVERLAP.md sections 2 and 3 for one rank, from its classified intervals.
+"""The metrics of OVERLAP.md sections 2 and 3 for one rank, from the unions of its classified
+intervals (:class:`~overlapprof.analysis.rank.unions.RankUnions`): each metric is defined here, once.
 
 Per rank: the formulas over every event (the whole trace, unless a filter option is on). Per
 step: the same formulas over the events that belong to the step (by launch, else by start), plus
@@ -11,16 +12,14 @@ from __future__ import annotations
 import numpy as np
 
 from overlapprof.analysis import intervals as iv
+from overlapprof.analysis.rank import unions as U
 from overlapprof.analysis.rank.classify import KINDS
-from overlapprof.analysis.rank.events import EventSet, RankEvents
+from overlapprof.analysis.rank.unions import COMM, COMPUTE, RankUnions
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.report import KindMetrics, Metrics, Partition, RankReport, StepMetrics, Summary, Timeline
 
 # At most this many intervals per class in a rank's timeline (keeps a report small).
 TIMELINE_CAP = 2000
-# Intervals (of the three classes together) measured at once by step_metrics: the sweeps'
-# temporaries take about 100 bytes per interval, so a rank's steps go in groups of about this many.
-STEP_GROUP_INTERVALS = 1 << 19
 
 
 def metrics_of(comm: iv.Intervals, compute: iv.Intervals, memory: iv.Intervals = iv.EMPTY, cls=Metrics, **extra):
@@ -43,18 +42,6 @@ def make_metrics(comm_us: float, compute_us: float, overlap_us: float, memory_us
     )
 
 
-def _union(s: EventSet) -> iv.Intervals:
-    return iv.union(s.start, s.end)
-
-
-def by_step(events: RankEvents, s: EventSet) -> list[EventSet]:
-    """Split an event set by step (index into ``events.steps``); events outside steps dropped."""
-    idx = events.steps.index_of(s.anchor)
-    order = np.argsort(idx, kind="stable")
-    bounds = np.searchsorted(idx[order], np.arange(events.steps.start.size + 1))
-    return [s.select(order[bounds[k] : bounds[k + 1]]) for k in range(events.steps.start.size)]
-
-
 def mean_partition(steps: list[StepMetrics]) -> Partition | None:
     """The mean over steps of each part (None without steps)."""
     parts = [s.partition for s in steps if s.partition is not None]
@@ -63,50 +50,42 @@ def mean_partition(steps: list[StepMetrics]) -> Partition | None:
     return Partition(**{f: sum(getattr(p, f) for p in parts) / len(parts) for f in Partition.__struct_fields__})
 
 
-def step_metrics(events: RankEvents, exposed_out: list | None = None) -> list[StepMetrics]:
+def step_metrics(u: RankUnions, exposed_out: list | None = None) -> list[StepMetrics]:
     """One StepMetrics per ProfilerStep, in time order (see StepMetrics for ``step_us``).
 
-    The same formulas as :func:`metrics_of` and :class:`~overlapprof.report.Partition` for each step's events,
-    computed for many steps at once with the segmented interval functions (segment = step), a
-    group of steps of about :data:`STEP_GROUP_INTERVALS` intervals at a time. ``exposed_out``:
-    when a list, each group's U(comm) \\ U(compute) per step is appended to it (segmented,
-    segment = the step's index), the sets whose lengths are the steps' ``exposed_comm_us``."""
-    steps = events.steps
+    The same formulas as :func:`metrics_of` and :class:`~overlapprof.report.Partition` for each
+    step's unions, computed for many steps at once with the segmented interval functions
+    (segment = step), a group of steps of about ``unions.STEP_GROUP_INTERVALS`` runs at a time.
+    ``exposed_out``: when a list, each group's U(comm) \\ U(compute) per step is appended to it
+    (segmented, segment = the step's index), the sets whose lengths are the steps'
+    ``exposed_comm_us``."""
+    steps = u.steps
     count = steps.start.size
     if count == 0:
         return []
-    last_end = steps.end.astype(np.float64, copy=True)
-    classes, per_step = [], np.zeros(count, dtype=np.int64)
-    for s in (events.comm, events.compute, events.memory):
-        seg = steps.index_of(s.anchor)
-        inside = np.flatnonzero(seg >= 0)
-        rows = inside[np.argsort(seg[inside], kind="stable")]  # by step; a step's union does not depend on order
-        seg = seg[rows]
-        np.maximum.at(last_end, seg, s.end[rows])
-        per_step += np.bincount(seg, minlength=count)
-        classes.append((seg, rows, s))
-    total = np.cumsum(per_step)
+    total = np.cumsum(sum(np.bincount(s[0], minlength=count) for s in u.by_step))
     out, lo = [], 0
     while lo < count:
-        hi = max(lo + 1, int(np.searchsorted(total, (total[lo - 1] if lo else 0) + STEP_GROUP_INTERVALS, "right")))
+        group = U.STEP_GROUP_INTERVALS
+        hi = max(lo + 1, int(np.searchsorted(total, (total[lo - 1] if lo else 0) + group, "right")))
         hi = min(hi, count)
         sets = []
-        for seg, rows, s in classes:
+        for seg, starts, ends in u.by_step:
             a, b = np.searchsorted(seg, (lo, hi))
-            sets.append((seg[a:b] - lo, s.start[rows[a:b]], s.end[rows[a:b]]))
-        out += _step_group(sets, steps.number[lo:hi], steps.start[lo:hi].astype(np.float64), last_end[lo:hi],
+            sets.append((seg[a:b] - lo, starts[a:b], ends[a:b]))
+        out += _step_group(sets, steps.number[lo:hi], steps.start[lo:hi].astype(np.float64), u.last_end[lo:hi],
                            exposed_out, lo)
         lo = hi
     return out
 
 
-def _step_group(sets, numbers: np.ndarray, starts: np.ndarray, last_end: np.ndarray, exposed_out=None,
+def _step_group(unions, numbers: np.ndarray, starts: np.ndarray, last_end: np.ndarray, exposed_out=None,
                 first: int = 0) -> list[StepMetrics]:
     """The StepMetrics of consecutive steps (``numbers``, their windows ``[starts, last_end)``)
-    from their comm, compute and memory intervals (segmented sets: segment k = the k-th step);
+    from their comm, compute and memory unions (segmented: segment k = the k-th step);
     ``exposed_out``: see :func:`step_metrics` (``first``: the index of the group's first step)."""
     count = numbers.size
-    comm, compute, memory = (iv.union_by(*s) for s in sets)
+    comm, compute, memory = unions
     if exposed_out is not None:
         seg, starts_, ends_ = iv.difference_by(comm, compute)
         exposed_out.append((seg + first, starts_, ends_))
@@ -133,20 +112,18 @@ def _step_group(sets, numbers: np.ndarray, starts: np.ndarray, last_end: np.ndar
     return out
 
 
-def kind_metrics(events: RankEvents, compute: iv.Intervals, exposed_out: dict | None = None) -> list[KindMetrics]:
-    """One KindMetrics per kind present, in the order of classify.KINDS; ``count`` is the number
-    of distinct operations of the kind (``EventSet.operation``: in CPU mode a ``c10d::*`` call
-    and the backend span recorded for it are one operation), not of comm events.
-    ``exposed_out``: when a dict, each kind's U(comm of the kind) \\ U(compute) is put in it
-    under the kind's code."""
+def kind_metrics(u: RankUnions, exposed_out: dict | None = None) -> list[KindMetrics]:
+    """One KindMetrics per kind present, in the order of classify.KINDS: each kind's U(comm of
+    the kind) against the rank's whole U(compute). ``count`` is the number of distinct operations
+    of the kind (``EventSet.operation``: in CPU mode a ``c10d::*`` call and the backend span
+    recorded for it are one operation), not of comm events. ``exposed_out``: when a dict, each
+    kind's U(comm of the kind) \\ U(compute) is put in it under the kind's code."""
     out = []
-    for code in np.flatnonzero(np.bincount(events.comm.kind)):
-        s = events.comm.select(events.comm.kind == code)
-        count = int(np.count_nonzero(s.operation))
-        union = _union(s)
+    for code in sorted(u.kinds):
+        union = u.kinds[code]
         if exposed_out is not None:
-            exposed_out[int(code)] = iv.difference(union, compute)
-        out.append(metrics_of(union, compute, cls=KindMetrics, kind=KINDS[code], count=count))
+            exposed_out[code] = iv.difference(union, u.compute)
+        out.append(metrics_of(union, u.compute, cls=KindMetrics, kind=KINDS[code], count=u.operations[code]))
     return out
 
 
@@ -167,27 +144,26 @@ def timeline_step(numbers: list[int]) -> int | None:
     return ranked[(len(ranked) - 1) // 2]
 
 
-def timeline(events: RankEvents, steps: list[StepMetrics]) -> Timeline | None:
+def timeline(u: RankUnions, steps: list[StepMetrics]) -> Timeline | None:
     """The unions of the representative step: the middle one (by number) of the candidates.
 
     The candidates are every step but the last when there are three or more (the profiler may
     cut the last short). Chosen by step number, not by this rank's step times, so that every
     rank of one run draws the same ProfilerStep on the report's shared axis. Without steps, the
-    whole trace.
+    whole trace (from the earliest start of a comm or compute event to the latest end).
     """
     k = timeline_step([s.step for s in steps])
     if k is not None:
-        sets = [s.select(events.steps.index_of(s.anchor) == k) for s in (events.comm, events.compute)]
+        comm, compute = u.step(COMM, k), u.step(COMPUTE, k)
         origin, span, step = steps[k].start_us, steps[k].step_us, steps[k].step
     else:
-        sets = [events.comm, events.compute]
-        ends = [s.end for s in sets if len(s)]
-        if not ends:
+        spans = [s for s in u.spans[:2] if s is not None]
+        if not spans:
             return None
-        origin = min(float(s.start.min()) for s in sets if len(s))
-        span, step = max(float(e.max()) for e in ends) - origin, None
-    comm, compute = (_union(s) for s in sets)
-    lists = [timeline_pairs(u, origin) for u in (comm, compute, iv.intersection(comm, compute))]
+        comm, compute = u.comm, u.compute
+        origin = min(s[0] for s in spans)
+        span, step = max(s[1] for s in spans) - origin, None
+    lists = [timeline_pairs(x, origin) for x in (comm, compute, iv.intersection(comm, compute))]
     return Timeline(
         step=step,
         start_us=origin,
@@ -203,26 +179,19 @@ def _percentile(values: list[float], q: float) -> float | None:
     return percentile(values, q) if values else None
 
 
-def class_unions(ev: RankEvents) -> tuple[iv.Intervals, iv.Intervals, iv.Intervals]:
-    """U(comm), U(compute), U(memory) of a rank's whole trace."""
-    return tuple(iv.union(s.start, s.end) for s in (ev.comm, ev.compute, ev.memory))
-
-
-def rank_report(ev: RankEvents, *, keep_records: bool = False, unions=None, exposed_out: dict | None = None) -> RankReport:
-    """A rank's report (rank number not yet settled: -1) from its classified events
-    (``unions``: their :func:`class_unions`, when the caller has them).
-    ``median_step_us`` interpolates like the Summary's (numpy's median). ``exposed_out``: when
-    a dict, the exposed-communication sets the metrics measured are put in it (``"steps"``: a
-    list of segmented sets, see :func:`step_metrics`; ``"kinds"``: kind code -> set)."""
-    comm, compute, memory = unions if unions is not None else class_unions(ev)
+def rank_report(u: RankUnions, files: list[str], mode: str, events: int, records=None,
+                exposed_out: dict | None = None) -> RankReport:
+    """A rank's report (rank number not yet settled: -1) from its unions (``events``: complete
+    events read; ``records``: its communication records, when kept). ``median_step_us``
+    interpolates like the Summary's (numpy's median). ``exposed_out``: when a dict, the
+    exposed-communication sets the metrics measured are put in it (``"steps"``: a list of
+    segmented sets, see :func:`step_metrics`; ``"kinds"``: kind code -> set)."""
     step_sets, kind_sets = ([], {}) if exposed_out is not None else (None, None)
-    steps = step_metrics(ev, step_sets)
-    kinds = kind_metrics(ev, compute, kind_sets)
+    steps = step_metrics(u, step_sets)
+    kinds = kind_metrics(u, kind_sets)
     if exposed_out is not None:
         exposed_out.update(steps=step_sets, kinds=kind_sets)
-    records = ev.comm_records.records() if keep_records and ev.comm_records is not None else None
-    return assemble(ev.files, ev.mode, metrics_of(comm, compute, memory), steps, kinds, ev.events,
-                    (len(ev.comm), len(ev.compute), len(ev.memory)), timeline(ev, steps), records)
+    return assemble(files, mode, metrics_of(*u.whole), steps, kinds, events, u.counts, timeline(u, steps), records)
 
 
 def assemble(files, mode, metrics: Metrics, steps: list[StepMetrics], kinds: list[KindMetrics], events: int, counts,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from overlapprof.analysis.columns import GrowingColumns, Index
+from overlapprof.analysis.intervals import event_ends
 from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.rank.events import step_number
 from overlapprof.analysis.rank.read import read_file
@@ -37,12 +38,13 @@ _CALL_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("thread", "<i4"), ("name_i
 _JOINED_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("codes", "i1"), ("name_ids", "<i4"), ("launch_ts", "<f8"),
                         ("launch_thread", "<i4"), ("corr", "<f8")])
 # Roles of a name, for the few rows and the CPU ops kept (bits).
-_CALL, _STEP, _COMM_ANN, _CPU_COMPUTE = 1, 2, 4, 8
+_CALL, _STEP, _COMM_ANN, _CPU_COMPUTE, _SYNC = 1, 2, 4, 8, 16
 
 
 def _role(name: str, comm_ann) -> int:
     return ((_CALL if C.is_comm_call(name) else 0) | (_STEP if step_number(name) >= 0 else 0)
-            | (_COMM_ANN if comm_ann.match(name) else 0) | (_CPU_COMPUTE if C.is_cpu_compute(name) else 0))
+            | (_COMM_ANN if comm_ann.match(name) else 0) | (_CPU_COMPUTE if C.is_cpu_compute(name) else 0)
+            | (_SYNC if C.is_host_sync(name) else 0))
 
 
 class SpilledRows:
@@ -57,6 +59,8 @@ class SpilledRows:
         self.kernels = False
         self.roles = np.zeros(0, dtype=np.int8)
         self.few = GrowingColumns(SCAN_COLUMNS, 1 << 12)
+        # host synchronizations: runtime calls and CPU ops (those GPU mode reads: communication calls)
+        self.syncs = GrowingColumns({"ts": np.float64, "end": np.float64, "read_in_gpu_mode": np.bool_}, 1 << 8)
         self.gpu = Buckets(folder, "gpu", _GPU_ROW, buckets)
         self.cpu = SpillFile(os.path.join(folder, "cpu"), _CPU_ROW)
         self.calls = SpillFile(os.path.join(folder, "calls"), _CALL_ROW)
@@ -83,6 +87,11 @@ class SpilledRows:
             few |= is_call | (is_ann & ((role & _COMM_ANN) != 0))
         if few.any():
             self.few.append(**{k: v[few] for k, v in columns.items()})
+        is_runtime = codes == C.RUNTIME
+        sync = (is_cpu | is_runtime) & ((role & _SYNC) != 0)
+        if sync.any():
+            self.syncs.append(ts=columns["ts"][sync], end=event_ends(columns["ts"][sync], columns["dur"][sync]),
+                              read_in_gpu_mode=(is_runtime | is_call)[sync])
         linked = IS_CORRELATED[codes]
         if corr.size:
             rec = np.empty(corr.size, dtype=_GPU_ROW)
@@ -104,6 +113,16 @@ class SpilledRows:
 
     def result(self):
         return self if self.size else None
+
+    def host_syncs(self, gpu: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The starts and ends of the host synchronizations the classification reads
+        (:func:`~overlapprof.analysis.rank.scan.drop_unread_rows`: in GPU mode, runtime calls
+        and communication calls)."""
+        if self.syncs.size == 0:
+            return np.empty(0), np.empty(0)
+        rows = self.syncs.arrays()
+        keep = rows["read_in_gpu_mode"] if gpu else slice(None)
+        return rows["ts"][keep], rows["end"][keep]
 
     def few_scan(self, path: str) -> Scan:
         """A scan of the rows kept in memory."""

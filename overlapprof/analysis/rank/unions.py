@@ -1,0 +1,158 @@
+"""A rank's classified intervals reduced to their unions: what every metric of the rank is a function of.
+
+:class:`RankUnions` holds U(comm), U(compute) and U(memory) of the whole rank and of each step
+(the events that belong to the step, by launch, else by start), U(comm of kind k) of the whole
+rank, and the counts, spans and step ends the report needs.
+:mod:`~overlapprof.analysis.rank.metrics` computes every metric from it, once.
+
+It is built by :class:`UnionsBuilder` from classified event sets, a batch at a time: the whole
+rank in one batch when it is read in memory, a time bucket at a time with ``--bounded-memory``.
+A union of the batches' unions is the union of all their intervals, run for run with the same
+float ends (a run's ends are event boundaries), so the metrics are the same floats whichever way
+the rank was read. What is held is the runs of the unions (a run per operation at most), not the
+events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from overlapprof.analysis import intervals as iv
+from overlapprof.analysis.rank.classify import KINDS
+from overlapprof.analysis.rank.events import EventSet, RankEvents, Steps
+
+COMM, COMPUTE, MEMORY = 0, 1, 2  # the classes, in RankEvents' order
+# Intervals made into per-step unions at once: union_by's temporaries take about 100 bytes per
+# interval, so a batch's steps go in groups of about this many intervals.
+STEP_GROUP_INTERVALS = 1 << 19
+# Pending unions of one key merged into one past this many (bounds what --bounded-memory holds).
+_MERGE_PARTS = 16
+
+
+@dataclass
+class RankUnions:
+    """The unions of a rank's classified intervals (µs, the rank's clock), after the filters.
+
+    ``whole``: U(comm), U(compute), U(memory) of the whole rank; ``by_step``: the same per step,
+    segmented (segment = index in ``steps``); ``kinds``: kind code (index into
+    ``classify.KINDS``) -> U(comm of the kind), whole rank, for each kind with comm events;
+    ``operations``: kind code -> its operations (``EventSet.operation``); ``counts``: events of
+    each class; ``spans``: each class's earliest start and latest end (None: no events);
+    ``last_end``: each step's end, max(the step's own end, the ends of its events)."""
+
+    steps: Steps
+    last_end: np.ndarray
+    whole: tuple[iv.Intervals, iv.Intervals, iv.Intervals]
+    by_step: tuple[iv.Segmented, iv.Segmented, iv.Segmented]
+    kinds: dict[int, iv.Intervals]
+    operations: dict[int, int]
+    counts: tuple[int, int, int]
+    spans: tuple[tuple[float, float] | None, ...]
+
+    @property
+    def comm(self) -> iv.Intervals:
+        return self.whole[COMM]
+
+    @property
+    def compute(self) -> iv.Intervals:
+        return self.whole[COMPUTE]
+
+    @property
+    def memory(self) -> iv.Intervals:
+        return self.whole[MEMORY]
+
+    def step(self, cls: int, k: int) -> iv.Intervals:
+        """U(class) of the events of step ``k``."""
+        seg, starts, ends = self.by_step[cls]
+        a, b = np.searchsorted(seg, (k, k + 1))
+        return starts[a:b], ends[a:b]
+
+
+def rank_unions(ev: RankEvents) -> RankUnions:
+    """The unions of a rank read in memory (its classified events, filters applied)."""
+    build = UnionsBuilder(ev.steps)
+    for cls, s in enumerate((ev.comm, ev.compute, ev.memory)):
+        build.add(s, cls)
+    return build.result()
+
+
+def _union_by(seg: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> iv.Segmented:
+    """:func:`~overlapprof.analysis.intervals.union_by`, a group of about
+    :data:`STEP_GROUP_INTERVALS` intervals' segments at a time (a segment's union does not
+    depend on the others)."""
+    if seg.size <= STEP_GROUP_INTERVALS:
+        return iv.union_by(seg, starts, ends)
+    order = np.argsort(seg, kind="stable")
+    seg, starts, ends = seg[order], starts[order], ends[order]
+    parts, lo = [], 0
+    while lo < seg.size:
+        hi = min(seg.size, lo + STEP_GROUP_INTERVALS)
+        hi = int(np.searchsorted(seg, seg[hi - 1], "right"))  # a segment is never split
+        parts.append(iv.union_by(seg[lo:hi], starts[lo:hi], ends[lo:hi]))
+        lo = hi
+    return iv.concat_by(*parts)
+
+
+class UnionsBuilder:
+    """Classified event sets in, :class:`RankUnions` out (see the module docstring).
+
+    ``steps``: the rank's steps (after the filters)."""
+
+    def __init__(self, steps: Steps):
+        self.steps = steps
+        self.last_end = steps.end.astype(np.float64, copy=True)
+        self.counts = [0, 0, 0]
+        self.spans: list[list[float] | None] = [None, None, None]
+        self.kind_events = np.zeros(len(KINDS), dtype=np.int64)
+        self.operations = np.zeros(len(KINDS), dtype=np.int64)
+        self._whole: dict[object, list[iv.Intervals]] = {}
+        self._by_step: dict[int, list[iv.Segmented]] = {}
+
+    def add(self, s: EventSet, cls: int) -> None:
+        """One batch of events of class ``cls`` (:data:`COMM`, :data:`COMPUTE`, :data:`MEMORY`)."""
+        if len(s) == 0:
+            return
+        self.counts[cls] += len(s)
+        lo, hi = float(s.start.min()), float(s.end.max())
+        span = self.spans[cls]
+        self.spans[cls] = [lo, hi] if span is None else [min(span[0], lo), max(span[1], hi)]
+        seg = self.steps.index_of(s.anchor)
+        inside = np.flatnonzero(seg >= 0)
+        seg = seg[inside]
+        np.maximum.at(self.last_end, seg, s.end[inside])
+        self._put(self._whole, cls, iv.union(s.start, s.end), iv.union)
+        self._put(self._by_step, cls, _union_by(seg, s.start[inside], s.end[inside]), _union_by)
+        if cls == COMM:
+            self.kind_events += np.bincount(s.kind, minlength=len(KINDS))
+            self.operations += np.bincount(s.kind[s.operation], minlength=len(KINDS))
+            for code in np.flatnonzero(np.bincount(s.kind)).tolist():
+                mine = s.kind == code
+                self._put(self._whole, ("kind", code), iv.union(s.start[mine], s.end[mine]), iv.union)
+
+    @staticmethod
+    def _put(table: dict, key, u: tuple, union) -> None:
+        parts = table.setdefault(key, [])
+        parts.append(u)
+        if len(parts) > _MERGE_PARTS:
+            table[key] = [_merged(parts, union)]
+
+    def result(self) -> RankUnions:
+        whole = {key: _merged(parts, iv.union) for key, parts in self._whole.items()}
+        by_step = {key: _merged(parts, _union_by) for key, parts in self._by_step.items()}
+        present = np.flatnonzero(self.kind_events).tolist()
+        return RankUnions(
+            steps=self.steps, last_end=self.last_end,
+            whole=tuple(whole.get(c, iv.EMPTY) for c in (COMM, COMPUTE, MEMORY)),
+            by_step=tuple(by_step.get(c, iv.EMPTY_BY) for c in (COMM, COMPUTE, MEMORY)),
+            kinds={code: whole[("kind", code)] for code in present},
+            operations={code: int(self.operations[code]) for code in present},
+            counts=tuple(self.counts), spans=tuple(None if s is None else tuple(s) for s in self.spans))
+
+
+def _merged(parts: list[tuple], union) -> tuple:
+    """One union of several (the first, when there is one: no work)."""
+    if len(parts) == 1:
+        return parts[0]
+    return union(*(np.concatenate([p[k] for p in parts]) for k in range(len(parts[0]))))
