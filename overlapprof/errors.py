@@ -52,7 +52,7 @@ class ClusterError(OverlapprofError):
 
 
 class SpillError(OverlapprofError):
-    """``--bounded-memory`` cannot keep its files (no such ``$TMPDIR``, a full disk): the
+    """A rank measured with its events on disk (past the memory budget) cannot keep its files (no such ``$TMPDIR``, a full disk): the
     machine, not the trace, so no ``--allow-partial`` skips a rank for it, and a command ends
     with exit code 1."""
 

@@ -1,4 +1,5 @@
-"""Rates as people write them, for both sides (``run --link-rate``, ``analyze --reference-bandwidth``).
+"""Rates and sizes as people write them: rates for both sides (``run --link-rate``, ``analyze
+--reference-bandwidth``), sizes for ``analyze --memory-budget``.
 
 tc's units: ``bit``, ``kbit``, ``mbit``, ``gbit``, ``tbit`` are bits per second; ``bps``,
 ``kbps``, ``mbps``, ``gbps``, ``tbps`` are *bytes* per second (as tc reads them). ``GB/s`` and
@@ -23,3 +24,18 @@ def bits_per_s(text) -> float | None:
     if not match or match.group(2) not in _UNITS or float(match.group(1)) <= 0:
         return None
     return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([a-z]*)$")
+SIZE_HELP = "a number of bytes and a unit, e.g. 512MB, 4GB, 2GiB (B, KB, MB, GB, TB; KiB, MiB, GiB, TiB)"
+
+
+def size_bytes(text) -> int | None:
+    """Bytes of a size such as ``4GB`` (1e9-based) or ``2GiB`` (1024-based), or a plain number
+    of bytes; None when it does not parse."""
+    match = _SIZE.match(str(text).strip().lower())
+    if not match or match.group(2) not in _SIZE_UNITS:
+        return None
+    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2)])

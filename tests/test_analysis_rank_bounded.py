@@ -1,5 +1,5 @@
-"""``analyze --bounded-memory`` (issue 12): the per-event data on disk, the same report as in
-memory, float for float (per rank, the cross-rank section, the causes of exposure and the
+"""``analyze`` past its memory budget (``--memory-budget``, issue 12's bounded memory): the
+per-event data on disk, the same report as in memory, float for float (per rank, the cross-rank section, the causes of exposure and the
 overlap bound, ``--comm-ops`` records, export's lanes), on every real trace, on real CPU runs, on
 random traces cut into many buckets whose unions are merged a few at a time, read by one process
 or two; what it refuses; and what happens when its files find no room."""
@@ -27,6 +27,8 @@ import real_data
 import synthetic as S
 
 DATA = Path(__file__).parent / "data"
+ON_DISK = {"memory_budget": 0}  # every rank measured with its events on disk
+IN_MEMORY = {"memory_budget": "1TB"}
 REAL = real_data.jobs()
 REPO = Path(__file__).resolve().parent.parent
 
@@ -60,7 +62,7 @@ def _assert_same(a, b, where="report"):
 
 def _both(paths, workers=1, **kw):
     memory = overlapprof.analyze(paths, comms=False, workers=1, **kw)
-    on_disk = overlapprof.analyze(paths, comms=False, workers=workers, bounded_memory=True, **kw)
+    on_disk = overlapprof.analyze(paths, comms=False, workers=workers, **ON_DISK, **kw)
     return memory, on_disk
 
 
@@ -77,8 +79,8 @@ def test_real_traces_same_report(folder):
     """The whole report: each rank, the cross-rank section, the causes and bounds, the --comm-ops
     records and export's lanes."""
     for kw in ({}, {"comm_ops": True, "lanes": True}):
-        memory = overlapprof.analyze(folder, workers=1, bounded_memory=False, **kw)
-        on_disk = overlapprof.analyze(folder, workers=1, bounded_memory=True, **kw)
+        memory = overlapprof.analyze(folder, workers=1, **IN_MEMORY, **kw)
+        on_disk = overlapprof.analyze(folder, workers=1, **ON_DISK, **kw)
         _assert_same(_whole(memory), _whole(on_disk))
         assert on_disk.options.bounded_memory
 
@@ -89,15 +91,15 @@ def test_real_traces_in_small_pieces_and_filters(folder, small_pieces):
         memory, on_disk = _both(folder, **kw)
         _assert_same(_per_rank(memory), _per_rank(on_disk))
         assert on_disk.filters == memory.filters
-    memory = overlapprof.analyze(folder, workers=1, bounded_memory=False, drop_last_step=True)
-    on_disk = overlapprof.analyze(folder, workers=1, bounded_memory=True, drop_last_step=True)
+    memory = overlapprof.analyze(folder, workers=1, **IN_MEMORY, drop_last_step=True)
+    on_disk = overlapprof.analyze(folder, workers=1, **ON_DISK, drop_last_step=True)
     _assert_same(_whole(memory), _whole(on_disk))
 
 
 def test_real_cpu_runs(runs, small_pieces):
     for run in runs.ring.values():
-        memory = overlapprof.analyze(run, workers=1, bounded_memory=False, comm_ops=True)
-        on_disk = overlapprof.analyze(run, workers=1, bounded_memory=True, comm_ops=True)
+        memory = overlapprof.analyze(run, workers=1, **IN_MEMORY, comm_ops=True)
+        on_disk = overlapprof.analyze(run, workers=1, **ON_DISK, comm_ops=True)
         _assert_same(_whole(memory), _whole(on_disk))
         assert on_disk.ranks[0].mode == "cpu" and on_disk.ranks[0].kinds and on_disk.crossrank.bandwidth
         assert on_disk.ranks[0].exposure is not None and on_disk.ranks[0].overlap_bound_us is not None
@@ -170,8 +172,8 @@ def test_random_traces_in_small_pieces(tmp_path, small_pieces, seed):
     for kw in ({}, {"drop_last_step": True}, {"require_launch": True}):
         memory, on_disk = _both(paths, **kw)
         _assert_same(_per_rank(memory), _per_rank(on_disk))
-    memory = overlapprof.analyze(paths, workers=1, bounded_memory=False, comm_ops=True)
-    on_disk = overlapprof.analyze(paths, workers=1, bounded_memory=True, comm_ops=True)
+    memory = overlapprof.analyze(paths, workers=1, **IN_MEMORY, comm_ops=True)
+    on_disk = overlapprof.analyze(paths, workers=1, **ON_DISK, comm_ops=True)
     _assert_same(_whole(memory), _whole(on_disk))
 
 
@@ -199,12 +201,12 @@ def test_two_processes_read_one_file(tmp_path, monkeypatch, small_pieces):
 
 def test_temporary_files_are_removed(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    overlapprof.analyze(DATA / "nccl_parser_config", comms=False, workers=1, bounded_memory=True)
+    overlapprof.analyze(DATA / "nccl_parser_config", comms=False, workers=1, **ON_DISK)
     (tmp_path / "in").mkdir()
     bad = S.write(tmp_path / "in" / "rank0.json",  # no 'dur': found once the file is read
                   b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1}]}')
     with pytest.raises(OverlapprofError) as on_disk:
-        overlapprof.analyze(bad, bounded_memory=True, workers=1)
+        overlapprof.analyze(bad, **ON_DISK, workers=1)
     with pytest.raises(OverlapprofError) as memory:
         overlapprof.analyze(bad, workers=1)
     assert str(on_disk.value) == str(memory.value)
@@ -218,21 +220,22 @@ def _cli(*args):
 
 def test_cli_refuses_what_needs_every_event(tmp_path):
     for extra in (["--like-hta"],):
-        got = _cli("analyze", DATA / "trace_filter", "--bounded-memory", *extra)
+        got = _cli("analyze", DATA / "trace_filter", "--memory-budget", 0, *extra)
         assert got.returncode == 2, got.stderr
         lines = got.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("Error: --bounded-memory cannot be used with"), got.stderr
+        assert len(lines) == 1 and lines[0].startswith("Error: --like-hta computes HolisticTraceAnalysis's way, "
+                                                       "from every event in memory"), got.stderr
         assert "Traceback" not in got.stderr
 
 
 def test_cli_tables_are_the_same():
     for by in ("rank", "collective"):
-        got = _cli("analyze", DATA / "trace_filter", "--bounded-memory", "--workers", 1, "--by", by)
-        plain = _cli("analyze", DATA / "trace_filter", "--in-memory", "--workers", 1, "--by", by)
+        got = _cli("analyze", DATA / "trace_filter", "--memory-budget", 0, "--workers", 1, "--by", by)
+        plain = _cli("analyze", DATA / "trace_filter", "--memory-budget", "1TB", "--workers", 1, "--by", by)
         assert got.returncode == 0 and plain.returncode == 0, got.stderr + plain.stderr
         assert got.stdout == plain.stdout
         assert "why exposed" in got.stdout or by == "collective"
-    off = _cli("analyze", DATA / "trace_filter", "--bounded-memory", "--no-comms", "--by", "collective")
+    off = _cli("analyze", DATA / "trace_filter", "--memory-budget", 0, "--no-comms", "--by", "collective")
     assert off.returncode == 0 and "(cross-rank analysis off: --no-comms)" in off.stdout
 
 
@@ -252,7 +255,7 @@ def test_no_room_for_the_files_is_one_line(tmp_path):
 
     env = {**os.environ, "TMPDIR": str(tmp_path / "missing")}
     got = subprocess.run([sys.executable, "-m", "overlapprof", "analyze", str(DATA / "nccl_parser_config"),
-                          "--bounded-memory", "--workers", "1"], capture_output=True, text=True, cwd=REPO, env=env,
+                          "--memory-budget", "0", "--workers", "1"], capture_output=True, text=True, cwd=REPO, env=env,
                          timeout=120)
     assert got.returncode == 1 and got.stderr.count("\n") == 1, got.stderr
     assert "cannot keep the events of" in got.stderr and "set TMPDIR" in got.stderr
@@ -263,7 +266,7 @@ def test_no_room_for_the_files_is_one_line(tmp_path):
 
     env["TMPDIR"] = str(tmp_path)
     got = subprocess.run([sys.executable, "-m", "overlapprof", "analyze", str(DATA / "nccl_parser_config"),
-                          "--bounded-memory", "--workers", "1"], capture_output=True, text=True, cwd=REPO, env=env,
+                          "--memory-budget", "0", "--workers", "1"], capture_output=True, text=True, cwd=REPO, env=env,
                          timeout=120, preexec_fn=small_files)
     assert got.returncode == 1 and got.stderr.count("\n") == 1, got.stderr
     assert "cannot keep the events of" in got.stderr and "Traceback" not in got.stderr
@@ -272,28 +275,36 @@ def test_no_room_for_the_files_is_one_line(tmp_path):
 
 def test_too_big_for_memory_is_measured_bounded(monkeypatch):
     """When the traces would not fit in the memory available, analyze measures them with
-    --bounded-memory and says so; not when the user asked for what needs every operation."""
+    their events on disk and says so; not when the user asked for what needs every event; with
+    an explicit budget, as it says."""
     from overlapprof.analysis import analyzer
 
     assert (analyzer._memory_available() or 1) > 0
     monkeypatch.setattr(analyzer, "_memory_available", lambda: 1 << 20)  # as if 1 MiB were free
     got = overlapprof.analyze(DATA / "nccl_parser_config", workers=1)
     assert got.options.bounded_memory and got.crossrank is not None
-    assert any(w.startswith("measured with --bounded-memory") for w in got.warnings), got.warnings
-    kept = overlapprof.analyze(DATA / "nccl_parser_config", workers=1, bounded_memory=False)  # --in-memory
+    assert any(w.startswith("measured with the events on disk") for w in got.warnings), got.warnings
+    kept = overlapprof.analyze(DATA / "nccl_parser_config", workers=1, **IN_MEMORY)
     assert not kept.options.bounded_memory
     _assert_same(_whole(kept), {**_whole(got), "warnings": kept.warnings})
     hta = overlapprof.analyze(DATA / "nccl_parser_config", workers=1, like_hta=True)  # needs every event
     assert not hta.options.bounded_memory
+    size = sum(f.stat().st_size for f in (DATA / "nccl_parser_config").iterdir())
+    small = overlapprof.analyze(DATA / "nccl_parser_config", workers=1, memory_budget=f"{size // 10}B")
+    assert small.options.bounded_memory and not any("on disk" in w for w in small.warnings)
+    assert not overlapprof.analyze(DATA / "nccl_parser_config", workers=1, memory_budget="1GB").options.bounded_memory
+    for bad in ("lots", "-1GB", "4 parsecs"):
+        with pytest.raises(OverlapprofError, match="--memory-budget .*: not a size"):
+            overlapprof.analyze(DATA / "nccl_parser_config", workers=1, memory_budget=bad)
 
 
 def test_no_room_is_not_a_bad_trace(tmp_path):
     """--allow-partial skips bad traces, not ranks that found no room for their files."""
     env = {**os.environ, "TMPDIR": str(tmp_path / "missing")}
     got = subprocess.run([sys.executable, "-m", "overlapprof", "analyze", str(DATA / "trace_filter"),
-                          "--bounded-memory", "--allow-partial", "--workers", "1"], capture_output=True, text=True,
+                          "--memory-budget", "0", "--allow-partial", "--workers", "1"], capture_output=True, text=True,
                          cwd=REPO, env=env, timeout=120)
-    assert got.returncode == 1 and got.stderr.startswith("Error: --bounded-memory: cannot keep"), got.stderr
+    assert got.returncode == 1 and got.stderr.startswith("Error: past the memory budget: cannot keep"), got.stderr
     assert str(tmp_path / "missing") in got.stderr
 
 
@@ -305,7 +316,7 @@ def test_sigterm_removes_the_files(tmp_path):
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_traces.py"), str(tmp_path / "big"), "--size", "200"],
                    check=True, capture_output=True, timeout=300)
     (tmp_path / "tmp").mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "overlapprof", "analyze", str(tmp_path / "big"), "--bounded-memory",
+    proc = subprocess.Popen([sys.executable, "-m", "overlapprof", "analyze", str(tmp_path / "big"), "--memory-budget", "0",
                              "-q", "--workers", "2"], cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path / "tmp")},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
@@ -318,14 +329,14 @@ def test_sigterm_removes_the_files(tmp_path):
 
 
 def test_compare_report_and_plot_take_the_flag(runs, tmp_path):
-    """The commands that analyze runs take --bounded-memory/--in-memory too (what the automatic
+    """The commands that analyze runs take --memory-budget too (what the automatic
     switch's warning names); export does not (it switches by itself when the traces would not fit)."""
     pair = [runs.ring["sync"], runs.ring["async"]]
-    on_disk = _cli("compare", *pair, "--bounded-memory", "-q")
-    memory = _cli("compare", *pair, "--in-memory", "-q")
+    on_disk = _cli("compare", *pair, "--memory-budget", 0, "-q")
+    memory = _cli("compare", *pair, "--memory-budget", "1TB", "-q")
     assert on_disk.returncode == 0, on_disk.stderr
     assert on_disk.stdout == memory.stdout
     for cmd, out in (("report", tmp_path / "r.html"), ("plot", tmp_path / "p.png")):
-        got = _cli(cmd, runs.ring["async"], "--bounded-memory", "-o", out, "-q")
+        got = _cli(cmd, runs.ring["async"], "--memory-budget", 0, "-o", out, "-q")
         assert got.returncode == 0 and out.stat().st_size > 0, got.stderr
-    assert "--bounded-memory" not in _cli("export", "--help").stdout
+    assert "--memory-budget" not in _cli("export", "--help").stdout

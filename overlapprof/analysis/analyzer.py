@@ -317,9 +317,7 @@ def analyze(paths, options: AnalyzeOptions | None = None, **fields) -> Report:
     workers, progress, dask_scheduler = asked.workers, asked.progress, asked.dask_scheduler
     inputs = discover(paths)
     warnings: list[str] = list(inputs.notes)
-    if asked.bounded_memory is None and not (asked.like_hta or dask_scheduler is not None) and (
-            why := _too_big_for_memory(inputs.groups, workers)):
-        warnings.append(why)  # slower, but not a process killed for memory
+    if _over_budget(inputs.groups, workers, asked, warnings):
         recorded = asked.recorded(bounded_memory=True)
     results = _run_groups(inputs.groups, recorded, workers, progress, warnings, dask_scheduler)
     warnings += [w for r in results for w in r.warnings]
@@ -405,21 +403,32 @@ def _memory_available() -> int | None:
     return have
 
 
-def _too_big_for_memory(groups: list[TraceGroup], workers: int | None) -> str | None:
-    """Why the ranks should be measured with ``--bounded-memory`` (None: they fit): the
-    largest ranks measured at once would need more than 80% of the memory available."""
+def _over_budget(groups: list[TraceGroup], workers: int | None, asked: AnalyzeOptions, warnings: list[str]) -> bool:
+    """Whether the ranks are measured with their events on disk: the largest ranks measured at
+    once would need more than the memory budget (:attr:`AnalyzeOptions.memory_budget`; by default
+    80% of the memory available, then with a warning: slower, but not a process killed for memory)."""
     from overlapprof.trace.ranges import text_bytes
 
-    def text(group: TraceGroup) -> int:
-        return sum(text_bytes(f) for f in group.files if f.is_file())
-
-    at_once = min(workers or os.cpu_count() or 1, len(groups)) if len(groups) > 1 else 1
-    need = MEMORY_PER_TEXT_BYTE * sum(sorted(text(g) for g in groups)[-at_once:])
+    budget = asked.budget_bytes()
+    if budget is None and (asked.like_hta or asked.dask_scheduler is not None):
+        return False
+    if budget == 0:
+        need = 0
+    else:
+        at_once = min(workers or os.cpu_count() or 1, len(groups)) if len(groups) > 1 else 1
+        texts = sorted(sum(text_bytes(f) for f in g.files if f.is_file()) for g in groups)
+        need = MEMORY_PER_TEXT_BYTE * sum(texts[-at_once:])
+    if budget is not None:
+        if need >= budget and asked.like_hta:
+            raise InputError(f"--like-hta computes HolisticTraceAnalysis's way, from every event in memory: the "
+                             f"traces would need about {_size(need)}, over --memory-budget {_size(budget)}")
+        return need >= budget
     have = _memory_available()
     if have is None or need <= 0.8 * have:
-        return None
-    return (f"measured with --bounded-memory: in memory, the largest traces would need about {_size(need)} and "
-            f"{_size(have)} is available (--in-memory analyzes them in memory all the same)")
+        return False
+    warnings.append(f"measured with the events on disk: in memory, the largest traces would need about "
+                    f"{_size(need)} and {_size(have)} is available (--memory-budget sets how much they may take)")
+    return True
 
 
 def _size(n: float) -> str:

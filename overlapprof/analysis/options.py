@@ -58,10 +58,14 @@ class AnalyzeOptions:
     lanes: bool = False
     """Give each rank its :class:`~overlapprof.report.Lanes`: every step's unions on the common
     clock, for ``overlapprof export``; default off."""
-    bounded_memory: bool | None = None
-    """True: measure each rank with its events on disk (``--bounded-memory``: the same report, in
-    memory that grows with the operations, not the events); None (default): only when the
-    traces would not fit in the memory available, with a warning; False: never (``--in-memory``)."""
+    memory_budget: int | str | None = None
+    """Memory the traces' events may take while they are measured: bytes, or a size as text
+    (``"4GB"``, ``"512MiB"``; ``--memory-budget``). When the largest ranks measured at once would
+    need more (about 0.4 bytes per byte of JSON), each rank is measured with its events on disk (in
+    ``$TMPDIR``, about 15% of the JSON's size), a time bucket at a time: the same report, slower,
+    in memory that grows with the operations, not the events. 0: always on disk. Default None: 80%
+    of the memory available (with a warning when it is passed; never with ``like_hta``, which
+    needs every event, or on a Dask cluster, whose workers' memory is not known here)."""
     reference_bandwidth: str | float | None = None
     """The bus bandwidth a rank's transfer should reach: a rate as text (``"25GB/s"``,
     ``"2gbit"``) or bytes/s; transfer time beyond it is slow transfer (``--reference-bandwidth``).
@@ -76,20 +80,18 @@ class AnalyzeOptions:
     ``tcp://HOST:PORT`` (``--dask-scheduler``; ``workers`` unused), its workers reading the traces
     at their paths (a filesystem they share); default None."""
 
-    def recorded(self, bounded_memory: bool | None = None) -> Options:
+    def recorded(self, bounded_memory: bool = False) -> Options:
         """The report's record of these options, checked (InputError, one line, on a bad pattern,
-        backend or rate) and normalized (lists; the filters ``like_hta`` implies; bytes/s).
-        ``bounded_memory``: what was decided for None (default: ``self.bounded_memory``)."""
-        bounded = bool(self.bounded_memory if bounded_memory is None else bounded_memory)
+        backend, rate or size) and normalized (lists; the filters ``like_hta`` implies; bytes/s;
+        bytes). ``bounded_memory``: whether the ranks are measured with their events on disk
+        (what the memory budget decided)."""
+        self.budget_bytes()  # checked
         patterns = [self.comm_kernels] if isinstance(self.comm_kernels, str) else list(self.comm_kernels or ())
         for p in patterns:
             try:
                 re.compile(p)
             except re.error as exc:
                 raise InputError(f"comm kernel pattern {p!r} is not a valid regular expression ({exc})") from None
-        if bounded and self.like_hta:
-            raise InputError("--bounded-memory cannot be used with --like-hta: it computes HTA's way, from every "
-                             "event in memory")
         reference = _bytes_per_s(self.reference_bandwidth)
         backends = [self.comm_backends] if isinstance(self.comm_backends, str) else list(self.comm_backends or ())
         for b in backends:
@@ -106,9 +108,21 @@ class AnalyzeOptions:
             crossrank=self.comms,
             align_clocks=self.align_clocks,
             lanes=self.lanes,
-            bounded_memory=bounded,
+            bounded_memory=bounded_memory,
             reference_bandwidth=reference,
         )
+
+
+    def budget_bytes(self) -> int | None:
+        """:attr:`memory_budget` in bytes (None: the default); InputError on a bad size."""
+        if self.memory_budget is None:
+            return None
+        from overlapprof.units import SIZE_HELP, size_bytes
+
+        got = size_bytes(self.memory_budget)
+        if got is None:
+            raise InputError(f"--memory-budget {self.memory_budget!r}: not a size; use {SIZE_HELP}")
+        return got
 
 
 def _bytes_per_s(rate: str | float | None) -> float | None:

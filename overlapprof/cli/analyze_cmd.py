@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from overlapprof.cli.common import (BOUNDED_MEMORY, ProgressBar, analyze_options, command, reading_options,
+from overlapprof.cli.common import (MEMORY_BUDGET, ProgressBar, analyze_options, command, reading_options,
                                     unwind_on_sigterm)
 from overlapprof.cli.formats import emit_outputs, output_options, planned_outputs
 
@@ -26,7 +26,7 @@ def _cluster(address, scheduler_file, timeout, workers):
 
 
 @command("analyze", epilog="Exit codes: 0 success; 2 bad input, or an output path refused (one 'Error: ...' "
-         "line on stderr); 1 the work failed on a Dask cluster, or no room for --bounded-memory's files; "
+         "line on stderr); 1 the work failed on a Dask cluster, or no room for the events' files on disk; "
          "130 interrupted (Ctrl-C); 143 terminated (SIGTERM).")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--by", type=click.Choice(["rank", "step", "kind", "collective"]), default="rank", show_default=True,
@@ -45,7 +45,7 @@ def _cluster(address, scheduler_file, timeout, workers):
 @click.option("--like-hta", is_flag=True,
               help="Each rank's numbers exactly as HolisticTraceAnalysis 0.5.0's get_comm_comp_overlap computes "
                    "them (implies --drop-last-step --require-launch).")
-@BOUNDED_MEMORY
+@MEMORY_BUDGET
 @click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
               help="Processes that analyze ranks in parallel, or that decode the pieces of one large "
                    "trace file (default: one per CPU).")
@@ -59,7 +59,7 @@ def _cluster(address, scheduler_file, timeout, workers):
 @click.option("--dask-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
               metavar="SECONDS", help="How long to wait for the Dask scheduler, then for its first worker.")
 @reading_options
-def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, bounded_memory, workers, dask_scheduler,
+def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, memory_budget, workers, dask_scheduler,
             dask_scheduler_file, dask_timeout, quiet, **kw):
     """Overlap ratio and exposed communication of PyTorch profiler traces.
 
@@ -81,7 +81,7 @@ def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, bou
         progress = ProgressBar("analyzing ranks", quiet)
         try:
             report = run_analysis(list(paths), analyze_options(
-                kw, comm_backends=comm_backends, like_hta=like_hta, comm_ops=comm_ops, bounded_memory=bounded_memory,
+                kw, comm_backends=comm_backends, like_hta=like_hta, comm_ops=comm_ops, memory_budget=memory_budget,
                 workers=workers, progress=progress, dask_scheduler=cluster))
         finally:
             progress.close()

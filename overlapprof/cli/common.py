@@ -7,17 +7,17 @@ import click
 
 # The "Exit codes" paragraph of each command's help.
 EXIT_CODES_READING = ("Exit codes: 0 success; 2 bad input, or an output path refused (one 'Error: ...' "
-                      "line on stderr); 1 no room for --bounded-memory's files; 130 interrupted (Ctrl-C); "
+                      "line on stderr); 1 no room for the events' files on disk; 130 interrupted (Ctrl-C); "
                       "143 terminated (SIGTERM).")
 EXIT_CODES_PLAIN = ("Exit codes: 0 success; 2 bad input, or an output path refused (one 'Error: ...' "
                     "line on stderr); 130 interrupted (Ctrl-C).")
 
-BOUNDED_MEMORY = click.option(
-    "--bounded-memory/--in-memory", "bounded_memory", default=None,
-    help="Keep each rank's events on disk (in $TMPDIR, about 15% of the JSON's size) while they are measured: "
-         "memory grows with the operations (the cross-rank section; none with --no-comms), not with the events. "
-         "The same report; not with --like-hta. Default: only when the traces would not fit in the memory "
-         "available (with a warning); --in-memory: never.")
+MEMORY_BUDGET = click.option(
+    "--memory-budget", "memory_budget", default=None, metavar="SIZE",
+    help="Memory the traces' events may take while measured (e.g. 512MB, 4GB; 0: always on disk). Past it each "
+         "rank is measured with its events on disk (in $TMPDIR, about 15% of the JSON's size), a time bucket at a "
+         "time: the same report, slower; memory then grows with the operations, not the events. Default: 80% of "
+         "the memory available (with a warning when the traces need more).")
 
 
 class CommandError(click.ClickException):
@@ -162,7 +162,7 @@ def reading_options(command):
 
 def analyze_options(kw: dict, **fields):
     """The :class:`~overlapprof.analysis.options.AnalyzeOptions` of :func:`reading_options` (and
-    :data:`BOUNDED_MEMORY`, where a command has it), popped from a command's ``kw`` (-q stays),
+    :data:`MEMORY_BUDGET`, where a command has it), popped from a command's ``kw`` (-q stays),
     with a command's own ``fields``."""
     from overlapprof.analysis.options import AnalyzeOptions
 
@@ -170,15 +170,15 @@ def analyze_options(kw: dict, **fields):
                "require_launch": kw.pop("require_launch"), "allow_partial": kw.pop("allow_partial"),
                "align_clocks": kw.pop("align_clocks"), "comms": not kw.pop("no_comms"),
                "reference_bandwidth": kw.pop("reference_bandwidth")}
-    if "bounded_memory" in kw:
-        reading["bounded_memory"] = kw.pop("bounded_memory")
+    if "memory_budget" in kw:
+        reading["memory_budget"] = kw.pop("memory_budget")
     return AnalyzeOptions(**reading, **fields)
 
 
 def analysis_options(command):
     """The options of the commands that take several runs: --label, then :func:`reading_options`
-    and :data:`BOUNDED_MEMORY`."""
-    command = BOUNDED_MEMORY(reading_options(command))
+    and :data:`MEMORY_BUDGET`."""
+    command = MEMORY_BUDGET(reading_options(command))
     return click.option("--label", "labels", multiple=True, metavar="NAME",
                         help="Name of each input, in order (default: run.json's variant, else the "
                              "input's name). Give one per input.")(command)

@@ -1,4 +1,5 @@
-"""One rank measured in bounded memory (``analyze --bounded-memory``): the same numbers as
+"""One rank measured in bounded memory (``analyze``, when its traces need more than the memory
+budget: ``--memory-budget``): the same numbers as
 :mod:`~overlapprof.analysis.rank.events` and :mod:`~overlapprof.analysis.rank.metrics` give,
 with the per-event data on disk.
 
@@ -154,7 +155,7 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, workers: i
             raise  # not the spill's: the trace's read words its own errors
         error = exc.error if isinstance(exc, SpillFailed) else exc
         base = os.environ.get("TMPDIR") or "/tmp"
-        raise SpillError(f"--bounded-memory: cannot keep the events of {label} in {base} "
+        raise SpillError(f"past the memory budget: cannot keep the events of {label} on disk in {base} "
                          f"({error.strerror or error}); set TMPDIR to a folder with room") from None
     finally:
         if folder is not None:
