@@ -140,7 +140,7 @@ def main(argv=None) -> None:
             base = a.baseline_path.resolve() if a.baseline_path else stack.enter_context(worktree(a.baseline, work))
             trees = {"baseline": base, "new": ROOT}
             prepare(trees)
-            inputs = [(str(f.relative_to(ROOT) if f.resolve().is_relative_to(ROOT) else f), trace_files(f))
+            inputs = [(str(f.resolve().relative_to(ROOT) if f.resolve().is_relative_to(ROOT) else f), trace_files(f))
                       for f in a.folders]
             if a.gen_mb:
                 out = work / "generated"
