@@ -425,11 +425,14 @@ def main(argv=None):
     p.add_argument("--out", type=Path, help="--gate: also write the table (Markdown) here")
     p.add_argument("--hta-python", default=sys.executable, metavar="PYTHON",
                    help="--gate: the interpreter that runs HTA (default this one)")
+    p.add_argument("--gate-ignore", action="append", default=[], metavar="JSONPATH",
+                   help="--gate: a path the golden check leaves out ($.options.bounded_memory); repeatable")
     a = p.parse_args(argv)
     if a.gate is not None:
         import gate
 
-        sys.exit(gate.run(a.gate, a.gate_sizes, max(1, a.repeat or 5), a.work, a.keep, a.out, a.hta_python))
+        sys.exit(gate.run(a.gate, a.gate_sizes, max(1, a.repeat or 5), a.work, a.keep, a.out, a.hta_python,
+                          frozenset(a.gate_ignore)))
     if a.check_hta is not None:
         check_all(a.check_hta or sorted(d for d in DATA.iterdir() if d.is_dir()))
         return

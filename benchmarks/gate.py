@@ -1,7 +1,7 @@
 """Issue 28's gate: this tree against a git worktree of another revision, side by side in one run.
 
     python benchmarks/analyze_bench.py --gate REV [--gate-sizes 2000,4000] [--repeat N] [--work DIR]
-        [--keep] [--out FILE] [--hta-python PYTHON]
+        [--keep] [--out FILE] [--hta-python PYTHON] [--gate-ignore JSONPATH ...]
 
 The old tree is a detached git worktree of ``REV`` (:func:`baseline_bench.worktree`), removed at
 the end; both trees' bytecode is written first. Every measurement is a fresh process with
@@ -23,9 +23,12 @@ ratio and PASS/FAIL:
 4. each folder of traces under ``tests/data`` (run directories included) with under 50 MB of JSON
    text (all but mtia: negative_queue_length has 26 MB), default workers: new/old wall time at most
    1.05 on the worst folder, which is named;
-5. the golden check: on every input above, ``overlapprof analyze --json --comm-ops -q`` of both
-   trees (the same workers as their timed runs) JSON-equal; the inputs that differ are named with
-   the first places where they do.
+5. the golden check: on every input above, and on a generated set of 4 ranks and a generated
+   60 MB gzipped trace (2 workers), ``overlapprof analyze --json --comm-ops -q`` of both trees
+   (the same workers as their timed runs) JSON-equal; the inputs that differ are named with the
+   first places where they do (``--gate-ignore PATH``: a JSON path left out of the comparison,
+   such as ``$.options.bounded_memory`` once an option is gone). On a generated trace of 500 MB or more ``--comm-ops`` is left out
+   (its list of operations would take GBs: :data:`GOLDEN_OPS_TEXT`).
 
 Generated traces go to ``--work`` (default: a temporary folder), are reused from there when
 complete, and are deleted at the end unless ``--keep``. Progress lines (one per measurement) and
@@ -62,6 +65,10 @@ HTA_FACTOR = 20  # 3: HTA's wall time over the new tree's, at least
 SMALL_SLOWER = 1.05  # 4: new/old wall time on a small trace, at most
 SMALL_TEXT = 50e6  # 4: a small trace's JSON text, bytes (every folder of tests/data but mtia's 87 MB)
 DIFF_IN_MEMORY = 100e6  # 5: reports larger than this are compared line by line, not parsed
+# 5: from this much JSON text the golden check leaves out --comm-ops: on the operation-dense
+# generated trace its report is 0.7 byte per byte of trace and takes 3 MB of memory per MB
+# (100 MB, 2026-12-05: 72 MB of JSON, 319 MB max RSS against 122 MB without it).
+GOLDEN_OPS_TEXT = 500e6
 
 # `overlapprof analyze` of the tree PYTHONPATH names (python -m would import the working folder's).
 CHILD_CLI = FROM_TREE + "from overlapprof.cli import main\nsys.argv[0] = 'overlapprof'\nmain()\n"
@@ -116,26 +123,32 @@ def small_folders(data: Path = DATA) -> list[Path]:
     return [d for d in sorted(data.rglob("*")) if d.is_dir() and trace_files(d) and text_bytes(d) < SMALL_TEXT]
 
 
-def places_differing(a, b, path: str = "$"):
-    """The JSON paths where ``a`` and ``b`` (parsed JSON) differ; NaN equals NaN."""
+def places_differing(a, b, path: str = "$", ignore: frozenset[str] = frozenset()):
+    """The JSON paths where ``a`` and ``b`` (parsed JSON) differ, but those in ``ignore`` and
+    below them; NaN equals NaN."""
+    if path in ignore:
+        return
     if isinstance(a, dict) and isinstance(b, dict):
         for key in [*a, *(k for k in b if k not in a)]:
+            if f"{path}.{key}" in ignore:
+                continue
             if key not in a or key not in b:
                 yield f"{path}.{key} ({'new' if key in a else 'old'} only)"
             else:
-                yield from places_differing(a[key], b[key], f"{path}.{key}")
+                yield from places_differing(a[key], b[key], f"{path}.{key}", ignore)
     elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         for i, (x, y) in enumerate(zip(a, b)):
-            yield from places_differing(x, y, f"{path}[{i}]")
+            yield from places_differing(x, y, f"{path}[{i}]", ignore)
     elif isinstance(a, list) and isinstance(b, list):
         yield f"{path} ({len(a)} items against {len(b)})"
     elif not (a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))):
         yield path
 
 
-def difference(new: Path, old: Path, shown: int = 3) -> str | None:
-    """None when the two reports are JSON-equal, else where they differ: the first ``shown``
-    JSON paths, or past :data:`DIFF_IN_MEMORY` bytes the first line that differs."""
+def difference(new: Path, old: Path, shown: int = 3, ignore: frozenset[str] = frozenset()) -> str | None:
+    """None when the two reports are JSON-equal (``ignore``: JSON paths left out, see
+    :func:`places_differing`), else where they differ: the first ``shown`` JSON paths, or past
+    :data:`DIFF_IN_MEMORY` bytes the first line that differs (nothing ignored)."""
     if max(new.stat().st_size, old.stat().st_size) >= DIFF_IN_MEMORY:
         with open(new) as fn, open(old) as fo:
             for n, (x, y) in enumerate(itertools.zip_longest(fn, fo), 1):
@@ -144,37 +157,52 @@ def difference(new: Path, old: Path, shown: int = 3) -> str | None:
         return None
     if new.read_bytes() == old.read_bytes():
         return None
-    places = list(itertools.islice(places_differing(json.loads(new.read_text()), json.loads(old.read_text())),
-                                   shown + 1))
+    parsed = (json.loads(report.read_text()) for report in (new, old))
+    places = list(itertools.islice(places_differing(*parsed, ignore=ignore), shown + 1))
     if not places:
         return None
     return ", ".join(places[:shown]) + (", ..." if len(places) > shown else "")
 
 
-def golden(trees: dict[str, Path], folder: Path, workers: int, scratch: Path) -> str | None:
-    """The golden check on one input: None when both trees' ``analyze --json --comm-ops`` reports
-    are JSON-equal, else what differs (or which tree failed)."""
+def golden(trees: dict[str, Path], folder: Path, workers: int, scratch: Path, ops: bool = True,
+           ignore: frozenset[str] = frozenset()) -> str | None:
+    """The golden check on one input: None when both trees' ``analyze --json`` reports
+    (``--comm-ops`` with ``ops``) are JSON-equal but for the paths in ``ignore``, else what
+    differs (or which tree failed)."""
     reports = {}
     try:
         for name, tree in trees.items():
             reports[name] = scratch / f"golden-{name}.json"
-            args = [str(folder), "--json", str(reports[name]), "--comm-ops", "-q"]
+            args = [str(folder), "--json", str(reports[name]), "-q", *(["--comm-ops"] if ops else [])]
             args += ["--workers", str(workers)] if workers else []
             proc = subprocess.run([sys.executable, "-c", CHILD_CLI, "analyze", *args], capture_output=True, text=True,
                                   cwd=ROOT, env={**os.environ, "PYTHONPATH": str(tree)})
             if proc.returncode != 0:
                 return f"{name} tree failed: {(proc.stderr.strip().splitlines() or ['?'])[-1][:100]}"
-        return difference(reports["new"], reports["old"])
+        return difference(reports["new"], reports["old"], ignore=ignore)
     finally:
         for report in reports.values():
             report.unlink(missing_ok=True)
 
 
+def generated(folder: Path, make) -> Path:
+    """``folder``, made by ``make(folder)`` unless a complete one is there (gen_traces writes
+    expected.txt last)."""
+    if (folder / "expected.txt").exists():
+        log(f"{folder.name}: reusing {folder}")
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    t = time.perf_counter()
+    make(folder)
+    log(f"{folder.name}: generated in {time.perf_counter() - t:.0f} s ({folder})")
+    return folder
+
+
 class Gate:
     """One run of the gate: the trees, the repeat count, and what it found so far."""
 
-    def __init__(self, trees: dict[str, Path], repeat: int, scratch: Path):
-        self.trees, self.repeat, self.scratch = trees, repeat, scratch
+    def __init__(self, trees: dict[str, Path], repeat: int, scratch: Path, ignore: frozenset[str] = frozenset()):
+        self.trees, self.repeat, self.scratch, self.ignore = trees, repeat, scratch, ignore
         self.rows: list[Row] = []
         self.golden: dict[str, str | None] = {}  # input -> None (equal) or what differs
 
@@ -185,8 +213,9 @@ class Gate:
         runs = alternate(self.trees, [str(workers), str(folder)], self.repeat, done=done)
         return {name: {key: [r[key] for r in rs] for key in ("work_s", "wall_s")} for name, rs in runs.items()}
 
-    def check(self, label: str, folder: Path, workers: int) -> None:
-        found = self.golden[label] = golden(self.trees, folder, workers, self.scratch)
+    def check(self, label: str, folder: Path, workers: int, ops: bool = True) -> None:
+        label += "" if ops else " (without --comm-ops)"
+        found = self.golden[label] = golden(self.trees, folder, workers, self.scratch, ops, self.ignore)
         log(f"{label}: golden check: {'JSON-equal' if found is None else f'DIFFERENT: {found}'}")
 
     def small_traces(self) -> None:
@@ -239,17 +268,23 @@ class Gate:
                              f"{statistics.median(new) / statistics.median(old):.3f}x", "info"))
         self.check(label, folder, 0)
 
+    def generated_sets(self, work: Path, keep: bool) -> None:
+        """The golden check alone on the generated sets of the earlier golden runs (RESULTS.md):
+        several ranks, and one gzipped file decoded in pieces."""
+        for name, make in (("gen-4x50000", lambda f: gen_traces.generate(f, ranks=4, events=50_000)),
+                           ("gen-60mb-gzip", lambda f: gen_traces.generate_size(f, int(60e6), compress=True))):
+            folder = generated(work / name, make)
+            try:
+                self.check(f"generated {name[4:]}", folder, 2)
+            finally:
+                if not keep:
+                    shutil.rmtree(folder, ignore_errors=True)
+
     def big_traces(self, sizes: list[float], work: Path, keep: bool) -> None:
         peaks: dict[str, dict[float, float]] = {name: {} for name in self.trees}
         for i, size in enumerate(sizes):
-            folder, label = work / f"gen-{size:g}mb", f"generated {size:g} MB"
-            if not (folder / "expected.txt").exists():  # written last: the folder is complete
-                shutil.rmtree(folder, ignore_errors=True)
-                t = time.perf_counter()
-                gen_traces.generate_size(folder, int(size * 1e6))
-                log(f"{label}: generated in {time.perf_counter() - t:.0f} s ({folder})")
-            else:
-                log(f"{label}: reusing {folder}")
+            label = f"generated {size:g} MB"
+            folder = generated(work / f"gen-{size:g}mb", lambda f: gen_traces.generate_size(f, int(size * 1e6)))
             try:
                 if i == 0:
                     self.speed(label, folder)
@@ -259,7 +294,7 @@ class Gate:
                         raise RunFailed(f"{name}: {res['error']}")
                     peaks[name][size] = res["peak_mb"]
                     log(f"{label}: {name} peak {res['peak_mb']:.0f} MB (a sampled run, wall {res['wall_s']:.2f} s)")
-                self.check(label, folder, 2)
+                self.check(label, folder, 2, ops=size * 1e6 < GOLDEN_OPS_TEXT)
             except RunFailed as exc:
                 self.rows.append(Row(f"1-2. {label}", "runs", "", "", "", f"ERROR: {exc}"))
             finally:
@@ -287,7 +322,8 @@ class Gate:
 
     def golden_row(self) -> None:
         differ = {label: found for label, found in self.golden.items() if found is not None}
-        self.rows.append(Row("5. golden check: `analyze --json --comm-ops` JSON-equal", "every input",
+        but = f" but {', '.join(sorted(self.ignore))}" if self.ignore else ""
+        self.rows.append(Row(f"5. golden check: `analyze --json --comm-ops` JSON-equal{but}", "every input",
                              f"{len(self.golden) - len(differ)} of {len(self.golden)} equal",
                              "; ".join(f"{label}: {found}" for label, found in differ.items()) or "-", "",
                              judged(not differ and bool(self.golden))))
@@ -308,7 +344,7 @@ def markdown(rows: list[Row], title: str) -> str:
 
 
 def run(rev: str, sizes: list[float], repeat: int, work: Path | None, keep: bool, out: Path | None,
-        hta_python: str) -> int:
+        hta_python: str, ignore: frozenset[str] = frozenset()) -> int:
     """The whole gate (see the module's docstring); the exit status."""
     if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
                       capture_output=True).returncode != 0:
@@ -329,9 +365,10 @@ def run(rev: str, sizes: list[float], repeat: int, work: Path | None, keep: bool
             new_is += " with uncommitted changes to overlapprof/" if dirty else ""
             log(f"new: {ROOT} ({describe(ROOT)}{' + uncommitted changes' if dirty else ''}); "
                 f"old: {rev} ({describe(old)}); {repeat} timed runs per tree and input")
-            gate = Gate(trees, repeat, scratch)
+            gate = Gate(trees, repeat, scratch, ignore)
             gate.small_traces()
             gate.mtia(hta_python)
+            gate.generated_sets(work, keep)
             gate.big_traces(sizes, work, keep)
             gate.golden_row()
     finally:

@@ -42,6 +42,7 @@ def test_difference_names_where_reports_differ(tmp_path, monkeypatch):
     assert gate.difference(a, b) == ("$.options.bounded_memory (old only), $.ranks[0].ratio, "
                                      "$.ranks[0].steps (2 items against 1)")
     assert gate.difference(a, b, shown=1) == "$.options.bounded_memory (old only), ..."
+    assert gate.difference(a, b, ignore=frozenset({"$.options.bounded_memory", "$.ranks"})) is None
     same = _write(tmp_path / "c.json", json.dumps(new, indent=2))
     assert gate.difference(a, same) is None  # JSON-equal, bytes aside; NaN equals NaN
     monkeypatch.setattr(gate, "DIFF_IN_MEMORY", 0)  # too large to parse: the first line that differs
