@@ -27,8 +27,9 @@ ratio and PASS/FAIL:
    60 MB gzipped trace (2 workers), ``overlapprof analyze --json --comm-ops -q`` of both trees
    (the same workers as their timed runs) JSON-equal; the inputs that differ are named with the
    first places where they do (``--gate-ignore PATH``: a JSON path left out of the comparison,
-   such as ``$.options.bounded_memory`` once an option is gone). On a generated trace of 500 MB or more ``--comm-ops`` is left out
-   (its list of operations would take GBs: :data:`GOLDEN_OPS_TEXT`).
+   such as ``$.options.bounded_memory`` once an option is gone). On a generated trace of 500 MB
+   or more ``--comm-ops`` is left out (its list of operations would take GBs:
+   :data:`GOLDEN_OPS_TEXT`).
 
 Generated traces go to ``--work`` (default: a temporary folder), are reused from there when
 complete, and are deleted at the end unless ``--keep``. Progress lines (one per measurement) and
