@@ -25,7 +25,6 @@ def test_small_traces_are_every_folder_of_traces_but_mtia():
     names = [d.relative_to(DATA).as_posix() for d in gate.small_folders()]
     assert "mtia" not in names and "negative_queue_length" in names and "cuda/ddp-async" in names
     assert "cuda" not in names  # it holds run directories, no traces of its own
-    assert len(names) == 15
 
 
 def _write(path: Path, text: str) -> Path:
