@@ -3,6 +3,7 @@
     python benchmarks/analyze_bench.py [--quick] [--no-hta] [--skip-scale] [--skip-64] [--work DIR]
     python benchmarks/analyze_bench.py --only mtia --only big [--big-size MB]   # issue 12's inputs
     python benchmarks/analyze_bench.py --check-hta [FOLDER ...]
+    python benchmarks/analyze_bench.py --gate REV [--gate-sizes 2000,4000] [--repeat N] [--out FILE]
 
 Each measurement runs in its own fresh Python process, so peak memory is clean: the peak is the
 largest sum of PSS (proportional set size: pages shared by forked workers count once) over the
@@ -33,6 +34,11 @@ decoder; the big trace under 1 GiB of peak memory and ≥1.6x faster with 2 work
 ``--bounded-memory --no-comms`` is measured on the big trace too (1 and 2 workers), and beside a trace of
 half its size (:func:`bounded_growth`): its peak must not grow with the size.
 Benchmarks print; they do not assert.
+
+``--gate REV`` measures issue 28's gate instead: this tree against a git worktree of ``REV``, side
+by side in one run (the generated 2 GB trace's time with 2 workers, peak memory on 2 and 4 GB,
+mtia against HTA, the small traces, and the golden check), one table of PASS/FAIL lines and an exit
+status of 1 when one fails; ``benchmarks/gate.py`` says how each item is measured.
 """
 
 from __future__ import annotations
@@ -118,9 +124,9 @@ def measure(code: str, args: list[str], **kw) -> dict:
 
 
 def measure_once(code: str, args: list[str], env: dict | None = None, mem_limit_mb: float | None = None,
-                 timeout_s: float | None = None, sample: bool = True) -> dict:
-    """Run ``code`` in a fresh interpreter; wall time, sampled peak tree PSS (``sample``; else
-    ru_maxrss) and its own report. ``env``: added to the environment; past ``mem_limit_mb`` of
+                 timeout_s: float | None = None, sample: bool = True, python: str = sys.executable) -> dict:
+    """Run ``code`` in a fresh interpreter (``python``); wall time, sampled peak tree PSS (``sample``;
+    else ru_maxrss) and its own report. ``env``: added to the environment; past ``mem_limit_mb`` of
     tree PSS or ``timeout_s`` the process tree is killed and the result says so."""
     psutil = None
     if sample:
@@ -129,7 +135,7 @@ def measure_once(code: str, args: list[str], env: dict | None = None, mem_limit_
         except ImportError:  # the bench extra brings psutil; without it, ru_maxrss only
             pass
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen([python, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=ROOT, env={**os.environ, **(env or {})})
     peak, stopped = 0, None
     if psutil is not None:
@@ -385,6 +391,16 @@ def compile_bytecode() -> None:
     compileall.compile_dir(str(ROOT / "overlapprof"), quiet=1)
 
 
+def _sizes(text: str) -> list[float]:
+    try:
+        sizes = [float(x) for x in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: sizes in MB, comma-separated (2000,4000)")
+    return sizes
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smaller generated sets")
@@ -392,7 +408,8 @@ def main(argv=None):
     p.add_argument("--skip-scale", action="store_true")
     p.add_argument("--skip-64", action="store_true")
     p.add_argument("--work", type=Path, default=None, help="where generated traces go (default: a temp dir)")
-    p.add_argument("--repeat", type=int, default=1, help="runs per measurement; the fastest is kept")
+    p.add_argument("--repeat", type=int, default=None,
+                   help="runs per measurement: the fastest is kept (default 1); with --gate, their median (default 5)")
     p.add_argument("--only", action="append", choices=["mtia", "trace_filter", "generated", "scale", "64", "big"],
                    help="run only these sections (repeatable)")
     p.add_argument("--big-size", type=float, default=2000, metavar="MB",
@@ -401,12 +418,26 @@ def main(argv=None):
     p.add_argument("--hta-timeout", type=float, default=900, help="... or after this many seconds")
     p.add_argument("--check-hta", nargs="*", type=Path, metavar="FOLDER", default=None,
                    help="only the --like-hta check against HTA, on these folders (default: each folder of tests/data)")
+    p.add_argument("--gate", metavar="REV", help="issue 28's gate: this tree against a worktree of REV (see gate.py)")
+    p.add_argument("--gate-sizes", type=_sizes, default=[2000.0, 4000.0], metavar="MB,MB",
+                   help="--gate: the generated traces, MB of JSON (default 2000,4000); the first is timed")
+    p.add_argument("--keep", action="store_true", help="--gate: keep the generated traces in --work")
+    p.add_argument("--out", type=Path, help="--gate: also write the table (Markdown) here")
+    p.add_argument("--hta-python", default=sys.executable, metavar="PYTHON",
+                   help="--gate: the interpreter that runs HTA (default this one)")
+    p.add_argument("--gate-ignore", action="append", default=[], metavar="JSONPATH",
+                   help="--gate: a path the golden check leaves out ($.options.bounded_memory); repeatable")
     a = p.parse_args(argv)
+    if a.gate is not None:
+        import gate
+
+        sys.exit(gate.run(a.gate, a.gate_sizes, max(1, a.repeat or 5), a.work, a.keep, a.out, a.hta_python,
+                          frozenset(a.gate_ignore)))
     if a.check_hta is not None:
         check_all(a.check_hta or sorted(d for d in DATA.iterdir() if d.is_dir()))
         return
     global REPEAT
-    REPEAT = max(1, a.repeat)
+    REPEAT = max(1, a.repeat or 1)
     hta = not a.no_hta
     if hta:
         try:

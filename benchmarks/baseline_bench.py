@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import contextlib
 import shutil
 import statistics
 import subprocess
@@ -32,33 +33,79 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from analyze_bench import _RUSAGE, measure_once, trace_files  # noqa: E402
 import gen_traces  # noqa: E402
 
-CHILD = (
-    "import json, os, sys, time\nRES = {}\ntree = os.path.realpath(os.environ['PYTHONPATH'])\n"
+# A child's first lines: import overlapprof from the tree PYTHONPATH names, and check it did.
+FROM_TREE = (
+    "import json, os, sys, time\ntree = os.path.realpath(os.environ['PYTHONPATH'])\n"
     "sys.path.insert(0, tree)  # before the working folder, which python -c puts first\n"
-    "import overlapprof, overlapprof.analysis.analyzer\n"
+    "import overlapprof\n"
     "assert os.path.realpath(overlapprof.__file__).startswith(tree + os.sep), (overlapprof.__file__, tree)\n"
+)
+
+CHILD = FROM_TREE + (
+    "RES = {}\nimport overlapprof.analysis.analyzer\n"
     "t = time.perf_counter()\n"
-    "r = overlapprof.analyze(sys.argv[2:], workers=int(sys.argv[1]))\n"
+    "r = overlapprof.analyze(sys.argv[2:], workers=int(sys.argv[1]) or None)  # 0: the default\n"
     "RES['work_s'] = time.perf_counter() - t\n"
     "RES['ratios'] = {x.rank: x.metrics.overlap_ratio for x in r.ranks}\n" + _RUSAGE
 )
+
+
+class RunFailed(Exception):
+    """A measured run exited with an error (its message names the tree and the error)."""
 
 
 def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):7.3f} ({min(values):.3f}-{max(values):.3f})"
 
 
-def compare(trees: dict[str, Path], files: list[str], workers: int, repeat: int, env: dict, peak: bool) -> None:
+@contextlib.contextmanager
+def worktree(rev: str, parent: Path):
+    """A detached git worktree of ``rev`` in ``parent``, removed at the end."""
+    path = parent / "baseline"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(path), rev], check=True)
+    try:
+        yield path.resolve()
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)], check=False)
+
+
+def prepare(trees: dict[str, Path]) -> None:
+    """Write each tree's bytecode, as an installed package has it (see analyze_bench.compile_bytecode)."""
+    for tree in trees.values():
+        compileall.compile_dir(str(tree / "overlapprof"), quiet=1)
+
+
+def describe(tree: Path) -> str:
+    """The tree's commit, abbreviated, and its subject."""
+    return subprocess.run(["git", "-C", str(tree), "log", "-1", "--format=%h %s"], capture_output=True,
+                          text=True).stdout.strip()[:80]
+
+
+def alternate(trees: dict[str, Path], args: list[str], repeat: int, env: dict | None = None,
+              done=None) -> dict[str, list[dict]]:
+    """``repeat`` timed runs of :data:`CHILD` (``args``: workers, then the inputs) per tree, not
+    sampled; the trees alternate, the first one changing each round, so that a change in the
+    machine's load reaches both. ``done(name, round, result)`` is called after each run. A run
+    that fails raises :class:`RunFailed`."""
     runs: dict[str, list[dict]] = {name: [] for name in trees}
     for k in range(repeat):
         order = list(trees) if k % 2 == 0 else list(trees)[::-1]
         for name in order:
-            res = measure_once(CHILD, [str(workers), *files], env={**env, "PYTHONPATH": str(trees[name])},
-                               sample=False)
+            res = measure_once(CHILD, args, env={**(env or {}), "PYTHONPATH": str(trees[name])}, sample=False)
             if "error" in res:
-                print(f"  {name}: {res['error']}")
-                return
+                raise RunFailed(f"{name}: {res['error']}")
             runs[name].append(res)
+            if done is not None:
+                done(name, k, res)
+    return runs
+
+
+def compare(trees: dict[str, Path], files: list[str], workers: int, repeat: int, env: dict, peak: bool) -> None:
+    try:
+        runs = alternate(trees, [str(workers), *files], repeat, env)
+    except RunFailed as exc:
+        print(f"  {exc}")
+        return
     ratios = {name: runs[name][0]["ratios"] for name in trees}
     for name in trees:
         work = [r["work_s"] for r in runs[name]]
@@ -88,31 +135,23 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     env = dict(e.split("=", 1) for e in a.env)
     work = Path(tempfile.mkdtemp(prefix="baseline-bench-"))
-    base = a.baseline_path
     try:
-        if base is None:
-            base = work / "baseline"
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(base), a.baseline],
-                           check=True)
-        trees = {"baseline": base.resolve(), "new": ROOT}
-        for tree in trees.values():  # as an installed package has them (see analyze_bench.compile_bytecode)
-            compileall.compile_dir(str(tree / "overlapprof"), quiet=1)
-        inputs = [(str(f.relative_to(ROOT) if f.resolve().is_relative_to(ROOT) else f), trace_files(f))
-                  for f in a.folders]
-        if a.gen_mb:
-            out = work / "generated"
-            gen_traces.generate_size(out, int(a.gen_mb * 1e6), compress=a.gzip)
-            inputs.append((f"generated {a.gen_mb:.0f} MB{' gzip' if a.gzip else ''}", trace_files(out)))
-        rev = subprocess.run(["git", "-C", str(base), "log", "-1", "--format=%h %s"], capture_output=True,
-                             text=True).stdout.strip()[:80]
-        print(f"baseline: {base} ({rev}); {a.repeat} runs per tree; median (min-max) seconds")
-        for label, files in inputs:
-            for w in a.workers or [1, 2]:
-                print(f"\n== {label}, {w} worker{'s' if w > 1 else ''}")
-                compare(trees, files, w, a.repeat, env, a.peak)
+        with contextlib.ExitStack() as stack:
+            base = a.baseline_path.resolve() if a.baseline_path else stack.enter_context(worktree(a.baseline, work))
+            trees = {"baseline": base, "new": ROOT}
+            prepare(trees)
+            inputs = [(str(f.resolve().relative_to(ROOT) if f.resolve().is_relative_to(ROOT) else f), trace_files(f))
+                      for f in a.folders]
+            if a.gen_mb:
+                out = work / "generated"
+                gen_traces.generate_size(out, int(a.gen_mb * 1e6), compress=a.gzip)
+                inputs.append((f"generated {a.gen_mb:.0f} MB{' gzip' if a.gzip else ''}", trace_files(out)))
+            print(f"baseline: {base} ({describe(base)}); {a.repeat} runs per tree; median (min-max) seconds")
+            for label, files in inputs:
+                for w in a.workers or [1, 2]:
+                    print(f"\n== {label}, {w} worker{'s' if w > 1 else ''}")
+                    compare(trees, files, w, a.repeat, env, a.peak)
     finally:
-        if a.baseline_path is None and base is not None and base.exists():
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], check=False)
         shutil.rmtree(work, ignore_errors=True)
 
 
