@@ -412,12 +412,9 @@ def _over_budget(groups: list[TraceGroup], workers: int | None, asked: AnalyzeOp
     budget = asked.budget_bytes()
     if budget is None and (asked.like_hta or asked.dask_scheduler is not None):
         return False
-    if budget == 0:
-        need = 0
-    else:
-        at_once = min(workers or os.cpu_count() or 1, len(groups)) if len(groups) > 1 else 1
-        texts = sorted(sum(text_bytes(f) for f in g.files if f.is_file()) for g in groups)
-        need = MEMORY_PER_TEXT_BYTE * sum(texts[-at_once:])
+    at_once = min(workers or os.cpu_count() or 1, len(groups)) if len(groups) > 1 else 1
+    texts = sorted(sum(text_bytes(f) for f in g.files if f.is_file()) for g in groups)
+    need = MEMORY_PER_TEXT_BYTE * sum(texts[-at_once:])
     if budget is not None:
         if need >= budget and asked.like_hta:
             raise InputError(f"--like-hta computes HolisticTraceAnalysis's way, from every event in memory: the "
@@ -432,7 +429,9 @@ def _over_budget(groups: list[TraceGroup], workers: int | None, asked: AnalyzeOp
 
 
 def _size(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+    if n >= 2**30:
+        return f"{n / 2**30:.1f} GiB"
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB" if n >= 2**10 else f"{n:.0f} B"
 
 
 def _cross_rank(results: list[RankResult], options: Options, matching_out: list | None = None):
