@@ -52,9 +52,9 @@ class ClusterError(OverlapprofError):
 
 
 class SpillError(OverlapprofError):
-    """A rank measured with its events on disk (past the memory budget) cannot keep its files (no such ``$TMPDIR``, a full disk): the
-    machine, not the trace, so no ``--allow-partial`` skips a rank for it, and a command ends
-    with exit code 1."""
+    """A rank measured with its events on disk (past the memory budget) cannot keep its files
+    (no such ``$TMPDIR``, a full disk): the machine, not the trace, so no ``--allow-partial``
+    skips a rank for it, and a command ends with exit code 1."""
 
     exit_code = 1
 

@@ -1,6 +1,6 @@
 """CPU mode's need times (when the program needed an operation's result) are the same measured
 on the host activity itself or on its per-thread runs (:func:`events.thread_reach`), which is
-what ``--bounded-memory`` keeps of the compute cpu_ops, a window at a time."""
+what a rank measured with its events on disk keeps of the compute cpu_ops, a window at a time."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_need_times_on_the_runs_equal_those_on_the_activity(seed, n, ops, thread
     expected = need_times(activity, thread, issue, end)
     runs = thread_reach(*activity)
     assert np.array_equal(need_times(runs, thread, issue, end), expected)
-    # the runs of windows of the activity, then the runs of those runs (what --bounded-memory keeps)
+    # the runs of windows of the activity, then the runs of those runs (what a rank measured on disk keeps)
     cut = np.array_split(rng.permutation(n), windows)
     parts = [thread_reach(*(a[rows] for a in activity)) for rows in cut]
     merged = thread_reach(*(np.concatenate(p) for p in zip(*parts)))

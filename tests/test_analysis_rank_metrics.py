@@ -1,7 +1,8 @@
 """The per-step metrics computed for all steps at once (segmented interval functions) are,
 float for float, those of the one-step formulas (metrics_of, partition_of) applied step by step;
 and a rank's whole report is the same float for float when its unions are built from the events
-in one batch (a rank read in memory) or in many, merged a few at a time (--bounded-memory)."""
+in one batch (a rank read in memory) or in many, merged a few at a time (a rank measured with
+its events on disk, past the memory budget)."""
 
 from __future__ import annotations
 

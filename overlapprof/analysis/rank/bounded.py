@@ -142,7 +142,7 @@ def _classify_cpu_ops(f: SpilledFile, names: list[str], feed: _Feed) -> tuple | 
 def measure(files: list[str], comm_re, comm_ann, options, label: str, workers: int = 1) -> BoundedRank:
     """Read, classify and measure one rank's files in bounded memory (see the module
     docstring); the report is :func:`~overlapprof.analysis.rank.metrics.rank_report`'s of the
-    same files, to float rounding. ``options``: the analysis options (their two filters);
+    same files, float for float. ``options``: the analysis options (their two filters);
     ``workers``: processes that read a large file (the result is the same with any number)."""
     folder = None
     try:

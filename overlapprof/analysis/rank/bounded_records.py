@@ -1,6 +1,6 @@
-"""The communication records of a rank measured in bounded memory (``--bounded-memory`` with
-the cross-rank section or ``--comm-ops``): each file read again, keeping only the rows records
-need, then classified and tabled as in memory.
+"""The communication records of a rank measured with its events on disk (past the memory
+budget, ``--memory-budget``; with the cross-rank section or ``--comm-ops``): each file read
+again, keeping only the rows records need, then classified and tabled as in memory.
 
 The first pass (:mod:`overlapprof.analysis.rank.bounded`) finds each file's communication GPU
 events. On the second read, their correlations keep those events and the runtime calls that

@@ -64,7 +64,7 @@ class SpilledRows:
         self.gpu = Buckets(folder, "gpu", _GPU_ROW, buckets)
         self.cpu = SpillFile(os.path.join(folder, "cpu"), _CPU_ROW)
         self.calls = SpillFile(os.path.join(folder, "calls"), _CALL_ROW)
-        self.sample = Sample()  # of the times kept on disk: where the sweep's slabs are cut
+        self.sample = Sample()  # of the times kept on disk: where the time buckets are cut
 
     def append(self, columns: dict, corr: np.ndarray) -> None:
         codes, name_ids = columns["codes"], columns["name_ids"]

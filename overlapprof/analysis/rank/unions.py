@@ -6,7 +6,8 @@ rank, and the counts, spans and step ends the report needs.
 :mod:`~overlapprof.analysis.rank.metrics` computes every metric from it, once.
 
 It is built by :class:`UnionsBuilder` from classified event sets, a batch at a time: the whole
-rank in one batch when it is read in memory, a time bucket at a time with ``--bounded-memory``.
+rank in one batch when it is read in memory, a time bucket at a time when it is measured with its
+events on disk (past the memory budget, :mod:`~overlapprof.analysis.rank.bounded`).
 A union of the batches' unions is the union of all their intervals, run for run with the same
 float ends (a run's ends are event boundaries), so the metrics are the same floats whichever way
 the rank was read. What is held is the runs of the unions (a run per operation at most), not the
@@ -27,7 +28,7 @@ COMM, COMPUTE, MEMORY = 0, 1, 2  # the classes, in RankEvents' order
 # Intervals made into per-step unions at once: union_by's temporaries take about 100 bytes per
 # interval, so a batch's steps go in groups of about this many intervals.
 STEP_GROUP_INTERVALS = 1 << 19
-# Pending unions of one key merged into one past this many (bounds what --bounded-memory holds).
+# Pending unions of one key merged into one past this many (bounds what a rank measured on disk holds).
 _MERGE_PARTS = 16
 
 
