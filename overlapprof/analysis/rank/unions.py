@@ -121,7 +121,7 @@ class UnionsBuilder:
         self.spans[cls] = [lo, hi] if span is None else [min(span[0], lo), max(span[1], hi)]
         seg = self.steps.index_of(s.anchor)
         inside = np.flatnonzero(seg >= 0)
-        seg = seg[inside]
+        seg = seg[inside].astype(np.int32)  # a step index: 4 bytes a run held, not 8
         np.maximum.at(self.last_end, seg, s.end[inside])
         self._put(self._whole, cls, iv.union(s.start, s.end), iv.union)
         self._put(self._by_step, cls, _union_by(seg, s.start[inside], s.end[inside]), _union_by)
