@@ -10,8 +10,8 @@ rank in one batch when it is read in memory, a time bucket at a time when it is 
 events on disk (past the memory budget, :mod:`~overlapprof.analysis.rank.bounded`).
 A union of the batches' unions is the union of all their intervals, run for run with the same
 float ends (a run's ends are event boundaries), so the metrics are the same floats whichever way
-the rank was read. What is held is the runs of the unions (a run per operation at most), not the
-events.
+the rank was read. What is held is the runs of the unions, not the events: on an
+operation-dense trace about a run per operation and set.
 """
 
 from __future__ import annotations
