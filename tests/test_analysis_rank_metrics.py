@@ -61,19 +61,19 @@ def _reference(ev: RankEvents) -> list[StepMetrics]:
     return out
 
 
-def _event_set(rng, n: int, lo: float, hi: float, grid: bool) -> EventSet:
+def _event_set(rng, n: int, lo: float, hi: float, grid: bool, other_kinds: float = 0.5) -> EventSet:
     start = rng.uniform(lo, hi, n)
     dur = rng.exponential(3.0, n)
     if grid:  # touching and identical intervals, zero lengths
         start, dur = np.round(start), np.round(dur)
     anchor = np.where(rng.random(n) < 0.7, start - rng.exponential(2.0, n), start)
-    return EventSet(start, start + dur, anchor, np.ones(n, dtype=bool), rng.integers(0, 3, n).astype(np.int8),
-                    rng.random(n) < 0.8)
+    kind = np.where(rng.random(n) < other_kinds, rng.integers(1, 3, n), 0).astype(np.int8)
+    return EventSet(start, start + dur, anchor, np.ones(n, dtype=bool), kind, rng.random(n) < 0.8)
 
 
-def _in_batches(rng, ev: RankEvents):
+def _in_batches(rng, ev: RankEvents, compact: bool):
     """The rank's unions built from its events cut into random batches, in random order."""
-    build = UnionsBuilder(ev.steps)
+    build = UnionsBuilder(ev.steps, compact)
     for cls, s in enumerate((ev.comm, ev.compute, ev.memory)):
         order = rng.permutation(len(s))
         cuts = np.sort(rng.integers(0, len(s) + 1, rng.integers(0, 6)))
@@ -82,12 +82,13 @@ def _in_batches(rng, ev: RankEvents):
     return build.result()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), steps=st.integers(1, 12), sizes=st.tuples(*[st.integers(0, 60)] * 3),
-       grid=st.booleans(), group=st.sampled_from([None, 1, 7, 40]))
-def test_segmented_step_metrics_equal_the_one_step_formulas(seed, steps, sizes, grid, group):
+       grid=st.booleans(), group=st.sampled_from([None, 1, 7, 40]), other_kinds=st.sampled_from([0.0, 0.05, 0.5]))
+def test_segmented_step_metrics_equal_the_one_step_formulas(seed, steps, sizes, grid, group, other_kinds):
     """Also with the steps measured in groups of a few intervals (``group``; None: the default,
-    one group here), as a large rank's are."""
+    one group here), as a large rank's are; with one kind of communication, a rare second kind
+    (that arrives in a later batch) or several."""
     rng = np.random.default_rng(seed)
     bounds = np.cumsum(rng.uniform(0.0, 20.0, steps + 1))  # zero-length steps, gaps between steps
     if grid:
@@ -95,7 +96,7 @@ def test_segmented_step_metrics_equal_the_one_step_formulas(seed, steps, sizes, 
     starts = bounds[:-1]
     ends = np.where(rng.random(steps) < 0.8, bounds[1:], starts + rng.uniform(0.0, 5.0, steps))
     lo, hi = float(bounds[0]) - 5.0, float(bounds[-1]) + 5.0  # some events outside every step
-    sets = [_event_set(rng, n, lo, hi, grid) for n in sizes]
+    sets = [_event_set(rng, n, lo, hi, grid, other_kinds) for n in sizes]
     ev = RankEvents(mode="gpu", comm=sets[0], compute=sets[1], memory=sets[2],
                     steps=Steps(np.arange(steps), starts, ends), comm_records=None, events=sum(sizes))
     default, merge = U.STEP_GROUP_INTERVALS, U._MERGE_PARTS
@@ -104,7 +105,8 @@ def test_segmented_step_metrics_equal_the_one_step_formulas(seed, steps, sizes, 
         whole = rank_unions(ev)
         assert step_metrics(whole) == _reference(ev)
         report = rank_report(whole, ["f"], "gpu", ev.events)
-        assert rank_report(_in_batches(rng, ev), ["f"], "gpu", ev.events) == report
+        for compact in (False, True):
+            assert rank_report(_in_batches(rng, ev, compact), ["f"], "gpu", ev.events) == report
         assert [k.count for k in report.kinds] == [int(np.count_nonzero(ev.comm.operation & (ev.comm.kind == c)))
                                                    for c in range(3) if (ev.comm.kind == c).any()]
     finally:

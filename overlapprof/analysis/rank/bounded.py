@@ -68,7 +68,7 @@ class _Feed:
 
     def __init__(self, steps: Steps, require_launch: bool, cutoff: float | None):
         self.require_launch, self.cutoff = require_launch, cutoff
-        self.unions = UnionsBuilder(steps)
+        self.unions = UnionsBuilder(steps, compact=True)
         self.bounds = [np.inf, -np.inf]  # before the filters
         self.comm_corr: list[np.ndarray] | None = None  # GPU mode, records asked for: the comm events' correlations
 

@@ -25,9 +25,11 @@ from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.rank.events import EventSet, RankEvents, Steps
 
 COMM, COMPUTE, MEMORY = 0, 1, 2  # the classes, in RankEvents' order
-# Intervals made into per-step unions at once: union_by's temporaries take about 100 bytes per
-# interval, so a batch's steps go in groups of about this many intervals.
-STEP_GROUP_INTERVALS = 1 << 19
+# Intervals made into per-step unions, and runs measured per step, at once: the segmented
+# functions' temporaries take about 100 bytes per interval, so steps go in groups of about this
+# many. 2026-12-05 (generated 400 MB, --no-comms, one worker, load 4): 2**16 against 2**19, peak
+# 120 MB against 173 MB with the events on disk, 158 MB against 181 MB in memory, the same time.
+STEP_GROUP_INTERVALS = 1 << 16
 # Pending unions of one key merged into one past this many (bounds what a rank measured on disk holds).
 _MERGE_PARTS = 16
 
@@ -99,16 +101,20 @@ def _union_by(seg: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> iv.Segme
 class UnionsBuilder:
     """Classified event sets in, :class:`RankUnions` out (see the module docstring).
 
-    ``steps``: the rank's steps (after the filters)."""
+    ``steps``: the rank's steps (after the filters). ``compact``: hold less for many batches
+    (the events on disk): a whole-rank union is made at the end from the steps' unions and the
+    union of the events outside every step, and the unions per kind are held only once a second
+    kind of communication is seen (with one kind, its union is U(comm)): the same runs, about
+    half the memory on an operation-dense trace, at the cost of one more union at the end."""
 
-    def __init__(self, steps: Steps):
-        self.steps = steps
+    def __init__(self, steps: Steps, compact: bool = False):
+        self.steps, self.compact = steps, compact
         self.last_end = steps.end.astype(np.float64, copy=True)
         self.counts = [0, 0, 0]
         self.spans: list[list[float] | None] = [None, None, None]
         self.kind_events = np.zeros(len(KINDS), dtype=np.int64)
         self.operations = np.zeros(len(KINDS), dtype=np.int64)
-        self._whole: dict[object, list[iv.Intervals]] = {}
+        self._whole: dict[object, list[iv.Intervals]] = {}  # compact: of the events outside every step
         self._by_step: dict[int, list[iv.Segmented]] = {}
 
     def add(self, s: EventSet, cls: int) -> None:
@@ -119,18 +125,35 @@ class UnionsBuilder:
         lo, hi = float(s.start.min()), float(s.end.max())
         span = self.spans[cls]
         self.spans[cls] = [lo, hi] if span is None else [min(span[0], lo), max(span[1], hi)]
+        if cls == COMM:
+            self._add_kinds(s)
         seg = self.steps.index_of(s.anchor)
         inside = np.flatnonzero(seg >= 0)
+        held = np.flatnonzero(seg < 0) if self.compact else slice(None)
         seg = seg[inside].astype(np.int32)  # a step index: 4 bytes a run held, not 8
         np.maximum.at(self.last_end, seg, s.end[inside])
-        self._put(self._whole, cls, iv.union(s.start, s.end), iv.union)
+        self._put(self._whole, cls, iv.union(s.start[held], s.end[held]), iv.union)
         self._put(self._by_step, cls, _union_by(seg, s.start[inside], s.end[inside]), _union_by)
-        if cls == COMM:
-            self.kind_events += np.bincount(s.kind, minlength=len(KINDS))
-            self.operations += np.bincount(s.kind[s.operation], minlength=len(KINDS))
-            for code in np.flatnonzero(np.bincount(s.kind)).tolist():
-                mine = s.kind == code
-                self._put(self._whole, ("kind", code), iv.union(s.start[mine], s.end[mine]), iv.union)
+
+    def _add_kinds(self, s: EventSet) -> None:
+        self.kind_events += np.bincount(s.kind, minlength=len(KINDS))
+        self.operations += np.bincount(s.kind[s.operation], minlength=len(KINDS))
+        seen = np.flatnonzero(self.kind_events).tolist()
+        if self.compact and len(seen) == 1:
+            return  # one kind so far: its union is U(comm)
+        before = self.kind_events - np.bincount(s.kind, minlength=len(KINDS))
+        if self.compact and np.count_nonzero(before) == 1 and ("kind", int(np.flatnonzero(before)[0])) not in self._whole:
+            # a second kind arrives: the first one's union so far is U(comm) so far (this batch apart)
+            self._whole[("kind", int(np.flatnonzero(before)[0]))] = [self._whole_of(COMM)]
+        for code in np.flatnonzero(np.bincount(s.kind)).tolist():
+            mine = s.kind == code
+            self._put(self._whole, ("kind", code), iv.union(s.start[mine], s.end[mine]), iv.union)
+
+    def _whole_of(self, cls: int) -> iv.Intervals:
+        """Compact: U(class) of the batches added so far, from its steps' and its outside parts."""
+        steps = _merged(self._by_step.get(cls, [iv.EMPTY_BY]), _union_by)
+        outside = _merged(self._whole.get(cls, [iv.EMPTY]), iv.union)
+        return iv.union(np.concatenate((steps[1], outside[0])), np.concatenate((steps[2], outside[1])))
 
     @staticmethod
     def _put(table: dict, key, u: tuple, union) -> None:
@@ -140,15 +163,22 @@ class UnionsBuilder:
             table[key] = [_merged(parts, union)]
 
     def result(self) -> RankUnions:
-        whole = {key: _merged(parts, iv.union) for key, parts in self._whole.items()}
-        by_step = {key: _merged(parts, _union_by) for key, parts in self._by_step.items()}
+        self._by_step = {key: [_merged(parts, _union_by)] for key, parts in self._by_step.items()}
+        if self.compact:
+            whole = {c: self._whole_of(c) for c in (COMM, COMPUTE, MEMORY)}
+        else:
+            whole = {c: _merged(self._whole[c], iv.union) for c in (COMM, COMPUTE, MEMORY) if c in self._whole}
+        by_step = {key: parts[0] for key, parts in self._by_step.items()}
         present = np.flatnonzero(self.kind_events).tolist()
+        kinds = {code: _merged(self._whole[("kind", code)], iv.union) for code in present
+                 if ("kind", code) in self._whole}
+        if len(present) == 1 and not kinds:
+            kinds = {present[0]: whole[COMM]}
         return RankUnions(
             steps=self.steps, last_end=self.last_end,
             whole=tuple(whole.get(c, iv.EMPTY) for c in (COMM, COMPUTE, MEMORY)),
             by_step=tuple(by_step.get(c, iv.EMPTY_BY) for c in (COMM, COMPUTE, MEMORY)),
-            kinds={code: whole[("kind", code)] for code in present},
-            operations={code: int(self.operations[code]) for code in present},
+            kinds=kinds, operations={code: int(self.operations[code]) for code in present},
             counts=tuple(self.counts), spans=tuple(None if s is None else tuple(s) for s in self.spans))
 
 
