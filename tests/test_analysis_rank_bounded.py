@@ -316,8 +316,8 @@ def test_sigterm_removes_the_files(tmp_path):
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_traces.py"), str(tmp_path / "big"), "--size", "200"],
                    check=True, capture_output=True, timeout=300)
     (tmp_path / "tmp").mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "overlapprof", "analyze", str(tmp_path / "big"), "--memory-budget", "0",
-                             "-q", "--workers", "2"], cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path / "tmp")},
+    proc = subprocess.Popen([sys.executable, "-m", "overlapprof", "analyze", str(tmp_path / "big"),
+                             "--memory-budget", "0", "-q", "--workers", "2"], cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path / "tmp")},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not list((tmp_path / "tmp").iterdir()) and time.monotonic() < deadline:  # the spill has begun

@@ -208,5 +208,6 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers) -> Bound
     host_sync = union(*(np.concatenate(times) for times in zip(*[f.rows.host_syncs(gpu) for f in read])))
     return BoundedRank(
         unions=feed.unions.result(), mode="gpu" if gpu else "cpu", files=files, events=sum(f.rows.size for f in read),
-        negative_durations=sum(f.rows.negative for f in read), unclassified=merged_counts([f.unclassified for f in read]),
+        negative_durations=sum(f.rows.negative for f in read),
+        unclassified=merged_counts([f.unclassified for f in read]),
         headers=[f.header for f in read], bounds=bounds, host_sync=host_sync, warnings=warnings, table=table)

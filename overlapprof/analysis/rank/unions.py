@@ -141,10 +141,10 @@ class UnionsBuilder:
         seen = np.flatnonzero(self.kind_events).tolist()
         if self.compact and len(seen) == 1:
             return  # one kind so far: its union is U(comm)
-        before = self.kind_events - np.bincount(s.kind, minlength=len(KINDS))
-        if self.compact and np.count_nonzero(before) == 1 and ("kind", int(np.flatnonzero(before)[0])) not in self._whole:
+        before = np.flatnonzero(self.kind_events - np.bincount(s.kind, minlength=len(KINDS))).tolist()
+        if self.compact and len(before) == 1 and ("kind", before[0]) not in self._whole:
             # a second kind arrives: the first one's union so far is U(comm) so far (this batch apart)
-            self._whole[("kind", int(np.flatnonzero(before)[0]))] = [self._whole_of(COMM)]
+            self._whole[("kind", before[0])] = [self._whole_of(COMM)]
         for code in np.flatnonzero(np.bincount(s.kind)).tolist():
             mine = s.kind == code
             self._put(self._whole, ("kind", code), iv.union(s.start[mine], s.end[mine]), iv.union)
