@@ -326,12 +326,15 @@ def progress_of(run_dir, rank):
 
 @pytest.fixture(scope="module")
 def interrupted_mid_run(tmp_path_factory):
-    """slow.py (1 s steps) interrupted once both ranks are in profiled steps."""
+    """slow.py (1 s steps) interrupted once both ranks are in profiled steps: after 6 steps (1
+    warm-up, 4 unprofiled, 1 profiler warm-up), long enough for the heartbeat (every 5 s) to see
+    the ranks running; the default schedule's 20 steps before the profiled ones took 30 s."""
     def profiling(run_dir):
         return all(progress_of(run_dir, rank).get("step_kind") == "profiled" for rank in (0, 1))
 
     return run_and_interrupt(tmp_path_factory.mktemp("int"), profiling,
-                             TEST_WORKLOADS / "slow.py", "--nproc", 2, "--", "--step-s", 1)
+                             TEST_WORKLOADS / "slow.py", "--nproc", 2, "--warmup-steps", 1, "--wait", 0,
+                             "--warmup", 1, "--active", 4, "--", "--step-s", 1)
 
 
 def assert_cleanly_interrupted(proc, run_dir, kept="logs and traces"):
