@@ -175,3 +175,18 @@ def user_runs(tmp_path_factory) -> UserRuns:
 
 
 TORCH_FIXTURES = TORCH_FIXTURES | {"user_runs"}
+
+
+# -- refusals of bad input, in this process: a subprocess for each cost ~2 s of imports
+def overlapprof_here(*args):
+    """``overlapprof ARGS`` run by click's runner in this process, from the repository (as
+    ``_overlapprof`` runs it); a click Result (exit_code, stdout, stderr). An exception that
+    escaped the command's one-line errors exits 1, so a test that wants exit 2 rules it out."""
+    import contextlib
+
+    from click.testing import CliRunner
+
+    from overlapprof.cli import main
+
+    with contextlib.chdir(REPO):
+        return CliRunner().invoke(main, list(map(str, args)))

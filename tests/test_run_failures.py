@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SHORT_SCHEDULE, _overlapprof
+from conftest import REPO, SHORT_SCHEDULE, _overlapprof, overlapprof_here
 
 TEST_WORKLOADS = REPO / "tests" / "workloads"
 
@@ -119,10 +119,10 @@ def test_deadlock_ends_at_timeout_naming_the_hung_call(tmp_path):
     (["workloads/ring.py", "--nccl-debug", "LOUD"], "'LOUD' is not one of VERSION, WARN, INFO"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_any_rank(tmp_path, args, message):
-    proc = _overlapprof("run", "--out", tmp_path / "out", *args)
-    assert proc.returncode == 2, proc.stderr
-    assert message in last_line(proc.stderr)
-    assert "Traceback" not in proc.stderr
+    result = overlapprof_here("run", "--out", tmp_path / "out", *args)
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert message in last_line(result.stderr)
+    assert "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()  # nothing started, nothing written
 
 
