@@ -139,10 +139,10 @@ def test_an_out_that_cannot_hold_run_directories_is_one_line_and_exit_2(tmp_path
     if Path("/sys").is_dir():
         cases.append((Path("/sys/overlapprof-test/x"), "Error: --out /sys/overlapprof-test/x: cannot create folders in /sys ("))
     for out, message in cases:
-        proc = _overlapprof("run", "workloads/ring.py", "--nproc", 2, "--out", out)
-        assert proc.returncode == 2, proc.stderr[-2000:]
-        assert last_line(proc.stderr).startswith(message), proc.stderr[-2000:]
-        assert len(proc.stderr.strip().splitlines()) == 1 and "[rank" not in proc.stdout
+        result = overlapprof_here("run", "workloads/ring.py", "--nproc", 2, "--out", out)
+        assert result.exit_code == 2, (result.output[-2000:], result.exception)
+        assert last_line(result.stderr).startswith(message), result.stderr[-2000:]
+        assert len(result.stderr.strip().splitlines()) == 1 and "[rank" not in result.stdout
     assert afile.read_text() == "kept" and sorted(p.name for p in tmp_path.iterdir()) in (["afile"], ["afile", "ro"])
 
 
@@ -161,29 +161,29 @@ def test_a_workload_that_blocks_at_import_ends_at_timeout_naming_the_line(tmp_pa
 def test_broken_workload_file_names_the_line(tmp_path):
     bad = tmp_path / "broken.py"
     bad.write_text("VARIANTS = {'sync': 'x'}\ndef step(ctx, s)\n    pass\n")
-    proc = _overlapprof("run", bad, "--out", tmp_path / "out")
-    assert proc.returncode == 2
-    assert last_line(proc.stderr) == (f"Error: cannot load workload {bad} (line 2): SyntaxError: "
-                                      "expected ':'")
+    result = overlapprof_here("run", bad, "--out", tmp_path / "out")
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert last_line(result.stderr) == (f"Error: cannot load workload {bad} (line 2): SyntaxError: "
+                                        "expected ':'")
 
 
 def test_existing_run_directory_is_never_overwritten(tmp_path):
     existing = tmp_path / "mine-async"
     existing.mkdir()
     (existing / "run.json").write_text("precious")
-    proc = _overlapprof("run", "workloads/ring.py", "--run-id", "mine", "--variant", "sync",
-                        "--variant", "async", "--out", tmp_path)
-    assert proc.returncode == 2
-    assert last_line(proc.stderr) == (f"Error: run directory {existing} exists; runs are never "
-                                      "overwritten (pick another --run-id or --out)")
+    result = overlapprof_here("run", "workloads/ring.py", "--run-id", "mine", "--variant", "sync",
+                              "--variant", "async", "--out", tmp_path)
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert last_line(result.stderr) == (f"Error: run directory {existing} exists; runs are never "
+                                        "overwritten (pick another --run-id or --out)")
     assert (existing / "run.json").read_text() == "precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine-async"]  # sync never started
 
 
 def test_list_variants_shows_variants_and_options():
-    proc = _overlapprof("run", "workloads/collectives.py", "--list-variants")
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
+    result = overlapprof_here("run", "workloads/collectives.py", "--list-variants")
+    assert result.exit_code == 0, (result.output, result.exception)
+    lines = result.stdout.splitlines()
     assert lines[1] == "variants:"
     assert any(line.split()[:1] == ["sync"] and line.endswith("(default)") for line in lines)
     for name in ("async", "broadcast", "all_reduce", "scatter", "wait_vs_sync", "size", "numel",
