@@ -62,6 +62,20 @@ def variants_run(name, nproc):
     return WORKLOAD_VARIANTS[name] if nproc == 2 else FOUR_RANK_VARIANTS.get(name, ())
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """What a run's profiler schedule makes of its steps, as run.json records it."""
+
+    profiler: tuple  # run.json's profiler: (wait, warmup, active, repeat)
+    steps: dict  # step kind -> how many steps of it, in each rank's step_times_ms
+    profiled_steps: tuple  # their ProfilerStep numbers
+
+
+SHORT = Schedule((0, 1, 2, 1), {"warmup": 1, "unprofiled": 2, "profiler_warmup": 1, "profiled": 2}, (3, 4))
+DEFAULT = Schedule((1, 1, 16, 1), {"warmup": 2, "unprofiled": 16, "profiler_warmup": 1, "profiled": 16},
+                   tuple(range(18, 34)))  # overlapprof run's defaults
+
+
 @dataclass
 class WorkloadRun:
     """One ``overlapprof run`` of every variant of a workload on ``nproc`` CPU ranks (gloo)."""
@@ -69,15 +83,18 @@ class WorkloadRun:
     proc: subprocess.CompletedProcess
     dirs: dict  # variant -> run directory
     nproc: int
+    schedule: Schedule
 
 
 @pytest.fixture(scope="session")
-def workload_runs(tmp_path_factory):
+def workload_runs(tmp_path_factory, runs):
     """``workload_runs(name, nproc)`` -> WorkloadRun of workloads/<name>.py (its
     ``variants_run(name, nproc)``), made on first use with a short profiler schedule and no
-    analysis, then shared by every test that asks."""
+    analysis, then shared by every test that asks. The ring on 2 ranks is the ``runs`` fixture's
+    (the default schedule, analyzed): a launch of its own would repeat it."""
     root = tmp_path_factory.mktemp("workload_runs")
-    made = {}
+    made = {("ring", 2): WorkloadRun(subprocess.CompletedProcess([], 0, runs.ring_stdout, runs.ring_stderr),
+                                     dict(runs.ring), 2, DEFAULT)}
 
     def get(name, nproc):
         if (name, nproc) not in made:
@@ -88,7 +105,7 @@ def workload_runs(tmp_path_factory):
                                 "--run-id", run_id, "--out", root, "--no-analyze",
                                 *SHORT_SCHEDULE, *variants, timeout=600)
             dirs = {v: root / f"{run_id}-{v}" for v in variants_run(name, nproc)}
-            made[name, nproc] = WorkloadRun(proc, dirs, nproc)
+            made[name, nproc] = WorkloadRun(proc, dirs, nproc, SHORT)
         return made[name, nproc]
 
     return get

@@ -63,7 +63,7 @@ def case(workload_runs, request):
     made = workload_runs(workload, nproc)
     assert made.proc.returncode == 0, made.proc.stderr[-4000:]
     run_dir = made.dirs[variant]
-    return workload, variant, nproc, run_dir, load_run_json(run_dir)
+    return workload, variant, nproc, run_dir, load_run_json(run_dir), made.schedule
 
 
 def parametrize_case(fn):
@@ -79,7 +79,7 @@ def test_declared_variants_are_the_tested_ones():
 
 @parametrize_case
 def test_run_json_is_complete(case):
-    workload, variant, nproc, run_dir, run = case
+    workload, variant, nproc, run_dir, run, schedule = case
     assert RUN_KEYS <= set(run)
     assert run["status"] == "ok" and run["failure"] is None and run["missing_ranks"] == []
     assert (run["workload"]["name"], run["variant"]) == (workload, variant)
@@ -90,7 +90,7 @@ def test_run_json_is_complete(case):
     assert run["env"]["OMP_NUM_THREADS"]  # set to 1 for the ranks unless the user set it
     assert run["nodes"]["0"]["command"][1:3] == ["run", str(REPO / "workloads" / f"{workload}.py")]
     profiler = run["profiler"]
-    assert (profiler["wait"], profiler["warmup"], profiler["active"], profiler["repeat"]) == (0, 1, 2, 1)
+    assert (profiler["wait"], profiler["warmup"], profiler["active"], profiler["repeat"]) == schedule.profiler
     assert sorted(run["ranks"], key=int) == [str(r) for r in range(nproc)]
     for rank, info in run["ranks"].items():
         assert RANK_KEYS <= set(info), rank
@@ -98,16 +98,15 @@ def test_run_json_is_complete(case):
         assert (info["rank"], info["node_rank"], info["local_rank"]) == (int(rank), 0, int(rank))
         assert info["started"] <= info["ended"]
         times = info["step_times_ms"]
-        assert [len(times[k]) for k in ("warmup", "unprofiled", "profiler_warmup", "profiled")] \
-            == [1, 2, 1, 2]
+        assert {k: len(times[k]) for k in schedule.steps} == schedule.steps
         assert all(t > 0 for values in times.values() for t in values)
-        assert info["profiled_steps"] == [3, 4]  # after 2 unprofiled and 1 warm-up step
+        assert info["profiled_steps"] == list(schedule.profiled_steps)  # after the unprofiled and warm-up steps
         assert info["traces"] == run["traces"][rank]
 
 
 @parametrize_case
 def test_one_trace_per_rank_with_distributed_info(case):
-    workload, variant, nproc, run_dir, run = case
+    workload, variant, nproc, run_dir, run, _ = case
     for rank in range(nproc):
         files = run["traces"][str(rank)]
         assert len(files) == 1 and files[0].startswith(f"rank{rank}.")
@@ -119,14 +118,14 @@ def test_one_trace_per_rank_with_distributed_info(case):
 
 @parametrize_case
 def test_traces_hold_steps_phases_and_communication(case):
-    workload, variant, nproc, run_dir, run = case
+    workload, variant, nproc, run_dir, run, schedule = case
     expected = EXPECTED_COMM[workload, variant]
     if workload == "collectives" and variant in ("sync", "async") and nproc % 2:
         pytest.skip("the last rank of an odd world has no pair")
     for rank in range(nproc):
         trace = load_trace(run_dir / run["traces"][str(rank)][0])
         names = annotations(trace)
-        assert {"ProfilerStep#3", "ProfilerStep#4"} <= names, rank
+        assert {f"ProfilerStep#{n}" for n in schedule.profiled_steps} <= names, rank
         assert {"comm", "compute"} <= names
         assert expected <= names, (rank, sorted(names))
         ops = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "cpu_op"}
@@ -137,7 +136,7 @@ def test_traces_hold_steps_phases_and_communication(case):
 
 @parametrize_case
 def test_each_rank_logs_to_its_files(case):
-    workload, variant, nproc, run_dir, run = case
+    workload, variant, nproc, run_dir, run, _ = case
     for rank in range(nproc):
         stdout = (run_dir / "logs" / f"rank{rank}.stdout.log").read_text()
         assert f"rank {rank}: {workload}/{variant} ok, " in stdout
