@@ -198,7 +198,9 @@ TORCH_FIXTURES = TORCH_FIXTURES | {"user_runs"}
 def overlapprof_here(*args):
     """``overlapprof ARGS`` run by click's runner in this process, from the repository (as
     ``_overlapprof`` runs it); a click Result (exit_code, stdout, stderr). An exception that
-    escaped the command's one-line errors exits 1, so a test that wants exit 2 rules it out."""
+    escaped the command's one-line errors exits 1, so a test that wants exit 2 rules it out.
+    What the interpreter itself prints (an import's warning) shows only in a real process:
+    a test that asserts the whole of stderr is one line runs one (``_overlapprof``)."""
     import contextlib
 
     from click.testing import CliRunner

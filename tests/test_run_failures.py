@@ -139,10 +139,10 @@ def test_an_out_that_cannot_hold_run_directories_is_one_line_and_exit_2(tmp_path
     if Path("/sys").is_dir():
         cases.append((Path("/sys/overlapprof-test/x"), "Error: --out /sys/overlapprof-test/x: cannot create folders in /sys ("))
     for out, message in cases:
-        result = overlapprof_here("run", "workloads/ring.py", "--nproc", 2, "--out", out)
-        assert result.exit_code == 2, (result.output[-2000:], result.exception)
-        assert last_line(result.stderr).startswith(message), result.stderr[-2000:]
-        assert len(result.stderr.strip().splitlines()) == 1 and "[rank" not in result.stdout
+        proc = _overlapprof("run", "workloads/ring.py", "--nproc", 2, "--out", out)
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert last_line(proc.stderr).startswith(message), proc.stderr[-2000:]
+        assert len(proc.stderr.strip().splitlines()) == 1 and "[rank" not in proc.stdout
     assert afile.read_text() == "kept" and sorted(p.name for p in tmp_path.iterdir()) in (["afile"], ["afile", "ro"])
 
 
