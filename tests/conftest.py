@@ -51,6 +51,29 @@ WORKLOAD_VARIANTS = {  # checked against the files by tests/test_run_workloads.p
     "allreduce": ("sync", "async"),
     "collectives": ("sync", "async", "broadcast", "all_reduce", "scatter", "wait_vs_sync"),
 }
+# What 4 ranks show that 2 do not: the ring's two different neighbours, collectives' second pair
+# (0-1, 2-3) and scatter's list of world-size chunks. The other variants' 4-rank runs would repeat
+# their 2-rank ones (each variant's launch costs ~6 s of rank start-up).
+FOUR_RANK_VARIANTS = {"ring": ("sync", "async"), "collectives": ("sync", "async", "scatter")}
+
+
+def variants_run(name, nproc):
+    """The variants ``workload_runs(name, nproc)`` runs (none: that pair is not run)."""
+    return WORKLOAD_VARIANTS[name] if nproc == 2 else FOUR_RANK_VARIANTS.get(name, ())
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What a run's profiler schedule makes of its steps, as run.json records it."""
+
+    profiler: tuple  # run.json's profiler: (wait, warmup, active, repeat)
+    steps: dict  # step kind -> how many steps of it, in each rank's step_times_ms
+    profiled_steps: tuple  # their ProfilerStep numbers
+
+
+SHORT = Schedule((0, 1, 2, 1), {"warmup": 1, "unprofiled": 2, "profiler_warmup": 1, "profiled": 2}, (3, 4))
+DEFAULT = Schedule((1, 1, 16, 1), {"warmup": 2, "unprofiled": 16, "profiler_warmup": 1, "profiled": 16},
+                   tuple(range(18, 34)))  # overlapprof run's defaults
 
 
 @dataclass
@@ -60,24 +83,29 @@ class WorkloadRun:
     proc: subprocess.CompletedProcess
     dirs: dict  # variant -> run directory
     nproc: int
+    schedule: Schedule
 
 
 @pytest.fixture(scope="session")
-def workload_runs(tmp_path_factory):
-    """``workload_runs(name, nproc)`` -> WorkloadRun of workloads/<name>.py, made on first use
-    with a short profiler schedule and no analysis, then shared by every test that asks."""
+def workload_runs(tmp_path_factory, runs):
+    """``workload_runs(name, nproc)`` -> WorkloadRun of workloads/<name>.py (its
+    ``variants_run(name, nproc)``), made on first use with a short profiler schedule and no
+    analysis, then shared by every test that asks. The ring on 2 ranks is the ``runs`` fixture's
+    (the default schedule, analyzed): a launch of its own would repeat it."""
     root = tmp_path_factory.mktemp("workload_runs")
-    made = {}
+    made = {("ring", 2): WorkloadRun(subprocess.CompletedProcess([], 0, runs.ring_stdout, runs.ring_stderr),
+                                     dict(runs.ring), 2, DEFAULT)}
 
     def get(name, nproc):
         if (name, nproc) not in made:
             run_id = f"{name}{nproc}"
-            variants = [a for v in WORKLOAD_VARIANTS[name] for a in ("--variant", v)]
+            assert variants_run(name, nproc), (name, nproc)
+            variants = [a for v in variants_run(name, nproc) for a in ("--variant", v)]
             proc = _overlapprof("run", REPO / "workloads" / f"{name}.py", "--nproc", nproc,
                                 "--run-id", run_id, "--out", root, "--no-analyze",
                                 *SHORT_SCHEDULE, *variants, timeout=600)
-            dirs = {v: root / f"{run_id}-{v}" for v in WORKLOAD_VARIANTS[name]}
-            made[name, nproc] = WorkloadRun(proc, dirs, nproc)
+            dirs = {v: root / f"{run_id}-{v}" for v in variants_run(name, nproc)}
+            made[name, nproc] = WorkloadRun(proc, dirs, nproc, SHORT)
         return made[name, nproc]
 
     return get
@@ -164,3 +192,20 @@ def user_runs(tmp_path_factory) -> UserRuns:
 
 
 TORCH_FIXTURES = TORCH_FIXTURES | {"user_runs"}
+
+
+# -- refusals of bad input, in this process: a subprocess for each cost ~2 s of imports
+def overlapprof_here(*args):
+    """``overlapprof ARGS`` run by click's runner in this process, from the repository (as
+    ``_overlapprof`` runs it); a click Result (exit_code, stdout, stderr). An exception that
+    escaped the command's one-line errors exits 1, so a test that wants exit 2 rules it out.
+    What the interpreter itself prints (an import's warning) shows only in a real process:
+    a test that asserts the whole of stderr is one line runs one (``_overlapprof``)."""
+    import contextlib
+
+    from click.testing import CliRunner
+
+    from overlapprof.cli import main
+
+    with contextlib.chdir(REPO):
+        return CliRunner().invoke(main, list(map(str, args)))

@@ -84,16 +84,19 @@ class Cluster:
         return "\n".join(p.read_text()[-1500:] for p in sorted(self.root.glob("*.log")))
 
     def stop(self):
+        """The workers first, then the scheduler: a worker still closing when the scheduler goes
+        could hang in its close until killed (20 s a cluster)."""
         self.client.close()
-        for proc in [*self.workers, self.scheduler]:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in [*self.workers, self.scheduler]:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        for group in (self.workers, [self.scheduler]):
+            for proc in group:
+                if proc.poll() is None:
+                    proc.terminate()
+            for proc in group:
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
         for log in self.logs:
             log.close()
 

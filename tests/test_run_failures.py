@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SHORT_SCHEDULE, _overlapprof
+from conftest import REPO, SHORT_SCHEDULE, _overlapprof, overlapprof_here
 
 TEST_WORKLOADS = REPO / "tests" / "workloads"
 
@@ -119,10 +119,10 @@ def test_deadlock_ends_at_timeout_naming_the_hung_call(tmp_path):
     (["workloads/ring.py", "--nccl-debug", "LOUD"], "'LOUD' is not one of VERSION, WARN, INFO"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_any_rank(tmp_path, args, message):
-    proc = _overlapprof("run", "--out", tmp_path / "out", *args)
-    assert proc.returncode == 2, proc.stderr
-    assert message in last_line(proc.stderr)
-    assert "Traceback" not in proc.stderr
+    result = overlapprof_here("run", "--out", tmp_path / "out", *args)
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert message in last_line(result.stderr)
+    assert "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()  # nothing started, nothing written
 
 
@@ -161,29 +161,29 @@ def test_a_workload_that_blocks_at_import_ends_at_timeout_naming_the_line(tmp_pa
 def test_broken_workload_file_names_the_line(tmp_path):
     bad = tmp_path / "broken.py"
     bad.write_text("VARIANTS = {'sync': 'x'}\ndef step(ctx, s)\n    pass\n")
-    proc = _overlapprof("run", bad, "--out", tmp_path / "out")
-    assert proc.returncode == 2
-    assert last_line(proc.stderr) == (f"Error: cannot load workload {bad} (line 2): SyntaxError: "
-                                      "expected ':'")
+    result = overlapprof_here("run", bad, "--out", tmp_path / "out")
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert last_line(result.stderr) == (f"Error: cannot load workload {bad} (line 2): SyntaxError: "
+                                        "expected ':'")
 
 
 def test_existing_run_directory_is_never_overwritten(tmp_path):
     existing = tmp_path / "mine-async"
     existing.mkdir()
     (existing / "run.json").write_text("precious")
-    proc = _overlapprof("run", "workloads/ring.py", "--run-id", "mine", "--variant", "sync",
-                        "--variant", "async", "--out", tmp_path)
-    assert proc.returncode == 2
-    assert last_line(proc.stderr) == (f"Error: run directory {existing} exists; runs are never "
-                                      "overwritten (pick another --run-id or --out)")
+    result = overlapprof_here("run", "workloads/ring.py", "--run-id", "mine", "--variant", "sync",
+                              "--variant", "async", "--out", tmp_path)
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert last_line(result.stderr) == (f"Error: run directory {existing} exists; runs are never "
+                                        "overwritten (pick another --run-id or --out)")
     assert (existing / "run.json").read_text() == "precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine-async"]  # sync never started
 
 
 def test_list_variants_shows_variants_and_options():
-    proc = _overlapprof("run", "workloads/collectives.py", "--list-variants")
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
+    result = overlapprof_here("run", "workloads/collectives.py", "--list-variants")
+    assert result.exit_code == 0, (result.output, result.exception)
+    lines = result.stdout.splitlines()
     assert lines[1] == "variants:"
     assert any(line.split()[:1] == ["sync"] and line.endswith("(default)") for line in lines)
     for name in ("async", "broadcast", "all_reduce", "scatter", "wait_vs_sync", "size", "numel",
@@ -326,12 +326,15 @@ def progress_of(run_dir, rank):
 
 @pytest.fixture(scope="module")
 def interrupted_mid_run(tmp_path_factory):
-    """slow.py (1 s steps) interrupted once both ranks are in profiled steps."""
+    """slow.py (1 s steps) interrupted once both ranks are in profiled steps: after 6 steps (1
+    warm-up, 4 unprofiled, 1 profiler warm-up), long enough for the heartbeat (every 5 s) to see
+    the ranks running; the default schedule's 20 steps before the profiled ones took 30 s."""
     def profiling(run_dir):
         return all(progress_of(run_dir, rank).get("step_kind") == "profiled" for rank in (0, 1))
 
     return run_and_interrupt(tmp_path_factory.mktemp("int"), profiling,
-                             TEST_WORKLOADS / "slow.py", "--nproc", 2, "--", "--step-s", 1)
+                             TEST_WORKLOADS / "slow.py", "--nproc", 2, "--warmup-steps", 1, "--wait", 0,
+                             "--warmup", 1, "--active", 4, "--", "--step-s", 1)
 
 
 def assert_cleanly_interrupted(proc, run_dir, kept="logs and traces"):

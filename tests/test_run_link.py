@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, SHORT_SCHEDULE, _overlapprof
+from conftest import REPO, SHORT_SCHEDULE, _overlapprof, overlapprof_here
 
 pytestmark = pytest.mark.skipif(not (shutil.which("unshare") and shutil.which("tc")),
                                 reason="needs unshare (util-linux) and tc (iproute2)")
@@ -127,10 +127,10 @@ def test_plain_loopback_run_says_so(runs):
     (["--link-rate", "2gbit", "--link-latency", "0"], "--link-latency"),
 ])
 def test_refusals_are_one_line_and_exit_2(tmp_path, args, message):
-    proc = _overlapprof("run", "workloads/ring.py", "--out", tmp_path / "out", *args)
-    assert proc.returncode == 2, proc.stderr
-    assert message in last_line(proc.stderr)
-    assert "Traceback" not in proc.stderr
+    result = overlapprof_here("run", "workloads/ring.py", "--out", tmp_path / "out", *args)
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert message in last_line(result.stderr)
+    assert "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
 
 
