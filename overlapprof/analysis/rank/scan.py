@@ -36,6 +36,7 @@ from overlapprof.trace.reader import LayoutError, TraceReader
 
 
 _CATEGORY = Cache(C.category_code)
+_CATEGORY_OF: dict = {}  # the same, a plain dict: CPython looks up a plain dict's keys faster
 
 
 def launch_rows(codes: np.ndarray, corr: np.ndarray, of=None) -> np.ndarray:
@@ -209,6 +210,15 @@ class FileColumns:
 _TS, _DUR = attrgetter("ts"), attrgetter("dur")
 
 
+def _category_codes(events: list) -> list:
+    try:
+        return [_CATEGORY_OF[e.cat] for e in events]
+    except KeyError:
+        codes = [_CATEGORY[e.cat] for e in events]
+        _CATEGORY_OF.update(_CATEGORY)
+        return codes
+
+
 def _times(events: list, get) -> np.ndarray:
     """``get`` of each event (a time, µs) as floats, None as NaN."""
     try:
@@ -242,7 +252,7 @@ def read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threa
             index = lambda c=chunk, m=complete: np.flatnonzero(m) + c.start  # noqa: E731
         if not xe:
             continue
-        codes = np.array([_CATEGORY[e.cat] for e in xe], dtype=np.int8)
+        codes = np.array(_category_codes(xe), dtype=np.int8)
         if (odd := np.flatnonzero(codes == C.UNKNOWN)).size:
             unknown.sort(xe, odd, codes)
         name_ids = np.array([names[e.name] for e in xe], dtype=np.int32)
