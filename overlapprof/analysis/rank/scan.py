@@ -3,15 +3,16 @@
 The events are read a chunk at a time (:mod:`overlapprof.trace.reader`, with
 :data:`~overlapprof.trace.decode.ROWS_DECODER`: the events of other phases than "X" without
 their fields) with their ``args`` left raw; list comprehensions pull out of each chunk the
-complete events' ``ts``, ``dur``, category code, name id, thread and (GPU events and runtime
-calls, their args decoded in one batch) correlation; the chunk's values are copied into the file's columns
+complete events' ``ts``, ``dur``, category code, name id and thread; the args that anything
+reads (the correlations of the launch join, the kinds of ``record_param_comms`` and, when asked,
+the communication records of a :class:`~overlapprof.analysis.records.recorder.CommRecorder`) are
+taken, joined and decoded once for all of them (:mod:`overlapprof.analysis.rank.chunk_args`).
+The chunk's values are copied into the file's columns
 (:class:`~overlapprof.analysis.columns.GrowingColumns`) and the chunk is dropped. The times are
 checked a chunk at a time and a problem is raised, naming the event, once the file is read
 (:class:`Problems`). At the end the rows the classification never reads are dropped
 (:func:`drop_unread_rows`: on real GPU traces about half), and the correlations are replaced by
-each GPU event's launching runtime call (:func:`launch_rows`). When asked, a
-:class:`~overlapprof.analysis.records.recorder.CommRecorder` reads the communication records from
-the same chunks. The result is a :class:`Scan` (:mod:`overlapprof.analysis.rank.read` reads a
+each GPU event's launching runtime call (:func:`launch_rows`). The result is a :class:`Scan` (:mod:`overlapprof.analysis.rank.read` reads a
 file into one, by several processes when it is large), classified by
 :mod:`overlapprof.analysis.rank.events`.
 """

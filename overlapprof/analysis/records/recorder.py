@@ -4,11 +4,13 @@ While :mod:`overlapprof.analysis.rank.scan` reads a file chunk by chunk, a :clas
 keeps, for the few events communication records refer to, only what they need: the typed
 arguments of the *record rows* — GPU activity (any of it may be communication: OVERLAP.md
 section 1), ``<backend>:<op>`` annotations, ``record_param_comms`` and ``c10d::*`` ops.
-Arguments are decoded a batch of rows at a time, only the fields whose key occurs in the batch,
-and kept as codes of distinct values (:class:`~overlapprof.analysis.records.fields.Field`) or
-float columns, for the *argument rows* alone: the record rows of batches that held a field
-(kernels' args rarely hold one). Threads are the scan's thread column, recoded into the rank's
-(:meth:`CommRecorder.records`). Its :class:`Records` are what
+Arguments come a batch of rows at a time (a chunk's kernels, then its other record rows), decoded
+by the scan with what it reads of them (:mod:`overlapprof.analysis.rank.chunk_args`), or raw: then
+only the fields whose key occurs in the batch's text are decoded (kernels' args rarely hold one).
+The fields that have a value in a batch are kept as codes of distinct values
+(:class:`~overlapprof.analysis.records.fields.Field`) or float columns, for the *argument rows*
+alone: the record rows of batches that held a field. Threads are the scan's thread column,
+recoded into the rank's (:meth:`CommRecorder.records`). Its :class:`Records` are what
 :func:`overlapprof.analysis.records.table.comm_table` builds a file's table from.
 """
 
