@@ -19,6 +19,7 @@ file into one, by several processes when it is large), classified by
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter
@@ -31,7 +32,7 @@ from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.rank.chunk_args import IS_CORRELATED, chunk_args
 from overlapprof.analysis.records.recorder import CommRecorder, Records, hashable
 from overlapprof.errors import TraceError
-from overlapprof.trace.decode import ROWS_DECODER, TraceFile
+from overlapprof.trace.decode import ROWS_DECODER, CompleteRow, TraceFile
 from overlapprof.trace.ranges import text_bytes
 from overlapprof.trace.reader import LayoutError, TraceReader
 
@@ -211,6 +212,15 @@ class FileColumns:
 _TS, _DUR = attrgetter("ts"), attrgetter("dur")
 
 
+def _complete(events: list) -> list:
+    """Which events are complete ("X"). ROWS_DECODER decodes them as CompleteRow structs, and
+    the others as structs of their phase (``ph`` on the type, not a field): a type test, faster
+    than reading ``ph``; events whose ``ph`` is a field (ThreadRowEvents) by it."""
+    if events and "ph" in getattr(type(events[0]), "__struct_fields__", ("ph",)):
+        return [e.ph == "X" for e in events]
+    return [type(e) is CompleteRow for e in events]
+
+
 def _category_codes(events: list) -> list:
     try:
         return [_CATEGORY_OF[e.cat] for e in events]
@@ -244,7 +254,7 @@ def read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threa
     feed = recorder if keep is None else None  # else the recorder reads the kept rows (below)
     for chunk in chunks:
         events = chunk.events
-        complete = [e.ph == "X" for e in events]
+        complete = _complete(events)
         if all(complete):
             xe = events
             index = lambda c=chunk, n=len(events): np.arange(c.start, c.start + n)  # noqa: E731
@@ -301,7 +311,18 @@ class _Unknown:
             self.host_threads.update(np.flatnonzero(mark).tolist())
 
     def sort(self, events: list, rows: np.ndarray, codes: np.ndarray) -> None:
-        for i in rows.tolist():
+        """Count ``events[rows]`` (of unknown categories) by (category, process), or give them
+        their legacy process's category in ``codes``."""
+        rows = rows.tolist()
+        cats = [events[i].cat for i in rows]
+        if "" not in cats:  # no legacy event: counted at once
+            try:
+                for key, n in Counter(zip(cats, [events[i].pid for i in rows])).items():  # in order of appearance
+                    self.counts[key] = self.counts.get(key, 0) + n
+                return
+            except TypeError:  # an unhashable pid: one at a time, below
+                pass
+        for i in rows:
             e = events[i]
             if not e.cat and isinstance(e.pid, str) and e.pid in C.LEGACY_PROCESSES:
                 codes[i] = C.LEGACY_PROCESSES[e.pid]
