@@ -73,8 +73,8 @@ def compare(trees: dict[str, Path], files: list[str], workers: int, repeat: int,
         print(line)
     base, new = ({key: statistics.median(r[key] for r in runs[name]) for key in ("work_s", "wall_s", "cpu_s")}
                  for name in ("baseline", "new"))
-    print(f"  new/baseline (medians): work {new['work_s'] / base['work_s']:.3f}x, wall {new['wall_s'] / base['wall_s']:.3f}x,"
-          f" cpu {new['cpu_s'] / base['cpu_s']:.3f}x;"
+    print(f"  new/baseline (medians): work {new['work_s'] / base['work_s']:.3f}x,"
+          f" wall {new['wall_s'] / base['wall_s']:.3f}x, cpu {new['cpu_s'] / base['cpu_s']:.3f}x;"
           f" same overlap ratios: {'yes' if ratios['baseline'] == ratios['new'] else f'NO {ratios}'}")
 
 

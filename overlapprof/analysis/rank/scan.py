@@ -12,9 +12,9 @@ The chunk's values are copied into the file's columns
 checked a chunk at a time and a problem is raised, naming the event, once the file is read
 (:class:`Problems`). At the end the rows the classification never reads are dropped
 (:func:`drop_unread_rows`: on real GPU traces about half), and the correlations are replaced by
-each GPU event's launching runtime call (:func:`launch_rows`). The result is a :class:`Scan` (:mod:`overlapprof.analysis.rank.read` reads a
-file into one, by several processes when it is large), classified by
-:mod:`overlapprof.analysis.rank.events`.
+each GPU event's launching runtime call (:func:`launch_rows`). The result is a :class:`Scan`
+(:mod:`overlapprof.analysis.rank.read` reads a file into one, by several processes when it is
+large), classified by :mod:`overlapprof.analysis.rank.events`.
 """
 
 from __future__ import annotations
