@@ -11,9 +11,11 @@ imported); the two trees' runs alternate, the first tree changing each round, so
 in the machine's load reaches both. Inputs: the folders given (default ``tests/data/mtia``) and,
 with ``--gen-mb``, a generated single-rank trace of that many MB of JSON (``gen_traces``,
 operation-dense: an operation every few events). Printed per input and worker count: the median
-"work" time (the ``analyze`` call) and "wall" time (the whole process) of each tree, their
-spread (min-max), and new/baseline of the medians; ``--peak`` adds one run of each that samples
-its peak memory (PSS of the process tree). Benchmarks print; they do not assert.
+"work" time (the ``analyze`` call), "wall" time (the whole process) and "cpu" time (the
+``analyze`` call's CPU time in this process: the workers' is not counted; steadier than the
+clocks on a busy machine) of each tree, their spread (min-max), and new/baseline of the
+medians; ``--peak`` adds one run of each that samples its peak memory (PSS of the process tree).
+Benchmarks print; they do not assert.
 """
 
 from __future__ import annotations
@@ -43,9 +45,9 @@ FROM_TREE = (
 
 CHILD = FROM_TREE + (
     "RES = {}\nimport overlapprof.analysis.analyzer\n"
-    "t = time.perf_counter()\n"
+    "t, c = time.perf_counter(), time.process_time()\n"
     "r = overlapprof.analyze(sys.argv[2:], workers=int(sys.argv[1]) or None)  # 0: the default\n"
-    "RES['work_s'] = time.perf_counter() - t\n"
+    "RES['work_s'], RES['cpu_s'] = time.perf_counter() - t, time.process_time() - c\n"
     "RES['ratios'] = {x.rank: x.metrics.overlap_ratio for x in r.ranks}\n" + _RUSAGE
 )
 
@@ -110,14 +112,16 @@ def compare(trees: dict[str, Path], files: list[str], workers: int, repeat: int,
     for name in trees:
         work = [r["work_s"] for r in runs[name]]
         wall = [r["wall_s"] for r in runs[name]]
-        line = f"  {name:<9} work {_spread(work)}  wall {_spread(wall)}"
+        cpu = [r["cpu_s"] for r in runs[name]]
+        line = f"  {name:<9} work {_spread(work)}  wall {_spread(wall)}  cpu {_spread(cpu)}"
         if peak:
             sampled = measure_once(CHILD, [str(workers), *files], env={**env, "PYTHONPATH": str(trees[name])})
             line += f"  peak {sampled.get('peak_mb', float('nan')):6.0f} MB"
         print(line)
-    base, new = ({key: statistics.median(r[key] for r in runs[name]) for key in ("work_s", "wall_s")}
+    base, new = ({key: statistics.median(r[key] for r in runs[name]) for key in ("work_s", "wall_s", "cpu_s")}
                  for name in ("baseline", "new"))
-    print(f"  new/baseline (medians): work {new['work_s'] / base['work_s']:.3f}x, wall {new['wall_s'] / base['wall_s']:.3f}x;"
+    print(f"  new/baseline (medians): work {new['work_s'] / base['work_s']:.3f}x,"
+          f" wall {new['wall_s'] / base['wall_s']:.3f}x, cpu {new['cpu_s'] / base['cpu_s']:.3f}x;"
           f" same overlap ratios: {'yes' if ratios['baseline'] == ratios['new'] else f'NO {ratios}'}")
 
 

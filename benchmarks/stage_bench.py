@@ -1,6 +1,6 @@
 """Where ``overlapprof.analyze`` spends its time, stage by stage, against the decoder's own speed.
 
-    python benchmarks/stage_bench.py [--repeat N] [--gen-mb MB] [FOLDER ...]
+    python benchmarks/stage_bench.py [--repeat N] [--gen-mb MB] [--clock wall|cpu] [FOLDER ...]
 
 One rank at a time, one worker (the stages run in this process, in order), after one run that
 warms the caches; each stage's time is the median over ``--repeat`` runs. The stages are timed
@@ -9,8 +9,9 @@ stage is the time inside its function less the stages nested in it:
 
 - decode: reading, inflating and decoding the chunks of events (the reader's generator);
 - columns: the chunk's events into columns (categories, names, threads, correlations, times);
-- records (chunks): the communication recorder's share of each chunk; records (built): its
-  table, once the file is read;
+- records (chunks): the communication recorder's share of each chunk (the args it shares with
+  the columns are decoded in columns: ``rank/chunk_args``); records (built): its table, once the
+  file is read;
 - scan finish: dropping the rows the classification never reads, the launch join;
 - classify: the events into communication, compute and memory sets, steps, kinds;
 - metrics: the unions and the rank's report (steps, kinds, partition, timeline);
@@ -22,7 +23,8 @@ Beside it, the decoder alone on the same bytes: the file read (and gunzipped, ov
 gunzip), then ``msgspec`` decoding it whole, untyped and typed (the struct overlapprof decodes
 each event into). Inputs: the folders given (default ``tests/data/mtia``) and, with
 ``--gen-mb``, a generated operation-dense trace of that many MB of JSON (``gen_traces``).
-Benchmarks print; they do not assert.
+``--clock cpu`` times with this process's CPU time instead of the wall clock (steadier on a shared
+machine; the decoder is one thread). Benchmarks print; they do not assert.
 """
 
 from __future__ import annotations
@@ -64,17 +66,19 @@ FUNCTIONS = [
     ("build_crossrank", "overlapprof.analysis.crossrank.section", "build_crossrank"),
     ("explain", "overlapprof.analysis.exposure", "explain"),
 ]
-METHODS = [("records_add", "overlapprof.analysis.records.recorder", "CommRecorder", "add"),
+METHODS = [("records_raw", "overlapprof.analysis.records.recorder", "CommRecorder", "add_raw"),
+           ("records_decoded", "overlapprof.analysis.records.recorder", "CommRecorder", "add_decoded"),
            ("records_built", "overlapprof.analysis.records.recorder", "CommRecorder", "records")]
+CLOCK = time.perf_counter  # --clock cpu: time.process_time
 
 
 def _timed(name: str, fn):
     def wrapper(*args, **kw):
-        t = time.perf_counter()
+        t = CLOCK()
         try:
             return fn(*args, **kw)
         finally:
-            SPENT[name] += time.perf_counter() - t
+            SPENT[name] += CLOCK() - t
 
     return wrapper
 
@@ -85,13 +89,13 @@ def _timed_chunks(chunks):
     def wrapper(self, *args, **kw):
         it = chunks(self, *args, **kw)
         while True:
-            t = time.perf_counter()
+            t = CLOCK()
             try:
                 chunk = next(it)
             except StopIteration:
-                SPENT["decode"] += time.perf_counter() - t
+                SPENT["decode"] += CLOCK() - t
                 return
-            SPENT["decode"] += time.perf_counter() - t
+            SPENT["decode"] += CLOCK() - t
             yield chunk
 
     return wrapper
@@ -122,8 +126,8 @@ def stages(s: dict[str, float]) -> dict[str, float]:
     metrics = g("rank_unions") + g("rank_report")
     return {
         "decode": g("decode"),
-        "columns": g("read_serially") - g("decode") - g("records_add"),
-        "records (chunks)": g("records_add"),
+        "columns": g("read_serially") - g("decode") - g("records_raw") - g("records_decoded"),
+        "records (chunks)": g("records_raw") + g("records_decoded"),
         "records (built)": g("records_built"),
         "scan finish": g("read_scan") - g("read_serially") - g("records_built"),
         "classify": g("rank_events") - g("read_scan"),
@@ -143,14 +147,14 @@ class Top(msgspec.Struct):
 
 def decoder(files: list[str]) -> dict[str, float]:
     out = {}
-    t = time.perf_counter()
+    t = CLOCK()
     data = [read_bytes(f) for f in files]
-    out["read + gunzip"] = time.perf_counter() - t
+    out["read + gunzip"] = CLOCK() - t
     for label, dec in (("msgspec untyped", msgspec.json.Decoder()), ("msgspec typed", msgspec.json.Decoder(Top))):
-        t = time.perf_counter()
+        t = CLOCK()
         for d in data:
             dec.decode(d)
-        out[label] = time.perf_counter() - t
+        out[label] = CLOCK() - t
         gc.collect()
     out["bytes"] = sum(len(d) for d in data)
     return out
@@ -185,7 +189,10 @@ def main(argv=None) -> None:
     p.add_argument("folders", nargs="*", type=Path, default=[ROOT / "tests" / "data" / "mtia"])
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--gen-mb", type=float, help="also a generated single-rank trace of this many MB of JSON")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     a = p.parse_args(argv)
+    global CLOCK
+    CLOCK = time.process_time if a.clock == "cpu" else time.perf_counter
     install()
     for folder in a.folders:
         measure(str(folder), folder, a.repeat)

@@ -1,4 +1,5 @@
-"""Generic helpers over numpy columns: distinct rows of int columns, and an insertion-ordered index.
+"""Generic helpers over numpy columns: distinct rows of int columns, an insertion-ordered index,
+and a cache of a function's values.
 
 Used by every stage that keeps values as small int codes (communication records, logical
 operations, matching): a rule that reads names and values runs once per distinct combination of
@@ -20,6 +21,18 @@ class Index(dict):
     def __missing__(self, key):
         value = self[key] = len(self.order)
         self.order.append(key)
+        return value
+
+
+class Cache(dict):
+    """A dict that computes missing values with ``func`` (one call per distinct key)."""
+
+    def __init__(self, func):
+        super().__init__()
+        self.func = func
+
+    def __missing__(self, key):
+        value = self[key] = self.func(key)
         return value
 
 

@@ -5,8 +5,9 @@ without building Python objects. :class:`RowEvent` is what the analyzer reads of
 (``ph``, ``cat``, ``name``, ``ts``, ``dur``, and ``args`` as raw JSON); :class:`ThreadRowEvent`
 adds the process and thread, for the records of communication operations. Arguments are decoded
 only for the rows that read them, a batch at a time: :class:`LaunchArgs` (the ``correlation``
-of GPU events and runtime calls) and :class:`EventArgs` (the collective parameters of the
-communication records). :class:`ScanEvent`, with its args typed, is the reader's default.
+of GPU events and runtime calls), :class:`EventArgs` (the collective parameters of the
+communication records) and :class:`RowArgs` (both: a record row's args, decoded once).
+:class:`ScanEvent`, with its args typed, is the reader's default.
 :mod:`overlapprof.trace.reader` reads a file's events a chunk at a time with these.
 
 Gzip is detected from the magic bytes, not the file name, and inflated a bounded piece at a time
@@ -77,6 +78,14 @@ class LaunchArgs(msgspec.Struct, gc=False):
     of the event its stream waited for (recorded with ``enable_cuda_sync_events``)."""
 
     correlation: int | None = None
+    wait_on_cuda_event_record_corr_id: int | None = None
+
+
+class RowArgs(EventArgs, gc=False):
+    """What every reader of a communication record row's args reads: :class:`EventArgs` and, like
+    :class:`LaunchArgs`, ``wait_on_cuda_event_record_corr_id`` (so that args that decode as a
+    RowArgs decode as either, to the same values)."""
+
     wait_on_cuda_event_record_corr_id: int | None = None
 
 
@@ -170,6 +179,7 @@ THREAD_ROW_DECODER = msgspec.json.Decoder(list[ThreadRowEvent])
 ROWS_DECODER = _RowsDecoder()  # what the scan reads: ThreadRowEvents' fields, complete events only
 LAUNCH_ARGS = msgspec.json.Decoder(list[LaunchArgs | None])
 EVENT_ARGS = msgspec.json.Decoder(list[EventArgs | None])
+ROW_ARGS = msgspec.json.Decoder(list[RowArgs | None])
 _ONE_EVENT_ARGS = msgspec.json.Decoder(EventArgs | None)
 CHUNK = 20_000  # events decoded at a time: bounds the Python objects alive at once
 _AT = re.compile(r" - at `\$\.?(.*)`$")

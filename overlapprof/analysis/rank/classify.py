@@ -42,6 +42,7 @@ KINDS = (
     "barrier",
     "other",
 )
+KIND_CODE = {kind: i for i, kind in enumerate(KINDS)}  # a kind's code: its index in KINDS
 
 COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
 COMM_ANNOTATION = re.compile(r"^[A-Za-z0-9_]+:[A-Za-z0-9_]+(?:\s.*)?$", re.DOTALL)  # any `a:b` (records)

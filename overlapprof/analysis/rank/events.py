@@ -21,8 +21,9 @@ from overlapprof.analysis import heap
 from overlapprof.analysis.columns import Index
 from overlapprof.analysis.intervals import union
 from overlapprof.analysis.rank import classify as C
+from overlapprof.analysis.rank.classify import KIND_CODE
 from overlapprof.analysis.rank.read import read_scan
-from overlapprof.analysis.rank.scan import IS_GPU, KIND_CODE, Scan
+from overlapprof.analysis.rank.scan import IS_GPU, Scan
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
 from overlapprof.analysis.records.table import CommTable, comm_table, innermost

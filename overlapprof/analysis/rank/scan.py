@@ -3,51 +3,42 @@
 The events are read a chunk at a time (:mod:`overlapprof.trace.reader`, with
 :data:`~overlapprof.trace.decode.ROWS_DECODER`: the events of other phases than "X" without
 their fields) with their ``args`` left raw; list comprehensions pull out of each chunk the
-complete events' ``ts``, ``dur``, category code, name id, thread and (GPU events and runtime
-calls, their args decoded in one batch) correlation; the chunk's values are copied into the file's columns
+complete events' ``ts``, ``dur``, category code, name id and thread; the args that anything
+reads (the correlations of the launch join, the kinds of ``record_param_comms`` and, when asked,
+the communication records of a :class:`~overlapprof.analysis.records.recorder.CommRecorder`) are
+taken, joined and decoded once for all of them (:mod:`overlapprof.analysis.rank.chunk_args`).
+The chunk's values are copied into the file's columns
 (:class:`~overlapprof.analysis.columns.GrowingColumns`) and the chunk is dropped. The times are
 checked a chunk at a time and a problem is raised, naming the event, once the file is read
 (:class:`Problems`). At the end the rows the classification never reads are dropped
 (:func:`drop_unread_rows`: on real GPU traces about half), and the correlations are replaced by
-each GPU event's launching runtime call (:func:`launch_rows`). When asked, a
-:class:`~overlapprof.analysis.records.recorder.CommRecorder` reads the communication records from
-the same chunks. The result is a :class:`Scan` (:mod:`overlapprof.analysis.rank.read` reads a
-file into one, by several processes when it is large), classified by
-:mod:`overlapprof.analysis.rank.events`.
+each GPU event's launching runtime call (:func:`launch_rows`). The result is a :class:`Scan`
+(:mod:`overlapprof.analysis.rank.read` reads a file into one, by several processes when it is
+large), classified by :mod:`overlapprof.analysis.rank.events`.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress
+from operator import attrgetter
 
-import msgspec
 import numpy as np
 
-from overlapprof.analysis.columns import GrowingColumns, Index
+from overlapprof.analysis.columns import Cache, GrowingColumns, Index
 from overlapprof.analysis.intervals import event_ends
 from overlapprof.analysis.rank import classify as C
+from overlapprof.analysis.rank.chunk_args import IS_CORRELATED, chunk_args
 from overlapprof.analysis.records.recorder import CommRecorder, Records, hashable
 from overlapprof.errors import TraceError
-from overlapprof.trace.decode import LAUNCH_ARGS, ROWS_DECODER, TraceFile, decode_checked
+from overlapprof.trace.decode import ROWS_DECODER, CompleteRow, TraceFile
 from overlapprof.trace.ranges import text_bytes
 from overlapprof.trace.reader import LayoutError, TraceReader
 
 
-class _Cache(dict):
-    """A dict that computes missing values with ``func`` (one call per distinct key)."""
-
-    def __init__(self, func):
-        super().__init__()
-        self.func = func
-
-    def __missing__(self, key):
-        value = self[key] = self.func(key)
-        return value
-
-
-_CATEGORY = _Cache(C.category_code)
-KIND_CODE = {kind: i for i, kind in enumerate(C.KINDS)}
+_CATEGORY = Cache(C.category_code)
+_CATEGORY_OF: dict = {}  # the same, a plain dict: CPython looks up a plain dict's keys faster
 
 
 def launch_rows(codes: np.ndarray, corr: np.ndarray, of=None) -> np.ndarray:
@@ -112,55 +103,43 @@ class Scan:
         return event_ends(self.ts[rows], self.dur[rows])
 
 
-_CORRELATED = (C.KERNEL, C.MEMCPY, C.MEMSET, C.RUNTIME, C.SYNC)
 _THREADED = (C.CPU_OP, C.ANNOTATION, C.RUNTIME, C.SYNC, *C.GPU_CATEGORIES)
 
 
-class _CollectiveArgs(msgspec.Struct, gc=False):
-    collective: object = msgspec.field(default=None, name="Collective name")
-
-
-_COLLECTIVE_ARGS = msgspec.json.Decoder(list[_CollectiveArgs | None])
-
-
-def _collective_code(value) -> int:
-    """The kind code of a record_param_comms' ``Collective name`` (-1: none, or not a known kind)."""
-    if not isinstance(value, str):
-        return -1
-    kind = C.comm_kind(value)
-    return -1 if kind == "other" else KIND_CODE[kind]
-
-
-_COLLECTIVE_CODE = _Cache(_collective_code)
-
-
 class Threads(dict):
-    """(pid, tid) -> a small int code, one per distinct thread of a file."""
+    """(pid, tid) -> a small int code, one per distinct thread of a file, in order of first
+    appearance."""
+
+    def __init__(self):
+        super().__init__()
+        # The same codes as pid -> {tid: code}, plain dicts: looked up per event without a
+        # (pid, tid) tuple, and CPython's lookup in a plain dict is faster than in a subclass.
+        self._by_pid: dict = {}
 
     def __missing__(self, key):
         value = self[key] = len(self)
         return value
 
     def codes(self, events: list, rows: list) -> list:
+        """The codes of ``events[rows]`` (new threads get theirs in row order)."""
+        by_pid = self._by_pid
         try:
-            return [self[(events[i].pid, events[i].tid)] for i in rows]
-        except TypeError:  # an unhashable pid or tid (odd JSON): by its text
-            return [self[(hashable(events[i].pid), hashable(events[i].tid))] for i in rows]
+            return [by_pid[events[i].pid][events[i].tid] for i in rows]
+        except KeyError:  # a new thread: this chunk as the dict numbers it
+            known = len(self)
+            try:
+                codes = [self[(events[i].pid, events[i].tid)] for i in rows]
+            except TypeError:
+                return self._by_text(events, rows)
+            for (pid, tid), code in list(self.items())[known:]:
+                by_pid.setdefault(pid, {})[tid] = code
+            return codes
+        except TypeError:
+            return self._by_text(events, rows)
 
-
-def _correlations(path, events: list, rows: np.ndarray, index, sync: np.ndarray) -> np.ndarray:
-    """The ``correlation`` arg of ``events[rows]`` (NaN: none), their args decoded in one batch;
-    for the rows where ``sync`` (CUDA sync events) the correlation of the event record they wait
-    on. TraceError (naming the event: ``index()`` numbers the events) when an args is not an
-    object or its correlation not an int."""
-    rows = rows.tolist()
-    text = b"[" + b",".join([events[i].args or b"null" for i in rows]) + b"]"
-    where = lambda k: f"traceEvents[{index()[rows[k]]}].args"  # noqa: E731
-    args = decode_checked(path, LAUNCH_ARGS, text, where)
-    if not sync.any():
-        return np.array([a.correlation if a is not None else None for a in args], dtype=np.float64)
-    return np.array([None if a is None else a.wait_on_cuda_event_record_corr_id if s else a.correlation
-                     for a, s in zip(args, sync.tolist())], dtype=np.float64)
+    def _by_text(self, events: list, rows: list) -> list:
+        """:meth:`codes` when a pid or tid is unhashable (odd JSON): by its text."""
+        return [self[(hashable(events[i].pid), hashable(events[i].tid))] for i in rows]
 
 
 # The columns of a file's complete events (see Scan), as read_chunks gives them.
@@ -168,7 +147,6 @@ def _correlations(path, events: list, rows: np.ndarray, index, sync: np.ndarray)
 # of those categories only (IS_CORRELATED), in row order.
 SCAN_COLUMNS = {"ts": np.float64, "dur": np.float64, "codes": np.int8, "name_ids": np.int32, "thread": np.int32,
                 "collective": np.int8}
-IS_CORRELATED = np.isin(np.arange(C.CATEGORIES), _CORRELATED)  # by category code
 _IS_THREADED = np.isin(np.arange(C.CATEGORIES), _THREADED)
 IS_GPU = np.isin(np.arange(C.CATEGORIES), C.GPU_CATEGORIES)
 _READ_IN_GPU_MODE = np.isin(np.arange(C.CATEGORIES), (*C.GPU_CATEGORIES, C.RUNTIME, C.ANNOTATION, C.SYNC))  # and some CPU ops
@@ -231,7 +209,33 @@ class FileColumns:
         return {**self.columns.arrays(), **self.links.arrays()} if self.size else None
 
 
-_NO_CORR = np.empty(0, dtype=np.float64)
+_TS, _DUR = attrgetter("ts"), attrgetter("dur")
+
+
+def _complete(events: list) -> list:
+    """Which events are complete ("X"). ROWS_DECODER decodes them as CompleteRow structs, and
+    the others as structs of their phase (``ph`` on the type, not a field): a type test, faster
+    than reading ``ph``; events whose ``ph`` is a field (ThreadRowEvents) by it."""
+    if events and "ph" in getattr(type(events[0]), "__struct_fields__", ("ph",)):
+        return [e.ph == "X" for e in events]
+    return [type(e) is CompleteRow for e in events]
+
+
+def _category_codes(events: list) -> list:
+    try:
+        return [_CATEGORY_OF[e.cat] for e in events]
+    except KeyError:
+        codes = [_CATEGORY[e.cat] for e in events]
+        _CATEGORY_OF.update(_CATEGORY)
+        return codes
+
+
+def _times(events: list, get) -> np.ndarray:
+    """``get`` of each event (a time, µs) as floats, None as NaN."""
+    try:
+        return np.fromiter(map(get, events), np.float64, len(events))
+    except TypeError:  # a None: np.array makes it NaN
+        return np.array(list(map(get, events)), dtype=np.float64)
 
 
 def read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threads: Threads, rows: int,
@@ -247,9 +251,10 @@ def read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threa
     problems = Problems()
     unknown = _Unknown()
     params_id = names[C.PARAM_COMMS]
+    feed = recorder if keep is None else None  # else the recorder reads the kept rows (below)
     for chunk in chunks:
         events = chunk.events
-        complete = [e.ph == "X" for e in events]
+        complete = _complete(events)
         if all(complete):
             xe = events
             index = lambda c=chunk, n=len(events): np.arange(c.start, c.start + n)  # noqa: E731
@@ -258,28 +263,22 @@ def read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threa
             index = lambda c=chunk, m=complete: np.flatnonzero(m) + c.start  # noqa: E731
         if not xe:
             continue
-        codes = np.array([_CATEGORY[e.cat] for e in xe], dtype=np.int8)
+        codes = np.array(_category_codes(xe), dtype=np.int8)
         if (odd := np.flatnonzero(codes == C.UNKNOWN)).size:
             unknown.sort(xe, odd, codes)
         name_ids = np.array([names[e.name] for e in xe], dtype=np.int32)
         linked = np.flatnonzero(IS_CORRELATED[codes])
-        corr = _correlations(path, xe, linked, index, codes[linked] == C.SYNC) if linked.size else _NO_CORR
+        params = np.flatnonzero((codes == C.CPU_OP) & (name_ids == params_id)).tolist()
+        corr, kinds = chunk_args(path, xe, codes, name_ids, linked, params, index, feed, sink.size)
         thread = np.full(len(xe), -1, dtype=np.int32)
         located = np.flatnonzero(_IS_THREADED[codes])
         if located.size:
             thread[located] = threads.codes(xe, located.tolist())
             unknown.see_hosts(thread[_IS_HOST[codes]])
         collective = np.full(len(xe), -1, dtype=np.int8)
-        params = np.flatnonzero((codes == C.CPU_OP) & (name_ids == params_id)).tolist()
         if params:
-            text = b"[" + b",".join([xe[i].args or b"null" for i in params]) + b"]"
-            try:
-                args = _COLLECTIVE_ARGS.decode(text)
-            except msgspec.MsgspecError:  # odd args: the kind comes from the names
-                args = [None] * len(params)
-            collective[params] = [_COLLECTIVE_CODE[a.collective if a is not None else None] for a in args]
-        ts = np.array([e.ts for e in xe], dtype=np.float64)  # None -> NaN
-        dur = np.array([e.dur for e in xe], dtype=np.float64)
+            collective[params] = kinds
+        ts, dur = _times(xe, _TS), _times(xe, _DUR)
         with np.errstate(invalid="ignore", over="ignore"):
             end = event_ends(ts, dur)
         problems.check(ts, dur, end, index)
@@ -289,7 +288,7 @@ def read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threa
             columns = {k: v[mask] for k, v in columns.items()}
             xe, codes, name_ids = list(compress(xe, mask.tolist())), columns["codes"], columns["name_ids"]
         sink.append(columns, corr)
-        if recorder is not None:
+        if recorder is not None and feed is None:
             recorder.add(xe, codes, name_ids, sink.size - len(xe))
     return sink.result(), unknown.on_devices(threads), problems
 
@@ -312,7 +311,18 @@ class _Unknown:
             self.host_threads.update(np.flatnonzero(mark).tolist())
 
     def sort(self, events: list, rows: np.ndarray, codes: np.ndarray) -> None:
-        for i in rows.tolist():
+        """Count ``events[rows]`` (of unknown categories) by (category, process), or give them
+        their legacy process's category in ``codes``."""
+        rows = rows.tolist()
+        cats = [events[i].cat for i in rows]
+        if "" not in cats:  # no legacy event: counted at once
+            try:
+                for key, n in Counter(zip(cats, [events[i].pid for i in rows])).items():  # in order of appearance
+                    self.counts[key] = self.counts.get(key, 0) + n
+                return
+            except TypeError:  # an unhashable pid: one at a time, below
+                pass
+        for i in rows:
             e = events[i]
             if not e.cat and isinstance(e.pid, str) and e.pid in C.LEGACY_PROCESSES:
                 codes[i] = C.LEGACY_PROCESSES[e.pid]

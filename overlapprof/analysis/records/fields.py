@@ -53,9 +53,9 @@ class Field(dict):
 
     def codes(self, raws: list) -> np.ndarray:
         try:  # as they are, when hashable
-            return np.array(list(map(self.__getitem__, raws)), dtype=np.int32)
+            return np.array([self[raw] for raw in raws], dtype=np.int32)
         except TypeError:
-            return np.array(list(map(self.__getitem__, map(self.key, raws))), dtype=np.int32)
+            return np.array([self[key] for key in map(self.key, raws)], dtype=np.int32)
 
 
 _ANY = msgspec.json.Decoder()

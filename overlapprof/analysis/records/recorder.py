@@ -4,11 +4,13 @@ While :mod:`overlapprof.analysis.rank.scan` reads a file chunk by chunk, a :clas
 keeps, for the few events communication records refer to, only what they need: the typed
 arguments of the *record rows* — GPU activity (any of it may be communication: OVERLAP.md
 section 1), ``<backend>:<op>`` annotations, ``record_param_comms`` and ``c10d::*`` ops.
-Arguments are decoded a batch of rows at a time, only the fields whose key occurs in the batch,
-and kept as codes of distinct values (:class:`~overlapprof.analysis.records.fields.Field`) or
-float columns, for the *argument rows* alone: the record rows of batches that held a field
-(kernels' args rarely hold one). Threads are the scan's thread column, recoded into the rank's
-(:meth:`CommRecorder.records`). Its :class:`Records` are what
+Arguments come a batch of rows at a time (a chunk's kernels, then its other record rows), decoded
+by the scan with what it reads of them (:mod:`overlapprof.analysis.rank.chunk_args`), or raw: then
+only the fields whose key occurs in the batch's text are decoded (kernels' args rarely hold one).
+The fields that have a value in a batch are kept as codes of distinct values
+(:class:`~overlapprof.analysis.records.fields.Field`) or float columns, for the *argument rows*
+alone: the record rows of batches that held a field. Threads are the scan's thread column,
+recoded into the rank's (:meth:`CommRecorder.records`). Its :class:`Records` are what
 :func:`overlapprof.analysis.records.table.comm_table` builds a file's table from.
 """
 
@@ -26,17 +28,25 @@ from overlapprof.trace import decode as D
 
 # Roles of a name (bits): what a row of the right category with that name is.
 PARAMS, CALL, ANNOTATION, KERNEL = 1, 2, 4, 8
-# What to look for in a batch's text to know which fields it may hold (one search per entry:
-# fields whose keys share a part are looked for together).
+# What to look for in a batch's text to know which fields it may hold: a key (fields whose keys
+# share a part are looked for together), only where a byte of it that kernels' args rarely hold
+# occurs in the text (one memchr: a kernel batch's ten keys, each searched for in full, cost three
+# times the batch's decoding).
 _MARKERS = {
-    b'"Collective name"': ("collective",), b' msg nelems"': ("in_nelems", "out_nelems"), b'"dtype"': ("dtype",),
-    b'"Group size"': ("group_size",), b'"Process Group ': ("pg_name", "pg_desc", "pg_ranks"), b'"Seq"': ("seq",),
-    b'"seq"': ("seq_lower",), b'"Input ': ("input_dims", "input_type"), b' Rank"': ("src_rank", "dst_rank"),
-    b'"Concrete Inputs"': ("concrete_inputs",), b'"stream"': ("stream",), b'"device"': ("device",),
-    b'"correlation"': ("correlation",), b'"External id"': ("external_id",),
+    b'"Collective name"': (b"C", ("collective",)), b'"In msg nelems"': (b"I", ("in_nelems",)),
+    b'"Out msg nelems"': (b"O", ("out_nelems",)), b'"dtype"': (b"y", ("dtype",)),
+    b'"Group size"': (b"G", ("group_size",)), b'"Process Group ': (b"P", ("pg_name", "pg_desc", "pg_ranks")),
+    b'"Seq"': (b"q", ("seq",)), b'"seq"': (b"q", ("seq_lower",)), b'"Input ': (b"I", ("input_dims", "input_type")),
+    b' Rank"': (b"R", ("src_rank", "dst_rank")), b'"Concrete Inputs"': (b"C", ("concrete_inputs",)),
+    b'"stream"': (b"m", ("stream",)), b'"device"': (b"v", ("device",)), b'"correlation"': (b"c", ("correlation",)),
+    b'"External id"': (b"E", ("external_id",)),
 }
-assert {f for fields in _MARKERS.values() for f in fields} == {f.name for f in msgspec.structs.fields(D.EventArgs)}
+assert {f for _, fields in _MARKERS.values() for f in fields} == {f.name for f in msgspec.structs.fields(D.EventArgs)}
+assert all(probe in marker for marker, (probe, _) in _MARKERS.items())
 _EMPTY_ARGS = D.EventArgs()
+# A field's value when its key is absent (the struct's default: the same object every time).
+_ABSENT = {f.name: f.default for f in msgspec.structs.fields(D.EventArgs)}
+_IS_GPU = np.isin(np.arange(C.CATEGORIES), C.GPU_CATEGORIES)
 
 
 def _role(name: str, comm_re) -> int:
@@ -103,50 +113,71 @@ class CommRecorder:
     def __init__(self, comm_re, values: Values, own: bool = False):
         self.comm_re, self.values, self.own = comm_re, values, own
         wanted = {*STRING_FIELDS, *NUMBER_FIELDS, *(OWN_FIELDS if own else ())}
-        self._markers = [(m, fields) for m, fields in _MARKERS.items() if wanted.intersection(fields)]
+        self._markers = [(m, probe, fields) for m, (probe, fields) in _MARKERS.items() if wanted.intersection(fields)]
+        self._wanted = [f.name for f in msgspec.structs.fields(D.EventArgs) if f.name in wanted]
         self._rows, self._arg_rows = [], []  # record rows, and the argument rows, a batch each
         self._strings = {k: [] for k in STRING_FIELDS}
         self._numbers = {k: [] for k in NUMBER_FIELDS}
         self._own = {k: [] for k in OWN_FIELDS} if own else None
 
+    def batches(self, codes: np.ndarray, name_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The record rows of a chunk's complete events (their category codes and name ids), in
+        two batches: the kernels (their args rarely hold a field: looked for in their text before
+        any decoding, :meth:`add_raw`) and the rest."""
+        role = self._roles()[name_ids]
+        named = (((codes == C.CPU_OP) & ((role & (PARAMS | CALL)) != 0))
+                 | ((codes == C.ANNOTATION) & ((role & ANNOTATION) != 0))
+                 | _IS_GPU[codes])  # any GPU activity may be launched by a call (v2)
+        kernel = codes == C.KERNEL
+        return np.flatnonzero(named & kernel), np.flatnonzero(named & ~kernel)
+
     def add(self, events: list, codes: np.ndarray, name_ids: np.ndarray, row0: int) -> None:
         """One chunk's complete events (``events[k]`` is row ``row0 + k``), their category codes
         and name ids."""
-        v = self.values
-        if len(v.names) > v.roles.size:
-            new = [_role(n, self.comm_re) for n in v.names[v.roles.size :]]
-            v.roles = np.concatenate((v.roles, np.array(new, dtype=np.int8)))
-        role = v.roles[name_ids]
-        named = (((codes == C.CPU_OP) & ((role & (PARAMS | CALL)) != 0))
-                 | ((codes == C.ANNOTATION) & ((role & ANNOTATION) != 0))
-                 | np.isin(codes, C.GPU_CATEGORIES))  # any GPU activity may be launched by a call (v2)
-        # Kernels apart: their args rarely hold collective fields, and then need no decoding.
-        kernel = codes == C.KERNEL
-        for rows in (np.flatnonzero(named & kernel), np.flatnonzero(named & ~kernel)):
+        for rows in self.batches(codes, name_ids):
             if rows.size:
-                self._rows.append(rows + row0)
-                if self._add_args([events[i].args for i in rows.tolist()]):
-                    self._arg_rows.append(rows + row0)
+                raws = [events[i].args or b"null" for i in rows.tolist()]
+                self.add_raw(rows + row0, raws, b",".join(raws))
 
-    def _add_args(self, raws: list) -> bool:
-        """Columns of the fields of these args: of the fields whose key occurs in their text.
-        False when there is none (for kernels usually): then nothing is decoded or kept."""
-        n = len(raws)
-        text = b"[" + b",".join([r or b"null" for r in raws]) + b"]"
+    def add_raw(self, rows: np.ndarray, raws: list, text: bytes) -> None:
+        """A batch of record rows (file rows) and their raw args (absent: ``null``), ``text``
+        those joined by commas: the fields whose key occurs in the text are decoded and kept;
+        when there is none (for kernels usually), nothing is."""
+        self._rows.append(rows)
         escaped = b"\\" in text  # a key may be spelled with escapes: take every field
-        present = {f for marker, fields in self._markers if escaped or marker in text for f in fields}
-        if not present:
-            return False
-        args = [a if a is not None else _EMPTY_ARGS for a in D.event_args(raws, text)]
-        # A field absent from every row of the batch is kept as the batch's length (see records()).
+        present = {f for marker, probe, fields in self._markers if escaped or (probe in text and marker in text)
+                   for f in fields}
+        if present:
+            args = [a if a is not None else _EMPTY_ARGS for a in D.event_args(raws, b"[" + text + b"]")]
+            self._keep(rows, lambda name: list(map(attrgetter(name), args)), present)
+
+    def add_decoded(self, rows: np.ndarray, args: list) -> None:
+        """A batch of record rows (file rows) and their args, decoded (EventArgs, or a struct with
+        its fields; None: none): the fields that have a value in a row are kept."""
+        self._rows.append(rows)
+        if not args:
+            return
+        args = [a if a is not None else _EMPTY_ARGS for a in args]
+        n, present, values = len(args), set(), {}
+        for name in self._wanted:
+            values[name] = column = list(map(attrgetter(name), args))
+            absent = _ABSENT[name]
+            if column[0] is not absent or column.count(absent) < n:  # all absent: identity, fast
+                present.add(name)
+        if present:
+            self._keep(rows, values.__getitem__, present)
+
+    def _keep(self, rows: np.ndarray, column, present: set) -> None:
+        """Keep the columns of the ``present`` fields of a batch (``column(name)``: the field's
+        values, by row); the other fields are kept as the batch's length (see :meth:`records`)."""
+        n = rows.size
+        self._arg_rows.append(rows)
         for name, field in self.values.strings.items():
-            self._strings[name].append(field.codes(list(map(attrgetter(name), args))) if name in present else n)
+            self._strings[name].append(field.codes(column(name)) if name in present else n)
         for name in NUMBER_FIELDS:  # None -> NaN
-            self._numbers[name].append(np.array(list(map(attrgetter(name), args)), dtype=np.float64)
-                                       if name in present else n)
+            self._numbers[name].append(np.array(column(name), dtype=np.float64) if name in present else n)
         for name in OWN_FIELDS if self.own else ():
-            self._own[name].append(list(map(attrgetter(name), args)) if name in present else n)
-        return True
+            self._own[name].append(column(name) if name in present else n)
 
     def export(self) -> dict:
         """What this recorder collected, with its codes' keys (picklable): a worker's share of a
@@ -174,9 +205,15 @@ class CommRecorder:
         if self._own is not None:
             for name in OWN_FIELDS:
                 self._own[name] += part["own"][name]
+        self._roles()
+
+    def _roles(self) -> np.ndarray:
+        """The roles of the rank's names (``values.roles``), those of new names added."""
+        v = self.values
         if len(v.names) > v.roles.size:
             new = [_role(n, self.comm_re) for n in v.names[v.roles.size :]]
             v.roles = np.concatenate((v.roles, np.array(new, dtype=np.int8)))
+        return v.roles
 
     def fresh(self) -> CommRecorder:
         """A recorder like this one, empty (to read the file again)."""
