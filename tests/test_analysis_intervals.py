@@ -65,3 +65,28 @@ def test_difference_by_is_the_difference_of_each_segment(a, b):
         want = _reference_where(ua, ub, 1, 2, 1) if ub[0].size else ua
         mine = got[0] == k
         assert _same((got[1][mine], got[2][mine]), want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), sizes=st.tuples(st.integers(1, 400), st.integers(1, 400)), grid=st.booleans(),
+       block=st.integers(1, 40))
+def test_overlap_length_in_blocks_is_the_same_float(seed, sizes, grid, block):
+    """Past UNION_BLOCK runs, |A ∪ B| is summed from the runs made a block of time at a time (the
+    on-disk path's memory): the same runs, so the same float as one union of everything."""
+    rng = np.random.default_rng(seed)
+
+    def union_of(n):
+        s, d = rng.uniform(0, 2000, n), rng.exponential(3.0, n)
+        if grid:  # touching and identical runs
+            s, d = np.round(s), np.round(d)
+        return iv.union(s, s + d)
+
+    a, b = union_of(sizes[0]), union_of(sizes[1])
+    default = iv.UNION_BLOCK
+    try:
+        iv.UNION_BLOCK = 1 << 30
+        whole = iv.overlap_length(a, b)
+        iv.UNION_BLOCK = block
+        assert iv.overlap_length(a, b) == whole
+    finally:
+        iv.UNION_BLOCK = default

@@ -111,12 +111,43 @@ def covered(u: Intervals, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.maximum(upto(ends) - upto(np.minimum(starts, ends)), 0.0)
 
 
+# Runs of two unions merged at once by overlap_length: past this many, a block of time at a time
+# (union's temporaries take about 65 bytes per interval).
+UNION_BLOCK = 1 << 16
+
+
 def overlap_length(a: Intervals, b: Intervals) -> float:
     """|A ∩ B| of two unions, as |A| + |B| − |A ∪ B| (cheaper than building A ∩ B)."""
     if a[0].size == 0 or b[0].size == 0:
         return 0.0
-    both = union(np.concatenate((a[0], b[0])), np.concatenate((a[1], b[1])))
-    return max(0.0, length(a) + length(b) - length(both))
+    if a[0].size + b[0].size <= UNION_BLOCK:
+        both = length(union(np.concatenate((a[0], b[0])), np.concatenate((a[1], b[1]))))
+    else:
+        gaps = np.concatenate(list(_union_gaps(a, b)))
+        both = float(np.sum(gaps)) if gaps.size else 0.0
+    return max(0.0, length(a) + length(b) - both)
+
+
+def _union_gaps(a: Intervals, b: Intervals):
+    """The lengths (``end - start``) of the runs of A ∪ B, two unions, in time order, a block of
+    :data:`UNION_BLOCK` runs of one of them at a time: each block's runs with the last run of the
+    block before (which may still grow) carried into it. A run that is not a block's last ends
+    before a start of the block, so before every later start: it is a run of A ∪ B. So the lengths
+    are those of ``union`` of both, and their sum the same float."""
+    (a0, a1), (b0, b1) = a, b
+    ia = ib = 0
+    carry_s, carry_e = np.empty(0), np.empty(0)
+    while ia < a0.size or ib < b0.size:
+        cut = min(a0[ia + UNION_BLOCK] if ia + UNION_BLOCK < a0.size else np.inf,
+                  b0[ib + UNION_BLOCK] if ib + UNION_BLOCK < b0.size else np.inf)
+        ja = int(np.searchsorted(a0, cut, "left")) if cut < np.inf else a0.size  # runs that start before the cut
+        jb = int(np.searchsorted(b0, cut, "left")) if cut < np.inf else b0.size
+        starts, ends = union(np.concatenate((carry_s, a0[ia:ja], b0[ib:jb])),
+                             np.concatenate((carry_e, a1[ia:ja], b1[ib:jb])))
+        last = starts.size - (1 if cut < np.inf else 0)
+        yield ends[:last] - starts[:last]
+        carry_s, carry_e = starts[last:], ends[last:]
+        ia, ib = ja, jb
 
 
 # -- segmented sets: many sets at once (one per step) -------------------------------------------
