@@ -18,9 +18,9 @@ with the per-event data on disk.
 5. For the cross-rank section and ``--comm-ops``, the files are read again for the rows the
    communication records need (:mod:`overlapprof.analysis.rank.bounded_records`).
 
-Memory holds a chunk, one bucket or window, the unions' runs (a run per operation at most) and
-what is per step (and in CPU mode per operation); nothing per event. The records are per
-operation, as the cross-rank section is.
+Memory holds a chunk, one bucket or window, the unions' runs (on an operation-dense trace about a
+run per operation and set) and what is per step (and in CPU mode per operation); nothing per
+event. The records are per operation, as the cross-rank section is.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from overlapprof.analysis.rank import spilled
 from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, read_spilled
 from overlapprof.analysis.spill import Sample, SpillFailed, new_folder
 from overlapprof.analysis.intervals import Intervals, union
-from overlapprof.analysis.rank.unions import COMM, COMPUTE, MEMORY, RankUnions, UnionsBuilder
+from overlapprof.analysis.rank.unions import COMM, COMPUTE, MEMORY, RankUnions, UnionsBuilder, hold, merged
 from overlapprof.analysis.records.table import CommTable
 from overlapprof.errors import SpillError
 
@@ -113,7 +113,7 @@ def _classify_gpu(f: SpilledFile, comm_re, comm_ann, names: list[str], feed: _Fe
             feed.add(s, cls)
 
 
-def _classify_cpu_ops(f: SpilledFile, names: list[str], feed: _Feed) -> tuple | None:
+def _classify_cpu_ops(f: SpilledFile, names: list[str], feed: _Feed) -> tuple:
     """CPU mode: the CPU ops kept are compute unless inside a communication call (a window at a
     time). Returns their host activity per thread (:func:`~overlapprof.analysis.rank.events.thread_reach`),
     what the records' need times are measured on."""
@@ -121,7 +121,7 @@ def _classify_cpu_ops(f: SpilledFile, names: list[str], feed: _Feed) -> tuple | 
     calls = np.flatnonzero((few.codes == C.CPU_OP)
                            & np.array([C.is_comm_call(n) for n in names], dtype=bool)[few.name_ids])
     c = {k: getattr(few, k)[calls] for k in ("ts", "dur", "thread")}
-    reach = []
+    reach = [(np.empty(0, dtype=np.int32), np.empty(0), np.empty(0))]
     for rec in f.rows.cpu.windows(spilled.BUCKET_ROWS):
         scan = Scan.of_columns(f.path, {"ts": np.concatenate((c["ts"], rec["ts"])),
                                         "dur": np.concatenate((c["dur"], rec["dur"])),
@@ -130,13 +130,11 @@ def _classify_cpu_ops(f: SpilledFile, names: list[str], feed: _Feed) -> tuple | 
         out = ~inside_calls(np.arange(calls.size), scan, scan.thread[rows], scan.ts[rows])
         start = rec["ts"][out]
         end = scan.end(rows[out])
-        reach.append(thread_reach(rec["thread"][out], start, end))
-        if len(reach) > 16:
-            reach = [thread_reach(*(np.concatenate(p) for p in zip(*reach)))]
+        reach = hold(reach, thread_reach(rec["thread"][out], start, end), thread_reach)
         n = start.size
         feed.add(EventSet(start, end, start, np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int8),
                           np.ones(n, dtype=bool)), COMPUTE)
-    return thread_reach(*(np.concatenate(p) for p in zip(*reach))) if reach else None
+    return merged(reach, thread_reach)
 
 
 def measure(files: list[str], comm_re, comm_ann, options, label: str, workers: int = 1) -> BoundedRank:

@@ -61,7 +61,7 @@ def comm_table(files: list[str], gpu: bool, comm_re, comm_ann, own: bool, comm_c
     per file, the correlations of its communication GPU events (None: CPU mode); ``own``: keep
     the events' own fields (``--comm-ops``); ``steps``: the rank's, before any filter;
     ``workers``: processes that read a large file; ``activity``: CPU mode, per file, the host
-    activity of its compute cpu_ops (what the second read leaves out; None: none was seen)."""
+    activity of its compute cpu_ops (what the second read leaves out)."""
     values = Values()
     names = values.index
     tables = []
@@ -74,10 +74,8 @@ def comm_table(files: list[str], gpu: bool, comm_re, comm_ann, own: bool, comm_c
         launch = launch_rows(arrays["codes"], arrays.pop("corr"))
         records = recorder.records(arrays["thread"], list(threads))
         scan = Scan.of_columns(path, arrays, launch, records)
-        mine = activity[k] if activity is not None and activity[k] is not None else None
-        if activity is not None and mine is None:
-            mine = (np.empty(0, dtype=np.int32), np.empty(0), np.empty(0))
-        tables.append(extract(scan, gpu, comm_re, comm_ann, names.order, values, mine)[2])
+        tables.append(extract(scan, gpu, comm_re, comm_ann, names.order, values,
+                              activity[k] if activity is not None else None)[2])
     table = CommTable.concat(tables)
     place_in_steps(table, steps)
     return table

@@ -151,26 +151,23 @@ class UnionsBuilder:
 
     def _whole_of(self, cls: int) -> iv.Intervals:
         """Compact: U(class) of the batches added so far, from its steps' and its outside parts."""
-        steps = _merged(self._by_step.get(cls, [iv.EMPTY_BY]), _union_by)
-        outside = _merged(self._whole.get(cls, [iv.EMPTY]), iv.union)
+        steps = merged(self._by_step.get(cls, [iv.EMPTY_BY]), _union_by)
+        outside = merged(self._whole.get(cls, [iv.EMPTY]), iv.union)
         return iv.union(np.concatenate((steps[1], outside[0])), np.concatenate((steps[2], outside[1])))
 
     @staticmethod
     def _put(table: dict, key, u: tuple, union) -> None:
-        parts = table.setdefault(key, [])
-        parts.append(u)
-        if len(parts) > _MERGE_PARTS:
-            table[key] = [_merged(parts, union)]
+        table[key] = hold(table.get(key, []), u, union)
 
     def result(self) -> RankUnions:
-        self._by_step = {key: [_merged(parts, _union_by)] for key, parts in self._by_step.items()}
+        self._by_step = {key: [merged(parts, _union_by)] for key, parts in self._by_step.items()}
         if self.compact:
             whole = {c: self._whole_of(c) for c in (COMM, COMPUTE, MEMORY)}
         else:
-            whole = {c: _merged(self._whole[c], iv.union) for c in (COMM, COMPUTE, MEMORY) if c in self._whole}
+            whole = {c: merged(self._whole[c], iv.union) for c in (COMM, COMPUTE, MEMORY) if c in self._whole}
         by_step = {key: parts[0] for key, parts in self._by_step.items()}
         present = np.flatnonzero(self.kind_events).tolist()
-        kinds = {code: _merged(self._whole[("kind", code)], iv.union) for code in present
+        kinds = {code: merged(self._whole[("kind", code)], iv.union) for code in present
                  if ("kind", code) in self._whole}
         if len(present) == 1 and not kinds:
             kinds = {present[0]: whole[COMM]}
@@ -182,7 +179,14 @@ class UnionsBuilder:
             counts=tuple(self.counts), spans=tuple(None if s is None else tuple(s) for s in self.spans))
 
 
-def _merged(parts: list[tuple], union) -> tuple:
+def hold(parts: list[tuple], part: tuple, union) -> list[tuple]:
+    """``parts`` (pending sets of arrays) with ``part`` added, made one by ``union`` past
+    :data:`_MERGE_PARTS` of them: what a rank measured on disk holds stays about one set."""
+    parts.append(part)
+    return [merged(parts, union)] if len(parts) > _MERGE_PARTS else parts
+
+
+def merged(parts: list[tuple], union) -> tuple:
     """One union of several (the first, when there is one: no work)."""
     if len(parts) == 1:
         return parts[0]
