@@ -16,7 +16,6 @@ from pathlib import Path
 
 from overlapprof import __version__
 from overlapprof.analysis import heap
-from overlapprof.analysis import intervals as iv
 from overlapprof.analysis.crossrank.inputs import CrossRankInput, crossrank_input
 from overlapprof.analysis.crossrank.section import build_crossrank
 from overlapprof.analysis.exposure import explain
@@ -141,10 +140,10 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
         records = table.records() if options.comm_records and table is not None else None
         report = rank_report(unions, ev.files, ev.mode, ev.events, records, exposed_out=sets)
         if sets is not None:
-            result.exposure_input = exposure_input(ev.mode, unions.whole, ev.host_sync, sets, table)
+            result.exposure_input = exposure_input(ev.mode, unions, ev.host_sync, sets, table)
         comm, exposed = unions.comm, None
         if result.crossrank_input is not None:
-            exposed = iv.difference(unions.comm, unions.compute)  # U(comm) − U(compute)
+            exposed = unions.exposed
         if options.lanes:
             from overlapprof.analysis.lanes import rank_lanes
 

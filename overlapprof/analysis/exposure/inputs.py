@@ -37,12 +37,12 @@ class ExposureInput:
 
 
 def exposure_input(mode: str, unions, host_sync: iv.Intervals, sets: dict, table=None) -> ExposureInput:
-    """The ExposureInput of a rank: ``unions`` its (comm, compute, memory) unions, ``sets`` what
+    """The ExposureInput of a rank: ``unions`` its
+    :class:`~overlapprof.analysis.rank.unions.RankUnions`, ``sets`` what
     :func:`~overlapprof.analysis.rank.metrics.rank_report` put in its ``exposed_out``, ``table``
     its communication records (GPU mode: whether any says when its result was needed)."""
-    comm, compute = unions[0], unions[1]
     parts = sets.get("steps") or []
     steps = tuple(np.concatenate([p[k] for p in parts]) for k in range(3)) if parts else iv.EMPTY_BY
-    return ExposureInput(mode=mode, compute=compute, comm=comm, exposed=iv.difference(comm, compute),
+    return ExposureInput(mode=mode, compute=unions.compute, comm=unions.comm, exposed=unions.exposed,
                          host_sync=host_sync, steps=steps, kinds=dict(sets.get("kinds") or {}),
                          windows=mode == "cpu" or (table is not None and bool((~np.isnan(table.need_ts)).any())))

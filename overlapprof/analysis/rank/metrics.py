@@ -112,18 +112,25 @@ def _step_group(unions, numbers: np.ndarray, starts: np.ndarray, last_end: np.nd
     return out
 
 
-def kind_metrics(u: RankUnions, exposed_out: dict | None = None) -> list[KindMetrics]:
+def kind_metrics(u: RankUnions, exposed_out: dict | None = None, rank: Metrics | None = None) -> list[KindMetrics]:
     """One KindMetrics per kind present, in the order of classify.KINDS: each kind's U(comm of
     the kind) against the rank's whole U(compute). ``count`` is the number of distinct operations
     of the kind (``EventSet.operation``: in CPU mode a ``c10d::*`` call and the backend span
     recorded for it are one operation), not of comm events. ``exposed_out``: when a dict, each
-    kind's U(comm of the kind) \\ U(compute) is put in it under the kind's code."""
+    kind's U(comm of the kind) \\ U(compute) is put in it under the kind's code. ``rank``: the
+    rank's Metrics, those of a kind whose union is U(comm) itself (taken, not measured again)."""
     out = []
     for code in sorted(u.kinds):
         union = u.kinds[code]
+        whole = union is u.comm  # one kind: its sets are the rank's
         if exposed_out is not None:
-            exposed_out[code] = iv.difference(union, u.compute)
-        out.append(metrics_of(union, u.compute, cls=KindMetrics, kind=KINDS[code], count=u.operations[code]))
+            exposed_out[code] = u.exposed if whole else iv.difference(union, u.compute)
+        if whole and rank is not None:
+            m = make_metrics(rank.comm_us, rank.compute_us, rank.overlapped_us, 0.0, KindMetrics, kind=KINDS[code],
+                             count=u.operations[code])
+        else:
+            m = metrics_of(union, u.compute, cls=KindMetrics, kind=KINDS[code], count=u.operations[code])
+        out.append(m)
     return out
 
 
@@ -188,10 +195,11 @@ def rank_report(u: RankUnions, files: list[str], mode: str, events: int, records
     segmented sets, see :func:`step_metrics`; ``"kinds"``: kind code -> set)."""
     step_sets, kind_sets = ([], {}) if exposed_out is not None else (None, None)
     steps = step_metrics(u, step_sets)
-    kinds = kind_metrics(u, kind_sets)
+    rank = metrics_of(*u.whole)
+    kinds = kind_metrics(u, kind_sets, rank)
     if exposed_out is not None:
         exposed_out.update(steps=step_sets, kinds=kind_sets)
-    return assemble(files, mode, metrics_of(*u.whole), steps, kinds, events, u.counts, timeline(u, steps), records)
+    return assemble(files, mode, rank, steps, kinds, events, u.counts, timeline(u, steps), records)
 
 
 def assemble(files, mode, metrics: Metrics, steps: list[StepMetrics], kinds: list[KindMetrics], events: int, counts,

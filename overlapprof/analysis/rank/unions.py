@@ -17,6 +17,7 @@ operation-dense trace about a run per operation and set.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -65,6 +66,12 @@ class RankUnions:
     @property
     def memory(self) -> iv.Intervals:
         return self.whole[MEMORY]
+
+    @cached_property
+    def exposed(self) -> iv.Intervals:
+        """U(comm) − U(compute) of the whole rank: the exposed communication the cross-rank
+        section and the causes share out (made once)."""
+        return iv.difference(self.comm, self.compute)
 
     def step(self, cls: int, k: int) -> iv.Intervals:
         """U(class) of the events of step ``k``."""
@@ -125,17 +132,20 @@ class UnionsBuilder:
         lo, hi = float(s.start.min()), float(s.end.max())
         span = self.spans[cls]
         self.spans[cls] = [lo, hi] if span is None else [min(span[0], lo), max(span[1], hi)]
-        if cls == COMM:
-            self._add_kinds(s)
         seg = self.steps.index_of(s.anchor)
         inside = np.flatnonzero(seg >= 0)
         held = np.flatnonzero(seg < 0) if self.compact else slice(None)
+        whole = iv.union(s.start[held], s.end[held])
+        if cls == COMM:
+            self._add_kinds(s, None if self.compact else whole)
         seg = seg[inside].astype(np.int32)  # a step index: 4 bytes a run held, not 8
         np.maximum.at(self.last_end, seg, s.end[inside])
-        self._put(self._whole, cls, iv.union(s.start[held], s.end[held]), iv.union)
+        self._put(self._whole, cls, whole, iv.union)
         self._put(self._by_step, cls, _union_by(seg, s.start[inside], s.end[inside]), _union_by)
 
-    def _add_kinds(self, s: EventSet) -> None:
+    def _add_kinds(self, s: EventSet, whole: iv.Intervals | None) -> None:
+        """The batch's comm events by kind (``whole``: the batch's U(comm), when held: a batch of one
+        kind's union is that one)."""
         self.kind_events += np.bincount(s.kind, minlength=len(KINDS))
         self.operations += np.bincount(s.kind[s.operation], minlength=len(KINDS))
         seen = np.flatnonzero(self.kind_events).tolist()
@@ -145,9 +155,11 @@ class UnionsBuilder:
         if self.compact and len(before) == 1 and ("kind", before[0]) not in self._whole:
             # a second kind arrives: the first one's union so far is U(comm) so far (this batch apart)
             self._whole[("kind", before[0])] = [self._whole_of(COMM)]
-        for code in np.flatnonzero(np.bincount(s.kind)).tolist():
+        codes = np.flatnonzero(np.bincount(s.kind)).tolist()
+        for code in codes:
             mine = s.kind == code
-            self._put(self._whole, ("kind", code), iv.union(s.start[mine], s.end[mine]), iv.union)
+            part = whole if whole is not None and len(codes) == 1 else iv.union(s.start[mine], s.end[mine])
+            self._put(self._whole, ("kind", code), part, iv.union)
 
     def _whole_of(self, cls: int) -> iv.Intervals:
         """Compact: U(class) of the batches added so far, from its steps' and its outside parts."""
