@@ -18,8 +18,10 @@ import pytest
 from click.testing import CliRunner
 
 import overlapprof
+from overlapprof.analysis import like_hta
 from overlapprof.analysis.like_hta import hta_percent
 from overlapprof.cli import main
+from overlapprof.trace import reader
 import real_data
 
 DATA = Path(__file__).parent / "data"
@@ -132,6 +134,38 @@ def test_cli_like_hta_names_itself_in_the_report(tmp_path):
     assert report["ranks"][0]["metrics"]["overlap_ratio"] == pytest.approx(1 / 3)
 
 
+def _metrics(paths, **kw) -> list:
+    return [r.metrics for r in overlapprof.analyze(paths, like_hta=True, comms=False, workers=1, **kw).ranks]
+
+
+def test_on_disk_and_in_chunks_the_same_floats(tmp_path, monkeypatch):
+    """HTA's merge a chunk of rows at a time, then of the chunks' groups, is its merge of every
+    event: the same floats in memory, on disk, and cut into chunks of a few events (the window
+    decided by both ranks' step names; a real two-rank trace with its window on)."""
+    rank0 = _two_steps(tmp_path)
+    rank0.write_text(rank0.read_text().replace('"world_size": 1', '"world_size": 2'))
+    cases = [[rank0, _one_step_rank1(tmp_path)], _ns_one_step(tmp_path), DATA / "trace_filter"]
+    whole = [_metrics(c, memory_budget="1TB") for c in cases]
+    assert whole[0][1].overlap_ratio == 0.0 and whole[1][0].comm_us == 29  # the cases above
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setenv("TMPDIR", str(spill))
+    assert [_metrics(c, memory_budget=0) for c in cases] == whole
+    assert not list(spill.iterdir())  # the rows' files are removed
+    monkeypatch.setattr(reader, "_CHUNK_BYTES", 2048)
+    monkeypatch.setattr(like_hta, "_WINDOW_ROWS", 7)
+    assert [_metrics(c, memory_budget=0) for c in cases] == whole
+    assert [_metrics(c, memory_budget="1TB") for c in cases] == whole
+
+
+def test_refuses_the_json_array_format(tmp_path):
+    path = tmp_path / "array.json"
+    path.write_text(json.dumps([_x("ProfilerStep#1", "cpu_op", 0, 100)]))
+    res = CliRunner().invoke(main, ["analyze", str(path), "--like-hta", "--no-comms", "-q"])
+    assert res.exit_code == 2 and "not a trace HolisticTraceAnalysis can read" in res.output, res.output
+    assert "Traceback" not in res.output
+
+
 def _hta_percent(folder: Path) -> dict:
     """HTA 0.5.0's own get_comm_comp_overlap on a folder: rank -> percent (None for NaN)."""
     pytest.importorskip("hta", reason="HolisticTraceAnalysis is in the bench extra: pip install -e '.[bench]'")
@@ -142,6 +176,8 @@ def _hta_percent(folder: Path) -> dict:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             df = TraceAnalysis(trace_dir=str(folder)).get_comm_comp_overlap(visualize=False)
+    except Exception as exc:  # HTA's own failure (its parser, pandas) on a trace overlapprof reads
+        pytest.skip(f"HolisticTraceAnalysis 0.5.0 fails on {folder.name}: {type(exc).__name__}: {exc}")
     finally:
         logging.disable(logging.NOTSET)
     return {int(r): (None if math.isnan(v) else float(v)) for r, v in zip(df["rank"], df["comp_comm_overlap_pctg"])}

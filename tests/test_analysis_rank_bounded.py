@@ -218,14 +218,16 @@ def _cli(*args):
                           cwd=REPO, timeout=120)
 
 
-def test_cli_refuses_what_needs_every_event(tmp_path):
-    for extra in (["--like-hta"],):
-        got = _cli("analyze", DATA / "trace_filter", "--memory-budget", 0, *extra)
-        assert got.returncode == 2, got.stderr
-        lines = got.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("Error: --like-hta computes HolisticTraceAnalysis's way, "
-                                                       "from every event in memory"), got.stderr
-        assert "Traceback" not in got.stderr
+def test_cli_like_hta_on_disk(tmp_path):
+    """--like-hta past the budget: HTA's numbers, as in memory, from rows kept on disk."""
+    outs = {}
+    for budget in ("0", "1TB"):
+        out = tmp_path / f"{budget}.json"
+        got = _cli("analyze", DATA / "trace_filter", "--memory-budget", budget, "--like-hta", "--json", out, "-q")
+        assert got.returncode == 0, got.stderr
+        outs[budget] = msgspec.json.decode(out.read_bytes())
+    assert outs["0"]["options"]["bounded_memory"] and not outs["1TB"]["options"]["bounded_memory"]
+    assert [r["metrics"] for r in outs["0"]["ranks"]] == [r["metrics"] for r in outs["1TB"]["ranks"]]
 
 
 def test_cli_tables_are_the_same():
@@ -287,8 +289,10 @@ def test_too_big_for_memory_is_measured_bounded(monkeypatch):
     kept = overlapprof.analyze(DATA / "nccl_parser_config", workers=1, **IN_MEMORY)
     assert not kept.options.bounded_memory
     _assert_same(_whole(kept), {**_whole(got), "warnings": kept.warnings})
-    hta = overlapprof.analyze(DATA / "nccl_parser_config", workers=1, like_hta=True)  # needs every event
-    assert not hta.options.bounded_memory
+    hta = overlapprof.analyze(DATA / "nccl_parser_config", workers=1, like_hta=True)  # HTA's numbers on disk too
+    assert hta.options.bounded_memory
+    assert hta.ranks[0].metrics == overlapprof.analyze(DATA / "nccl_parser_config", workers=1, like_hta=True,
+                                                       **IN_MEMORY).ranks[0].metrics
     size = sum(f.stat().st_size for f in (DATA / "nccl_parser_config").iterdir())
     small = overlapprof.analyze(DATA / "nccl_parser_config", workers=1, memory_budget=f"{size // 10}B")
     assert small.options.bounded_memory and not any("on disk" in w for w in small.warnings)

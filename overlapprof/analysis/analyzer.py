@@ -151,7 +151,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
         if options.like_hta:  # the rank's numbers as HolisticTraceAnalysis 0.5.0 computes them
             from overlapprof.analysis import like_hta
 
-            report.metrics, result.hta_steps = like_hta.rank_metrics(files)
+            report.metrics, result.hta_steps = like_hta.rank_metrics(files, on_disk=options.bounded_memory)
         report.world_size, report.backend = result.world_size, result.backend
         if ev.unclassified and ev.mode == "cpu":
             report.device_not_measured = dict(sorted(ev.unclassified.items()))
@@ -334,7 +334,7 @@ def analyze(paths, options: AnalyzeOptions | None = None, **fields) -> Report:
     if recorded.like_hta:
         from overlapprof.analysis import like_hta
 
-        like_hta.settle(results)
+        like_hta.settle(results, on_disk=recorded.bounded_memory)
     ranks = sorted((r.report for r in results), key=lambda r: r.rank)
     run, metrics = None, []
     if inputs.run:
@@ -409,15 +409,12 @@ def _over_budget(groups: list[TraceGroup], workers: int | None, asked: AnalyzeOp
     from overlapprof.trace.ranges import text_bytes
 
     budget = asked.budget_bytes()
-    if budget is None and (asked.like_hta or asked.dask_scheduler is not None):
+    if budget is None and asked.dask_scheduler is not None:
         return False
     at_once = min(workers or os.cpu_count() or 1, len(groups)) if len(groups) > 1 else 1
     texts = sorted(sum(text_bytes(f) for f in g.files if f.is_file()) for g in groups)
     need = MEMORY_PER_TEXT_BYTE * sum(texts[-at_once:])
     if budget is not None:
-        if need >= budget and asked.like_hta:
-            raise InputError(f"--like-hta computes HolisticTraceAnalysis's way, from every event in memory: the "
-                             f"traces would need about {_size(need)}, over --memory-budget {_size(budget)}")
         return need >= budget
     have = _memory_available()
     if have is None or need <= 0.8 * have:

@@ -35,17 +35,22 @@ HTA cannot read) is the concatenation of its files.
 from __future__ import annotations
 
 import math
+import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import numpy as np
 
-from overlapprof.errors import InputError
+from overlapprof.analysis.rank.unions import hold, merged
+from overlapprof.analysis.spill import SpillFailed, SpillFile, new_folder
+from overlapprof.errors import InputError, SpillError
 from overlapprof.report import Metrics
-from overlapprof.trace.decode import read_bytes
-from overlapprof.trace.kineto import without_bom
+from overlapprof.trace.discover import text_head
+from overlapprof.trace.kineto import is_array_layout
+from overlapprof.trace.reader import LayoutError, TraceReader
 
 COMM_RE = re.compile(r"^nccl.*Kernel")
 MEMORY_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
@@ -66,11 +71,7 @@ class _Event(msgspec.Struct):
     args: _Args | None = None
 
 
-class _Trace(msgspec.Struct):
-    traceEvents: list[_Event] = []
-
-
-_DECODER = msgspec.json.Decoder(_Trace)
+_CHUNK_DECODER = msgspec.json.Decoder(list[_Event])
 
 
 def _int_or(value, default: int = -1) -> int:
@@ -95,25 +96,85 @@ def _kind(name: str) -> int:
     return 3
 
 
-def _columns(path: str | Path):
-    """One file's events as HTA's parser keeps them: names, start, duration, stream, correlation."""
-    try:
-        events = _DECODER.decode(without_bom(read_bytes(path))).traceEvents
-    except msgspec.MsgspecError as exc:  # the JSON Array Format too: HTA reads only traceEvents
-        raise InputError(f"{path}: not a trace HolisticTraceAnalysis can read ({exc})") from None
-    # pandas makes the ts column float64 (and HTA rounds) when any ts is a float or missing
+# A kept event as this module keeps it: 34 bytes, held in memory or on disk (past the budget).
+_ROW = np.dtype([("ts", "f8"), ("dur", "f8"), ("stream", "i8"), ("corr", "i8"), ("kind", "i1"), ("flags", "i1")],
+                align=False)
+_STEP, _SYNC = 1, 2  # flags: the name contains ProfilerStep; the name is Event Sync or Context Sync
+_WINDOW_ROWS = 1 << 20  # rows of a rank read back at a time
+
+
+class _Names(dict):
+    """name -> (kind, flags), each distinct name classified once."""
+
+    def __missing__(self, name):
+        value = self[name] = (_kind(name), (_STEP if "ProfilerStep" in name else 0) | (_SYNC if name in SYNC_NAMES else 0))
+        return value
+
+
+def _chunk_rows(events: list, names: _Names, steps: set) -> tuple[bool, np.ndarray]:
+    """A chunk's events as HTA's parser keeps them (rule 1): whether any ``ts`` is not an integer
+    literal (pandas then makes the column float64 and HTA rounds: rule 2), and the kept
+    events' rows; the step names seen go to ``steps``."""
     rounding = any(not isinstance(e.ts, int) or isinstance(e.ts, bool) for e in events)
     kept = [e for e in events if isinstance(e.dur, (int, float)) and not (isinstance(e.dur, float) and math.isnan(e.dur))
             and e.cat is not None and e.cat != "Trace" and isinstance(e.ts, (int, float))]
-    names = [e.name if isinstance(e.name, str) else "" for e in kept]
-    ts = np.array([e.ts for e in kept], dtype=np.float64)
-    dur = np.array([e.dur for e in kept], dtype=np.float64)
-    if rounding:  # on the absolute clock, as HTA does before it shifts times to start at 0
+    rows = np.empty(len(kept), dtype=_ROW)
+    if not kept:
+        return rounding, rows
+    classes = [names[e.name if isinstance(e.name, str) else ""] for e in kept]
+    steps.update(e.name for e, c in zip(kept, classes) if c[1] & _STEP)
+    rows["ts"] = np.array([e.ts for e in kept], dtype=np.float64)
+    rows["dur"] = np.array([e.dur for e in kept], dtype=np.float64)
+    rows["stream"] = np.array([_int_or(e.args.stream) if e.args is not None else -1 for e in kept], dtype=np.int64)
+    rows["corr"] = np.array([_int_or(e.args.correlation) if e.args is not None else -1 for e in kept], dtype=np.int64)
+    rows["kind"], rows["flags"] = zip(*classes)
+    return rounding, rows
+
+
+class _RankRows:
+    """A rank's kept events, file by file, a chunk at a time: in memory, or with ``folder`` in a
+    file per trace file there (:class:`~overlapprof.analysis.spill.SpillFile`)."""
+
+    def __init__(self, folder: str | None):
+        self.folder = folder
+        self.files: list = []  # per trace file: a list of row arrays, or a SpillFile
+        self.rounding: list[bool] = []
+
+    def read(self, path: str, names: _Names, steps: set) -> None:
+        if is_array_layout(text_head(path, 4096) or b""):  # HTA reads only traceEvents
+            raise InputError(f"{path}: not a trace HolisticTraceAnalysis can read (the JSON Array Format: "
+                             "no traceEvents)")
+        for generic in (False, True):
+            store = [] if self.folder is None else SpillFile(os.path.join(self.folder, f"file{len(self.files)}"), _ROW)
+            rounding = False
+            try:
+                for chunk in TraceReader(path, _CHUNK_DECODER).chunks(generic=generic):
+                    r, rows = _chunk_rows(chunk.events, names, steps)
+                    rounding |= r
+                    store.append(rows)
+                break
+            except LayoutError:
+                if self.folder is not None:
+                    store.remove()
+        self.files.append(store)
+        self.rounding.append(rounding)
+
+    def windows(self):
+        """(rows, rounding) a window at a time: a file's rows in order, then the next file's."""
+        for store, rounding in zip(self.files, self.rounding):
+            for rows in (store if isinstance(store, list) else store.windows(_WINDOW_ROWS)):
+                yield rows, rounding
+
+
+def _times(rows: np.ndarray, rounding: bool, shift: float) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) on HTA's axis (rule 2): rounded on the absolute clock when the file's times
+    are not all integers, shifted by the rank's earliest start, then end = start + dur."""
+    ts, dur = rows["ts"], rows["dur"]
+    if rounding:
         ts, end = np.ceil(ts), np.floor(ts + dur)
         dur = end - ts
-    stream = np.array([_int_or(e.args.stream) if e.args is not None else -1 for e in kept], dtype=np.int64)
-    corr = np.array([_int_or(e.args.correlation) if e.args is not None else -1 for e in kept], dtype=np.int64)
-    return names, ts, dur, stream, corr
+    ts = ts - shift
+    return ts, ts + dur
 
 
 def merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -149,44 +210,80 @@ def overlap(comm: tuple[np.ndarray, np.ndarray], comp: tuple[np.ndarray, np.ndar
     return float(span[running[:-1] == 3].sum())
 
 
-def window(names: list[str], ts: np.ndarray, stream: np.ndarray, corr: np.ndarray,
-           on: bool | None = None) -> np.ndarray:
-    """The events HTA keeps (step 3 of the module docstring), as a mask. ``on``: whether the
-    window applies (None: when these events have two or more step names)."""
-    is_step = np.array(["ProfilerStep" in n for n in names], dtype=bool)
-    if on is None:
-        on = len({n for n, s in zip(names, is_step) if s}) >= 2
-    if not on:
-        return np.ones(ts.size, dtype=bool)
-    kernel = ((stream >= 0) & (corr >= 0)) | np.isin(np.array(names, dtype=object), SYNC_NAMES)
-    cpu = ~kernel
-    steps = cpu & is_step
-    if not steps.any():  # a rank without steps of its own: HTA keeps nothing
-        return np.zeros(ts.size, dtype=bool)
-    kept_cpu = cpu & (ts < ts[steps].max())
-    return kept_cpu | (kernel & np.isin(corr, corr[kept_cpu]))
+def _is_kernel(rows: np.ndarray) -> np.ndarray:
+    """HTA's kernels (rule 3): a stream and a correlation, or a sync's name."""
+    return ((rows["stream"] >= 0) & (rows["corr"] >= 0)) | ((rows["flags"] & _SYNC) != 0)
 
 
-def step_names(names: list[str]) -> frozenset[str]:
-    return frozenset(n for n in names if "ProfilerStep" in n)
+def _member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """``np.isin(values, sorted_set)`` for a sorted ``sorted_set``, without sorting it again."""
+    if sorted_set.size == 0:
+        return np.zeros(values.size, dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_set, values), sorted_set.size - 1)
+    return sorted_set[at] == values
 
 
-def rank_metrics(files: list[str | Path], window_on: bool | None = None) -> tuple[Metrics, frozenset[str]]:
+def rank_metrics(files: list[str | Path], window_on: bool | None = None,
+                 on_disk: bool = False) -> tuple[Metrics, frozenset[str]]:
     """HTA 0.5.0's get_comm_comp_overlap for one rank (module docstring), as Metrics (µs), and
     the rank's step names (HTA applies its window when all ranks together have two or more:
-    :func:`settle`). ``window_on``: force the window on or off (None: this rank's names decide)."""
-    cols = [_columns(f) for f in files]
-    names = [n for c in cols for n in c[0]]
-    ts, dur, stream, corr = (np.concatenate([c[k] for c in cols]) for k in range(1, 5))
-    # HTA shifts every ts by the earliest one, then takes end = ts + dur: the same float sums
-    ts = ts - (ts.min() if ts.size else 0.0)
-    end = ts + dur
-    keep = window(names, ts, stream, corr, window_on) & (stream != -1)
-    idx = np.flatnonzero(keep)
-    kinds = np.array([_kind(names[i]) for i in idx], dtype=np.int8)
-    merged = [merge(ts[idx[kinds == k]], end[idx[kinds == k]]) for k in range(3)]
-    comm_us, memory_us, compute_us = (float((e - s).sum()) for s, e in merged)
-    overlapped = overlap(merged[0], merged[2])
+    :func:`settle`). ``window_on``: force the window on or off (None: this rank's names decide).
+    ``on_disk``: keep the events' rows (34 bytes each) on disk (past the memory budget).
+
+    The files are decoded once, a chunk at a time, into rows; the rows are then read three times:
+    for the earliest start and the window's cutoff, for the correlations of the CPU events the
+    window keeps, and for each class's merged intervals, merged a window of rows at a time (HTA's
+    merge of merged groups is the merge of their events: the same groups, the same floats)."""
+    folder = new_folder() if on_disk else None
+    try:
+        return _rank_metrics([str(f) for f in files], window_on, folder)
+    except SpillFailed as exc:
+        base = os.environ.get("TMPDIR") or "/tmp"
+        raise SpillError(f"past the memory budget: cannot keep the events of {files[0]} on disk in {base} "
+                         f"({exc.error.strerror or exc.error}); set TMPDIR to a folder with room") from None
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _rank_metrics(files: list[str], window_on: bool | None, folder: str | None) -> tuple[Metrics, frozenset[str]]:
+    names, steps, rank = _Names(), set(), _RankRows(folder)
+    for path in files:
+        rank.read(path, names, steps)
+    first, last_step = np.inf, -np.inf  # on the absolute clock, after rounding
+    for rows, rounding in rank.windows():
+        if rows.size:
+            ts = np.ceil(rows["ts"]) if rounding else rows["ts"]
+            first = min(first, float(ts.min()))
+            marks = ~_is_kernel(rows) & ((rows["flags"] & _STEP) != 0)
+            if marks.any():
+                last_step = max(last_step, float(ts[marks].max()))
+    shift = 0.0 if first == np.inf else first
+    if window_on is None:
+        window_on = len(steps) >= 2
+    # fl(t - shift) never decreases with t: the latest shifted step start is the latest start, shifted
+    cutoff = None if not window_on or last_step == -np.inf else last_step - shift
+    launched = np.empty(0, dtype=np.int64)  # the correlations of the CPU events the window keeps, sorted
+    if cutoff is not None:
+        launched = np.unique(np.concatenate([launched] + [
+            rows["corr"][~_is_kernel(rows) & (_times(rows, rounding, shift)[0] < cutoff)]
+            for rows, rounding in rank.windows()]))
+    parts: list[list] = [[], [], []]  # per class (comm, memory, compute): merged groups, pending
+    for rows, rounding in rank.windows():
+        start, end = _times(rows, rounding, shift)
+        keep = rows["stream"] != -1
+        if window_on:
+            kernel = _is_kernel(rows)
+            keep &= (~kernel & (start < cutoff)) | (kernel & _member(rows["corr"], launched)) if cutoff is not None \
+                else np.zeros(rows.size, dtype=bool)  # a rank without steps of its own: HTA keeps nothing
+        for k in range(3):
+            mine = keep & (rows["kind"] == k)
+            if mine.any():
+                parts[k] = hold(parts[k], merge(start[mine], end[mine]), merge)
+    empty = (np.empty(0), np.empty(0))
+    groups = [merged(p, merge) if p else empty for p in parts]
+    comm_us, memory_us, compute_us = (float((e - s).sum()) for s, e in groups)
+    overlapped = overlap(groups[0], groups[2])
     return Metrics(
         comm_us=comm_us,
         compute_us=compute_us,
@@ -194,19 +291,20 @@ def rank_metrics(files: list[str | Path], window_on: bool | None = None) -> tupl
         exposed_comm_us=comm_us - overlapped,
         overlap_ratio=overlapped / comm_us if comm_us != 0 else None,
         memory_us=memory_us,
-    ), step_names(names)
+    ), frozenset(steps)
 
 
-def settle(results) -> None:
+def settle(results, on_disk: bool = False) -> None:
     """HTA decides on its window from the step names of all ranks together: a rank with fewer
     than two of its own is measured again with the window on when the ranks have two or more.
-    ``results``: objects with ``files``, ``report`` and ``hta_steps`` (the analyzer's RankResult)."""
+    ``results``: objects with ``files``, ``report`` and ``hta_steps`` (the analyzer's RankResult);
+    ``on_disk``: see :func:`rank_metrics`."""
     pooled = frozenset().union(*(r.hta_steps for r in results if r.hta_steps is not None))
     if len(pooled) < 2:
         return
     for r in results:
         if r.hta_steps is not None and len(r.hta_steps) < 2:
-            r.report.metrics = rank_metrics(r.files, window_on=True)[0]
+            r.report.metrics = rank_metrics(r.files, window_on=True, on_disk=on_disk)[0]
 
 
 def hta_percent(ratio: float | None) -> float | None:

@@ -64,8 +64,8 @@ class AnalyzeOptions:
     need more (about 0.4 bytes per byte of JSON), each rank is measured with its events on disk (in
     ``$TMPDIR``, about 15% of the JSON's size), a time bucket at a time: the same report, slower,
     in memory that grows with the operations, not the events. 0: always on disk. Default None: 80%
-    of the memory available (with a warning when it is passed; never with ``like_hta``, which
-    needs every event, or on a Dask cluster, whose workers' memory is not known here)."""
+    of the memory available (with a warning when it is passed; never on a Dask cluster, whose
+    workers' memory is not known here)."""
     reference_bandwidth: str | float | None = None
     """The bus bandwidth a rank's transfer should reach: a rate as text (``"25GB/s"``,
     ``"2gbit"``) or bytes/s; transfer time beyond it is slow transfer (``--reference-bandwidth``).

@@ -88,7 +88,7 @@ def _head(path, size: int) -> bytes | None:
         return None
 
 
-def _text_head(path, size: int) -> bytes | None:
+def text_head(path, size: int) -> bytes | None:
     """The first ``size`` bytes of the file's text: inflated when it is gzip, without a UTF-8
     byte-order mark; None when it cannot be read (a damaged gzip reads as far as it can)."""
     head = _head(path, size)
@@ -117,7 +117,7 @@ def is_trace_file(path: Path, sniff: int = 1 << 20) -> bool:
 
 def is_saved_report(path: Path) -> bool:
     """Does the file start like a saved overlapprof Report (whose first key is ``schema``)?"""
-    head = _text_head(path, 64)
+    head = text_head(path, 64)
     if head is None:
         return False
     return head.lstrip().replace(b" ", b"").replace(b"\n", b"").startswith(b'{"schema":"overlapprof.report/')
@@ -125,14 +125,14 @@ def is_saved_report(path: Path) -> bool:
 
 def is_saved_comparison(path: Path) -> bool:
     """Does the file start like a saved Comparison (first key ``schema``)?"""
-    head = _text_head(path, 64)
+    head = text_head(path, 64)
     return head is not None and b"".join(head.split()).startswith(b'{"schema":"overlapprof.comparison/')
 
 
 def is_exported_timeline(path: Path) -> bool:
     """Does the file start like ``overlapprof export``'s timeline (``otherData.producer`` first)?
     It is trace-event JSON, but of unions already measured, not of a profiler's events."""
-    head = _text_head(path, 256)
+    head = text_head(path, 256)
     return head is not None and b'"otherData":{"producer":"overlapprof' in b"".join(head.split())
 
 
@@ -150,7 +150,7 @@ def own_output_error(path: Path) -> str | None:
 def is_execution_trace(path: Path, sniff: int = _ET_SNIFF) -> bool:
     """Is the file a Chakra / PARAM execution trace (an object with ``"schema"`` and ``"nodes"``
     in the first ``sniff`` bytes of its text, gzipped or not, and no ``"traceEvents"``)?"""
-    head = _text_head(path, sniff)
+    head = text_head(path, sniff)
     if head is None:
         return False
     return (head.lstrip()[:1] == b"{" and b'"schema"' in head and b'"nodes"' in head
