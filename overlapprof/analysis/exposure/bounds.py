@@ -50,9 +50,13 @@ class Resources:
 
 def _per_step(report: RankReport, ops: RankOps, starts: np.ndarray, ends: np.ndarray) -> list[float]:
     """|∪ [starts, ends)| of the operations of each of the report's steps."""
-    index = {s.step: k for k, s in enumerate(report.steps)}
-    seg = np.array([index.get(int(s), -1) for s in ops.step.tolist()], dtype=np.int64)
-    keep = seg >= 0
+    numbers = np.array([s.step for s in report.steps], dtype=np.int64)
+    order = np.argsort(numbers, kind="stable")
+    step = np.asarray(ops.step).astype(np.int64)
+    at = np.searchsorted(numbers[order], step, side="right") - 1  # the last step of that number
+    keep = at >= 0
+    keep[keep] = numbers[order[at[keep]]] == step[keep]
+    seg = np.where(keep, order[np.maximum(at, 0)], -1) if numbers.size else np.full(step.size, -1)
     lengths, _ = iv.lengths_by(iv.union_by(seg[keep], starts[keep], ends[keep]), len(report.steps))
     return lengths
 
