@@ -37,7 +37,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +44,8 @@ import msgspec
 import numpy as np
 
 from overlapprof.analysis.rank.unions import hold, merged
-from overlapprof.analysis.spill import SpillFailed, SpillFile, new_folder
-from overlapprof.errors import InputError, SpillError
+from overlapprof.analysis.spill import SpillFile, spill_folder
+from overlapprof.errors import InputError
 from overlapprof.report import Metrics
 from overlapprof.trace.discover import text_head
 from overlapprof.trace.kineto import is_array_layout
@@ -234,16 +233,8 @@ def rank_metrics(files: list[str | Path], window_on: bool | None = None,
     for the earliest start and the window's cutoff, for the correlations of the CPU events the
     window keeps, and for each class's merged intervals, merged a window of rows at a time (HTA's
     merge of merged groups is the merge of their events: the same groups, the same floats)."""
-    folder = new_folder() if on_disk else None
-    try:
+    with spill_folder(str(files[0]), on_disk) as folder:
         return _rank_metrics([str(f) for f in files], window_on, folder)
-    except SpillFailed as exc:
-        base = os.environ.get("TMPDIR") or "/tmp"
-        raise SpillError(f"past the memory budget: cannot keep the events of {files[0]} on disk in {base} "
-                         f"({exc.error.strerror or exc.error}); set TMPDIR to a folder with room") from None
-    finally:
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _rank_metrics(files: list[str], window_on: bool | None, folder: str | None) -> tuple[Metrics, frozenset[str]]:
@@ -261,10 +252,11 @@ def _rank_metrics(files: list[str], window_on: bool | None, folder: str | None) 
     shift = 0.0 if first == np.inf else first
     if window_on is None:
         window_on = len(steps) >= 2
-    # fl(t - shift) never decreases with t: the latest shifted step start is the latest start, shifted
-    cutoff = None if not window_on or last_step == -np.inf else last_step - shift
+    # fl(t - shift) never decreases with t: the latest shifted step start is the latest start,
+    # shifted. A rank without steps of its own: -inf, and HTA keeps nothing.
+    cutoff = last_step - shift
     launched = np.empty(0, dtype=np.int64)  # the correlations of the CPU events the window keeps, sorted
-    if cutoff is not None:
+    if window_on:
         launched = np.unique(np.concatenate([launched] + [
             rows["corr"][~_is_kernel(rows) & (_times(rows, rounding, shift)[0] < cutoff)]
             for rows, rounding in rank.windows()]))
@@ -274,8 +266,7 @@ def _rank_metrics(files: list[str], window_on: bool | None, folder: str | None) 
         keep = rows["stream"] != -1
         if window_on:
             kernel = _is_kernel(rows)
-            keep &= (~kernel & (start < cutoff)) | (kernel & _member(rows["corr"], launched)) if cutoff is not None \
-                else np.zeros(rows.size, dtype=bool)  # a rank without steps of its own: HTA keeps nothing
+            keep &= (~kernel & (start < cutoff)) | (kernel & _member(rows["corr"], launched))
         for k in range(3):
             mine = keep & (rows["kind"] == k)
             if mine.any():

@@ -11,8 +11,12 @@ in a process's resident memory), into arrays that are let go of once used.
 from __future__ import annotations
 
 import os
+import shutil
+from contextlib import contextmanager
 
 import numpy as np
+
+from overlapprof.errors import SpillError
 
 # Each open file's write buffer (bytes): a few dozen files are open at once.
 WRITE_BUFFER = 1 << 16
@@ -24,6 +28,31 @@ def new_folder() -> str:
     import tempfile  # only when a folder is needed
 
     return tempfile.mkdtemp(prefix="overlapprof-", dir=os.environ.get("TMPDIR") or None)
+
+
+@contextmanager
+def spill_folder(label: str, wanted: bool = True):
+    """A :func:`new_folder` for ``label``'s files on disk (None when not ``wanted``), removed at
+    the end. When the folder cannot be made, or its files written or read back
+    (:class:`SpillFailed`), the machine is at fault: :class:`~overlapprof.errors.SpillError`
+    says so in one line; other errors pass through as they are."""
+    try:
+        folder = new_folder() if wanted else None
+    except OSError as exc:
+        raise _spill_error(label, exc) from None
+    try:
+        yield folder
+    except SpillFailed as exc:
+        raise _spill_error(label, exc.error) from None
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _spill_error(label: str, error: OSError) -> SpillError:
+    base = os.environ.get("TMPDIR") or "/tmp"
+    return SpillError(f"past the memory budget: cannot keep the events of {label} on disk in {base} "
+                      f"({error.strerror or error}); set TMPDIR to a folder with room")
 
 
 class SpillFailed(Exception):

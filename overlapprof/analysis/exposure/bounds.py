@@ -56,7 +56,8 @@ def _per_step(report: RankReport, ops: RankOps, starts: np.ndarray, ends: np.nda
     at = np.searchsorted(numbers[order], step, side="right") - 1  # the last step of that number
     keep = at >= 0
     keep[keep] = numbers[order[at[keep]]] == step[keep]
-    seg = np.where(keep, order[np.maximum(at, 0)], -1) if numbers.size else np.full(step.size, -1)
+    seg = np.full(step.size, -1, dtype=np.int64)
+    seg[keep] = order[at[keep]]
     lengths, _ = iv.lengths_by(iv.union_by(seg[keep], starts[keep], ends[keep]), len(report.steps))
     return lengths
 

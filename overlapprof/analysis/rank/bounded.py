@@ -26,7 +26,6 @@ event. The records are per operation, as the cross-rank section is.
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,11 +37,10 @@ from overlapprof.analysis.rank.events import (EventSet, Steps, extract, inside_c
 from overlapprof.analysis.rank.scan import Scan
 from overlapprof.analysis.rank import spilled
 from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, read_spilled
-from overlapprof.analysis.spill import Sample, SpillFailed, new_folder
+from overlapprof.analysis.spill import Sample, spill_folder
 from overlapprof.analysis.intervals import Intervals, union
 from overlapprof.analysis.rank.unions import COMM, COMPUTE, MEMORY, RankUnions, UnionsBuilder, hold, merged
 from overlapprof.analysis.records.table import CommTable
-from overlapprof.errors import SpillError
 
 
 @dataclass
@@ -142,22 +140,10 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, workers: i
     docstring); the report is :func:`~overlapprof.analysis.rank.metrics.rank_report`'s of the
     same files, float for float. ``options``: the analysis options (their two filters);
     ``workers``: processes that read a large file (the result is the same with any number)."""
-    folder = None
-    try:
-        folder = new_folder()
+    with spill_folder(label) as folder:
         for k in range(len(files)):
             os.mkdir(os.path.join(folder, f"file{k}"))
         return _measure(files, comm_re, comm_ann, options, label, folder, workers)
-    except (SpillFailed, OSError) as exc:
-        if isinstance(exc, OSError) and folder is not None:
-            raise  # not the spill's: the trace's read words its own errors
-        error = exc.error if isinstance(exc, SpillFailed) else exc
-        base = os.environ.get("TMPDIR") or "/tmp"
-        raise SpillError(f"past the memory budget: cannot keep the events of {label} on disk in {base} "
-                         f"({error.strerror or error}); set TMPDIR to a folder with room") from None
-    finally:
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _measure(files, comm_re, comm_ann, options, label, folder, workers) -> BoundedRank:
