@@ -9,6 +9,7 @@ microseconds. Modules:
 - :mod:`~overlapprof.report.crossrank`: the cross-rank section (matched collectives, waits, bandwidth)
 - :mod:`~overlapprof.report.records`: one record per communication kernel or annotation
 - :mod:`~overlapprof.report.exposure`: why communication is exposed (causes) and what overlap could buy (bounds)
+- :mod:`~overlapprof.report.interference`: compute slowed by communication beside it (section 7)
 - :mod:`~overlapprof.report.lanes`: every step's unions on one clock, for the all-ranks export
 - :mod:`~overlapprof.report.document`: the Report and its Options; JSON save/load
 - :mod:`~overlapprof.report.comparison`: variants compared against a baseline
@@ -28,6 +29,7 @@ Layout (``schema`` is first in the JSON, which is how a saved report is recognis
         timeline: Timeline | None    unions of one representative step, for plots
         exposure: Exposure | None    exposed communication split by cause (also per step and kind)
         *_bound_us, verdict          what overlap could buy: comm-free and overlap bounds
+        interference: Interference | None   compute slowed by communication beside it
         operations: [OperationWindow] | None   per operation: window, slack, exposed (when asked)
         comm_records: [CommRecord] | None   one per communication kernel or annotation (when asked)
         lanes: Lanes | None          every step's unions on the run's common clock (export; when asked)
@@ -56,13 +58,14 @@ from overlapprof.report.crossrank import (
 )
 from overlapprof.report.document import SCHEMA, Options, Report
 from overlapprof.report.exposure import ACTIVITIES, BOUND_FORMS, CAUSES, FIRST_ORDER, WINDOWS, Exposure, OperationWindow
+from overlapprof.report.interference import Interference, OperationClass
 from overlapprof.report.lanes import Lanes, SliceEvent, StepLanes, TraceSlice
 from overlapprof.report.metrics import KindMetrics, Metrics, Partition, RankReport, StepMetrics, Summary, Timeline
 from overlapprof.report.records import CommRecord
 from overlapprof.report.workload import WorkloadMetric
 
 __all__ = [
-    "ACTIVITIES", "BOOTSTRAP", "BOUND_FORMS", "CAUSES", "CI_LEVEL", "Exposure", "FIRST_ORDER", "OperationWindow", "WINDOWS", "PER_STEP", "SEED", "WHOLE_TRACE", "BandwidthRow", "ClockDomain",
+    "ACTIVITIES", "BOOTSTRAP", "BOUND_FORMS", "CAUSES", "CI_LEVEL", "Exposure", "FIRST_ORDER", "Interference", "OperationClass", "OperationWindow", "WINDOWS", "PER_STEP", "SEED", "WHOLE_TRACE", "BandwidthRow", "ClockDomain",
     "CollectiveInstance", "CommRecord", "Comparison", "CrossRank", "KindMatch", "KindMetrics", "Lanes",
     "Metrics", "Options", "Partition", "ProcessGroup", "RankReport", "RankWaits", "Report",
     "SCHEMA", "SliceEvent", "StepLanes", "StepMetrics", "Straggler", "Summary", "Timeline", "TraceSlice", "Unmatched", "VariantStats",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from overlapprof.report.exposure import Exposure, OperationWindow
+from overlapprof.report.interference import Interference
 from overlapprof.report.records import CommRecord
 from overlapprof.report.lanes import Lanes
 
@@ -76,6 +77,9 @@ class StepMetrics(Metrics, kw_only=True):
     - ``overlap_bound_us``: the shortest step overlap could give (OVERLAP.md section 6.2; the
       rank's ``overlap_bound_form`` says which form). With lock-stepped ranks, every rank's
       step of one number has the same bound.
+    - ``slowed_us``: the step's compute slowed by communication beside it, and
+      ``net_overlap_gain_us`` = ``overlapped_us − slowed_us`` (OVERLAP.md section 7,
+      :class:`~overlapprof.report.Interference`; None when not measured).
     """
 
     step: int
@@ -86,6 +90,8 @@ class StepMetrics(Metrics, kw_only=True):
     exposure: Exposure | None = None
     comm_free_bound_us: float | None = None
     overlap_bound_us: float | None = None
+    slowed_us: float | None = None
+    net_overlap_gain_us: float | None = None
 
 
 class KindMetrics(Metrics, kw_only=True):
@@ -162,6 +168,8 @@ class RankReport(msgspec.Struct, kw_only=True):
     # {category: events} of device activity OVERLAP.md does not classify, when none it does was found: the device
     # was not measured, and the metrics are the host's (CPU mode). None otherwise.
     device_not_measured: dict[str, int] | None = None
+    # compute slowed by communication beside it, per operation class (OVERLAP.md section 7)
+    interference: Interference | None = None
 
 
 class Summary(msgspec.Struct, kw_only=True):
