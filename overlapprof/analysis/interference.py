@@ -1,4 +1,4 @@
-"""Interference from one trace: how much slower each operation class of compute runs while
+"""Interference from one trace: how much slower each compute class of compute runs while
 communication runs beside it (OVERLAP.md section 7; the report's
 :class:`~overlapprof.report.Interference`).
 
@@ -27,7 +27,7 @@ import numpy as np
 from overlapprof.analysis.intervals import Intervals
 from overlapprof.analysis.rank.events import EventSet, Steps
 from overlapprof.analysis.spill import Buckets
-from overlapprof.report.interference import Interference, OperationClass
+from overlapprof.report.interference import Interference, ComputeClass
 
 # Spans a class needs on each side (inside and outside communication) before its factor is
 # given: below this a mean of a few noisy durations says little.
@@ -164,7 +164,7 @@ class InterferenceBuilder:
             over_us = sums["ns_over"].get(key, 0) / _NS
             if f is not None:
                 factor[key] = f
-            classes.append(OperationClass(name=names[key], inside=n_in, outside=n_out, inside_mean_us=mean_in,
+            classes.append(ComputeClass(name=names[key], inside=n_in, outside=n_out, inside_mean_us=mean_in,
                                           outside_mean_us=mean_out, factor=f, overlapped_us=over_us,
                                           slowed_us=None if f is None else over_us * (1 - 1 / f)))
         classes.sort(key=lambda c: (-c.overlapped_us, c.name))
@@ -195,7 +195,7 @@ def attach(report, interference: Interference, slowed: list[float]) -> None:
 
 
 def class_factors(report) -> dict[int, dict[str, float]]:
-    """Per rank of a Report, each measured operation class's slowdown factor by name (a replay
+    """Per rank of a Report, each measured compute class's slowdown factor by name (a replay
     stretches a span overlapped by communication by it); ranks without interference map to {}."""
     return {r.rank: (r.interference.factors() if r.interference is not None else {}) for r in report.ranks}
 

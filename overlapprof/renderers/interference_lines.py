@@ -1,6 +1,6 @@
 """Compute slowed by communication beside it, as text: a Report's interference (OVERLAP.md
 section 7, :mod:`overlapprof.report.interference`), a row per rank and its most overlapped
-operation classes. Read by the analyze table (:mod:`overlapprof.renderers.table`); times in ms."""
+compute classes. Read by the analyze table (:mod:`overlapprof.renderers.table`); times in ms."""
 
 from __future__ import annotations
 

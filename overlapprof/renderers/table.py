@@ -132,7 +132,7 @@ def render(report: Report, by: str = "rank") -> str:
                   "late ranks: who was waited for, followed to the rank not waiting\n" + why)
     slowed = interference_lines.rank_table(report) if by == "rank" else None
     if slowed is not None:
-        table += ("\n\nslowed while overlapped: compute run beside communication, per operation class its mean "
+        table += ("\n\nslowed while overlapped: compute run beside communication, per compute class its mean "
                   "duration inside / outside communication (OVERLAP.md section 7); net gain = overlapped - slowed\n"
                   + slowed)
     head = [line] if (line := unmeasured_devices(report)) else []

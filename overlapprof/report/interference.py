@@ -3,7 +3,7 @@
 Plain typed data (msgspec Structs, no numpy), computed by :mod:`overlapprof.analysis.interference`
 and read by the renderers. OVERLAP.md section 7 defines every field; times are microseconds.
 
-An *operation class* is a compute event's name (a CPU op's ``aten::mm``, a kernel's full name).
+An *compute class* is a compute event's name (a CPU op's ``aten::mm``, a kernel's full name).
 Its *spans* are the rank's compute events of that name that no other compute event of their
 thread encloses (CPU mode: top-level ops; GPU mode: every kernel). A span is *inside*
 communication when U(comm) covers all of it, *outside* when U(comm) touches none of it.
@@ -23,8 +23,8 @@ from __future__ import annotations
 import msgspec
 
 
-class OperationClass(msgspec.Struct, kw_only=True):
-    """One operation class of a rank (see the module docstring; µs).
+class ComputeClass(msgspec.Struct, kw_only=True):
+    """One compute class of a rank (see the module docstring; µs).
 
     - ``inside``/``outside``: spans wholly inside / wholly outside U(comm), zero-length ones left out
     - ``inside_mean_us``/``outside_mean_us``: their mean durations (None without spans)
@@ -55,7 +55,7 @@ class Interference(msgspec.Struct, kw_only=True):
     net_overlap_gain_us: float
     unmeasured_us: float
     min_samples: int
-    classes: list[OperationClass] = []
+    classes: list[ComputeClass] = []
 
     def factors(self) -> dict[str, float]:
         """Each measured class's slowdown factor, by name (what a replay multiplies a span

@@ -168,7 +168,7 @@ class RankReport(msgspec.Struct, kw_only=True):
     # {category: events} of device activity OVERLAP.md does not classify, when none it does was found: the device
     # was not measured, and the metrics are the host's (CPU mode). None otherwise.
     device_not_measured: dict[str, int] | None = None
-    # compute slowed by communication beside it, per operation class (OVERLAP.md section 7)
+    # compute slowed by communication beside it, per compute class (OVERLAP.md section 7)
     interference: Interference | None = None
 
 

@@ -41,7 +41,7 @@ class EventSet:
     launched: np.ndarray
     kind: np.ndarray  # index into classify.KINDS (comm only; zeros elsewhere)
     operation: np.ndarray  # comm: not part of another comm event's operation (see _operations); True elsewhere
-    key: np.ndarray  # int32 name id (the rank's name index): a compute event's operation class (interference)
+    key: np.ndarray  # int32 name id (the rank's name index): a compute event's compute class (interference)
     thread: np.ndarray  # int32: (file index << 16) + the thread's code in its file (GPU: the stream's, or -1)
 
     @classmethod
