@@ -10,6 +10,7 @@ import pytest
 import overlapprof
 from overlapprof.analysis.interference import MIN_SAMPLES, InterferenceBuilder, class_factors, top_level
 from overlapprof.analysis.rank.events import EventSet, Steps
+from overlapprof.renderers import csv, table
 from overlapprof.report import Report
 
 NAMES = ["aten::mm", "aten::add", "aten::matmul"]
@@ -116,6 +117,14 @@ def test_real_async_all_reduce(runs, tmp_path):
         assert i.net_overlap_gain_us == pytest.approx(r.metrics.overlapped_us - i.slowed_us)
         assert all(s.net_overlap_gain_us == pytest.approx(s.overlapped_us - s.slowed_us) for s in r.steps)
         assert not any(c.name.startswith(("c10d::", "ProfilerStep")) for c in i.classes)
+    text = table.render(report)
+    assert "slowed while overlapped" in text
+    for r in report.ranks:
+        m = next(c for c in r.interference.classes if c.name == "aten::matmul")
+        if r.interference.classes.index(m) < 3:  # the table names the 3 most overlapped classes
+            assert f"aten::matmul {m.factor:.2f}x (n={m.inside} in/{m.outside} out" in text
+    head, *rows = csv.render(report, by="step").splitlines()
+    assert head.endswith("slowed_us,net_overlap_gain_us") and len(rows) == sum(len(r.steps) for r in report.ranks)
     path = tmp_path / "r.json"
     report.save(path)
     again = Report.load(path)
