@@ -34,7 +34,7 @@ from overlapprof.report.interference import Interference, ComputeClass
 MIN_SAMPLES = 5
 _NS = 1000.0  # µs -> ns: the sums are integers
 _SPAN_ROW = np.dtype([("start", "<f8"), ("end", "<f8"), ("anchor", "<f8"), ("key", "<i4"), ("thread", "<i4")])
-_BUCKETS = 64  # time buckets of the spans on disk (one is in memory at a time)
+_BUCKETS = 32  # time buckets of the spans on disk (one in memory at a time; each file open holds a 64 KiB buffer)
 
 
 def covered_length(u: Intervals, start: np.ndarray, end: np.ndarray) -> np.ndarray:
