@@ -4,6 +4,8 @@ batches, and on the session's real async all-reduce run."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -130,3 +132,17 @@ def test_real_async_all_reduce(runs, tmp_path):
     again = Report.load(path)
     assert again.ranks[0].interference == report.ranks[0].interference
     assert class_factors(again) == {r.rank: r.interference.factors() for r in report.ranks}
+
+
+def test_too_few_spans_are_said_and_give_no_factor():
+    """tests/data/trace_filter: 2 steps of a real 128-rank NCCL job; most kernels run once or
+    twice a step, too few to give a factor: their overlapped time is unmeasured, not slowed."""
+    report = overlapprof.analyze(Path(__file__).parent / "data" / "trace_filter", workers=1)
+    for r in report.ranks:
+        i = r.interference
+        few = [c for c in i.classes if c.inside < MIN_SAMPLES or c.outside < MIN_SAMPLES]
+        assert few and all(c.factor is None and c.slowed_us is None for c in few)
+        assert i.unmeasured_us == pytest.approx(sum(c.overlapped_us for c in few))
+        assert i.unmeasured_us > 0.9 * r.metrics.overlapped_us
+        assert i.net_overlap_gain_us == pytest.approx(r.metrics.overlapped_us - i.slowed_us)
+    assert "(too few spans: n=1 in/1 out)" in table.render(report)

@@ -141,7 +141,7 @@ class InterferenceBuilder:
             dur = np.rint((rec["end"] - rec["start"]) * _NS).astype(np.int64)
             over = np.minimum(np.rint(covered_length(comm, rec["start"], rec["end"]) * _NS).astype(np.int64), dur)
             key = rec["key"].astype(np.int64)
-            inside = (dur > 0) & (over >= dur)
+            inside = (dur > 0) & (over >= dur - 1)  # covered to the nanosecond (float sums round)
             outside = (dur > 0) & (over == 0)
             _add(sums["n_in"], _grouped(key[inside], np.ones(int(inside.sum()), dtype=np.int64)))
             _add(sums["ns_in"], _grouped(key[inside], dur[inside]))
