@@ -58,14 +58,15 @@ from overlapprof.report.crossrank import (
 )
 from overlapprof.report.document import SCHEMA, Options, Report
 from overlapprof.report.exposure import ACTIVITIES, BOUND_FORMS, CAUSES, FIRST_ORDER, WINDOWS, Exposure, OperationWindow
-from overlapprof.report.interference import Interference, ComputeClass
 from overlapprof.report.lanes import Lanes, SliceEvent, StepLanes, TraceSlice
+from overlapprof.report.interference import ComputeClass, Interference
 from overlapprof.report.metrics import KindMetrics, Metrics, Partition, RankReport, StepMetrics, Summary, Timeline
 from overlapprof.report.records import CommRecord
 from overlapprof.report.workload import WorkloadMetric
 
 __all__ = [
-    "ACTIVITIES", "BOOTSTRAP", "BOUND_FORMS", "CAUSES", "CI_LEVEL", "Exposure", "FIRST_ORDER", "Interference", "ComputeClass", "OperationWindow", "WINDOWS", "PER_STEP", "SEED", "WHOLE_TRACE", "BandwidthRow", "ClockDomain",
+    "ComputeClass", "Interference",
+    "ACTIVITIES", "BOOTSTRAP", "BOUND_FORMS", "CAUSES", "CI_LEVEL", "Exposure", "FIRST_ORDER", "OperationWindow", "WINDOWS", "PER_STEP", "SEED", "WHOLE_TRACE", "BandwidthRow", "ClockDomain",
     "CollectiveInstance", "CommRecord", "Comparison", "CrossRank", "KindMatch", "KindMetrics", "Lanes",
     "Metrics", "Options", "Partition", "ProcessGroup", "RankReport", "RankWaits", "Report",
     "SCHEMA", "SliceEvent", "StepLanes", "StepMetrics", "Straggler", "Summary", "Timeline", "TraceSlice", "Unmatched", "VariantStats",
