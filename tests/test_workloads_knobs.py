@@ -11,7 +11,8 @@ trace: 2 gloo ranks, a short schedule, small layers (4 of width 128), the async 
   N after it have been issued (N + 1); ``reshard_after_forward=false``: the backward
   all-gathers nothing, so a step makes 4 all-gathers, not 8.
 - ``slow_rank``/``slow_ms`` (every workload; the harness applies them): rank 0's exposed
-  communication is late_peer, the late rank named 1.
+  communication is late_peer, the late rank named 1, doing neither compute nor communication
+  (asleep) or, with ``slow_compute=true``, computing.
 
 Two runs per workload: each knob changed in one of them only, or (the two DDP knobs and the two
 FSDP ones) in a way that does not change what the other counts (measured: 2026-12-06, each of
@@ -66,7 +67,8 @@ def knob_runs(tmp_path_factory):
     return {
         "ddp_small_buckets": _run(out, "ddp", "ddp-small", "bucket_cap_mb=0.1"),
         "ddp_views": _run(out, "ddp", "ddp-views", "bucket_cap_mb=25", "gradient_as_bucket_view=true"),
-        "fsdp_prefetch2": _run(out, "fsdp", "fsdp-prefetch2", "prefetch=2"),
+        "fsdp_prefetch2": _run(out, "fsdp", "fsdp-prefetch2", "prefetch=2", "slow_rank=1", f"slow_ms={SLOW_MS}",
+                               "slow_compute=true"),
         "fsdp_keep": _run(out, "fsdp", "fsdp-keep", "reshard_after_forward=false", "slow_rank=1", f"slow_ms={SLOW_MS}"),
     }
 
@@ -101,12 +103,15 @@ def test_fsdp_reshard_after_forward_false_gathers_nothing_in_backward(knob_runs)
     assert resharded == [8, 8] and kept == [4, 4], (resharded, kept)
 
 
-def test_a_slow_rank_on_fsdp_is_the_late_peer(knob_runs):
-    report = overlapprof.analyze(knob_runs["fsdp_keep"], workers=1)
+@pytest.mark.parametrize("run,doing", [("fsdp_keep", "other"), ("fsdp_prefetch2", "compute")])
+def test_a_slow_rank_on_fsdp_is_the_late_peer(knob_runs, run, doing):
+    """Asleep (other) or computing (slow_compute: compute), rank 1 is who rank 0 waited for."""
+    report = overlapprof.analyze(knob_runs[run], workers=1)
     e = report.rank(0).exposure
     assert e.largest()[0] == "late_peer"
     assert e.late_peer_by_rank.get(1, 0.0) >= 0.9 * e.late_peer_us
-    # rank 0 waits out most of rank 1's sleep each step, once (its first all-gather)
+    assert e.late_peer_activity.get(doing, 0.0) >= 0.7 * e.late_peer_us, e.late_peer_activity
+    # rank 0 waits out most of rank 1's straggle each step, once (its first all-gather)
     per_step = [s.exposure.late_peer_us for s in report.rank(0).steps]
     assert all(0.6 * SLOW_MS * 1000 <= t <= 1.5 * SLOW_MS * 1000 for t in per_step), per_step
     assert report.rank(1).exposure.late_peer_us < 0.2 * e.late_peer_us
