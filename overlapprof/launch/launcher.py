@@ -21,7 +21,6 @@ Environment for the ranks: ``OMP_NUM_THREADS=1`` unless set, ``NCCL_DEBUG`` and
 
 import contextlib
 import os
-import random
 import statistics
 import sys
 import threading
@@ -385,21 +384,29 @@ def step_summary(run):
     return ", ".join(parts) if parts else "no step completed"
 
 
-SPREAD_RESAMPLES = 1000  # a 95% interval, seeded: the same run.json gives the same line
+SPREAD_RESAMPLES = 1000  # a 95% interval, seeded: the same run.json gives the same line...
+SPREAD_BUDGET = 4_000_000  # ...fewer (not under 100) past this many resampled steps: a second at most
 
 
 def _overhead_spread(run) -> tuple[float, float]:
     """The central 95% interval of profiled / unprofiled step (each the median over ranks of a
     rank's median), every rank's steps of each kind resampled with replacement."""
-    rng = random.Random(0)
-    kinds = [[info.step_times_ms[kind] for info in run.ranks.values() if info.step_times_ms.get(kind)]
-             for kind in ("unprofiled", "profiled")]
+    import numpy as np  # only here: the launching side needs it for this line alone
 
-    def resampled(ranks):
-        return statistics.median(statistics.median(rng.choices(times, k=len(times))) for times in ranks)
+    rng = np.random.default_rng(0)
+    steps = sum(len(info.step_times_ms.get(k) or ()) for info in run.ranks.values() for k in ("unprofiled", "profiled"))
+    resamples = max(100, min(SPREAD_RESAMPLES, SPREAD_BUDGET // max(steps, 1)))
 
-    ratios = sorted(resampled(kinds[1]) / resampled(kinds[0]) for _ in range(SPREAD_RESAMPLES))
-    return ratios[int(0.025 * SPREAD_RESAMPLES)], ratios[int(0.975 * SPREAD_RESAMPLES) - 1]
+    def resampled(kind):
+        medians = []
+        for info in run.ranks.values():
+            times = np.asarray(info.step_times_ms.get(kind) or (), dtype=float)
+            if times.size:
+                medians.append(np.median(times[rng.integers(0, times.size, (resamples, times.size))], axis=1))
+        return np.median(np.stack(medians), axis=0)
+
+    ratios = resampled("profiled") / resampled("unprofiled")
+    return float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))
 
 
 def _overhead(ratio, spread, loads):
