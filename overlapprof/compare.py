@@ -163,12 +163,13 @@ def _intervals(variants: list[VariantStats], samples: list[dict[str, np.ndarray]
 
 
 def _beyond_bounds(variants: list[VariantStats], samples: list[dict[str, np.ndarray]]) -> None:
-    """Set ``beyond_bound`` where a variant's step is below a bound of the baseline beyond the
-    spread (the interval of step / bound entirely below 1x, or the share's entirely above 100%):
-    below its comm-free bound, the variant changed its compute or idle time (``compute``); else
-    below its overlap bound, the windows (``windows``; a first-order bound: the transfers,
-    ``transfers``), which the bound holds fixed. The share of what overlap could buy, which would
-    read above 100% there, is then None."""
+    """Set ``beyond_bound`` where a variant's step is below a bound of the baseline, so that no
+    share of what overlap could buy above 100% is given (``bound_reached`` and its interval are
+    then None). Beyond the spread (the interval of step / bound entirely below 1x, or the share's
+    entirely above 100%): below its comm-free bound, the variant changed its compute or idle time
+    (``compute``); else below its overlap bound, the windows (``windows``; a first-order bound:
+    the transfers, ``transfers``), which the bound holds fixed. Within the spread (a share above
+    100% whose interval does not lie above it): it reached the bound (``noise``)."""
     base, first = variants[0], samples[0]
     if base.overlap_bound_us is None or "step" not in first:
         return
@@ -183,6 +184,8 @@ def _beyond_bounds(variants: list[VariantStats], samples: list[dict[str, np.ndar
             v.beyond_bound = "compute"
         elif below or above:
             v.beyond_bound = form
+        elif v.bound_reached is not None and v.bound_reached > 1.0:
+            v.beyond_bound = "noise"
         else:
             continue
         v.bound_reached = v.bound_reached_ci = None

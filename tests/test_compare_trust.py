@@ -35,14 +35,16 @@ def _allreduce(ts, dur, *, call_ts=None, tid=S.MAIN_TID):
             S.annotation("gloo:all_reduce", ts, dur, tid=tid)]
 
 
-def _job(folder: Path, events, step_us: float):
-    """Two ranks doing the same steps (``events(k)``: step k's events from its start), analyzed."""
+def _job(folder: Path, events, step_us):
+    """Two ranks doing the same steps (``events(k)``: step k's events from its start; ``step_us``
+    its length, or a list of them), analyzed."""
     folder.mkdir()
+    lengths = step_us if isinstance(step_us, list) else [step_us] * STEPS
     for rank in (0, 1):
         trace = []
         for k in range(STEPS):
             t0 = 2000 * k
-            trace += [S.step(k + 1, t0, step_us), *(dict(e, ts=e["ts"] + t0) for e in events(k))]
+            trace += [S.step(k + 1, t0, lengths[k]), *(dict(e, ts=e["ts"] + t0) for e in events(k))]
         S.write(folder / f"rank{rank}.json", S.trace(trace, rank=rank, world_size=2, backend="gloo"))
     return overlapprof.analyze([str(folder)], workers=1)
 
@@ -54,6 +56,7 @@ def made(tmp_path_factory):
       max(300, 500) + 200 = 700, comm-free bound 500;
     - smaller: the same with an all_reduce of 250 (fewer bytes): step 600, below sync's bound;
     - slower: compute 300, an all_reduce of 560, idle 200: step 1060, above sync's bound;
+    - near: compute 300, an all_reduce of 250, then idle: steps of 650-760, about sync's bound;
     - async: an all_reduce issued at 0 (its transfer [10, 800) on the worker) with 300 of compute
       in its window and 200 after it: windows bound 1000, about its step;
     - wider: all 500 of compute in the window: step 800, below async's bound."""
@@ -63,6 +66,7 @@ def made(tmp_path_factory):
         "sync": _job(root / "sync", lambda k: [mm(0, 300), *_allreduce(300, 500 + k)], 1000),
         "smaller": _job(root / "smaller", lambda k: [mm(0, 300), *_allreduce(300, 250 + k)], 600),
         "slower": _job(root / "slower", lambda k: [mm(0, 300), *_allreduce(300, 560 + k)], 1060),
+        "near": _job(root / "near", lambda k: [mm(0, 300), *_allreduce(300, 250)], [650, 760, 680, 740, 690, 700]),
         "async": _job(root / "async", lambda k: [*_allreduce(10, 790 + k, call_ts=0, tid=WORKER), mm(5, 300),
                                                  mm(800 + k, 200)], 1006),
         "wider": _job(root / "wider", lambda k: [*_allreduce(10, 790 + k, call_ts=0, tid=WORKER), mm(5, 500 + k)], 806),
@@ -115,6 +119,19 @@ def test_a_variant_above_the_bound_keeps_its_share(made):
     v = c.variants[1]
     assert v.beyond_bound is None and v.bound_reached == pytest.approx((1000 - 1060) / (1000 - 700), abs=0.02)
     assert _cell(compare_table.render(c), "share of what overlap could buy").endswith("%]")
+
+
+def test_a_share_above_100_percent_within_the_spread_reached_the_bound(made, tmp_path):
+    """'near' steps 650-760 µs (median 695) against sync's bound of 700: a share of 102% whose
+    interval includes 100%. It is not printed: the variant reached the bound, within noise."""
+    c = compare([made["sync"], made["near"]])
+    v = c.variants[1]
+    assert v.step_vs_predicted_ci[0] < 1 < v.step_vs_predicted_ci[1]
+    assert v.beyond_bound == "noise" and v.bound_reached is None
+    shown = _rendered(c, tmp_path)
+    assert shown["table"] == "at the bound (within noise)" and shown["table"] in shown["page"]
+    assert shown["json"] == (None, "noise") and shown["csv"] == ("", "noise")
+    assert "predicted: near reached sync's overlap bound, within the spread" in compare_table.render(c)
 
 
 def test_a_real_variant_below_the_comm_free_bound_changed_its_compute(runs, tmp_path):

@@ -97,10 +97,13 @@ BEYOND = {"windows": ("overlap bound", "windows and compute"), "transfers": ("ov
 
 
 def reached(v) -> str:
-    """The share of what overlap could buy; where the variant went beyond the baseline's bound,
-    what it changed instead; :data:`NOT_TRUSTED` where the load explains it."""
+    """The share of what overlap could buy, never above 100%: where the variant went below the
+    baseline's bound, what it changed (or that it reached the bound, within noise);
+    :data:`NOT_TRUSTED` where the load explains it."""
     if "bound_reached" in v.not_trusted:
         return NOT_TRUSTED
+    if v.beyond_bound == "noise":
+        return "at the bound (within noise)"
     if v.beyond_bound is not None:
         return f"beyond the bound: changed its {v.beyond_bound}"
     return portion(v.bound_reached, v.bound_reached_ci)
@@ -154,6 +157,9 @@ def _predictions(c: Comparison) -> list[str]:
         against = f"step {ms(v.step_us)} ms vs {base.label}'s overlap bound {ms(base.overlap_bound_us)} ms"
         if "bound_reached" in v.not_trusted:
             out.append(f"predicted: {v.label} {NOT_TRUSTED} ({against}; the load explains the difference)")
+        elif v.beyond_bound == "noise":
+            out.append(f"predicted: {v.label} reached {base.label}'s overlap bound, within the spread ({against}: "
+                       f"{factor(v.step_vs_predicted, v.step_vs_predicted_ci)}): no share above 100% is given")
         elif v.beyond_bound is not None:
             bound, fixed = BEYOND[v.beyond_bound]
             at = base.comm_free_bound_us if v.beyond_bound == "compute" else base.overlap_bound_us

@@ -54,8 +54,9 @@ Against the baseline (None for the baseline itself, or when an operand is missin
   one of them beyond the spread (the interval of its step / that bound entirely below 1x, or of
   ``bound_reached`` entirely above 100%) changed what it holds fixed: ``beyond_bound`` =
   ``compute`` (below the baseline's comm-free bound: its compute or idle time), else ``windows``
-  or ``transfers`` (below its overlap bound). ``bound_reached`` and its interval are then None:
-  not a share of what overlap could buy (it would read far above 100%).
+  or ``transfers`` (below its overlap bound). A ``bound_reached`` above 100% within the spread
+  is ``beyond_bound`` = ``noise``: it reached the bound. ``bound_reached`` and its interval are
+  then None: a share of what overlap could buy is never above 100%.
 
 Every factor (and ``comm_free_speedup``, ``overlap_bound_speedup``, ``step_vs_predicted``,
 ``bound_reached``) has a ``*_ci`` = ``[low, high]``: the central ``CI_LEVEL``
@@ -126,7 +127,7 @@ class VariantStats(msgspec.Struct, kw_only=True):
     predicted_step_us: float | None = None
     step_vs_predicted: float | None = None
     bound_reached: float | None = None
-    beyond_bound: str | None = None  # "windows", "transfers" or "compute": what the variant changed (docstring)
+    beyond_bound: str | None = None  # "windows", "transfers", "compute": what the variant changed; "noise" (docstring)
     # Bootstrap intervals [low, high] of the factors above (see "Spread" in the module docstring).
     comm_free_speedup_ci: tuple[float, float] | None = None
     overlap_bound_speedup_ci: tuple[float, float] | None = None
