@@ -22,7 +22,11 @@ from overlapprof.cli.formats import emit_outputs, output_options, planned_output
 def compare(paths, json_out, csv_out, labels, quiet, **kw):
     """Compare runs: step time, communication, exposed communication, overlap ratio and compute
     per variant, and against the first (the baseline): speedup, exposed communication saved,
-    compute slowdown; plus each variant's bound (step - exposed).
+    compute slowdown. Each variant has two bounds: the comm-free bound (step - exposed
+    communication: the step if communication cost nothing) and the overlap bound (the shortest
+    step overlap could give, holding the run's compute and its windows, or transfers, fixed). The
+    baseline's overlap bound is the prediction for the others: step / predicted, and the share of
+    what overlap could buy, or, for a variant below a bound, what it changed.
 
     PATHS are run directories of `overlapprof run`, folders or files of traces (one variant
     each), saved reports (`analyze --json FILE`), or one saved comparison (`compare --json FILE`).

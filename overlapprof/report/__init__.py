@@ -55,7 +55,8 @@ from overlapprof.report.crossrank import (
     WarmupOp,
 )
 from overlapprof.report.document import SCHEMA, Options, Report
-from overlapprof.report.exposure import ACTIVITIES, BOUND_FORMS, CAUSES, FIRST_ORDER, WINDOWS, Exposure, OperationWindow
+from overlapprof.report.exposure import (ACTIVITIES, BOUND_FORMS, CAUSES, FIRST_ORDER, WINDOWS, Exposure, OperationWindow,
+                                         held_fixed)
 from overlapprof.report.lanes import Lanes, SliceEvent, StepLanes, TraceSlice
 from overlapprof.report.metrics import KindMetrics, Metrics, Partition, RankReport, StepMetrics, Summary, Timeline
 from overlapprof.report.records import CommRecord
@@ -66,5 +67,5 @@ __all__ = [
     "CollectiveInstance", "CommRecord", "Comparison", "CrossRank", "KindMatch", "KindMetrics", "Lanes",
     "Metrics", "Options", "Partition", "ProcessGroup", "RankReport", "RankWaits", "Report",
     "SCHEMA", "SliceEvent", "StepLanes", "StepMetrics", "Straggler", "Summary", "Timeline", "TraceSlice", "Unmatched", "VariantStats",
-    "WarmupOp", "WorkloadMetric",
+    "WarmupOp", "WorkloadMetric", "held_fixed",
 ]
