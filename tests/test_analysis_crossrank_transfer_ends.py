@@ -1,0 +1,108 @@
+"""OVERLAP.md version 3's end of an async send (overlapprof/analysis/crossrank/transfer_ends.py),
+on a real 2-rank gloo run of issue 39's probe (tests/workloads/p2p_probe.py): rank 0 isend, then
+``compute_ms`` of matmuls, then wait(); rank 1 a blocking recv (variant ``recv``) or an irecv
+waited after the same matmuls (variant ``irecv``). What the analyzer reports is checked against
+the raw trace events, read here with json alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+
+import overlapprof
+from overlapprof.renderers.table import p2p_lines
+from overlapprof.report.metrics import by_rank
+
+from conftest import REPO, SHORT_SCHEDULE, _overlapprof, overlapprof_here
+
+COMPUTE_MS = 100.0  # long beside a 1 MiB transfer over loopback, even on a loaded machine
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory) -> dict[str, Path]:
+    pytest.importorskip("torch")
+    root = tmp_path_factory.mktemp("probe")
+    proc = _overlapprof("run", REPO / "tests/workloads/p2p_probe.py", "--nproc", 2, "--run-id", "probe", "--out", root,
+                        "--no-analyze", "-q", *SHORT_SCHEDULE, "--opt", f"compute_ms={COMPUTE_MS}",
+                        "--variant", "recv", "--variant", "irecv", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {v: root / f"probe-{v}" for v in ("recv", "irecv")}
+
+
+def _spans(run: Path, rank: int, name: str) -> list[tuple[float, float]]:
+    """(start, end) of every complete event ``name`` of the rank's trace, on the shared clock (µs), in time order."""
+    (path,) = run.glob(f"rank{rank}.*.json")
+    trace = json.loads(path.read_text())
+    base = trace.get("baseTimeNanoseconds", 0) / 1e3
+    return sorted((e["ts"] + base, e["ts"] + base + e["dur"]) for e in trace["traceEvents"]
+                  if e.get("ph") == "X" and e.get("name") == name)
+
+
+def _union_length(spans) -> float:
+    total, reach = 0.0, -float("inf")
+    for a, b in sorted(spans):
+        if b > reach:
+            total += b - max(a, reach)
+            reach = b
+    return total
+
+
+def _send_comm(report) -> float:
+    (kind,) = [k for k in by_rank(report.ranks, 0).kinds if k.kind == "send_recv"]
+    return kind.comm_us
+
+
+def test_send_ends_at_the_blocking_receive(probe):
+    """The bug was real (each gloo:send span lasts the matmuls), and rank 0's send communication
+    is its c10d::send call and its span up to the end of the matched blocking receive."""
+    run = probe["recv"]
+    calls, sends, recvs = _spans(run, 0, "c10d::send"), _spans(run, 0, "gloo:send"), _spans(run, 1, "gloo:recv")
+    assert len(calls) == len(sends) == len(recvs) == 2
+    assert all(end - start >= 0.9 * COMPUTE_MS * 1e3 for start, end in sends)  # issue to wait()
+    report = overlapprof.analyze(run, workers=1)
+    expected = sum(_union_length([call, (gs, min(max(re, gs), ge))])
+                   for call, (gs, ge), (_, re) in zip(calls, sends, recvs))
+    assert _send_comm(report) == pytest.approx(expected, abs=1.0)
+    cut = sum(re < ge for (_, ge), (_, re) in zip(sends, recvs))
+    assert cut >= 1  # the probe's point: the data was there long before the wait
+    rank0, rank1 = (by_rank(report.ranks, r) for r in (0, 1))
+    assert (rank0.p2p.async_ops, rank0.p2p.ends_from_peer, rank0.p2p.upper_bound) == (2, cut, 0)
+    assert rank1.p2p.async_ops == 0  # a blocking recv: its end is when the data arrived
+    assert _send_comm(report) < sum(ge - gs for gs, ge in sends)
+    assert p2p_lines(report) == [f"async sends whose communication ends at their matched blocking receive's end: "
+                                 f"rank 0 {cut}"]
+
+
+def test_async_receive_leaves_an_upper_bound(probe):
+    """Rank 1's irecv ends at its wait(): nothing shows when the data arrived, so neither its span
+    nor rank 0's send is cut, and both are said to be upper bounds."""
+    run = probe["irecv"]
+    calls, sends = _spans(run, 0, "c10d::send"), _spans(run, 0, "gloo:send")
+    report = overlapprof.analyze(run, workers=1)
+    assert _send_comm(report) == pytest.approx(sum(_union_length([c, s]) for c, s in zip(calls, sends)), abs=1.0)
+    for rank in report.ranks:
+        p = rank.p2p
+        assert (p.async_ops, p.ends_from_peer, p.upper_bound) == (2, 0, 2), rank.rank
+        spans = _spans(run, rank.rank, "gloo:send" if rank.rank == 0 else "gloo:recv")
+        assert p.upper_bound_us == pytest.approx(_union_length(spans), abs=1.0)
+    (line,) = p2p_lines(report)
+    assert line.startswith("upper bound: async send/recv spans that end at their wait()") and "rank 1 2 (" in line
+
+
+@pytest.mark.parametrize("variant", ["recv", "irecv"])
+def test_on_disk_is_the_same(probe, variant):
+    """The ranks measured again with the receive's ends give the same report on disk as in memory."""
+    memory = msgspec.to_builtins(overlapprof.analyze(probe[variant], workers=1, memory_budget="1TB", comm_ops=True))
+    on_disk = msgspec.to_builtins(overlapprof.analyze(probe[variant], workers=1, memory_budget=0, comm_ops=True))
+    for d in (memory, on_disk):
+        d.pop("options")
+    assert memory == on_disk
+
+
+def test_the_table_says_it(probe):
+    got = overlapprof_here("analyze", probe["irecv"])
+    assert got.exit_code == 0, got.output
+    assert "upper bound: async send/recv spans that end at their wait()" in got.stdout
