@@ -40,7 +40,7 @@ def _trace(tmp_path, kernels, name="rank0.json"):
     return S.write(tmp_path / name, S.trace(events, rank=0, world_size=1))
 
 
-@pytest.mark.parametrize("name,kind", FAMILIES, ids=[k[0].replace("(anonymous namespace)", "").split("(")[0].split("<")[0][-36:] for k in FAMILIES])
+@pytest.mark.parametrize("name,kind", FAMILIES, ids=[C.kernel_stem(k[0]) for k in FAMILIES])
 def test_families_are_communication(tmp_path, name, kind):
     assert C.COMM_KERNEL.search(name) and C.comm_kind(name) == kind
     report = overlapprof.analyze(_trace(tmp_path, [name]), workers=1)

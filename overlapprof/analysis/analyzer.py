@@ -345,8 +345,7 @@ def analyze(paths, options: AnalyzeOptions | None = None, **fields) -> Report:
     matching = []
     crossrank = _cross_rank(results, recorded, matching)
     if matching:
-        crossrank = _ends_from_peers(results, groups, recorded, matching, crossrank, workers, progress, warnings,
-                                     dask_scheduler)
+        crossrank = _ends_from_peers(results, groups, recorded, matching, crossrank, workers, warnings, dask_scheduler)
     if recorded.like_hta:
         from overlapprof.analysis import like_hta
 
@@ -405,7 +404,8 @@ def _lookalikes_warning(results: list[RankResult], shown: int = 3) -> str | None
     if not counts:
         return None
     top = sorted(counts, key=lambda k: (-counts[k], k))
-    named = ", ".join(f"{k} ({counts[k]} kernels on {ranks[k]} rank{'s' if ranks[k] != 1 else ''})" for k in top[:shown])
+    named = ", ".join(f"{k} ({counts[k]} kernels on {ranks[k]} rank{'s' if ranks[k] != 1 else ''})"
+                      for k in top[:shown])
     more = f" and {len(top) - shown} more" if len(top) > shown else ""
     example = re.escape(top[0].rsplit("::", 1)[-1])
     return (f"kernels named like communication are counted as compute (not of a communication family OVERLAP.md "
@@ -413,9 +413,9 @@ def _lookalikes_warning(results: list[RankResult], shown: int = 3) -> str | None
 
 
 def _ends_from_peers(results: list[RankResult], groups: list[TraceGroup], options: Options, matching: list, crossrank,
-                     workers, progress, warnings: list[str], dask_scheduler):
-    """OVERLAP.md section 1: an async send matched to a blocking receive ends by the receive's end.
-    The ranks whose sends that cuts are measured again with those ends (so every metric is still
+                     workers, warnings: list[str], dask_scheduler):
+    """OVERLAP.md section 1: an async send matched to a receive its thread waited for ends by the
+    receive's end. The ranks whose sends that cuts are measured again with those ends (so every metric is still
     computed once, from the classified intervals), and the cross-rank section is built again from
     them; every CPU rank with send/recv gets its :class:`~overlapprof.report.PointToPoint`.
     ``results`` and ``matching`` (a list of one Matching) are updated in place; returns the
@@ -426,7 +426,8 @@ def _ends_from_peers(results: list[RankResult], groups: list[TraceGroup], option
     again = [k for k, r in enumerate(results) if r.report.rank in found.ends]
     if again:
         ends = {os.path.abspath(results[k].files[0]): found.ends[results[k].report.rank] for k in again}
-        fresh = _run_groups([groups[k] for k in again], options, workers, progress, warnings, dask_scheduler, ends)
+        # (no progress: the ranks were counted once)
+        fresh = _run_groups([groups[k] for k in again], options, workers, None, warnings, dask_scheduler, ends)
         for k, new in zip(again, fresh):
             if new.error is not None:
                 raise new.error

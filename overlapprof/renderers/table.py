@@ -19,7 +19,7 @@ BY = ("rank", "step", "kind", "collective")
 
 
 _MODES = {
-    "gpu": "NCCL/RCCL kernels vs other kernels, all streams pooled",
+    "gpu": "communication-library kernels (NCCL/RCCL, ...) vs other kernels, all streams pooled",
     "cpu": "c10d::* calls and <backend>:<op> annotations vs cpu_ops",
 }
 

@@ -1,4 +1,4 @@
-"""Classes of events (OVERLAP.md version 2, section 1) and kinds of communication (section 3).
+"""Classes of events (OVERLAP.md version 3, section 1) and kinds of communication (section 3).
 
 A *communication call* is a ``cpu_op`` named ``record_param_comms`` or ``c10d::*``; an event is
 inside one when it is on the same pid and tid and its ``ts`` lies in [call.ts, call.ts + dur).
@@ -52,7 +52,8 @@ COMM_KERNEL_FAMILIES = {
     "NCCL, RCCL": r"nccl|rccl",
     "NVSHMEM": r"nvshmem",
     "DeepEP": r"deep_?ep::|dpsk::ep",
-    "torch symmetric memory, vLLM multimem": r"multimem_|symmetric_memory::|one_?shot_?all_?reduce|two_?shot_?all_?reduce",
+    "torch symmetric memory, vLLM multimem":
+        r"multimem_|symmetric_memory::|one_?shot_?all_?reduce|two_?shot_?all_?reduce",
     "vLLM, SGLang and aiter custom all-reduce": r"cross_device_reduce",
     "TensorRT-LLM, FlashInfer all-reduce fusion": r"allreduce_fusion_kernel",
     "TransformerEngine userbuffers": r"userbuffers",
