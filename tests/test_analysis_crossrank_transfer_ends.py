@@ -106,3 +106,64 @@ def test_the_table_says_it(probe):
     got = overlapprof_here("analyze", probe["irecv"])
     assert got.exit_code == 0, got.output
     assert "upper bound: async send/recv spans that end at their wait()" in got.stdout
+
+
+# -- the rule on hand-made traces: known clocks, known ends
+
+import synthetic as S  # noqa: E402
+
+SHAPES = {"Input Dims": [[1000]], "Input type": ["float"]}
+
+
+def _p2p(kind, ts, dur, peer):
+    """gloo:send/recv on the calling thread, opened inside its c10d call (Concrete Inputs: the peer)."""
+    call = "c10d::send" if kind == "send" else "c10d::recv_"
+    return [S.cpu_op(call, ts - 5, 10, args={"Concrete Inputs": ["", "", str(peer), "0"]}),
+            S.annotation(f"gloo:{kind}", ts, dur, args=dict(SHAPES))]
+
+
+def _ranks(tmp_path, shift_us=0.0, hosts=None):
+    """Rank 0: two async sends (matmuls inside, wait() at the span's end); rank 1: two blocking
+    receives, the first ending at 3000 µs (long before its send's 41000), the second at 62000
+    (after its send's 61000). Rank 1's clock runs ``shift_us`` behind (its baseTimeNanoseconds
+    later by as much): the same instants."""
+    rank0 = _p2p("send", 1000, 40_000, 1) + [S.cpu_op("aten::mm", 1100 + 1000 * k, 900) for k in range(39)]
+    rank0 += _p2p("send", 50_000, 11_000, 1) + [S.cpu_op("aten::mm", 50_100 + 1000 * k, 900) for k in range(10)]
+    rank1 = _p2p("recv", 1000 - shift_us, 2000, 0) + _p2p("recv", 50_000 - shift_us, 12_000, 0)
+    paths = []
+    for rank, (events, base) in enumerate(((rank0, 0), (rank1, int(shift_us * 1000)))):
+        obj = S.trace(events, rank=rank, world_size=2, backend="gloo", base_ns=10**18 + base)
+        if hosts:
+            obj["host_name"] = hosts[rank]
+        paths.append(S.write(tmp_path / f"rank{rank}.json", obj))
+    return paths
+
+
+@pytest.mark.parametrize("shift_us", [0.0, 500.0])
+def test_cut_at_the_receive_on_the_common_clock(tmp_path, shift_us):
+    report = overlapprof.analyze(_ranks(tmp_path, shift_us), workers=1, comm_ops=True)
+    rank0, rank1 = (by_rank(report.ranks, r) for r in (0, 1))
+    assert (rank0.p2p.async_ops, rank0.p2p.ends_from_peer, rank0.p2p.upper_bound) == (2, 1, 0)
+    assert rank1.p2p.async_ops == 0
+    # [995, 1005) ∪ [1000, 3000), then [49995, 50005) ∪ [50000, 61000) as recorded
+    assert rank0.metrics.comm_us == 2005 + 11_005
+    assert [r.dur for r in rank0.comm_records if r.name == "gloo:send"] == [2000, 11_000]
+    on_disk = overlapprof.analyze(_ranks(tmp_path, shift_us), workers=1, comm_ops=True, memory_budget=0)
+    a, b = (msgspec.to_builtins(r) for r in (report, on_disk))
+    a.pop("options"), b.pop("options")
+    assert a == b
+
+
+def test_clocks_not_aligned_show_nothing(tmp_path):
+    """Two hosts whose clocks are not aligned: the receive's end cannot be put on the send's clock."""
+    report = overlapprof.analyze(_ranks(tmp_path, hosts=["a", "b"]), workers=1)
+    assert report.crossrank.clocks == "unaligned"
+    rank0 = by_rank(report.ranks, 0)
+    assert (rank0.p2p.ends_from_peer, rank0.p2p.upper_bound) == (0, 2)
+    assert rank0.metrics.comm_us == 40_005 + 11_005 and rank0.p2p.upper_bound_us == 51_000
+
+
+def test_no_comms_leaves_the_spans(tmp_path):
+    report = overlapprof.analyze(_ranks(tmp_path), workers=1, comms=False)
+    assert by_rank(report.ranks, 0).metrics.comm_us == 40_005 + 11_005
+    assert all(r.p2p is None for r in report.ranks)
