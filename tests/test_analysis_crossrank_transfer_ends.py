@@ -167,3 +167,20 @@ def test_no_comms_leaves_the_spans(tmp_path):
     report = overlapprof.analyze(_ranks(tmp_path), workers=1, comms=False)
     assert by_rank(report.ranks, 0).metrics.comm_us == 40_005 + 11_005
     assert all(r.p2p is None for r in report.ranks)
+
+
+def test_a_wait_for_another_operation_shows_nothing(tmp_path):
+    """Rank 1 posts a send and a receive, computes, waits for its send (blocked until 30000 µs),
+    then for its receive, which ends 100 µs later: its thread was blocked, but on the send; when
+    the receive's data arrived is not shown, so rank 0's send to it is not cut."""
+    mm = [S.cpu_op("aten::mm", 1100 + 1000 * k, 900) for k in range(9)]
+    rank0 = _p2p("send", 1000, 40_000, 1) + [S.cpu_op("aten::mm", 1100 + 1000 * k, 900) for k in range(39)]
+    rank0 += _p2p("recv", 42_000, 100, 1)
+    rank1 = _p2p("send", 900, 29_100, 0) + _p2p("recv", 1000, 29_100, 0) + mm
+    paths = [S.write(tmp_path / f"rank{r}.json", S.trace(ev, rank=r, world_size=2, backend="gloo"))
+             for r, ev in enumerate((rank0, rank1))]
+    report = overlapprof.analyze(paths, workers=1)
+    rank0, rank1 = (by_rank(report.ranks, r) for r in (0, 1))
+    assert (rank0.p2p.async_ops, rank0.p2p.ends_from_peer, rank0.p2p.upper_bound) == (1, 0, 1)
+    assert (rank1.p2p.async_ops, rank1.p2p.ends_from_peer, rank1.p2p.upper_bound) == (1, 0, 1)
+    assert rank0.metrics.comm_us == 40_005 + 100 + 5  # [995, 41000) and [41995, 42100)

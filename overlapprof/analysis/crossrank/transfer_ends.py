@@ -2,8 +2,8 @@
 
 gloo records a send or recv as a span on the calling thread from its issue to its ``wait()``.
 One whose thread waited for it for at least half of the span (from its need time, when the
-program needed its result, to its end: OVERLAP.md section 6.1) ends when the operation was seen
-to complete: a blocking receive, or one whose ``wait()`` blocked, ends when its data had arrived.
+program needed its result, OVERLAP.md section 6.1, or from the end of another send/recv of the
+thread that ended after that, to its end) ends when the operation was seen to complete: a blocking receive, or one whose ``wait()`` blocked, ends when its data had arrived.
 An asynchronous one (its thread did other work for most of the span) ends at the ``wait()``,
 however long before that its transfer ended. (Half, not all: the call that issued a span
 overlaps its first microseconds, and a ``wait()`` that finds the work done still takes some.)
@@ -42,6 +42,20 @@ class PartnerEnds:
     p2p: dict[int, PointToPoint] = field(default_factory=dict)
 
 
+def _blocked_from(ops, p2p: np.ndarray) -> np.ndarray:
+    """Since when each point-to-point operation's thread was blocked on it alone: its need time
+    (CPU mode: always known), or the end of an earlier-ending send/recv of its thread that ended
+    after that (its ``wait()`` came first: what the thread waited for until then was not this)."""
+    out = ops.need.copy()
+    rows = np.flatnonzero(p2p)
+    order = rows[np.lexsort((ops.end[rows], ops.thread[rows], ops.rank[rows]))]
+    if order.size > 1:
+        same = (ops.rank[order[1:]] == ops.rank[order[:-1]]) & (ops.thread[order[1:]] == ops.thread[order[:-1]])
+        prev = np.where(same, ops.end[order[:-1]], -np.inf)
+        out[order[1:]] = np.maximum(out[order[1:]], prev)
+    return out
+
+
 def partner_ends(m: Matching, cpu_ranks: set[int]) -> PartnerEnds:
     """The ends that the matched receives show, for the operations of the CPU-mode ranks ``cpu_ranks``
     (module docstring). Across hosts whose clocks are not aligned nothing is shown."""
@@ -49,7 +63,7 @@ def partner_ends(m: Matching, cpu_ranks: set[int]) -> PartnerEnds:
     p2p = (ops.kind == KIND_CODE["send_recv"]) & np.isin(ops.rank, sorted(cpu_ranks))
     if not p2p.any():
         return out
-    waited = p2p & (ops.end - ops.need >= 0.5 * (ops.end - ops.issue))  # CPU mode: need is always known
+    waited = p2p & (ops.end - _blocked_from(ops, p2p) >= 0.5 * (ops.end - ops.issue))
     is_async = p2p & ~waited
     shown = np.zeros(len(ops), dtype=bool)
     end = ops.end.copy()
