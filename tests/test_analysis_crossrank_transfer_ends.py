@@ -2,7 +2,8 @@
 on a real 2-rank gloo run of issue 39's probe (tests/workloads/p2p_probe.py): rank 0 isend, then
 ``compute_ms`` of matmuls, then wait(); rank 1 a blocking recv (variant ``recv``) or an irecv
 waited after the same matmuls (variant ``irecv``). What the analyzer reports is checked against
-the raw trace events, read here with json alone."""
+the raw trace events, read here with json alone. Then the rule's cases on hand-made traces:
+clocks apart, clocks not aligned, --no-comms, a wait() for another operation."""
 
 from __future__ import annotations
 
@@ -72,8 +73,8 @@ def test_send_ends_at_the_blocking_receive(probe):
     assert (rank0.p2p.async_ops, rank0.p2p.ends_from_peer, rank0.p2p.upper_bound) == (2, cut, 0)
     assert rank1.p2p.async_ops == 0  # a blocking recv: its end is when the data arrived
     assert _send_comm(report) < sum(ge - gs for gs, ge in sends)
-    assert p2p_lines(report) == [f"async sends whose communication ends at their matched blocking receive's end: "
-                                 f"rank 0 {cut}"]
+    assert p2p_lines(report) == ["async sends whose communication ends at the end of the receive matched to them "
+                                 f"(one its thread waited for): rank 0 {cut}"]
 
 
 def test_async_receive_leaves_an_upper_bound(probe):

@@ -75,10 +75,11 @@ def p2p_lines(report: Report) -> list[str]:
     upper = [f"rank {r.rank} {r.p2p.upper_bound} ({ms(r.p2p.upper_bound_us)} ms)" for r in ranks if r.p2p.upper_bound]
     lines = []
     if cut:
-        lines.append("async sends whose communication ends at their matched blocking receive's end: " + ", ".join(cut))
+        lines.append("async sends whose communication ends at the end of the receive matched to them (one its "
+                     "thread waited for): " + ", ".join(cut))
     if upper:
         lines.append("upper bound: async send/recv spans that end at their wait(), and nothing shows when their "
-                     "transfer ended (a blocking receive on the peer would): " + ", ".join(upper))
+                     "transfer ended (a receive its thread waited for, on the peer, would): " + ", ".join(upper))
     return lines
 
 
