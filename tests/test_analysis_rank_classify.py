@@ -29,7 +29,7 @@ FAMILIES = [
 ]
 
 
-def _trace(tmp_path, kernels, name="rank0.json"):
+def _trace(tmp_path, kernels, name="rank0.json", rank=0, world_size=1):
     """A step of kernels 100 µs long, 1 ms apart from 100 µs, each launched, and a 300 µs compute kernel from 150 µs."""
     events = [S.step(1, 0, 20_000)]
     t = 100.0
@@ -37,7 +37,7 @@ def _trace(tmp_path, kernels, name="rank0.json"):
         events += S.launched(kernel, t - 50, t, 100)
         t += 1000
     events += S.launched("void at::native::vectorized_elementwise_kernel<4, BroadcastOp>(int)", 40, 150, 300, stream=9)
-    return S.write(tmp_path / name, S.trace(events, rank=0, world_size=1))
+    return S.write(tmp_path / name, S.trace(events, rank=rank, world_size=world_size))
 
 
 @pytest.mark.parametrize("name,kind", FAMILIES, ids=[C.kernel_stem(k[0]) for k in FAMILIES])
@@ -69,6 +69,15 @@ def test_lookalike_kernels_are_warned_about(tmp_path):
     assert not [w for w in named.warnings if "named like communication" in w]
     assert named.ranks[0].metrics.comm_us == 500
     assert {k.kind: k.count for k in named.ranks[0].kinds} == {"all_reduce": 4, "all_gather": 1}
+
+
+def test_lookalikes_of_several_ranks_and_names(tmp_path):
+    kernels = [f"custom_all_to_all_{k}(int)" for k in range(4)] + ["my_sendrecv(int)"] * 2
+    paths = [_trace(tmp_path, kernels, f"rank{r}.json", rank=r, world_size=2) for r in range(2)]
+    (line,) = [w for w in overlapprof.analyze(paths, workers=1).warnings if "named like communication" in w]
+    assert "my_sendrecv (4 kernels on 2 ranks), custom_all_to_all_0 (2 kernels on 2 ranks)" in line
+    assert "custom_all_to_all_1 (2 kernels on 2 ranks) and 2 more; if they communicate" in line
+    assert line.endswith("--comm-kernel 'my_sendrecv'")
 
 
 def test_template_arguments_do_not_look_like_communication():

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,7 +22,7 @@ from overlapprof.analysis.crossrank.section import build_crossrank
 from overlapprof.analysis.exposure import explain
 from overlapprof.analysis.exposure.inputs import ExposureInput, exposure_input
 from overlapprof.analysis.options import AnalyzeOptions
-from overlapprof.analysis.rank.classify import compile_comm_annotations, compile_comm_kernels, kernel_stem
+from overlapprof.analysis.rank.classify import compile_comm_annotations, compile_comm_kernels, lookalikes_warning
 from overlapprof.analysis.rank.events import RankEvents, filtered, last_step_dropped, rank_events
 from overlapprof.analysis.rank.metrics import rank_report, summarize
 from overlapprof.analysis.rank.unions import rank_unions
@@ -337,7 +336,7 @@ def analyze(paths, options: AnalyzeOptions | None = None, **fields) -> Report:
         raise spill  # the machine's problem, not a bad trace's: no rank is skipped for it
     warnings += [f"skipped {r.error}" for r in failed]
     results, groups = [r for r, _ in good], [g for _, g in good]
-    if (line := _lookalikes_warning(results)) is not None:
+    if (line := lookalikes_warning([r.lookalikes for r in results])) is not None:
         warnings.append(line)
     _settle_ranks(results, groups)
     _check_one_run(results)
@@ -388,28 +387,6 @@ def analyze(paths, options: AnalyzeOptions | None = None, **fields) -> Report:
     report.exposure_notes += explain(report, inputs, matching[0] if matching and inputs else None, run,
                                      recorded.reference_bandwidth, recorded.comm_records)
     return report
-
-
-def _lookalikes_warning(results: list[RankResult], shown: int = 3) -> str | None:
-    """One warning line for the compute kernels whose names look like communication (a library's
-    collective that OVERLAP.md's families do not include is compute unless named): the most
-    frequent ``shown`` names (without their arguments), how many kernels on how many ranks."""
-    counts: dict[str, int] = {}
-    ranks: dict[str, int] = {}
-    for r in results:
-        for name, n in r.lookalikes.items():
-            short = kernel_stem(name)
-            counts[short] = counts.get(short, 0) + n
-            ranks[short] = ranks.get(short, 0) + 1
-    if not counts:
-        return None
-    top = sorted(counts, key=lambda k: (-counts[k], k))
-    named = ", ".join(f"{k} ({counts[k]} kernels on {ranks[k]} rank{'s' if ranks[k] != 1 else ''})"
-                      for k in top[:shown])
-    more = f" and {len(top) - shown} more" if len(top) > shown else ""
-    example = re.escape(top[0].rsplit("::", 1)[-1])
-    return (f"kernels named like communication are counted as compute (not of a communication family OVERLAP.md "
-            f"knows): {named}{more}; if they communicate, name them: --comm-kernel '{example}'")
 
 
 def _ends_from_peers(results: list[RankResult], groups: list[TraceGroup], options: Options, matching: list, crossrank,

@@ -161,3 +161,27 @@ def is_host_sync(name: str) -> bool:
     ``cudaDeviceSynchronize``, ``cudaEventSynchronize``, a synchronous ``cudaMemcpy``), reading a
     device value on the host (``aten::item``, ``aten::_local_scalar_dense``) or a barrier."""
     return name in HOST_SYNC_RUNTIME or name in HOST_SYNC_OPS
+
+
+def lookalikes_warning(per_rank: list[dict[str, int]], shown: int = 3) -> str | None:
+    """One warning line for the compute kernels whose names look like communication
+    (:func:`looks_like_comm`; ``per_rank``: each rank's name -> count): a library's collective
+    outside :data:`COMM_KERNEL_FAMILIES` is compute unless the user names it. The most frequent
+    ``shown`` names (:func:`kernel_stem`), how many kernels on how many ranks, and the
+    ``--comm-kernel`` that would count the first; None when there are none."""
+    counts: dict[str, int] = {}
+    ranks: dict[str, set[int]] = {}
+    for k, names in enumerate(per_rank):
+        for name, n in names.items():
+            stem = kernel_stem(name)
+            counts[stem] = counts.get(stem, 0) + n
+            ranks.setdefault(stem, set()).add(k)
+    if not counts:
+        return None
+    top = sorted(counts, key=lambda s: (-counts[s], s))
+    named = ", ".join(f"{s} ({counts[s]} kernels on {len(ranks[s])} rank{'s' if len(ranks[s]) != 1 else ''})"
+                      for s in top[:shown])
+    more = f" and {len(top) - shown} more" if len(top) > shown else ""
+    example = re.escape(top[0].rsplit("::", 1)[-1])
+    return (f"kernels named like communication are counted as compute (not of a communication family OVERLAP.md "
+            f"knows): {named}{more}; if they communicate, name them: --comm-kernel '{example}'")
