@@ -35,3 +35,9 @@ def __getattr__(name):
 
         return getattr(profiling, name)
     raise AttributeError(f"module 'overlapprof' has no attribute {name!r}")
+
+
+def __dir__():
+    """The public names (resolved on first use, so absent from the module until then) beside
+    what the module holds."""
+    return sorted(set(globals()) | set(__all__))

@@ -27,10 +27,13 @@ Without torch.distributed (one process) it records rank 0 of 1 and says so.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
+import textwrap
 import time
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -38,58 +41,54 @@ from overlapprof.errors import ProfileError, RunDirError
 from overlapprof.launch import recording
 from overlapprof.launch.host import relevant_env, usable_cores, versions
 from overlapprof.launch.launcher import step_summary
+from overlapprof.launch.machine import LoadMeter
 from overlapprof.launch.watchdog import describe_traceback, first_line
 from overlapprof.rundir import blame, directory, run_record
 
 _STEP_KINDS = ("warmup", "unprofiled", "profiler_wait", "profiler_warmup", "profiled")
 
 
+def _setting(default=None, doc="", factory=None):
+    """A ProfileConfig field with its meaning: the one place a setting is described (the help of
+    :func:`profile` and of :class:`ProfileConfig` are made from it)."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"doc": doc})
+    return field(default=default, metadata={"doc": doc})
+
+
 @dataclass
 class ProfileConfig:
     """What :func:`profile` records, and where. The defaults are ``overlapprof run``'s."""
 
-    out: str | Path = "traces"
-    """The folder the run directory is made in."""
-    run_id: str | None = None
-    """The run directory's name, ``<out>/<run_id>``; None: ``<script>-<YYYYmmdd-HHMMSS>``,
-    chosen by rank 0. A directory that exists is an error: runs are never overwritten."""
-    variant: str = ""
-    """What ``compare`` calls this run (run.json ``variant``); "": the directory's name."""
-    options: dict[str, Any] = field(default_factory=dict)
-    """Settings of your job to keep in run.json ``options`` (``{"bucket_cap_mb": 25}``):
-    ``compare`` says where two runs' options differ."""
-    warmup_steps: int = 2
-    """Steps before the profiler cycles, outside the profiler (communicators are built then);
-    their host times are kept as "warmup"."""
-    unprofiled_steps: int | None = None
-    """Steps with the profiler off at the start of each cycle: the baseline of the profiler's
-    overhead. None: as many as ``active``."""
-    wait: int = 1
-    """``torch.profiler.schedule`` wait: steps skipped after the unprofiled ones."""
-    warmup: int = 1
-    """Steps traced and discarded before the active ones."""
-    active: int = 16
-    """Steps recorded per cycle: the ProfilerSteps in each trace file."""
-    repeat: int = 1
-    """Profiler cycles: one trace file per rank each."""
-    record_shapes: bool = True
-    """Record input shapes (the collectives' message sizes come from them)."""
-    with_stack: bool = False
-    """Record Python stacks in the traces (costly)."""
-    gzip: bool = False
-    """Write ``.pt.trace.json.gz``."""
-    device: str = "auto"
-    """"cuda": record CUDA activity too; "cpu": host activity only; "auto": "cuda" when the
-    backend is NCCL, or when CUDA is initialized in this process."""
-    cuda_sync_events: bool = True
-    """On CUDA, record CUDA synchronization events (``cuda_sync``: stream waits on events,
-    synchronizes), where this torch has the option."""
-    synchronize: bool = True
-    """On CUDA, ``torch.cuda.synchronize()`` at each ``step()`` before the step's host time
-    is taken (as ``overlapprof run`` does), so that a step's time includes its GPU work."""
-    quiet: bool = False
-    """Print nothing (otherwise: a line when recording without torch.distributed, and rank 0's
-    summary at the end, on stderr)."""
+    out: str | Path = _setting("traces", "The folder the run directory is made in.")
+    run_id: str | None = _setting(None, "The run directory's name, <out>/<run_id>; None: <script>-<YYYYmmdd-HHMMSS>, "
+                                        "chosen by rank 0. A directory that exists is an error: runs are never "
+                                        "overwritten.")
+    variant: str = _setting("", "What `compare` calls this run (run.json variant); \"\": the directory's name.")
+    options: dict[str, Any] = _setting(doc="Settings of your job to keep in run.json options "
+                                           "({\"bucket_cap_mb\": 25}): `compare` says where two runs' options differ.",
+                                       factory=dict)
+    warmup_steps: int = _setting(2, "Steps before the profiler cycles, outside the profiler (communicators are built "
+                                    "then); their host times are kept as \"warmup\".")
+    unprofiled_steps: int | None = _setting(None, "Steps with the profiler off at the start of each cycle: the "
+                                                  "baseline of the profiler's overhead. None: as many as active.")
+    wait: int = _setting(1, "torch.profiler.schedule wait: steps skipped after the unprofiled ones.")
+    warmup: int = _setting(1, "Steps traced and discarded before the active ones.")
+    active: int = _setting(16, "Steps recorded per cycle: the ProfilerSteps in each trace file.")
+    repeat: int = _setting(1, "Profiler cycles: one trace file per rank each.")
+    record_shapes: bool = _setting(True, "Record input shapes (the collectives' message sizes come from them).")
+    with_stack: bool = _setting(False, "Record Python stacks in the traces (costly).")
+    gzip: bool = _setting(False, "Write .pt.trace.json.gz.")
+    device: str = _setting("auto", "\"cuda\": record CUDA activity too; \"cpu\": host activity only; \"auto\": "
+                                   "\"cuda\" when the backend is NCCL, or when CUDA is initialized in this process.")
+    cuda_sync_events: bool = _setting(True, "On CUDA, record CUDA synchronization events (cuda_sync: stream waits on "
+                                            "events, synchronizes), where this torch has the option.")
+    synchronize: bool = _setting(True, "On CUDA, torch.cuda.synchronize() at each step() before the step's host time "
+                                       "is taken (as `overlapprof run` does), so that a step's time includes its GPU "
+                                       "work.")
+    quiet: bool = _setting(False, "Print nothing (otherwise rank 0 says, on stderr, which steps each cycle records "
+                                  "when it starts and ends, and sums the run up at the end; a process without "
+                                  "torch.distributed says so).")
 
     def steps_needed(self) -> int:
         """Steps until the last cycle is recorded."""
@@ -125,11 +124,38 @@ class ProfileConfig:
 
 def profile(config: ProfileConfig | None = None, **settings) -> Profiler:
     """A :class:`Profiler` for your own loop: ``with overlapprof.profile(out=..., run_id=...) as
-    prof:`` on every rank, ``prof.step()`` after each step. ``settings`` are
-    :class:`ProfileConfig` fields (or pass a ``config``)."""
+    prof:`` on every rank, ``prof.step()`` after each step. The settings (keywords, or a
+    :class:`ProfileConfig` as ``config``), with their defaults:
+    """
     if config is not None and settings:
         raise ProfileError("overlapprof.profile: pass a config or settings, not both")
+    names = [f.name for f in fields(ProfileConfig)]
+    if unknown := [name for name in settings if name not in names]:
+        raise ProfileError(f"overlapprof.profile: no setting {unknown[0]!r} (the settings: {', '.join(names)})")
     return Profiler(config or ProfileConfig(**settings))
+
+
+def _default(f):
+    return f.default_factory() if f.default is MISSING else f.default
+
+
+def _settings_help() -> str:
+    """Every setting, its default and its meaning, from ProfileConfig's fields."""
+    return "\n".join(f"{f.name} = {_default(f)!r}\n" + textwrap.fill(f.metadata["doc"], 96, initial_indent="    ",
+                                                                   subsequent_indent="    ")
+                     for f in fields(ProfileConfig))
+
+
+# help(overlapprof.profile) and inspect.signature list every setting, made from ProfileConfig's
+# fields (the one list of them).
+profile.__signature__ = inspect.Signature(
+    [inspect.Parameter("config", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                       annotation="ProfileConfig | None")]
+    + [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=_default(f), annotation=f.type)
+       for f in fields(ProfileConfig)],
+    return_annotation="Profiler")
+profile.__doc__ = inspect.cleandoc(profile.__doc__) + "\n\n" + _settings_help() + "\n"
+ProfileConfig.__doc__ = inspect.cleandoc(ProfileConfig.__doc__) + "\n\nSettings:\n\n" + _settings_help() + "\n"
 
 
 class Profiler:
@@ -152,6 +178,8 @@ class Profiler:
         self._traces: list[str] = []
         self._prof = None
         self._since = 0.0
+        self._meter = None  # local rank 0: the machine's load over the measured steps
+        self._cycle_from = 0  # len(self._profiled) when the cycle being recorded began
 
     @property
     def done(self) -> bool:
@@ -166,6 +194,15 @@ class Profiler:
         import torch
         import torch.distributed as dist
 
+        _refuse_a_second_profiler(torch)
+        _ACTIVE.append(self)
+        try:
+            return self._enter(torch, dist)
+        except BaseException:
+            _ACTIVE.remove(self)
+            raise
+
+    def _enter(self, torch, dist) -> Profiler:
         distributed = dist.is_available() and dist.is_initialized()
         if distributed:
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
@@ -178,6 +215,8 @@ class Profiler:
             backend = None
             self._say("torch.distributed is not initialized: recording this process alone, as rank 0 of 1")
         self.device = self._resolve_device(torch, backend)
+        # torch warns at each new cycle that the last one's events are gone: each was saved, by design
+        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
         self.run_dir = self._open_run_dir(backend, dist if distributed else None)
         self._write(status="running", started=time.time(), host=directory.host(), pid=os.getpid(),
                     device=self._device_name(torch))
@@ -185,6 +224,10 @@ class Profiler:
                                               self._save_trace, skip_first=self.config.warmup_steps,
                                               cuda_sync_events=self.config.cuda_sync_events)
         self._prof.__enter__()
+        local_rank = _launcher_int(("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"), self.rank)
+        if local_rank == 0:  # one per node; the run is the launcher's processes (ours alone without one)
+            self._meter = LoadMeter(os.getppid() if distributed else os.getpid())
+            self._meter.at(self._kind())
         self._since = time.perf_counter()
         return self
 
@@ -262,6 +305,13 @@ class Profiler:
         if kind == "profiled":
             self._profiled.append(self._prof.step_num)
         self.steps += 1
+        if self._meter is not None:
+            self._meter.at(self._kind())
+        if kind != "profiled" and self._kind() == "profiled":
+            self._cycle_from = len(self._profiled)
+            first = self.steps + 1
+            self._say0(f"recording steps {first}-{first + self.config.active - 1} of the loop "
+                       f"({self._cycle()}) into {self.run_dir}")
         self._prof.step()
         self._since = time.perf_counter()  # the profiler's own step() is no part of a step
 
@@ -271,17 +321,36 @@ class Profiler:
         self._metrics.setdefault(name, {}).setdefault(self._kind(), []).append(float(value))
 
     def _save_trace(self, prof) -> None:
-        self._traces.append(recording.save_trace(prof, self.run_dir, self.rank, self.config.gzip))
+        name = recording.save_trace(prof, self.run_dir, self.rank, self.config.gzip)
+        self._traces.append(name)
+        steps = self._profiled[self._cycle_from:]
+        self._cycle_from = len(self._profiled)
+        if steps:  # ProfilerStep#N is step N + 1 of the loop
+            self._say0(f"recorded steps {steps[0] + 1}-{steps[-1] + 1} ({self._cycle(len(self._traces))}"
+                       f"{'' if len(steps) == self.config.active else f', cut short: {len(steps)} of {self.config.active}'}"
+                       f"): {name}")
+
+    def _cycle(self, number=None) -> str:
+        number = number or len(self._profiled) // self.config.active + 1
+        return f"cycle {number} of {self.config.repeat}"
 
     # -- leaving -------------------------------------------------------------------------------
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if self._prof is None:
             return False
-        self._prof.__exit__(exc_type, exc, tb)  # saves the cycle in progress, if any
-        self._prof = None
+        try:
+            self._prof.__exit__(exc_type, exc, tb)  # saves the cycle in progress, if any
+        finally:
+            self._prof = None
+            _ACTIVE.remove(self)
+        if self._meter is not None:
+            self._meter.at(None)
         ended = time.time()
-        if exc_type is None:
+        short = self._shortfall()
+        if exc_type is None and short:
+            self._write(status="incomplete", error_kind="incomplete", error=short, ended=ended, **self._results())
+        elif exc_type is None:
             self._write(status="ok", ended=ended, **self._results())
         else:
             interrupted = issubclass(exc_type, KeyboardInterrupt)
@@ -312,19 +381,36 @@ class Profiler:
             except Exception as exc:  # noqa: BLE001 - a peer died: its record says why
                 self._say(f"rank {self.rank}: the closing barrier failed ({type(exc).__name__}: {first_line(exc)})")
 
+    def _shortfall(self) -> str | None:
+        """Why the loop ended before the schedule was recorded, and what to change (None: it
+        was recorded)."""
+        config, needed = self.config, self.config.steps_needed()
+        if self.steps >= needed:
+            return None
+        first = config.warmup_steps + config.unprofiled() + config.wait + config.warmup
+        cycle = f"{config.unprofiled()} unprofiled + {config.wait} wait + {config.warmup} warmup + {config.active} active"
+        told = (f"the loop ended after {self.steps} prof.step() call(s); the schedule needs {needed} (warmup_steps "
+                f"{config.warmup_steps} + {config.repeat} x ({cycle}); the first profiled step is step {first + 1}): "
+                f"{len(self._profiled)} of {config.repeat * config.active} profiled steps recorded")
+        change = ("call prof.step() once after each step of the loop" if self.steps == 0 else
+                  f"run at least {needed} steps (`while not prof.done:`), or ask for fewer (active, repeat, "
+                  "warmup_steps, unprofiled_steps)")
+        return f"{told}: {change}"
+
     def _finish(self, run) -> None:
-        needed = self.config.steps_needed()
-        if self.steps < needed:
-            first = self.config.warmup_steps + self.config.unprofiled() + self.config.wait + self.config.warmup
-            self._say(f"the loop ended after {self.steps} steps; the schedule has {needed} (the first profiled "
-                      f"step is step {first + 1}): {len(self._profiled)} profiled step(s) recorded")
         traces = sum(len(t) for t in run.traces.values())
+        mine = run.ranks.get(str(self.rank))
+        if run.status == "incomplete" and mine is not None and mine.status == "incomplete":
+            then = (f"overlapprof analyze {self.run_dir} reads the {len(self._profiled)} profiled steps recorded"
+                    if traces else "nothing to analyze")
+            self._say(f"incomplete: {mine.error}. {traces} trace(s) in {self.run_dir}; {then}")
+            return
         self._say(f"{run.status}: {self.world_size} rank(s), {traces} trace(s) in {self.run_dir}; "
                   f"{step_summary(run)}. Next: overlapprof analyze {self.run_dir}")
 
     def _results(self) -> dict:
         return {"step_times_ms": self._times, "profiled_steps": self._profiled, "metrics": self._metrics,
-                "traces": self._traces}
+                "traces": self._traces, "machine_load": self._meter.result() if self._meter is not None else None}
 
     def _write(self, **fields) -> None:
         run_record.update_rank(directory.rank_file(self.run_dir, self.rank), **fields)
@@ -332,6 +418,25 @@ class Profiler:
     def _say(self, line: str) -> None:
         if not self.config.quiet:
             print(f"overlapprof.profile: {line}", file=sys.stderr, flush=True)
+
+    def _say0(self, line: str) -> None:
+        if self.rank == 0:
+            self._say(line)
+
+
+_ACTIVE: list[Profiler] = []  # the profile() block recording in this process: one at a time
+
+
+def _refuse_a_second_profiler(torch) -> None:
+    """ProfileError (one line) while a profiler records in this process: two at once crash
+    torch's profiler (SIGSEGV, on every rank, the first run left "running")."""
+    if _ACTIVE:
+        raise ProfileError(f"overlapprof.profile: another overlapprof.profile block is recording in this process "
+                           f"(into {_ACTIVE[0].run_dir}): one at a time, so end it before entering another")
+    if torch._C._autograd._profiler_enabled():
+        raise ProfileError("overlapprof.profile: a torch profiler is recording in this process: one at a time, "
+                           "so end it (torch.profiler.profile, torch.autograd.profiler) before entering "
+                           "overlapprof.profile")
 
 
 def _schedule_kinds(config: ProfileConfig) -> list[str]:

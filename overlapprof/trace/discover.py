@@ -326,6 +326,11 @@ def discover(paths) -> Inputs:
     for run_dir, run in runs:
         groups = _run_groups(run_dir, run) or _run_dir_traces(run_dir)
         if not groups:
+            from overlapprof.rundir.blame import incomplete_rank
+
+            if short := incomplete_rank(run):
+                raise InputError(f"{run_dir}: no traces: run.json says the run is incomplete (rank {short[0]}: "
+                                 f"{short[1]})")
             raise InputError(f"{run_dir}: run directory without traces (see its run.json and logs/)")
         inputs.groups.extend(groups)
     if not inputs.groups:
