@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 import overlapprof
-from conftest import torchrun
+from conftest import overlapprof_here, torchrun
 from overlapprof.errors import ProfileError
 
 
@@ -23,6 +23,28 @@ from overlapprof.errors import ProfileError
 def test_settings_that_cannot_work(settings, says):
     with pytest.raises(ProfileError, match=says):
         overlapprof.profile(**settings)
+
+
+def test_the_public_names_and_every_setting_are_listed():
+    """dir() lists the lazily resolved names without importing torch; help(profile) shows every
+    ProfileConfig field with its default and meaning (made from the fields: one list)."""
+    import dataclasses
+    import inspect
+    import pydoc
+
+    proc = subprocess.run([sys.executable, "-c", "import sys, overlapprof; print(sorted(n for n in dir(overlapprof) "
+                           "if not n.startswith('_'))); print('torch' in sys.modules)"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.splitlines() == ["['AnalyzeOptions', 'ProfileConfig', 'Report', 'analyze', 'profile']", "False"]
+    params = inspect.signature(overlapprof.profile).parameters
+    config = overlapprof.ProfileConfig()
+    text = pydoc.render_doc(overlapprof.profile, renderer=pydoc.plaintext)
+    for f in dataclasses.fields(overlapprof.ProfileConfig):
+        assert params[f.name].default == getattr(config, f.name) and params[f.name].kind == params[f.name].KEYWORD_ONLY
+        assert f"{f.name} = {getattr(config, f.name)!r}\n" in text and f.metadata["doc"].split()[0] in text
+    assert "active: 'int' = 16" in text and "Steps recorded per cycle" in text
+    with pytest.raises(ProfileError, match=r"no setting 'activ' \(the settings: out, run_id, variant, options, "):
+        overlapprof.profile(activ=3)
 
 
 def test_config_or_settings():
@@ -52,10 +74,12 @@ SCENARIOS = textwrap.dedent("""
             steps(prof, 6, fail_at=4)
     except ValueError:
         pass
-    for run_id, env in (("short", {}), ("fresh", {"WORLD_SIZE": "2"})):
+    open(os.path.join(out, "a-file"), "w").close()
+    for run_id, env, where in (("short", {}, out), ("x", {}, os.path.join(out, "a-file", "sub")),
+                               ("fresh", {"WORLD_SIZE": "2"}, out)):
         os.environ.update(env)
         try:
-            overlapprof.profile(run_id=run_id, **settings).__enter__()
+            overlapprof.profile(run_id=run_id, **{**settings, "out": where}).__enter__()
         except OverlapprofError as exc:
             print(f"{run_id}: {type(exc).__name__}: {exc}")
 """)
@@ -67,7 +91,7 @@ def test_partial_loops_and_refusals(tmp_path):
     proc = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     short = json.loads((tmp_path / "short" / "run.json").read_text())
-    assert short["status"] == "ok" and short["traces"] == {"0": []}  # the loop ended before the profiled steps
+    assert short["status"] == "incomplete" and short["traces"] == {"0": []}  # ended before the profiled steps
     assert {k: len(v) for k, v in short["ranks"]["0"]["step_times_ms"].items()} == {
         "warmup": 1, "unprofiled": 2, "profiler_wait": 0, "profiler_warmup": 0, "profiled": 0}
     raised = json.loads((tmp_path / "raises" / "run.json").read_text())
@@ -76,6 +100,8 @@ def test_partial_loops_and_refusals(tmp_path):
     assert raised["failure"]["error"].endswith("`raise ValueError(f\"bad batch {i}\")`, in ProfilerStep#4 (profiled)")
     assert proc.stdout.splitlines() == [
         f"short: RunDirError: overlapprof.profile: run directory {tmp_path / 'short'} exists; runs are never overwritten",
+        f"x: RunDirError: overlapprof.profile: cannot create run directory {tmp_path / 'a-file' / 'sub' / 'x'}: "
+        f"{tmp_path / 'a-file'} is a file, not a folder",
         "fresh: ProfileError: overlapprof.profile: WORLD_SIZE=2 but torch.distributed is not initialized: call "
         "init_process_group() before entering overlapprof.profile",
     ]
@@ -107,3 +133,120 @@ def test_existing_run_refused_on_every_rank(tmp_path):
                     f"rank 1: overlapprof.profile: rank 0 could not create the run directory: run directory {taken} "
                     "exists; runs are never overwritten"]
     assert sorted(p.name for p in taken.iterdir()) == ["run.json"] and (taken / "run.json").read_text() == "{}"
+
+
+JOB = textwrap.dedent("""
+    import sys, torch, torch.distributed as dist, overlapprof
+    from overlapprof.errors import ProfileError
+    out, which = sys.argv[1], sys.argv[2].split(",")
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    settings = dict(out=out, warmup_steps=1, wait=0, warmup=1, active=8)
+    a = torch.randn(1024, 1024)
+
+    def step(prof):
+        for _ in range(3):
+            a @ a
+        dist.all_reduce(torch.ones(4096))
+        prof.step()
+
+    if "outer" in which:   # a second profile() inside the first is refused; the first goes on
+        with overlapprof.profile(run_id="outer", **settings) as prof:
+            step(prof)
+            try:
+                with overlapprof.profile(run_id="inner", **settings):
+                    pass
+            except ProfileError as exc:
+                print(f"rank {rank}: {exc}", flush=True)
+            while not prof.done:
+                step(prof)
+    if "short" in which:   # two steps of a schedule of 18
+        with overlapprof.profile(run_id="short", **settings) as prof:
+            step(prof)
+            step(prof)
+    if "loaded" in which:
+        with overlapprof.profile(run_id="loaded", **settings) as prof:
+            while not prof.done:
+                step(prof)
+    dist.destroy_process_group()
+""")
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    root = tmp_path_factory.mktemp("own_job")
+    script = root / "job.py"
+    script.write_text(JOB)
+    proc = torchrun("--nproc-per-node", 2, script, root, "outer,short")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root, proc
+
+
+def test_a_second_profiler_is_refused_and_the_first_finishes(job):
+    root, proc = job
+    said = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank "))
+    refused = ("overlapprof.profile: another overlapprof.profile block is recording in this process (into "
+               f"{root / 'outer'}): one at a time, so end it before entering another")
+    assert said == [f"rank 0: {refused}", f"rank 1: {refused}"]
+    outer = json.loads((root / "outer" / "run.json").read_text())
+    assert outer["status"] == "ok" and {r: len(t) for r, t in outer["traces"].items()} == {"0": 1, "1": 1}
+    assert [len(outer["ranks"][r]["step_times_ms"]["profiled"]) for r in "01"] == [8, 8]
+    assert not (root / "inner").exists()
+
+
+def test_rank_0_says_which_steps_it_records(job):
+    root, proc = job
+    outer = json.loads((root / "outer" / "run.json").read_text())
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("overlapprof.profile: record")]
+    # step 1 is the warm-up step, 2-9 unprofiled, 10 the profiler's warm-up: 11-18 are traced
+    assert lines[:2] == [
+        f"overlapprof.profile: recording steps 11-18 of the loop (cycle 1 of 1) into {root / 'outer'}",
+        f"overlapprof.profile: recorded steps 11-18 (cycle 1 of 1): {outer['traces']['0'][0]}"]
+    assert outer["ranks"]["0"]["profiled_steps"] == list(range(10, 18))  # ProfilerStep#N is step N + 1
+
+
+def test_a_loop_shorter_than_the_schedule_is_incomplete(job):
+    root, proc = job
+    short = json.loads((root / "short" / "run.json").read_text())
+    why = ("the loop ended after 2 prof.step() call(s); the schedule needs 18 (warmup_steps 1 + 1 x (8 unprofiled "
+           "+ 0 wait + 1 warmup + 8 active); the first profiled step is step 11): 0 of 8 profiled steps recorded: "
+           "run at least 18 steps (`while not prof.done:`), or ask for fewer (active, repeat, warmup_steps, "
+           "unprofiled_steps)")
+    assert short["status"] == "incomplete"
+    assert [(short["ranks"][r]["status"], short["ranks"][r]["error"]) for r in "01"] == [("incomplete", why)] * 2
+    assert f"overlapprof.profile: incomplete: {why}. 0 trace(s) in {root / 'short'}; nothing to analyze" in proc.stderr
+    assert "Next: overlapprof analyze" not in proc.stderr.split("short")[-1]
+    res = overlapprof_here("analyze", root / "short")
+    assert res.exit_code == 2
+    assert res.stderr == (f"Error: {root / 'short'}: no traces: run.json says the run is incomplete (rank 0: "
+                          f"{why})\n")
+
+
+def test_machine_load_is_recorded_and_judged(job):
+    """Local rank 0 records the machine's load as `overlapprof run` does; a run while CPU
+    burners take most of the machine then compares as not trusted (load)."""
+    import os
+
+    from overlapprof import analyze
+    from overlapprof.compare import compare
+
+    root, _ = job
+    quiet = json.loads((root / "outer" / "run.json").read_text())["ranks"]
+    load = quiet["0"]["machine_load"]
+    assert load["cores"] == os.cpu_count() and len(load["load_average"]) == 2 and quiet["1"]["machine_load"] is None
+    assert set(load["seconds"]) == {"unprofiled", "profiled"} and load["ticks"]["profiled"] >= 50, load
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4 * (os.cpu_count() or 1))]
+    try:
+        proc = torchrun("--nproc-per-node", 2, root / "job.py", root, "loaded")
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loaded = json.loads((root / "loaded" / "run.json").read_text())["ranks"]["0"]["machine_load"]
+    assert loaded["other_share"]["profiled"] >= 0.2, loaded
+    c = compare([analyze([str(root / "outer")]), analyze([str(root / "loaded")])], labels=["quiet", "loaded"])
+    assert "speedup" in c.variants[1].not_trusted, (c.variants[0].other_cpu, c.variants[1].other_cpu,
+                                                    c.variants[1].speedup)
+    assert any(w.startswith("loaded: step-time speedup") and "not trusted: other processes took" in w
+               for w in c.warnings), c.warnings
