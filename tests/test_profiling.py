@@ -173,7 +173,7 @@ JOB = textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory):
+def own_job(tmp_path_factory):
     root = tmp_path_factory.mktemp("own_job")
     script = root / "job.py"
     script.write_text(JOB)
@@ -182,8 +182,8 @@ def job(tmp_path_factory):
     return root, proc
 
 
-def test_a_second_profiler_is_refused_and_the_first_finishes(job):
-    root, proc = job
+def test_a_second_profiler_is_refused_and_the_first_finishes(own_job):
+    root, proc = own_job
     said = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank "))
     refused = ("overlapprof.profile: another overlapprof.profile block is recording in this process (into "
                f"{root / 'outer'}): one at a time, so end it before entering another")
@@ -194,8 +194,8 @@ def test_a_second_profiler_is_refused_and_the_first_finishes(job):
     assert not (root / "inner").exists()
 
 
-def test_rank_0_says_which_steps_it_records(job):
-    root, proc = job
+def test_rank_0_says_which_steps_it_records(own_job):
+    root, proc = own_job
     outer = json.loads((root / "outer" / "run.json").read_text())
     lines = [line for line in proc.stderr.splitlines() if line.startswith("overlapprof.profile: record")]
     # step 1 is the warm-up step, 2-9 unprofiled, 10 the profiler's warm-up: 11-18 are traced
@@ -205,8 +205,8 @@ def test_rank_0_says_which_steps_it_records(job):
     assert outer["ranks"]["0"]["profiled_steps"] == list(range(10, 18))  # ProfilerStep#N is step N + 1
 
 
-def test_a_loop_shorter_than_the_schedule_is_incomplete(job):
-    root, proc = job
+def test_a_loop_shorter_than_the_schedule_is_incomplete(own_job):
+    root, proc = own_job
     short = json.loads((root / "short" / "run.json").read_text())
     why = ("the loop ended after 2 prof.step() call(s); the schedule needs 18 (warmup_steps 1 + 1 x (8 unprofiled "
            "+ 0 wait + 1 warmup + 8 active); the first profiled step is step 11): 0 of 8 profiled steps recorded: "
@@ -222,7 +222,7 @@ def test_a_loop_shorter_than_the_schedule_is_incomplete(job):
                           f"{why})\n")
 
 
-def test_machine_load_is_recorded_and_judged(job):
+def test_machine_load_is_recorded_and_judged(own_job):
     """Local rank 0 records the machine's load as `overlapprof run` does; a run while CPU
     burners take most of the machine then compares as not trusted (load)."""
     import os
@@ -230,7 +230,7 @@ def test_machine_load_is_recorded_and_judged(job):
     from overlapprof import analyze
     from overlapprof.compare import compare
 
-    root, _ = job
+    root, _ = own_job
     quiet = json.loads((root / "outer" / "run.json").read_text())["ranks"]
     load = quiet["0"]["machine_load"]
     assert load["cores"] == os.cpu_count() and len(load["load_average"]) == 2 and quiet["1"]["machine_load"] is None

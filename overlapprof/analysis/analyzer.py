@@ -314,7 +314,7 @@ def analyze(paths, options: AnalyzeOptions | None = None, **fields) -> Report:
     asked = replace(options, **fields) if options is not None else AnalyzeOptions(**fields)
     recorded = asked.recorded()
     workers, progress, dask_scheduler = asked.workers, asked.progress, asked.dask_scheduler
-    inputs = discover(paths)
+    inputs = discover(paths, cycle=recorded.cycle)
     warnings: list[str] = list(inputs.notes)
     if _over_budget(inputs.groups, workers, asked, warnings):
         recorded = asked.recorded(bounded_memory=True)
@@ -359,7 +359,8 @@ def analyze(paths, options: AnalyzeOptions | None = None, **fields) -> Report:
         version=__version__,
         inputs=[str(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)],
         options=recorded,
-        filters=[text for name, text in FILTER_TEXT.items() if getattr(recorded, name)],
+        filters=[text for name, text in FILTER_TEXT.items() if getattr(recorded, name)]
+        + ([f"--cycle {recorded.cycle}: each rank's profiler cycle {recorded.cycle} alone"] if recorded.cycle else []),
         ranks=ranks,
         summary=summarize(ranks),
         warnings=warnings,
