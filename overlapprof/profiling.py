@@ -30,96 +30,20 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-import textwrap
 import time
 import warnings
-from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any
 
 from overlapprof.errors import ProfileError, RunDirError
 from overlapprof.launch import recording
 from overlapprof.launch.host import relevant_env, usable_cores, versions
 from overlapprof.launch.launcher import step_summary
 from overlapprof.launch.machine import LoadMeter
+from overlapprof.launch.profile_settings import ProfileConfig, settings_from, settings_help, signature_of
 from overlapprof.launch.watchdog import describe_traceback, first_line
 from overlapprof.rundir import blame, directory, run_record
 
 _STEP_KINDS = ("warmup", "unprofiled", "profiler_wait", "profiler_warmup", "profiled")
-
-
-def _setting(default=None, doc="", factory=None):
-    """A ProfileConfig field with its meaning: the one place a setting is described (the help of
-    :func:`profile` and of :class:`ProfileConfig` are made from it)."""
-    if factory is not None:
-        return field(default_factory=factory, metadata={"doc": doc})
-    return field(default=default, metadata={"doc": doc})
-
-
-@dataclass
-class ProfileConfig:
-    """What :func:`profile` records, and where. The defaults are ``overlapprof run``'s."""
-
-    out: str | Path = _setting("traces", "The folder the run directory is made in.")
-    run_id: str | None = _setting(None, "The run directory's name, <out>/<run_id>; None: <script>-<YYYYmmdd-HHMMSS>, "
-                                        "chosen by rank 0. A directory that exists is an error: runs are never "
-                                        "overwritten.")
-    variant: str = _setting("", "What `compare` calls this run (run.json variant); \"\": the directory's name.")
-    options: dict[str, Any] = _setting(doc="Settings of your job to keep in run.json options "
-                                           "({\"bucket_cap_mb\": 25}): `compare` says where two runs' options differ.",
-                                       factory=dict)
-    warmup_steps: int = _setting(2, "Steps before the profiler cycles, outside the profiler (communicators are built "
-                                    "then); their host times are kept as \"warmup\".")
-    unprofiled_steps: int | None = _setting(None, "Steps with the profiler off at the start of each cycle: the "
-                                                  "baseline of the profiler's overhead. None: as many as active.")
-    wait: int = _setting(1, "torch.profiler.schedule wait: steps skipped after the unprofiled ones.")
-    warmup: int = _setting(1, "Steps traced and discarded before the active ones.")
-    active: int = _setting(16, "Steps recorded per cycle: the ProfilerSteps in each trace file.")
-    repeat: int = _setting(1, "Profiler cycles: one trace file per rank each.")
-    record_shapes: bool = _setting(True, "Record input shapes (the collectives' message sizes come from them).")
-    with_stack: bool = _setting(False, "Record Python stacks in the traces (costly).")
-    gzip: bool = _setting(False, "Write .pt.trace.json.gz.")
-    device: str = _setting("auto", "\"cuda\": record CUDA activity too; \"cpu\": host activity only; \"auto\": "
-                                   "\"cuda\" when the backend is NCCL, or when CUDA is initialized in this process.")
-    cuda_sync_events: bool = _setting(True, "On CUDA, record CUDA synchronization events (cuda_sync: stream waits on "
-                                            "events, synchronizes), where this torch has the option.")
-    synchronize: bool = _setting(True, "On CUDA, torch.cuda.synchronize() at each step() before the step's host time "
-                                       "is taken (as `overlapprof run` does), so that a step's time includes its GPU "
-                                       "work.")
-    quiet: bool = _setting(False, "Print nothing (otherwise rank 0 says, on stderr, which steps each cycle records "
-                                  "when it starts and ends, and sums the run up at the end; a process without "
-                                  "torch.distributed says so).")
-
-    def steps_needed(self) -> int:
-        """Steps until the last cycle is recorded."""
-        return self.warmup_steps + self.repeat * (self.unprofiled() + self.wait + self.warmup + self.active)
-
-    def unprofiled(self) -> int:
-        return self.active if self.unprofiled_steps is None else self.unprofiled_steps
-
-    def check(self) -> None:
-        """ProfileError (one line) on a setting that cannot work."""
-        counts = {"warmup_steps": self.warmup_steps, "unprofiled_steps": self.unprofiled(),
-                  "wait": self.wait, "warmup": self.warmup}
-        for name, value in counts.items():
-            if not isinstance(value, int) or value < 0:
-                raise ProfileError(f"overlapprof.profile: {name} must be an integer >= 0, not {value!r}")
-        for name in ("active", "repeat"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ProfileError(f"overlapprof.profile: {name} must be an integer >= 1, not {value!r}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ProfileError(f"overlapprof.profile: device must be 'auto', 'cpu' or 'cuda', not {self.device!r}")
-        if self.run_id is not None and (not self.run_id or "/" in self.run_id or self.run_id in (".", "..")):
-            raise ProfileError(f"overlapprof.profile: run_id {self.run_id!r} is not a directory name")
-
-    def profiler_config(self) -> run_record.ProfilerConfig:
-        """run.json's ``profiler``."""
-        return run_record.ProfilerConfig(
-            warmup_steps=self.warmup_steps, unprofiled_steps=self.unprofiled(), wait=self.wait,
-            warmup=self.warmup, active=self.active, repeat=self.repeat,
-            record_shapes=self.record_shapes, with_stack=self.with_stack, gzip=self.gzip,
-            cuda_sync_events=self.cuda_sync_events)
 
 
 def profile(config: ProfileConfig | None = None, **settings) -> Profiler:
@@ -127,35 +51,13 @@ def profile(config: ProfileConfig | None = None, **settings) -> Profiler:
     prof:`` on every rank, ``prof.step()`` after each step. The settings (keywords, or a
     :class:`ProfileConfig` as ``config``), with their defaults:
     """
-    if config is not None and settings:
-        raise ProfileError("overlapprof.profile: pass a config or settings, not both")
-    names = [f.name for f in fields(ProfileConfig)]
-    if unknown := [name for name in settings if name not in names]:
-        raise ProfileError(f"overlapprof.profile: no setting {unknown[0]!r} (the settings: {', '.join(names)})")
-    return Profiler(config or ProfileConfig(**settings))
-
-
-def _default(f):
-    return f.default_factory() if f.default is MISSING else f.default
-
-
-def _settings_help() -> str:
-    """Every setting, its default and its meaning, from ProfileConfig's fields."""
-    return "\n".join(f"{f.name} = {_default(f)!r}\n" + textwrap.fill(f.metadata["doc"], 96, initial_indent="    ",
-                                                                   subsequent_indent="    ")
-                     for f in fields(ProfileConfig))
+    return Profiler(settings_from(config, settings))
 
 
 # help(overlapprof.profile) and inspect.signature list every setting, made from ProfileConfig's
 # fields (the one list of them).
-profile.__signature__ = inspect.Signature(
-    [inspect.Parameter("config", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
-                       annotation="ProfileConfig | None")]
-    + [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=_default(f), annotation=f.type)
-       for f in fields(ProfileConfig)],
-    return_annotation="Profiler")
-profile.__doc__ = inspect.cleandoc(profile.__doc__) + "\n\n" + _settings_help() + "\n"
-ProfileConfig.__doc__ = inspect.cleandoc(ProfileConfig.__doc__) + "\n\nSettings:\n\n" + _settings_help() + "\n"
+profile.__signature__ = signature_of(profile)
+profile.__doc__ = inspect.cleandoc(profile.__doc__) + "\n\n" + settings_help() + "\n"
 
 
 class Profiler:

@@ -26,14 +26,15 @@ def test_settings_that_cannot_work(settings, says):
 
 
 def test_the_public_names_and_every_setting_are_listed():
-    """dir() lists the lazily resolved names without importing torch; help(profile) shows every
-    ProfileConfig field with its default and meaning (made from the fields: one list)."""
+    """dir() lists the lazily resolved names, and a ProfileConfig is made, without importing torch;
+    help(profile) shows every ProfileConfig field with its default and meaning (made from the
+    fields: one list)."""
     import dataclasses
     import inspect
     import pydoc
 
     proc = subprocess.run([sys.executable, "-c", "import sys, overlapprof; print(sorted(n for n in dir(overlapprof) "
-                           "if not n.startswith('_'))); print('torch' in sys.modules)"],
+                           "if not n.startswith('_'))); overlapprof.ProfileConfig(active=3); print('torch' in sys.modules)"],
                           capture_output=True, text=True, timeout=60)
     assert proc.stdout.splitlines() == ["['AnalyzeOptions', 'ProfileConfig', 'Report', 'analyze', 'profile']", "False"]
     params = inspect.signature(overlapprof.profile).parameters
