@@ -81,7 +81,6 @@ class Profiler:
         self._prof = None
         self._since = 0.0
         self._meter = None  # local rank 0: the machine's load over the measured steps
-        self._cycle_from = 0  # len(self._profiled) when the cycle being recorded began
 
     @property
     def done(self) -> bool:
@@ -130,6 +129,7 @@ class Profiler:
         if local_rank == 0:  # one per node; the run is the launcher's processes (ours alone without one)
             self._meter = LoadMeter(os.getppid() if distributed else os.getpid())
             self._meter.at(self._kind())
+        self._announce()
         self._since = time.perf_counter()
         return self
 
@@ -209,11 +209,7 @@ class Profiler:
         self.steps += 1
         if self._meter is not None:
             self._meter.at(self._kind())
-        if kind != "profiled" and self._kind() == "profiled":
-            self._cycle_from = len(self._profiled)
-            first = self.steps + 1
-            self._say0(f"recording steps {first}-{first + self.config.active - 1} of the loop "
-                       f"({self._cycle()}) into {self.run_dir}")
+        self._announce()
         self._prof.step()
         self._since = time.perf_counter()  # the profiler's own step() is no part of a step
 
@@ -225,12 +221,19 @@ class Profiler:
     def _save_trace(self, prof) -> None:
         name = recording.save_trace(prof, self.run_dir, self.rank, self.config.gzip)
         self._traces.append(name)
-        steps = self._profiled[self._cycle_from:]
-        self._cycle_from = len(self._profiled)
+        active, cycle = self.config.active, len(self._traces)
+        steps = self._profiled[(cycle - 1) * active:cycle * active]  # cycles are saved in order
         if steps:  # ProfilerStep#N is step N + 1 of the loop
-            self._say0(f"recorded steps {steps[0] + 1}-{steps[-1] + 1} ({self._cycle(len(self._traces))}"
-                       f"{'' if len(steps) == self.config.active else f', cut short: {len(steps)} of {self.config.active}'}"
+            self._say0(f"recorded steps {steps[0] + 1}-{steps[-1] + 1} ({self._cycle(cycle)}"
+                       f"{'' if len(steps) == active else f', cut short: {len(steps)} of {active}'}"
                        f"): {name}")
+
+    def _announce(self) -> None:
+        """Rank 0: a line when the next step begins a cycle's profiled steps."""
+        if self._kind() == "profiled" and len(self._profiled) % self.config.active == 0:
+            first = self.steps + 1
+            self._say0(f"recording steps {first}-{first + self.config.active - 1} of the loop "
+                       f"({self._cycle()}) into {self.run_dir}")
 
     def _cycle(self, number=None) -> str:
         number = number or len(self._profiled) // self.config.active + 1

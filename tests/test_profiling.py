@@ -70,6 +70,8 @@ SCENARIOS = textwrap.dedent("""
 
     with overlapprof.profile(run_id="short", **settings) as prof:   # needs 6 steps, runs 3
         steps(prof, 3)
+    with overlapprof.profile(run_id="cut", **{**settings, "repeat": 2, "quiet": False}) as prof:  # 11: runs 10
+        steps(prof, 10)
     try:
         with overlapprof.profile(run_id="raises", **settings) as prof:
             steps(prof, 6, fail_at=4)
@@ -99,6 +101,20 @@ def test_partial_loops_and_refusals(tmp_path):
     assert raised["status"] == "failed" and raised["failure"]["rank"] == 0
     assert raised["failure"]["error"].startswith("ValueError: bad batch 4 at ")
     assert raised["failure"]["error"].endswith("`raise ValueError(f\"bad batch {i}\")`, in ProfilerStep#4 (profiled)")
+    # the second cycle is cut short: its one profiled step is saved, said, and read with a warning
+    cut = json.loads((tmp_path / "cut" / "run.json").read_text())
+    assert cut["status"] == "incomplete" and len(cut["traces"]["0"]) == 2 and cut["ranks"]["0"]["profiled_steps"] == [4, 5, 9]
+    said = [line for line in proc.stderr.splitlines() if line.startswith("overlapprof.profile: record")]
+    assert said == [f"overlapprof.profile: recording steps 5-6 of the loop (cycle 1 of 2) into {tmp_path / 'cut'}",
+                    f"overlapprof.profile: recorded steps 5-6 (cycle 1 of 2): {cut['traces']['0'][0]}",
+                    f"overlapprof.profile: recording steps 10-11 of the loop (cycle 2 of 2) into {tmp_path / 'cut'}",
+                    f"overlapprof.profile: recorded steps 10-10 (cycle 2 of 2, cut short: 1 of 2): {cut['traces']['0'][1]}"]
+    assert "overlapprof.profile: incomplete: the loop ended after 10 prof.step() call(s); the schedule needs 11" in proc.stderr
+    report = overlapprof.analyze(tmp_path / "cut", comms=False, workers=1)
+    # ProfilerStep#10 is what followed the last prof.step(), until the block ended: torch keeps it
+    assert [s.step for s in report.ranks[0].steps] == [4, 5, 9, 10]
+    assert any(w.startswith("run.json: run cut is incomplete: rank 0: the loop ended after 10 prof.step() call(s)")
+               for w in report.warnings)
     assert proc.stdout.splitlines() == [
         f"short: RunDirError: overlapprof.profile: run directory {tmp_path / 'short'} exists; runs are never overwritten",
         f"x: RunDirError: overlapprof.profile: cannot create run directory {tmp_path / 'a-file' / 'sub' / 'x'}: "
