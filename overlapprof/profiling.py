@@ -23,6 +23,14 @@ creates the directory and broadcasts its name (a directory that exists is an err
 rank: runs are never overwritten), each rank claims its own files exclusively, and on leaving
 every rank writes its record and meets the others at a barrier before rank 0 merges run.json.
 Without torch.distributed (one process) it records rank 0 of 1 and says so.
+
+One profiler at a time: entering while another ``profile()`` block or a torch profiler records
+in the process is refused (ProfileError) before anything is made, on every rank (two at once
+crash torch's profiler). Rank 0 says when each cycle starts and ends recording, and which loop
+steps. A loop that ends (without an error) before the schedule is recorded is "incomplete": the
+rank's record says how far it got and what to change, and so does run.json's status. Each
+node's local rank 0 records the machine's load (:mod:`overlapprof.launch.machine`) over the
+unprofiled and profiled steps, as the harness does, the job being its launcher's processes.
 """
 
 from __future__ import annotations
