@@ -78,7 +78,7 @@ SCENARIOS = textwrap.dedent("""
     except ValueError:
         pass
     open(os.path.join(out, "a-file"), "w").close()
-    for run_id, env, where in (("short", {}, out), ("x", {}, os.path.join(out, "a-file", "sub")),
+    for run_id, env, where in (("short", {}, out), ("x", {}, os.path.join(out, "a-file")),
                                ("fresh", {"WORLD_SIZE": "2"}, out)):
         os.environ.update(env)
         try:
@@ -117,7 +117,7 @@ def test_partial_loops_and_refusals(tmp_path):
                for w in report.warnings)
     assert proc.stdout.splitlines() == [
         f"short: RunDirError: overlapprof.profile: run directory {tmp_path / 'short'} exists; runs are never overwritten",
-        f"x: RunDirError: overlapprof.profile: cannot create run directory {tmp_path / 'a-file' / 'sub' / 'x'}: "
+        f"x: RunDirError: overlapprof.profile: cannot create run directory {tmp_path / 'a-file' / 'x'}: "
         f"{tmp_path / 'a-file'} is a file, not a folder",
         "fresh: ProfileError: overlapprof.profile: WORLD_SIZE=2 but torch.distributed is not initialized: call "
         "init_process_group() before entering overlapprof.profile",
