@@ -100,3 +100,19 @@ def test_view_writes_the_folders_scalars(handler_cycles):
         events.Reload()
         assert [e.step for e in events.Tensors("overlap/comm_us")] == [2, 3, 6, 7]
     assert ensure_scalars(handler_cycles.parent) == []  # never overwritten
+
+
+def test_two_runs_under_one_worker_name_are_not_cycles(handler_cycles, tmp_path):
+    """A second run into the same folder with a fixed worker_name (``rank0``, ``rank1``) repeats
+    its ProfilerSteps: refused, where it would have been read as the cycles of one process
+    (here each rank's first cycle, saved again as a later run's)."""
+    for k, files in enumerate(sorted(_by_worker(handler_cycles).values())):
+        first = files[0].rsplit("/", 1)[-1]
+        span = int(first.split(".")[1])
+        shutil.copy(files[0], tmp_path / f"worker{k}.{span}.pt.trace.json")
+        shutil.copy(files[0], tmp_path / f"worker{k}.{span + 10**12}.pt.trace.json")
+    with pytest.raises(InputError, match=r"ProfilerStep#2 is in two of rank \d's 2 files \(worker\d\.\d+\.pt\.trace\.json, "
+                                         r"worker\d\.\d+\.pt\.trace\.json\): two runs under one worker name, not the "
+                                         r"profiler cycles of one process"):
+        overlapprof.analyze(tmp_path, workers=1)
+    assert [len(r.steps) for r in overlapprof.analyze(tmp_path, cycle=1, workers=1).ranks] == [2, 2]

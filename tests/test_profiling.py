@@ -153,7 +153,7 @@ def test_existing_run_refused_on_every_rank(tmp_path):
 
 
 JOB = textwrap.dedent("""
-    import sys, torch, torch.distributed as dist, overlapprof
+    import sys, time, torch, torch.distributed as dist, overlapprof
     from overlapprof.errors import ProfileError
     out, which = sys.argv[1], sys.argv[2].split(",")
     dist.init_process_group("gloo")
@@ -161,8 +161,9 @@ JOB = textwrap.dedent("""
     settings = dict(out=out, warmup_steps=1, wait=0, warmup=1, active=8)
     a = torch.randn(1024, 1024)
 
-    def step(prof):
-        for _ in range(3):
+    def step(prof):   # at least 30 ms of matmuls: the load's share needs 50 CPU ticks of steps of a kind
+        start = time.perf_counter()
+        while time.perf_counter() - start < 0.03:
             a @ a
         dist.all_reduce(torch.ones(4096))
         prof.step()

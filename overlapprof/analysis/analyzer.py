@@ -275,6 +275,19 @@ def _one_recording_each(results: list[RankResult]) -> None:
                 f"times), not two ranks: analyze one of them (overlapprof analyze {first.files[0]})")
 
 
+def _cycles_of_one_recording(results: list[RankResult]) -> None:
+    """InputError when a rank's files (its profiler cycles) repeat a ProfilerStep: recordings of
+    two runs under one worker name (a second run into the same folder), not one profiler's cycles."""
+    for r in results:
+        steps = [s.step for s in r.report.steps]
+        if len(r.files) > 1 and len(set(steps)) < len(steps):
+            twice = next(s for s in steps if steps.count(s) > 1)
+            raise InputError(
+                f"{r.files[0]}: ProfilerStep#{twice} is in two of rank {r.report.rank}'s {len(r.files)} files "
+                f"({', '.join(Path(f).name for f in r.files[:4])}{' ...' if len(r.files) > 4 else ''}): two runs "
+                "under one worker name, not the profiler cycles of one process: analyze each run's files apart")
+
+
 def _check_one_run(results: list[RankResult]) -> None:
     """Ranks of different runs mixed: world sizes, backends or recorded windows disagree."""
     for attr in ("world_size", "backend"):
@@ -331,6 +344,7 @@ def analyze(paths, options: AnalyzeOptions | None = None, **fields) -> Report:
     _settle_ranks(results, groups)
     _check_one_run(results)
     _one_recording_each(results)
+    _cycles_of_one_recording(results)
     if recorded.like_hta:
         from overlapprof.analysis import like_hta
 
