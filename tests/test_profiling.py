@@ -113,6 +113,10 @@ def test_partial_loops_and_refusals(tmp_path):
     report = overlapprof.analyze(tmp_path / "cut", comms=False, workers=1)
     # ProfilerStep#10 is what followed the last prof.step(), until the block ended: torch keeps it
     assert [s.step for s in report.ranks[0].steps] == [4, 5, 9, 10]
+    for cycle, steps in ((1, [4, 5]), (2, [9, 10])):  # --cycle N of a run directory's cycles
+        one = overlapprof.analyze(tmp_path / "cut", comms=False, workers=1, cycle=cycle)
+        assert [s.step for s in one.ranks[0].steps] == steps and one.ranks[0].files == [
+            str(tmp_path / "cut" / cut["traces"]["0"][cycle - 1])]
     assert any(w.startswith("run.json: run cut is incomplete: rank 0: the loop ended after 10 prof.step() call(s)")
                for w in report.warnings)
     assert proc.stdout.splitlines() == [
