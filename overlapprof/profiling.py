@@ -65,7 +65,7 @@ def profile(config: ProfileConfig | None = None, **settings) -> Profiler:
 # help(overlapprof.profile) and inspect.signature list every setting, made from ProfileConfig's
 # fields (the one list of them).
 profile.__signature__ = signature_of(profile)
-profile.__doc__ = inspect.cleandoc(profile.__doc__) + "\n\n" + settings_help() + "\n"
+profile.__doc__ = inspect.cleandoc(profile.__doc__ or "") + "\n\n" + settings_help() + "\n"  # (python -OO: None)
 
 
 class Profiler:
@@ -312,11 +312,12 @@ class Profiler:
 
     def _finish(self, run) -> None:
         traces = sum(len(t) for t in run.traces.values())
-        mine = run.ranks.get(str(self.rank))
-        if run.status == "incomplete" and mine is not None and mine.status == "incomplete":
-            then = (f"overlapprof analyze {self.run_dir} reads the {len(self._profiled)} profiled steps recorded"
-                    if traces else "nothing to analyze")
-            self._say(f"incomplete: {mine.error}. {traces} trace(s) in {self.run_dir}; {then}")
+        short = blame.incomplete_rank(run)
+        if run.status == "incomplete" and short is not None:
+            who = "" if short[0] == self.rank else f"rank {short[0]}: "
+            then = (f"overlapprof analyze {self.run_dir} reads the profiled steps recorded" if traces
+                    else "nothing to analyze")
+            self._say(f"incomplete: {who}{short[1]}. {traces} trace(s) in {self.run_dir}; {then}")
             return
         self._say(f"{run.status}: {self.world_size} rank(s), {traces} trace(s) in {self.run_dir}; "
                   f"{step_summary(run)}. Next: overlapprof analyze {self.run_dir}")

@@ -123,4 +123,4 @@ def settings_from(config: ProfileConfig | None, settings: dict) -> ProfileConfig
     return config or ProfileConfig(**settings)
 
 
-ProfileConfig.__doc__ = inspect.cleandoc(ProfileConfig.__doc__) + "\n\nSettings:\n\n" + settings_help() + "\n"
+ProfileConfig.__doc__ = inspect.cleandoc(ProfileConfig.__doc__ or "") + "\n\nSettings:\n\n" + settings_help() + "\n"
