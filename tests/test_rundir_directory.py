@@ -235,3 +235,14 @@ def test_step_summary_gives_no_overhead_the_load_or_the_spread_explains():
         "profiler overhead not trusted: other processes took 5% of the machine's CPU during the unprofiled steps and "
         "45% during the profiled ones (load factor 1.73x, which alone can change steps by up to 2.98x: enough to "
         "explain the 1.50x measured); rerun when the machine is quieter")
+
+
+@pytest.mark.parametrize("under", [(), ("sub", "deeper")])
+def test_a_run_directory_under_a_file_says_the_file(tmp_path, under):
+    """Before: "exists" (mkdir's FileExistsError on the file) or "Not a directory"."""
+    (tmp_path / "a-file").write_text("x")
+    path = tmp_path.joinpath("a-file", *under, "run")
+    with pytest.raises(RunDirError, match=f"^cannot create run directory {path}: {tmp_path / 'a-file'} is a file, "
+                                          "not a folder$"):
+        directory.create_run_dir(path, run_record.RunConfig(name="run"))
+    assert (tmp_path / "a-file").read_text() == "x"

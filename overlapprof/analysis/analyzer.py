@@ -283,6 +283,19 @@ def _one_recording_each(results: list[RankResult]) -> None:
                 f"times), not two ranks: analyze one of them (overlapprof analyze {first.files[0]})")
 
 
+def _cycles_of_one_recording(results: list[RankResult]) -> None:
+    """InputError when a rank's files (its profiler cycles) repeat a ProfilerStep: recordings of
+    two runs under one worker name (a second run into the same folder), not one profiler's cycles."""
+    for r in results:
+        steps = [s.step for s in r.report.steps]
+        if len(r.files) > 1 and len(set(steps)) < len(steps):
+            twice = next(s for s in steps if steps.count(s) > 1)
+            raise InputError(
+                f"{r.files[0]}: ProfilerStep#{twice} is in two of rank {r.report.rank}'s {len(r.files)} files "
+                f"({', '.join(Path(f).name for f in r.files[:4])}{' ...' if len(r.files) > 4 else ''}): two runs "
+                "under one worker name, not the profiler cycles of one process: analyze each run's files apart")
+
+
 def _check_one_run(results: list[RankResult]) -> None:
     """Ranks of different runs mixed: world sizes, backends or recorded windows disagree."""
     for attr in ("world_size", "backend"):
@@ -322,7 +335,7 @@ def analyze(paths, options: AnalyzeOptions | None = None, **fields) -> Report:
     asked = replace(options, **fields) if options is not None else AnalyzeOptions(**fields)
     recorded = asked.recorded()
     workers, progress, dask_scheduler = asked.workers, asked.progress, asked.dask_scheduler
-    inputs = discover(paths)
+    inputs = discover(paths, cycle=recorded.cycle)
     warnings: list[str] = list(inputs.notes)
     if _over_budget(inputs.groups, workers, asked, warnings):
         recorded = asked.recorded(bounded_memory=True)
@@ -341,6 +354,7 @@ def analyze(paths, options: AnalyzeOptions | None = None, **fields) -> Report:
     _settle_ranks(results, groups)
     _check_one_run(results)
     _one_recording_each(results)
+    _cycles_of_one_recording(results)
     matching = []
     crossrank = _cross_rank(results, recorded, matching)
     if matching:
@@ -371,7 +385,8 @@ def analyze(paths, options: AnalyzeOptions | None = None, **fields) -> Report:
         version=__version__,
         inputs=[str(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)],
         options=recorded,
-        filters=[text for name, text in FILTER_TEXT.items() if getattr(recorded, name)],
+        filters=[text for name, text in FILTER_TEXT.items() if getattr(recorded, name)]
+        + ([f"--cycle {recorded.cycle}: each rank's profiler cycle {recorded.cycle} alone"] if recorded.cycle else []),
         ranks=ranks,
         summary=summarize(ranks),
         warnings=warnings,

@@ -7,15 +7,17 @@ from pathlib import Path
 import click
 
 from overlapprof.cli.common import analysis_options, analyze_options, command, fail, load_comparison
-from overlapprof.cli.formats import emit_outputs, output_options, planned_outputs
+from overlapprof.cli.formats import emit_outputs, not_an_input, output_options, planned_outputs
 
 
 @command("compare")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+              callback=not_an_input,
               help="The full comparison (numbers and the reports) as JSON, to FILE or (alone, or '-') "
                    "to stdout instead of the table.")
 @click.option("--csv", "csv_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+              callback=not_an_input,
               help="One row per variant as CSV, to FILE or (alone, or '-') to stdout instead of the table.")
 @output_options("comparison")
 @analysis_options
