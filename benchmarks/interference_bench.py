@@ -3,7 +3,7 @@
 The async all-reduce (``workloads/allreduce.py``) runs each bucket's all_reduce beside the next
 bucket's matmul; on CPU ranks gloo's threads then take cores from the matmul. From the async
 run's trace alone the analysis gives, per rank, ``aten::matmul``'s factor (mean duration of its
-spans wholly inside communication / of those wholly outside; OVERLAP.md section 7) and its two
+spans wholly inside communication / of those wholly outside; OVERLAP.md section 6.4) and its two
 means. That predicts what the same matmul takes when no communication runs beside it: the
 *outside* mean, not the inside one. The sync variant (same sizes, every all_reduce blocking, so
 no matmul ever runs beside communication) is then run, and its matmul's mean duration is read

@@ -1,4 +1,4 @@
-"""Interference (OVERLAP.md section 7): the factor per compute class, slowed_us and
+"""Interference (OVERLAP.md section 6.4): the factor per compute class, slowed_us and
 net_overlap_gain_us, on hand-made spans with exact answers, in memory against on disk in random
 batches, and on the session's real async all-reduce run."""
 

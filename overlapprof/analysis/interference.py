@@ -1,5 +1,5 @@
 """Interference from one trace: how much slower each compute class of compute runs while
-communication runs beside it (OVERLAP.md section 7; the report's
+communication runs beside it (OVERLAP.md section 6.4; the report's
 :class:`~overlapprof.report.Interference`).
 
 On CPUs gloo's threads take cores from the compute; on GPUs NCCL's kernels take SMs and memory

@@ -14,7 +14,7 @@ from overlapprof.report import Report
 
 BY = ("rank", "step", "kind", "collective")
 METRICS = ("comm_us", "compute_us", "overlapped_us", "exposed_comm_us", "overlap_ratio", "memory_us")
-SLOWED = ("slowed_us", "net_overlap_gain_us")  # OVERLAP.md section 7 (a rank's: its interference's)
+SLOWED = ("slowed_us", "net_overlap_gain_us")  # OVERLAP.md section 6.4 (a rank's: its interference's)
 RANK_BOUNDS = ("median_step_us", "comm_free_bound_us", "comm_free_speedup", "overlap_bound_us", "overlap_bound_speedup",
                "hidden_of_hideable")
 

@@ -1,5 +1,5 @@
 """Compute slowed by communication beside it, as text: a Report's interference (OVERLAP.md
-section 7, :mod:`overlapprof.report.interference`), a row per rank and its most overlapped
+section 6.4, :mod:`overlapprof.report.interference`), a row per rank and its most overlapped
 compute classes. Read by the analyze table (:mod:`overlapprof.renderers.table`); times in ms."""
 
 from __future__ import annotations

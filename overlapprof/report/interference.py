@@ -1,7 +1,7 @@
 """Interference: compute slowed while communication runs beside it, measured from one trace.
 
 Plain typed data (msgspec Structs, no numpy), computed by :mod:`overlapprof.analysis.interference`
-and read by the renderers. OVERLAP.md section 7 defines every field; times are microseconds.
+and read by the renderers. OVERLAP.md section 6.4 defines every field; times are microseconds.
 
 An *compute class* is a compute event's name (a CPU op's ``aten::mm``, a kernel's full name).
 Its *spans* are the rank's compute events of that name that no other compute event of their
