@@ -16,7 +16,8 @@ A workload is a plain Python file (see docs/writing-a-workload.md)::
 Option types are the defaults' types (bool, int, float, str); ``--opt key=value`` and
 ``-- --key value`` are converted and checked against them before any rank starts.
 Every workload also accepts the common options in ``COMMON_OPTIONS`` (a deliberately slow
-rank, for straggler experiments); the harness applies them, workloads need not.
+rank, asleep or computing, for straggler experiments); the harness applies them
+(:func:`straggle`), workloads need not.
 """
 
 import contextlib
@@ -37,6 +38,8 @@ COMMON_OPTIONS = {
     "slow_rank": (-1, "rank that sleeps slow_ms before each step, arriving late at its "
                       "communication (-1: none)"),
     "slow_ms": (0.0, "how long slow_rank sleeps at the start of each step, in milliseconds"),
+    "slow_compute": (False, "slow_rank computes for slow_ms instead of sleeping (matmuls on its device: "
+                            "a slower device, not an idle host)"),
 }
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -135,6 +138,25 @@ class Context:
     def _mark(self, phase):
         self.current_phase = phase
         self.progress_at = time.monotonic()
+
+
+def straggle(ctx):
+    """The common options' slow rank: on ``slow_rank``, ``slow_ms`` of sleep or, with
+    ``slow_compute``, of 256 x 256 matmuls on its device (synchronized), in a ``straggle`` phase;
+    elsewhere nothing. Called by the harness at the start of each step."""
+    o = ctx.opts
+    if ctx.rank != o.slow_rank or o.slow_ms <= 0:
+        return
+    with ctx.phase("straggle"):
+        deadline = time.perf_counter() + o.slow_ms / 1000
+        if not o.slow_compute:
+            time.sleep(o.slow_ms / 1000)
+            return
+        a = torch.ones(256, 256, device=ctx.device)
+        out = torch.empty_like(a)
+        while time.perf_counter() < deadline:
+            torch.matmul(a, a, out=out)
+            ctx.synchronize()
 
 
 @dataclass

@@ -68,7 +68,8 @@ def _event_set(rng, n: int, lo: float, hi: float, grid: bool, other_kinds: float
         start, dur = np.round(start), np.round(dur)
     anchor = np.where(rng.random(n) < 0.7, start - rng.exponential(2.0, n), start)
     kind = np.where(rng.random(n) < other_kinds, rng.integers(1, 3, n), 0).astype(np.int8)
-    return EventSet(start, start + dur, anchor, np.ones(n, dtype=bool), kind, rng.random(n) < 0.8)
+    return EventSet(start, start + dur, anchor, np.ones(n, dtype=bool), kind, rng.random(n) < 0.8,
+                    np.zeros(n, dtype=np.int32), np.zeros(n, dtype=np.int32))
 
 
 def _in_batches(rng, ev: RankEvents, compact: bool):

@@ -59,7 +59,7 @@ def test_a_users_file_loads_with_variants_options_and_steps(user_workload):
     assert w.check_variants(["odd", "sync", "odd"]) == ["odd", "sync"]
     assert w.step_function("odd")(None, None) == "odd"
     assert w.step_function("sync")(None, None) == "step"
-    assert list(w.options) == ["size", "lr", "verbose", "mode", "slow_rank", "slow_ms"]
+    assert list(w.options) == ["size", "lr", "verbose", "mode", "slow_rank", "slow_ms", "slow_compute"]
     assert w.options["size"].help == "matrix side"
     text = w.describe()
     rows = {line.split()[0]: line.split(None, 1)[1] for line in text.splitlines()[2:] if line.startswith("  ")}
@@ -70,7 +70,7 @@ def test_options_are_converted_from_both_forms(user_workload):
     values = user_workload.resolve_options(
         ["size=128", "mode=slow"], ["--lr", "0.25", "--verbose", "--slow-rank=1", "slow_ms=5"])
     assert values == {"size": 128, "lr": 0.25, "verbose": True, "mode": "slow", "slow_rank": 1,
-                      "slow_ms": 5.0}
+                      "slow_ms": 5.0, "slow_compute": False}
     assert user_workload.resolve_options([], ["--verbose", "false"])["verbose"] is False
     assert user_workload.resolve_options()["size"] == 64
 

@@ -7,6 +7,11 @@ async: DDP's own bucketed all_reduce: a bucket of gradients (``bucket_cap_mb``) 
        last bucket (the first layers' gradients) is produced when backward ends, and DDP waits
        for it before backward returns: that communication stays exposed.
 
+``--opt bucket_cap_mb=X`` sets the buckets' size (how many all_reduces a step makes, and how
+early the first one can start); ``--opt gradient_as_bucket_view=true`` makes each gradient a view
+into its bucket, so DDP copies no gradient into the bucket before reducing it (and holds one copy
+of the gradients less).
+
 Every rank keeps its own fixed batch and there is no optimizer step, so every step computes the
 same gradients; each step checks them against the ones the sync way computed in setup
 (``ctx.check_result``) and records their checksum (metric ``grads_checksum``). On CUDA the
@@ -29,6 +34,7 @@ OPTIONS = {
     "width": (512, "their width: a layer holds width^2 + width float32 parameters (1 MiB at 512)"),
     "batch": (256, "rows per rank per step"),
     "bucket_cap_mb": (2.0, "DDP's bucket size in MiB (torch's default is 25)"),
+    "gradient_as_bucket_view": (False, "gradients are views into DDP's buckets: no copy into the bucket"),
 }
 
 
@@ -48,7 +54,7 @@ def setup(ctx):
         layers += [torch.nn.Linear(o.width, o.width), torch.nn.ReLU()]
     module = torch.nn.Sequential(*layers).to(ctx.device)
     model = DDP(module, device_ids=[ctx.device.index] if ctx.is_cuda else None,
-                bucket_cap_mb=o.bucket_cap_mb)
+                bucket_cap_mb=o.bucket_cap_mb, gradient_as_bucket_view=o.gradient_as_bucket_view)
     data = torch.Generator().manual_seed(1000 + ctx.rank)  # each rank its own batch
     x = torch.randn(o.batch, o.width, generator=data).to(ctx.device)
     target = torch.randn(o.batch, o.width, generator=data).to(ctx.device)

@@ -6,7 +6,13 @@ sync:  each layer's all-gather is issued when the layer starts and waited at onc
        in backward: nothing overlaps it.
 async: the next layer's all-gather is prefetched under the current layer's compute
        (``set_modules_to_forward_prefetch``; in backward ``set_modules_to_backward_prefetch``,
-       which is what FSDP2 does by default there).
+       which is what FSDP2 does by default there). ``--opt prefetch=N`` prefetches the next N
+       layers' all-gathers instead (0: none), in forward and in backward: issued earlier, each
+       has more compute to hide under, and N more layers' parameters are held unsharded at once.
+
+``--opt reshard_after_forward=false`` (both variants) keeps each layer's parameters unsharded
+from its forward to its backward (``fully_shard(reshard_after_forward=False)``, ZeRO-2 style):
+the backward all-gathers go, at the cost of holding every layer's full parameters.
 
 How the sync variant turns prefetching off: ``_set_unshard_async_op(True)`` (private FSDP2 API,
 torch >= 2.6) issues each all-gather where it is needed instead of on FSDP2's own all-gather
@@ -37,6 +43,9 @@ OPTIONS = {
     "layers": (8, "Linear layers, each its own fully_shard unit"),
     "width": (512, "their width: a layer holds width^2 + width float32 parameters (1 MiB at 512)"),
     "batch": (256, "rows per rank per step"),
+    "prefetch": (1, "async: layers ahead whose all-gathers are issued (forward and backward; 0: none)"),
+    "reshard_after_forward": (True, "free each layer's gathered parameters after its forward (false: keep "
+                                    "them for the backward, which then all-gathers nothing)"),
 }
 
 
@@ -51,10 +60,12 @@ class State:
 def setup(ctx):
     torch.manual_seed(0)  # the same parameters on every rank before they are sharded
     o = ctx.opts
+    if o.prefetch < 0:
+        raise ValueError(f"prefetch must be 0 or more layers, not {o.prefetch}")
     blocks = [torch.nn.Sequential(torch.nn.Linear(o.width, o.width), torch.nn.ReLU()) for _ in range(o.layers)]
     model = torch.nn.Sequential(*blocks).to(ctx.device)
     for block in blocks:
-        fully_shard(block)
+        fully_shard(block, reshard_after_forward=o.reshard_after_forward)
     fully_shard(model)
     if not hasattr(model, "_set_unshard_async_op"):
         raise RuntimeError(f"torch {torch.__version__}: FSDP2 has no _set_unshard_async_op (torch >= 2.6 has)")
@@ -67,10 +78,11 @@ def setup(ctx):
     state = State(model=model, x=x, target=target, reference=torch.empty(0))
     step(ctx, state, check=False)  # the reference, computed the sync way
     state.reference = grad_shards(model)
-    if ctx.variant == "async":
-        for before, after in zip(blocks, blocks[1:]):
-            before.set_modules_to_forward_prefetch([after])
-            after.set_modules_to_backward_prefetch([before])
+    if ctx.variant == "async" and o.prefetch:
+        for i, block in enumerate(blocks):
+            block.set_modules_to_forward_prefetch(blocks[i + 1:i + 1 + o.prefetch])
+            if i:  # backward runs the layers last to first: the ones before this, nearest first
+                block.set_modules_to_backward_prefetch(blocks[max(0, i - o.prefetch):i][::-1])
     return state
 
 

@@ -24,6 +24,7 @@ from overlapprof.analysis.exposure.inputs import ExposureInput, exposure_input
 from overlapprof.analysis.options import AnalyzeOptions
 from overlapprof.analysis.rank.classify import compile_comm_annotations, compile_comm_kernels, lookalikes_warning
 from overlapprof.analysis.rank.events import RankEvents, filtered, last_step_dropped, rank_events
+from overlapprof.analysis.interference import InterferenceBuilder, attach as attach_interference
 from overlapprof.analysis.rank.metrics import rank_report, summarize
 from overlapprof.analysis.rank.unions import rank_unions
 from overlapprof.errors import InputError, OverlapprofError, SpillError
@@ -138,14 +139,18 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
             result.warnings.append(f"{label}: {ev.negative_durations} events with a negative 'dur' count as zero-length")
         if options.bounded_memory:
             result.warnings += ev.warnings
-            unions, table = ev.unions, ev.table
+            unions, table, measured = ev.unions, ev.table, ev.interference
         else:
             _apply_filters(ev, options, label, result.warnings)
             unions, table = rank_unions(ev), ev.comm_records
+            spans = InterferenceBuilder(ev.steps, nest=ev.mode == "cpu")
+            spans.add(ev.compute)
+            measured = spans.result(unions.comm, ev.names)
             heap.release(ev.events)
         sets = {} if result.crossrank_input is not None else None
         records = table.records() if options.comm_records and table is not None else None
         report = rank_report(unions, ev.files, ev.mode, ev.events, records, exposed_out=sets)
+        attach_interference(report, *measured)
         if sets is not None:
             result.exposure_input = exposure_input(ev.mode, unions, ev.host_sync, sets, table)
         comm, exposed = unions.comm, None

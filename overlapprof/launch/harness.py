@@ -248,10 +248,7 @@ class Harness:
         ctx.step_kind, ctx.step_index = kind, index
         ctx._mark(None)
         start = time.perf_counter()
-        slow_ms = ctx.opts.slow_ms
-        if ctx.rank == ctx.opts.slow_rank and slow_ms > 0:
-            with ctx.phase("straggle"):  # a deliberately late rank (COMMON_OPTIONS)
-                time.sleep(slow_ms / 1000)
+        workload_api.straggle(ctx)  # a deliberately late rank (COMMON_OPTIONS)
         step(ctx, state)
         ctx._mark("synchronize after step")
         ctx.synchronize()

@@ -94,6 +94,12 @@ SLOW_TRANSFER = _time("exposure.slow_transfer_us", "slow transfer")
 RANK_BOUNDS = (_time("overlap_bound_us", "overlap bound"), Column("overlap_bound_speedup", "ceiling", "", factor),
                _share("hidden_of_hideable", "hidden of hideable"))
 
+# report.Interference (OVERLAP.md section 6.4): a rank's row of "slowed while overlapped", and a step's two columns
+RANK_INTERFERENCE = (Column("rank", "rank"), _time("metrics.overlapped_us", "overlapped"),
+                     _time("interference.slowed_us", "slowed"), _time("interference.net_overlap_gain_us", "net gain"),
+                     _time("interference.unmeasured_us", "no factor"))
+STEP_INTERFERENCE = (_time("slowed_us", "slowed"), _time("net_overlap_gain_us", "net gain"))
+
 # report.crossrank: a rank's waits (also the last columns of the text rank table), its row, the bandwidth rows
 RANK_WAITS = (_time("wait_us", "wait"), _time("transfer_us", "transfer"), _share("wait_share", "wait share"))
 CROSSRANK_RANK = (Column("rank", "rank"), Column("ops", "ops"), Column("matched_ops", "matched"), _time("comm_us", "comm"),

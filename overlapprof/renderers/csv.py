@@ -14,6 +14,7 @@ from overlapprof.report import Report
 
 BY = ("rank", "step", "kind", "collective")
 METRICS = ("comm_us", "compute_us", "overlapped_us", "exposed_comm_us", "overlap_ratio", "memory_us")
+SLOWED = ("slowed_us", "net_overlap_gain_us")  # OVERLAP.md section 6.4 (a rank's: its interference's)
 RANK_BOUNDS = ("median_step_us", "comm_free_bound_us", "comm_free_speedup", "overlap_bound_us", "overlap_bound_speedup",
                "hidden_of_hideable")
 
@@ -25,15 +26,17 @@ def _values(m, names) -> list:
 def rows(report: Report, by: str = "rank") -> tuple[list[str], list[list]]:
     """The header and rows ``render`` writes."""
     if by == "rank":
-        head = ["rank", "rank_source", "mode", *METRICS, "steps", "events", *CSV_CAUSES, *RANK_BOUNDS]
+        head = ["rank", "rank_source", "mode", *METRICS, "steps", "events", *CSV_CAUSES, *RANK_BOUNDS, *SLOWED]
         body = [[r.rank, r.rank_source, r.mode, *_values(r.metrics, METRICS), len(r.steps), r.events,
-                 *csv_values(r.exposure), *_values(r, RANK_BOUNDS)] for r in report.ranks]
+                 *csv_values(r.exposure), *_values(r, RANK_BOUNDS),
+                 *(_values(r.interference, SLOWED) if r.interference is not None else [""] * len(SLOWED))]
+                for r in report.ranks]
     elif by == "step":
         extra = ("start_us", "step_us", "exposed_share")
         bounds = ("comm_free_bound_us", "overlap_bound_us")
-        head = ["rank", "step", *extra, *METRICS, *CSV_CAUSES, *bounds]
-        body = [[r.rank, s.step, *_values(s, extra), *_values(s, METRICS), *csv_values(s.exposure), *_values(s, bounds)]
-                for r in report.ranks for s in r.steps]
+        head = ["rank", "step", *extra, *METRICS, *CSV_CAUSES, *bounds, *SLOWED]
+        body = [[r.rank, s.step, *_values(s, extra), *_values(s, METRICS), *csv_values(s.exposure), *_values(s, bounds),
+                 *_values(s, SLOWED)] for r in report.ranks for s in r.steps]
     elif by == "kind":
         head = ["rank", "kind", "count", *METRICS, *CSV_CAUSES]
         body = [[r.rank, k.kind, k.count, *_values(k, METRICS), *csv_values(k.exposure)] for r in report.ranks

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from overlapprof.renderers import causes_table
 from overlapprof.renderers import collectives_table as ct
+from overlapprof.renderers import interference_lines
 from overlapprof.renderers import columns as C
 from overlapprof.renderers import workload_metrics
 from overlapprof.renderers.base import Renderer
@@ -35,9 +36,12 @@ def _rank_rows(report: Report):
 
 def _step_rows(report: Report):
     causes = any(s.exposure is not None for r in report.ranks for s in r.steps)
-    header = ["rank", *C.heads(C.STEP), *(C.heads(C.EXPOSURE_CAUSES) + ["overlap bound ms"] if causes else [])]
+    slowed = C.STEP_INTERFERENCE if interference_lines.step_columns(report) else ()
+    header = ["rank", *C.heads(C.STEP), *C.heads(slowed),
+              *(C.heads(C.EXPOSURE_CAUSES) + ["overlap bound ms"] if causes else [])]
     rows = [
-        [str(r.rank), *C.cells(C.STEP, s), *(C.cells(C.EXPOSURE_CAUSES, s.exposure) + [ms(s.overlap_bound_us)] if causes else [])]
+        [str(r.rank), *C.cells(C.STEP, s), *C.cells(slowed, s),
+         *(C.cells(C.EXPOSURE_CAUSES, s.exposure) + [ms(s.overlap_bound_us)] if causes else [])]
         for r in report.ranks
         for s in r.steps
     ]
@@ -143,6 +147,11 @@ def render(report: Report, by: str = "rank") -> str:
     if why is not None:
         table += ("\n\nwhy exposed: each exposed µs has one cause, the first that holds (OVERLAP.md section 6); "
                   "late ranks: who was waited for, followed to the rank not waiting\n" + why)
+    slowed = interference_lines.rank_table(report) if by == "rank" else None
+    if slowed is not None:
+        table += ("\n\nslowed while overlapped: compute run beside communication, per compute class its mean "
+                  "duration inside / outside communication (OVERLAP.md section 6.4); net gain = overlapped - slowed\n"
+                  + slowed)
     head = [line] if (line := unmeasured_devices(report)) else []
     return "\n".join([*head, table, "", *summary_lines(report)]) + "\n"
 

@@ -9,6 +9,7 @@ microseconds. Modules:
 - :mod:`~overlapprof.report.crossrank`: the cross-rank section (matched collectives, waits, bandwidth)
 - :mod:`~overlapprof.report.records`: one record per communication kernel or annotation
 - :mod:`~overlapprof.report.exposure`: why communication is exposed (causes) and what overlap could buy (bounds)
+- :mod:`~overlapprof.report.interference`: compute slowed by communication beside it (section 6.4)
 - :mod:`~overlapprof.report.lanes`: every step's unions on one clock, for the all-ranks export
 - :mod:`~overlapprof.report.document`: the Report and its Options; JSON save/load
 - :mod:`~overlapprof.report.comparison`: variants compared against a baseline
@@ -28,6 +29,7 @@ Layout (``schema`` is first in the JSON, which is how a saved report is recognis
         timeline: Timeline | None    unions of one representative step, for plots
         exposure: Exposure | None    exposed communication split by cause (also per step and kind)
         *_bound_us, verdict          what overlap could buy: comm-free and overlap bounds
+        interference: Interference | None   compute slowed by communication beside it
         operations: [OperationWindow] | None   per operation: window, slack, exposed (when asked)
         comm_records: [CommRecord] | None   one per communication kernel or annotation (when asked)
         lanes: Lanes | None          every step's unions on the run's common clock (export; when asked)
@@ -59,11 +61,13 @@ from overlapprof.report.document import SCHEMA, Options, Report
 from overlapprof.report.exposure import (ACTIVITIES, BOUND_FORMS, CAUSES, FIRST_ORDER, WINDOWS, Exposure, OperationWindow,
                                          held_fixed)
 from overlapprof.report.lanes import Lanes, SliceEvent, StepLanes, TraceSlice
+from overlapprof.report.interference import ComputeClass, Interference
 from overlapprof.report.metrics import KindMetrics, Metrics, Partition, PointToPoint, RankReport, StepMetrics, Summary, Timeline
 from overlapprof.report.records import CommRecord
 from overlapprof.report.workload import WorkloadMetric
 
 __all__ = [
+    "ComputeClass", "Interference",
     "ACTIVITIES", "BOOTSTRAP", "BOUND_FORMS", "CAUSES", "CI_LEVEL", "Exposure", "FIRST_ORDER", "OperationWindow", "WINDOWS", "PER_STEP", "SEED", "WHOLE_TRACE", "BandwidthRow", "ClockDomain",
     "CollectiveInstance", "CommRecord", "Comparison", "CrossRank", "KindMatch", "KindMetrics", "Lanes",
     "Metrics", "Options", "Partition", "PointToPoint", "ProcessGroup", "RankReport", "RankWaits", "Report",

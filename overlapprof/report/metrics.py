@@ -10,6 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from overlapprof.report.exposure import Exposure, OperationWindow
+from overlapprof.report.interference import Interference
 from overlapprof.report.records import CommRecord
 from overlapprof.report.lanes import Lanes
 
@@ -76,6 +77,9 @@ class StepMetrics(Metrics, kw_only=True):
     - ``overlap_bound_us``: the shortest step overlap could give (OVERLAP.md section 6.2; the
       rank's ``overlap_bound_form`` says which form). With lock-stepped ranks, every rank's
       step of one number has the same bound.
+    - ``slowed_us``: the step's compute slowed by communication beside it, and
+      ``net_overlap_gain_us`` = ``overlapped_us − slowed_us`` (OVERLAP.md section 6.4,
+      :class:`~overlapprof.report.Interference`; None when not measured).
     """
 
     step: int
@@ -86,6 +90,8 @@ class StepMetrics(Metrics, kw_only=True):
     exposure: Exposure | None = None
     comm_free_bound_us: float | None = None
     overlap_bound_us: float | None = None
+    slowed_us: float | None = None
+    net_overlap_gain_us: float | None = None
 
 
 class KindMetrics(Metrics, kw_only=True):
@@ -183,6 +189,8 @@ class RankReport(msgspec.Struct, kw_only=True):
     device_not_measured: dict[str, int] | None = None
     # CPU mode with the cross-rank section: the ends of the async point-to-point operations (None: the rank has none)
     p2p: PointToPoint | None = None
+    # compute slowed by communication beside it, per compute class (OVERLAP.md section 6.4)
+    interference: Interference | None = None
 
 
 class Summary(msgspec.Struct, kw_only=True):

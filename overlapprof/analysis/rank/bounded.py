@@ -39,6 +39,7 @@ from overlapprof.analysis.rank import spilled
 from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, read_spilled
 from overlapprof.analysis.spill import Sample, spill_folder
 from overlapprof.analysis.intervals import Intervals, union
+from overlapprof.analysis.interference import InterferenceBuilder, spill_folder_of
 from overlapprof.analysis.rank.unions import COMM, COMPUTE, MEMORY, RankUnions, UnionsBuilder, hold, merged
 from overlapprof.analysis.records.table import CommTable
 
@@ -58,6 +59,7 @@ class BoundedRank:
     host_sync: Intervals  # the union of the host synchronizations (classify.is_host_sync)
     warnings: list[str] = field(default_factory=list)
     table: CommTable | None = None  # the communication records (cross-rank section, --comm-ops)
+    interference: tuple | None = None  # (Interference, slowed µs per step): InterferenceBuilder.result's
     lookalikes: dict[str, int] = field(default_factory=dict)  # compute kernels named like communication: counts
 
 
@@ -65,9 +67,10 @@ class _Feed:
     """Classified intervals into the rank's :class:`~overlapprof.analysis.rank.unions.UnionsBuilder`,
     the filters of ``analyze`` applied by :func:`~overlapprof.analysis.rank.events.filtered`."""
 
-    def __init__(self, steps: Steps, require_launch: bool, cutoff: float | None):
+    def __init__(self, steps: Steps, require_launch: bool, cutoff: float | None, interference: InterferenceBuilder):
         self.require_launch, self.cutoff = require_launch, cutoff
         self.unions = UnionsBuilder(steps, compact=True)
+        self.interference = interference
         self.bounds = [np.inf, -np.inf]  # before the filters
         self.comm_corr: list[np.ndarray] | None = None  # GPU mode, records asked for: the comm events' correlations
         self.lookalikes: list[dict[str, int]] = []  # per bucket: compute kernels named like communication
@@ -76,7 +79,10 @@ class _Feed:
         if len(s) == 0:
             return
         self.bounds = [min(self.bounds[0], float(s.start.min())), max(self.bounds[1], float(s.end.max()))]
-        self.unions.add(filtered(s, self.require_launch, self.cutoff), cls)
+        s = filtered(s, self.require_launch, self.cutoff)
+        self.unions.add(s, cls)
+        if cls == COMPUTE:
+            self.interference.add(s)
 
 
 def _classify_gpu(f: SpilledFile, comm_re, comm_ann, names: list[str], feed: _Feed, edges: np.ndarray, folder: str):
@@ -114,9 +120,9 @@ def _classify_gpu(f: SpilledFile, comm_re, comm_ann, names: list[str], feed: _Fe
             feed.add(s, cls)
 
 
-def _classify_cpu_ops(f: SpilledFile, names: list[str], feed: _Feed) -> tuple:
+def _classify_cpu_ops(f: SpilledFile, names: list[str], feed: _Feed, thread_base: int) -> tuple:
     """CPU mode: the CPU ops kept are compute unless inside a communication call (a window at a
-    time). Returns their host activity per thread (:func:`~overlapprof.analysis.rank.events.thread_reach`),
+    time; ``thread_base``: the file's offset of its thread codes, as in memory). Returns their host activity per thread (:func:`~overlapprof.analysis.rank.events.thread_reach`),
     what the records' need times are measured on."""
     few = f.rows.few_scan(f.path)
     calls = np.flatnonzero((few.codes == C.CPU_OP)
@@ -134,7 +140,7 @@ def _classify_cpu_ops(f: SpilledFile, names: list[str], feed: _Feed) -> tuple:
         reach = hold(reach, thread_reach(rec["thread"][out], start, end), thread_reach)
         n = start.size
         feed.add(EventSet(start, end, start, np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int8),
-                          np.ones(n, dtype=bool)), COMPUTE)
+                          np.ones(n, dtype=bool), rec["name_ids"][out], rec["thread"][out] + thread_base), COMPUTE)
     return merged(reach, thread_reach)
 
 
@@ -167,10 +173,12 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers, ends) ->
     all_steps, records = steps, options.crossrank or options.comm_records  # the records' steps: before filters
     warnings = []
     steps, cutoff = last_step_dropped(steps, options.drop_last_step, label, warnings)
-    feed = _Feed(steps, options.require_launch and gpu, cutoff)
     sample = Sample()
     for f in read:
         sample.add(f.rows.sample.values)
+    interference = InterferenceBuilder(steps, not gpu, spill_folder_of(folder),
+                                       InterferenceBuilder.bucket_edges(sample.values))
+    feed = _Feed(steps, options.require_launch and gpu, cutoff, interference)
     comm_corr = [] if records and gpu else None
     activity = [] if records and not gpu else None
     for k, (f, comm) in enumerate(zip(read, few_sets)):
@@ -182,11 +190,13 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers, ends) ->
                 comm_corr.append(np.concatenate([np.empty(0), *feed.comm_corr]))
         else:
             feed.add(comm, COMM)
-            reach = _classify_cpu_ops(f, order, feed)
+            reach = _classify_cpu_ops(f, order, feed, k << 16)
             if activity is not None:
                 activity.append(reach)
         f.rows.remove()
     bounds = tuple(feed.bounds) if np.isfinite(feed.bounds[0]) else None
+    unions = feed.unions.result()
+    measured = interference.result(unions.comm, order)
     table = None
     if records:
         from overlapprof.analysis.rank.bounded_records import comm_table
@@ -196,8 +206,9 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers, ends) ->
     files = [f.path for f in read]
     host_sync = union(*(np.concatenate(times) for times in zip(*[f.rows.host_syncs(gpu) for f in read])))
     return BoundedRank(
-        unions=feed.unions.result(), mode="gpu" if gpu else "cpu", files=files, events=sum(f.rows.size for f in read),
+        unions=unions, mode="gpu" if gpu else "cpu", files=files, events=sum(f.rows.size for f in read),
         negative_durations=sum(f.rows.negative for f in read),
         unclassified=merged_counts([f.unclassified for f in read]),
         headers=[f.header for f in read], bounds=bounds, host_sync=host_sync, warnings=warnings, table=table,
+        interference=measured,
         lookalikes=merged_counts(feed.lookalikes))

@@ -41,6 +41,8 @@ class EventSet:
     launched: np.ndarray
     kind: np.ndarray  # index into classify.KINDS (comm only; zeros elsewhere)
     operation: np.ndarray  # comm: not part of another comm event's operation (see _operations); True elsewhere
+    key: np.ndarray  # int32 name id (the rank's name index): a compute event's compute class (interference)
+    thread: np.ndarray  # int32: (file index << 16) + the thread's code in its file (GPU: the stream's, or -1)
 
     @classmethod
     def concat(cls, sets: list[EventSet]) -> EventSet:
@@ -97,6 +99,7 @@ class RankEvents:
     lookalikes: dict[str, int] = field(default_factory=dict)  # compute kernels named like communication: counts
     headers: list[TraceFile] = field(default_factory=list)  # each file's top level, without events
     host_sync: tuple = (np.empty(0), np.empty(0))  # union of the host synchronizations (classify.is_host_sync)
+    names: list[str] = field(default_factory=list)  # the rank's name index: what EventSet.key codes
 
 
 def _name_property(names: list[str], func, dtype, ids: np.ndarray) -> np.ndarray:
@@ -386,7 +389,8 @@ def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: 
     def event_set(k, rows, kind=None, own=None):
         zeros = np.zeros(rows.size, dtype=np.int8)
         return EventSet(ts[rows], end(rows), anchors[k], launches[k], zeros if kind is None else kind,
-                        np.ones(rows.size, dtype=bool) if own is None else own)
+                        np.ones(rows.size, dtype=bool) if own is None else own, name_ids[rows].astype(np.int32),
+                        scan.thread[rows].astype(np.int32))
 
     sets = (event_set(0, comm_rows, kind_codes, operation), event_set(1, compute_rows), event_set(2, memory_rows))
     steps = (step_numbers, ts[step_rows], end(step_rows))
@@ -507,6 +511,8 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
     parts = []
     while scans:  # each file's columns are freed once classified: they are the largest arrays
         parts.append(extract(scans.pop(0), gpu, comm_re, comm_ann, names.order, values, ends=ends))
+        for s in parts[-1][0]:
+            s.thread += np.int32(len(parts) - 1) << 16  # threads are a file's own codes
         heap.release(events)
     comm, compute, memory = (EventSet.concat([p[0][k] for p in parts]) for k in range(3))
     steps = Steps.of_files([p[1] for p in parts])
@@ -528,4 +534,5 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
         lookalikes=lookalikes,
         headers=headers,
         host_sync=host_sync,
+        names=names.order,
     )

@@ -33,7 +33,7 @@ MAX_BUCKETS = 512  # open files: past ~50 GB of JSON the buckets grow instead
 
 _GPU_ROW = np.dtype([("corr", "<f8"), ("ts", "<f8"), ("dur", "<f8"), ("codes", "i1"), ("name_ids", "<i4"),
                      ("thread", "<i4")])
-_CPU_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("thread", "<i4")])
+_CPU_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("thread", "<i4"), ("name_ids", "<i4")])
 _CALL_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("thread", "<i4"), ("name_ids", "<i4"), ("collective", "i1")])
 _JOINED_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("codes", "i1"), ("name_ids", "<i4"), ("launch_ts", "<f8"),
                         ("launch_thread", "<i4"), ("corr", "<f8")])
@@ -104,7 +104,7 @@ class SpilledRows:
         compute = is_cpu & ((role & _CPU_COMPUTE) != 0)
         if compute.any():
             rec = np.empty(int(np.count_nonzero(compute)), dtype=_CPU_ROW)
-            for k in ("ts", "dur", "thread"):
+            for k in ("ts", "dur", "thread", "name_ids"):
                 rec[k] = columns[k][compute]
             self.cpu.append(rec)
             self.sample.add(rec["ts"])

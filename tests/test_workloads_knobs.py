@@ -1,0 +1,120 @@
+"""The knobs a user tunes, as workload options (issue 35), each shown to take effect in a real
+trace: 2 gloo ranks, a short schedule, small layers (4 of width 128), the async variant.
+
+- DDP ``bucket_cap_mb``: the number of all_reduces a step makes. A layer's gradients are
+  128 x 128 + 128 float32 (66,048 bytes); DDP fills a bucket, last layer first, until it holds
+  the cap: at 0.1 MiB (104,858 bytes) two layers a bucket, two all_reduces a step; at 25 MiB one.
+- DDP ``gradient_as_bucket_view``: DDP copies each gradient (weight and bias: 2 per layer) into
+  its bucket before reducing it, unless the gradient is a view into the bucket: 8 ``aten::copy_``
+  fewer a step.
+- FSDP ``prefetch=N``: before a step's first Linear runs, the first layer's all-gather and the
+  N after it have been issued (N + 1); ``reshard_after_forward=false``: the backward
+  all-gathers nothing, so a step makes 4 all-gathers, not 8.
+- ``slow_rank``/``slow_ms`` (every workload; the harness applies them): rank 0's exposed
+  communication is late_peer, the late rank named 1, doing neither compute nor communication
+  (asleep) or, with ``slow_compute=true``, computing.
+
+Two runs per workload: each knob changed in one of them only, or (the two DDP knobs and the two
+FSDP ones) in a way that does not change what the other counts (measured: 2026-12-06, each of
+the four changed alone gave the same count of the other's events as the defaults).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import overlapprof
+
+REPO = Path(__file__).resolve().parent.parent
+SMALL = ("width=128", "layers=4", "batch=64")
+SLOW_MS = 60.0
+
+
+def _run(out: Path, workload: str, run_id: str, *opts: str) -> Path:
+    args = [sys.executable, "-m", "overlapprof", "run", REPO / "workloads" / f"{workload}.py", "--nproc", "2",
+            "--variant", "async", "--run-id", run_id, "--out", out, "--no-analyze", "-q", "--warmup-steps", "1",
+            "--wait", "0", "--warmup", "1", "--active", "2"]
+    for opt in (*SMALL, *opts):
+        args += ["--opt", opt]
+    proc = subprocess.run(list(map(str, args)), capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out / f"{run_id}-async"
+
+
+def _steps(run: Path, rank: int = 0) -> list[list[dict]]:
+    """Rank ``rank``'s complete events per ProfilerStep, in time order."""
+    (trace,) = run.glob(f"rank{rank}.*.pt.trace.json")
+    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("ph") == "X"]
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].startswith("ProfilerStep#"))
+    assert len(steps) == 2, steps
+    return [sorted((e for e in events if a <= e["ts"] < b and not e["name"].startswith("ProfilerStep#")),
+                   key=lambda e: e["ts"]) for a, b in steps]
+
+
+def _counts(step: list[dict]) -> Counter:
+    return Counter(e["name"] for e in step)
+
+
+@pytest.fixture(scope="module")
+def knob_runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("knobs")
+    return {
+        "ddp_small_buckets": _run(out, "ddp", "ddp-small", "bucket_cap_mb=0.1"),
+        "ddp_views": _run(out, "ddp", "ddp-views", "bucket_cap_mb=25", "gradient_as_bucket_view=true"),
+        "fsdp_prefetch2": _run(out, "fsdp", "fsdp-prefetch2", "prefetch=2", "slow_rank=1", f"slow_ms={SLOW_MS}",
+                               "slow_compute=true"),
+        "fsdp_keep": _run(out, "fsdp", "fsdp-keep", "reshard_after_forward=false", "slow_rank=1", f"slow_ms={SLOW_MS}"),
+    }
+
+
+def test_ddp_bucket_cap_sets_the_all_reduces_of_a_step(knob_runs):
+    small = [_counts(s)["c10d::allreduce_"] for s in _steps(knob_runs["ddp_small_buckets"])]
+    whole = [_counts(s)["c10d::allreduce_"] for s in _steps(knob_runs["ddp_views"])]
+    assert small == [2, 2] and whole == [1, 1], (small, whole)
+    report = overlapprof.analyze(knob_runs["ddp_small_buckets"], workers=1, comms=False)
+    assert {k.kind: k.count for k in report.rank(0).kinds}["all_reduce"] == 4  # 2 steps: what analyze counts
+
+
+def test_ddp_gradient_as_bucket_view_drops_the_copies_into_the_buckets(knob_runs):
+    copies = [_counts(s)["aten::copy_"] for s in _steps(knob_runs["ddp_small_buckets"])]
+    views = [_counts(s)["aten::copy_"] for s in _steps(knob_runs["ddp_views"])]
+    assert [a - b for a, b in zip(copies, views)] == [8, 8], (copies, views)  # a weight and a bias per layer
+
+
+def _gathers_before_first_linear(step: list[dict]) -> int:
+    first = next(e["ts"] for e in step if e["name"] in ("aten::linear", "aten::addmm"))
+    return sum(1 for e in step if e["ts"] < first and e["name"] == "c10d::_allgather_base_")
+
+
+def test_fsdp_prefetch_issues_that_many_layers_ahead(knob_runs):
+    assert [_gathers_before_first_linear(s) for s in _steps(knob_runs["fsdp_prefetch2"])] == [3, 3]
+    assert [_gathers_before_first_linear(s) for s in _steps(knob_runs["fsdp_keep"])] == [2, 2]  # prefetch=1
+
+
+def test_fsdp_reshard_after_forward_false_gathers_nothing_in_backward(knob_runs):
+    resharded = [_counts(s)["c10d::_allgather_base_"] for s in _steps(knob_runs["fsdp_prefetch2"])]
+    kept = [_counts(s)["c10d::_allgather_base_"] for s in _steps(knob_runs["fsdp_keep"])]
+    assert resharded == [8, 8] and kept == [4, 4], (resharded, kept)
+
+
+@pytest.mark.parametrize("run,doing", [("fsdp_keep", "other"), ("fsdp_prefetch2", "compute")])
+def test_a_slow_rank_on_fsdp_is_the_late_peer(knob_runs, run, doing):
+    """Asleep (other) or computing (slow_compute: compute), rank 1 is who rank 0 waited for."""
+    report = overlapprof.analyze(knob_runs[run], workers=1)
+    e = report.rank(0).exposure
+    assert e.largest()[0] == "late_peer"
+    assert e.late_peer_by_rank.get(1, 0.0) >= 0.9 * e.late_peer_us
+    # what the late rank did most while rank 0 waited (the loop's Python between matmuls, and a
+    # loaded machine's descheduling, are 'other': a majority, not all)
+    assert max(e.late_peer_activity, key=e.late_peer_activity.get) == doing, e.late_peer_activity
+    # rank 0 waits out most of rank 1's straggle each step, once (its first all-gather)
+    per_step = [s.exposure.late_peer_us for s in report.rank(0).steps]
+    # (on a loaded machine 64-76 ms a step for a 60 ms straggle measured; its rounds after it add up)
+    assert all(0.6 * SLOW_MS * 1000 <= t <= 2.0 * SLOW_MS * 1000 for t in per_step), per_step
+    assert report.rank(1).exposure.late_peer_us < 0.2 * e.late_peer_us
