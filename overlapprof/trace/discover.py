@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from overlapprof.errors import InputError
+from overlapprof.trace import nsys
 from overlapprof.trace.kineto import BOM, TRACE_EVENTS, WORKER_NAME
 
 if TYPE_CHECKING:  # imported where a run directory is read: traces given alone do not need it
@@ -48,7 +49,7 @@ if TYPE_CHECKING:  # imported where a run directory is read: traces given alone 
 
 RUN_FILE = "run.json"  # rundir.directory.RUN_FILE
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)(?!\d)", re.IGNORECASE)
-_SUFFIXES = (".json", ".json.gz")
+_SUFFIXES = (".json", ".json.gz", ".sqlite")
 _ET_SNIFF = 1 << 16
 
 
@@ -75,6 +76,8 @@ class Inputs:
 
 def rank_from_name(name: str) -> int | None:
     """The rank a trace file's name gives (``rank-3.json`` -> 3), or None."""
+    if nsys.is_member(name):  # one of several processes of an export: its name is the file's, not its own
+        return None
     m = _RANK_IN_NAME.search(name)
     return int(m.group(1)) if m else None
 
@@ -112,7 +115,7 @@ def is_trace_file(path: Path, sniff: int = 1 << 20) -> bool:
     head = _head(path, sniff)
     if head is None:
         return False
-    return head[:2] == b"\x1f\x8b" or TRACE_EVENTS in head
+    return head[:2] == b"\x1f\x8b" or TRACE_EVENTS in head or head.startswith(nsys.SQLITE_MAGIC)
 
 
 def is_saved_report(path: Path) -> bool:
@@ -278,6 +281,17 @@ def _merged_run(runs: list[tuple[Path, run_record.RunRecord]]) -> run_record.Run
     return run
 
 
+def _file_groups(path: Path) -> list[TraceGroup]:
+    """A trace file's groups: itself, or one per rank of an Nsight Systems export (a report
+    not yet exported is refused with the command that exports it)."""
+    if nsys.is_report(path):
+        raise InputError(f"{path}: an Nsight Systems report, not its SQLite export: run `{nsys.export_command(path)}` "
+                         "and analyze the .sqlite file")
+    if nsys.is_sqlite(path):
+        return [TraceGroup([Path(name)]) for name in nsys.ranks_of(path)]
+    return [TraceGroup([path])]
+
+
 def discover(paths) -> Inputs:
     """Expand files, folders and run directories into per-rank groups of trace files.
 
@@ -298,7 +312,7 @@ def discover(paths) -> Inputs:
             if is_execution_trace(path):
                 raise InputError(f"{path}: an execution trace (Chakra/PARAM 'schema'/'nodes'), not a PyTorch "
                                  "profiler trace: give the Kineto trace (*.pt.trace.json) recorded beside it")
-            inputs.groups.append(TraceGroup([path]))
+            inputs.groups.extend(_file_groups(path))
         elif (path / RUN_FILE).is_file():
             runs.append((path, _read_run(path)))
         else:
@@ -316,12 +330,12 @@ def discover(paths) -> Inputs:
                                     f"not a profiler trace): {shown}")
             if not found and not files:
                 what = "only execution traces (Chakra/PARAM), no" if et else "no"
-                raise InputError(f"{path}: {what} trace files (*.json, *.json.gz) in this folder")
+                raise InputError(f"{path}: {what} trace files (*.json, *.json.gz, *.sqlite) in this folder")
             _one_process_each([TraceGroup([f]) for f in files], path)
             found = [(d, _read_run(d)) for d in found]
             _one_job(found, path)
             runs += found
-            inputs.groups.extend(TraceGroup([f]) for f in files)
+            inputs.groups.extend(g for f in files for g in _file_groups(f))
     _one_job(runs)
     for run_dir, run in runs:
         groups = _run_groups(run_dir, run) or _run_dir_traces(run_dir)

@@ -96,6 +96,7 @@ class RankEvents:
     unclassified: dict[str, int] = field(default_factory=dict)  # device categories left out: event counts
     headers: list[TraceFile] = field(default_factory=list)  # each file's top level, without events
     host_sync: tuple = (np.empty(0), np.empty(0))  # union of the host synchronizations (classify.is_host_sync)
+    notes: list[str] = field(default_factory=list)  # what the reader says of the files (an nsys export's schema ...)
 
 
 def _name_property(names: list[str], func, dtype, ids: np.ndarray) -> np.ndarray:
@@ -436,7 +437,8 @@ def place_in_steps(table: CommTable | None, steps: Steps) -> None:
 
 
 def rank_events(files: list[str | Path], comm_re, records: bool = False, record_own_args: bool = False,
-                comm_ann=None, workers: int = 1, range_pool=None) -> RankEvents:
+                comm_ann=None, workers: int = 1, range_pool=None, step_range: str | None = None,
+                rank_map: dict | None = None) -> RankEvents:
     """Read and classify the complete events of one rank's trace files (one or several
     profiler cycles).
 
@@ -447,13 +449,16 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
     structs). The files' top levels (``distributedInfo`` ...) are in ``RankEvents.headers``.
     ``workers``: processes that decode one large file (the result is the same with any number);
     ``range_pool``: where the processes beyond this one come from (None: forked here; see
-    :func:`overlapprof.analysis.rank.parallel_scan.read`).
+    :func:`overlapprof.analysis.rank.parallel_scan.read`). ``step_range``: in an Nsight Systems
+    export, the NVTX range that marks a step (None: ``ProfilerStep#N``); ``rank_map``: its processes'
+    ranks by pid.
     """
     comm_ann = comm_ann if comm_ann is not None else C.compile_comm_annotations()
     values = Values() if records else None
     names = values.index if values is not None else Index()
+    notes: list[str] = []
     scans = [read_scan(path, names, CommRecorder(comm_re, values, record_own_args) if records else None, workers,
-                   range_pool) for path in files]
+                       range_pool, notes, step_range, rank_map) for path in files]
     gpu = any(bool((s.codes == C.KERNEL).any()) for s in scans)
     unclassified = merged_counts([s.unclassified for s in scans])
     events = sum(s.events for s in scans)
@@ -481,4 +486,5 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
         unclassified=unclassified,
         headers=headers,
         host_sync=host_sync,
+        notes=notes,
     )

@@ -1,0 +1,284 @@
+"""Nsight Systems exports (``nsys export --type sqlite``): what the file is, which processes in it
+are ranks, and their rows as numpy columns, selected, ordered and fetched in batches by SQLite.
+
+Everything that knows the export's schema is here (table and column names, enum values, the
+``globalPid``/``globalTid`` encoding, ``META_DATA_EXPORT``); :mod:`overlapprof.analysis.rank.nsys_scan`
+turns the columns into the same scan a Kineto file gives. Times stay integer nanoseconds here.
+
+A file may hold several processes with GPU activity (one per rank when ``nsys profile`` wrapped
+the launcher): each is one rank, named ``<file>#pid=<pid>`` (:func:`member`), in the order of
+their first device (then pid). A file with one such process keeps its own name.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import numpy as np
+
+from overlapprof.errors import TraceError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+KNOWN_MAJOR = 3  # EXPORT_SCHEMA_VERSION_MAJOR of the exports this reader was written against (3.x)
+KERNEL, MEMCPY, MEMSET = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
+RUNTIME, SYNC, NVTX = "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS"
+ACTIVITY = (KERNEL, MEMCPY, MEMSET)
+# The columns each table must have for this reader (an older schema lacks some: refused by name).
+REQUIRED = {
+    KERNEL: ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "demangledName"),
+    MEMCPY: ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "copyKind"),
+    MEMSET: ("start", "end", "deviceId", "streamId", "correlationId", "globalPid"),
+    RUNTIME: ("start", "end", "globalTid", "correlationId", "nameId"),
+    SYNC: ("start", "end", "streamId", "correlationId", "globalPid", "syncType"),
+    NVTX: ("start", "end", "eventType", "text", "globalTid", "textId"),
+    "StringIds": ("id", "value"),
+}
+TID_BITS = 24  # globalTid = globalPid + tid; pid = (globalPid >> 24) & 0xFFFFFF
+NVTX_RANGES = (59, 60)  # ENUM_NSYS_EVENT_TYPE: NvtxPushPopRange, NvtxStartEndRange
+# ENUM_CUPTI_SYNC_TYPE -> Kineto's cuda_sync names (overlapprof.trace.kineto.STREAM_WAIT ...)
+SYNC_NAMES = {0: "Unknown Sync", 1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
+# ENUM_CUDA_MEMCPY_OPER, as Kineto names the copies ("Memcpy HtoD (...)" without the memory kinds)
+COPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
+              9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
+MEMSET_NAME = "Memset (Device)"
+# torch.autograd.profiler.emit_nvtx names a range "<op>, seq = N, op_id = M, sizes = [...]"
+_EMIT_NVTX = re.compile(r"^(.*?), (?:seq|op_id) = ")
+_MEMBER = re.compile(r"^(.*)#pid=(\d+)$")
+BATCH = 1 << 16  # rows fetched at a time
+
+
+def is_report(path) -> bool:
+    """An Nsight Systems report (``.nsys-rep``, or ``.qdrep`` of old versions): not the export."""
+    return str(path).endswith(REPORT_SUFFIXES)
+
+
+def export_command(path) -> str:
+    """The command that writes the SQLite export of report ``path``."""
+    out = re.sub(r"\.(nsys-rep|qdrep)$", "", str(path)) + ".sqlite"
+    return f"nsys export --type sqlite --output {out} {path}"
+
+
+def is_sqlite(path) -> bool:
+    """Does the file start with SQLite's header (or is it a member of one, :func:`member`)?"""
+    path = split(path)[0]
+    try:
+        with Path(path).open("rb") as f:
+            return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def member(path, pid: int) -> str:
+    """The name of process ``pid``'s rank in the export at ``path``."""
+    return f"{path}#pid={pid}"
+
+
+def split(name) -> tuple[str, int | None]:
+    """(file, pid) of a :func:`member` name; (name, None) for a plain file."""
+    m = _MEMBER.match(str(name))
+    return (m.group(1), int(m.group(2))) if m else (str(name), None)
+
+
+def is_member(name) -> bool:
+    return _MEMBER.match(str(name)) is not None
+
+
+def _problem(exc: sqlite3.Error) -> str:
+    text = str(exc)
+    if "locked" in text:
+        return "the SQLite file is locked by another process (is nsys export still writing it?)"
+    if "malformed" in text or "not a database" in text or isinstance(exc, sqlite3.DatabaseError) and "disk" in text:
+        return f"a truncated or damaged SQLite file ({text})"
+    return f"unreadable Nsight Systems export ({text})"
+
+
+@dataclass
+class Export:
+    """An open export (read only): its schema version and the tables it has."""
+
+    path: str
+    con: sqlite3.Connection
+    version: str
+    product: str
+    tables: set
+    start_ns: int  # the capture's start on the export's clock (TARGET_INFO_SESSION_START_TIME.systemClockNs)
+    utc_ns: int | None  # the same instant, ns since the epoch
+
+    def rows(self, sql: str, params=(), columns: int = 1, dtype=np.int64) -> np.ndarray:
+        """The rows of a query of ``columns`` numbers, fetched a batch at a time into one
+        (rows, columns) array (NULLs must be coalesced in the SQL)."""
+        parts = []
+        try:
+            cur = self.con.execute(sql, params)
+            while batch := cur.fetchmany(BATCH):
+                parts.append(np.fromiter(itertools.chain.from_iterable(batch), dtype, len(batch) * columns))
+        except sqlite3.Error as exc:
+            raise TraceError(self.path, _problem(exc)) from None
+        flat = np.concatenate(parts) if parts else np.empty(0, dtype)
+        return flat.reshape(-1, columns)
+
+    def strings(self, ids: np.ndarray) -> dict[int, str]:
+        """StringIds' values of ``ids``."""
+        out = {}
+        ids = [int(i) for i in ids if i >= 0]
+        for k in range(0, len(ids), 500):
+            part = ids[k : k + 500]
+            out.update(self.query(f"select id, value from StringIds where id in ({','.join('?' * len(part))})", part))
+        return out
+
+    def query(self, sql: str, params=()) -> list:
+        try:
+            return self.con.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise TraceError(self.path, _problem(exc)) from None
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def open_export(path) -> Export:
+    """Open an export read only and check it: a SQLite file, an Nsight Systems export of a known
+    schema major version, with the columns this reader reads. One-line TraceErrors otherwise."""
+    path = str(path)
+    try:
+        con = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True, timeout=1.0)
+    except sqlite3.Error as exc:
+        raise TraceError(path, _problem(exc)) from None
+    try:
+        tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+        if "META_DATA_EXPORT" not in tables:
+            if tables & {KERNEL, RUNTIME, "StringIds"}:
+                raise TraceError(path, "an Nsight Systems export of an old schema (no META_DATA_EXPORT table): export "
+                                 "the report again with nsys 2021.2 or later (nsys export --type sqlite)")
+            raise TraceError(path, "a SQLite file but not an Nsight Systems export (no META_DATA_EXPORT table)")
+        meta = dict(con.execute("select name, value from META_DATA_EXPORT").fetchall())
+        version = meta.get("EXPORT_SCHEMA_VERSION") or "unknown"
+        major = str(meta.get("EXPORT_SCHEMA_VERSION_MAJOR", version.split(".")[0]))
+        if major != str(KNOWN_MAJOR):
+            raise TraceError(path, f"Nsight Systems export schema {version}: this reader knows schema {KNOWN_MAJOR}.x "
+                             f"(export it with an nsys of that schema, 2021.2 to 2026.x)")
+        for table, columns in REQUIRED.items():
+            if table in tables:
+                have = {r[1] for r in con.execute(f"pragma table_info({table})")}
+                if missing := [c for c in columns if c not in have]:
+                    raise TraceError(path, f"Nsight Systems export schema {version}: {table} has no column "
+                                     f"{missing[0]!r} (export it again with a recent nsys)")
+        start_ns, utc_ns = 0, None
+        if "TARGET_INFO_SESSION_START_TIME" in tables:
+            row = con.execute("select systemClockNs, utcEpochNs from TARGET_INFO_SESSION_START_TIME").fetchone()
+            if row and row[0] is not None:
+                start_ns, utc_ns = int(row[0]), (int(row[1]) if row[1] is not None else None)
+    except TraceError:
+        con.close()
+        raise
+    except sqlite3.Error as exc:
+        con.close()
+        raise TraceError(path, _problem(exc)) from None
+    product = f"{meta.get('EXPORT_PRODUCT_NAME', 'Nsight Systems')} {meta.get('EXPORT_PRODUCT_VERSION', '')}".strip()
+    return Export(path, con, version, product, tables, start_ns, utc_ns)
+
+
+def _activity(ex: Export) -> list[str]:
+    return [t for t in ACTIVITY if t in ex.tables]
+
+
+def gpu_processes(ex: Export) -> list[tuple[int, int, int]]:
+    """(globalPid, pid, first device) of each process with GPU activity, in the order of their
+    first device, then pid. TraceError when there is none."""
+    union = " union all ".join(f"select globalPid, min(deviceId) d from {t} group by globalPid" for t in _activity(ex))
+    found = ex.query(f"select globalPid, min(d) from ({union}) where globalPid is not null group by globalPid") \
+        if union else []
+    if not found:
+        raise TraceError(ex.path, "no GPU activity (no kernel, memcpy or memset in the export): record the CUDA "
+                         "trace with nsys profile -t cuda,nvtx")
+    procs = [(int(g), (int(g) >> TID_BITS) & 0xFFFFFF, int(d)) for g, d in found]
+    return sorted(procs, key=lambda p: (p[2], p[1]))
+
+
+def ranks_of(path) -> list[str]:
+    """The names of the ranks in the export at ``path`` (see the module docstring)."""
+    with open_export(path) as ex:
+        procs = gpu_processes(ex)
+    return [str(path)] if len(procs) == 1 else [member(path, pid) for _, pid, _ in procs]
+
+
+def global_pid(ex: Export, pid: int | None) -> int:
+    """The globalPid of a rank's process (``pid`` None: the export's one GPU process)."""
+    procs = gpu_processes(ex)
+    if pid is None:
+        return procs[0][0]
+    for g, p, _ in procs:
+        if p == pid:
+            return g
+    raise TraceError(ex.path, f"no process {pid} with GPU activity in this export")
+
+
+def activity(ex: Export, gp: int) -> np.ndarray:
+    """The process's kernels, copies and memsets, ordered by start: rows of (table index in
+    ACTIVITY, start, end, deviceId, streamId, correlationId (-1: none), name) where name is a
+    StringIds id for kernels, the copy kind for copies, 0 for memsets."""
+    name = {KERNEL: "demangledName", MEMCPY: "copyKind", MEMSET: "0"}
+    parts = [f"select {ACTIVITY.index(t)}, start, end, deviceId, streamId, coalesce(correlationId, -1), {name[t]} "
+             f"from {t} where globalPid = :gp" for t in _activity(ex)]
+    return ex.rows(" union all ".join(parts) + " order by 2, 1", {"gp": gp}, 7)
+
+
+def runtime(ex: Export, gp: int) -> np.ndarray:
+    """The process's CUDA API calls: (start, end, globalTid, correlationId, nameId), by start."""
+    if RUNTIME not in ex.tables:
+        return np.empty((0, 5), np.int64)
+    return ex.rows(f"select start, end, globalTid, coalesce(correlationId, -1), nameId from {RUNTIME} "
+                   "where globalTid between :lo and :hi order by start", {"lo": gp, "hi": gp + (1 << TID_BITS) - 1}, 5)
+
+
+def syncs(ex: Export, gp: int) -> np.ndarray:
+    """The process's synchronizations: (start, end, streamId, syncType, correlationId of its API call)."""
+    if SYNC not in ex.tables:
+        return np.empty((0, 5), np.int64)
+    return ex.rows(f"select start, end, streamId, syncType, coalesce(correlationId, -1) from {SYNC} "
+                   "where globalPid = :gp order by start", {"gp": gp}, 5)
+
+
+def nvtx_ranges(ex: Export, gp: int, patterns: list[str]) -> tuple[np.ndarray, list[str]]:
+    """The process's closed NVTX ranges whose text matches one of the LIKE ``patterns``:
+    (start, end, globalTid) rows by start, and their names (emit_nvtx's ``, seq = ...`` suffix cut)."""
+    if NVTX not in ex.tables or not patterns:
+        return np.empty((0, 3), np.int64), []
+    text = "coalesce(n.text, s.value)"
+    where = " or ".join(f"{text} like ?" for _ in patterns)
+    rows = ex.query(f"select n.start, n.end, n.globalTid, {text} from {NVTX} n left join StringIds s on s.id = n.textId "
+                    f"where n.eventType in {NVTX_RANGES} and n.end is not null and n.globalTid between ? and ? "
+                    f"and ({where}) order by n.start",
+                    (gp, gp + (1 << TID_BITS) - 1, *patterns))
+    times = np.array([r[:3] for r in rows], dtype=np.int64).reshape(-1, 3)
+    return times, [clean_name(r[3]) for r in rows]
+
+
+def clean_name(text: str) -> str:
+    """An NVTX range's name without the ``, seq = N, op_id = M, sizes = ...`` torch's emit_nvtx adds."""
+    m = _EMIT_NVTX.match(text)
+    return m.group(1) if m else text
+
+
+def payloads(ex: Export) -> bool:
+    """Whether the export holds NVTX payload data (binary or JSON), where NCCL puts bytes and peers."""
+    if NVTX not in ex.tables:
+        return False
+    have = {r[1] for r in ex.query(f"pragma table_info({NVTX})")}
+    cols = [c for c in ("binaryData", "jsonText", "jsonTextId") if c in have]
+    if not cols:
+        return False
+    return bool(ex.query(f"select exists(select 1 from {NVTX} where " + " or ".join(f"{c} is not null" for c in cols)
+                         + ")")[0][0])
