@@ -26,6 +26,7 @@ distinct names, threads and NVTX ranges.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from overlapprof.analysis.columns import Index
 from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.rank.scan import Scan, launch_rows
 from overlapprof.analysis.records.recorder import CommRecorder
+from overlapprof.analysis.records.table import innermost
 from overlapprof.errors import TraceError
 from overlapprof.trace import nsys as N
 from overlapprof.trace.decode import DistributedInfo, EventArgs, TraceFile
@@ -42,6 +44,8 @@ _STEP = "ProfilerStep#{}"
 # NVTX ranges read (LIKE patterns): steps, communication calls, host synchronizations.
 NVTX_PATTERNS = ["ProfilerStep#%", "c10d::%", "record_param_comms%", "aten::item%", "aten::_local_scalar_dense%"]
 _CODE = np.array([C.KERNEL, C.MEMCPY, C.MEMSET], dtype=np.int8)  # by N.ACTIVITY's index
+KINETO_CATEGORY = {C.KERNEL: "kernel", C.MEMCPY: "gpu_memcpy", C.MEMSET: "gpu_memset", C.RUNTIME: "cuda_runtime",
+                   C.CPU_OP: "cpu_op", C.ANNOTATION: "user_annotation", C.SYNC: "cuda_sync"}
 
 
 def runtime_name(name: str) -> str:
@@ -82,26 +86,67 @@ def _collectives(nv: np.ndarray, nv_names: list[str]) -> dict[int, str]:
     """{NVTX row: collective} for the ``record_param_comms`` ranges (emit_nvtx gives them no
     arguments): the op of the innermost ``c10d::*`` range around its start on its thread
     (``c10d::alltoall_base_`` -> ``alltoall_base_``), what Kineto's ``Collective name`` says."""
-    calls = [i for i, n in enumerate(nv_names) if n.startswith("c10d::")]
-    out = {}
-    for i, n in enumerate(nv_names):
-        if n != C.PARAM_COMMS:
-            continue
-        around = [c for c in calls if nv[c, 2] == nv[i, 2] and nv[c, 0] <= nv[i, 0] < nv[c, 1]]
-        if around:
-            out[i] = nv_names[max(around, key=lambda c: nv[c, 0])][len("c10d::"):]
-    return out
+    calls = np.array([i for i, n in enumerate(nv_names) if n.startswith("c10d::")], dtype=np.int64)
+    params = np.array([i for i, n in enumerate(nv_names) if n == C.PARAM_COMMS], dtype=np.int64)
+    if calls.size == 0 or params.size == 0:
+        return {}
+    thread = np.unique(nv[:, 2], return_inverse=True)[1].reshape(-1)  # small codes (innermost counts them)
+    # innermost() takes closed ends: a range ends at the ns before its end
+    found = innermost(thread[calls], nv[calls, 0], nv[calls, 1] - 1, thread[params], nv[params, 0])
+    return {int(p): nv_names[int(calls[f])][len("c10d::"):] for p, f in zip(params, found) if f >= 0}
 
 
-def read(name, names: Index, recorder: CommRecorder | None = None, step_range: str | None = None,
-         rank_map: dict | None = None) -> tuple[Scan, list]:
-    """The scan of the rank ``name`` (an export, or one process of it: :func:`overlapprof.trace.nsys.member`)
-    and the reader's notes on it (the schema, what the export lacks). ``step_range``: the NVTX
-    range that marks a step; ``rank_map``: {pid: rank} (the rank is the header's ``distributedInfo``)."""
+@dataclass
+class Rows:
+    """A rank's rows, as the scan has them (GPU activity, API calls, NVTX ranges, syncs, in that
+    order): times in µs from the capture's start, category codes, name ids, thread codes and
+    ``keys`` (the thread of each code: (device, stream) lanes, then (pid, tid) threads), the
+    correlations of the correlated rows, the collectives of ``record_param_comms`` ranges."""
+
+    ts: np.ndarray
+    dur: np.ndarray
+    codes: np.ndarray
+    name_ids: np.ndarray
+    thread: np.ndarray
+    keys: list
+    corr: np.ndarray
+    named: dict  # row -> collective
+    pid: int
+    notes: list
+    utc_ns: int | None
+
+
+def _threads(act: np.ndarray, host_tid: np.ndarray, sync_streams: np.ndarray) -> tuple[np.ndarray, list]:
+    """Thread codes of the activity rows, host rows and sync rows, and the key of each code: GPU
+    lanes (device, stream), then host threads (pid, tid). A sync's device is that of its stream's
+    activity (the export's deviceId of synchronizations is not reliable)."""
+    lanes, lane_of = np.unique(act[:, 3:5], axis=0, return_inverse=True)
+    keys = [(int(d), int(s)) for d, s in lanes]
+    device = {s: d for d, s in keys}
+    first = keys[0][0] if keys else 0
+    streams, stream_of = np.unique(sync_streams, return_inverse=True)
+    code_of = {k: i for i, k in enumerate(keys)}
+    sync_codes = []
+    for s in streams.tolist():
+        key = (device.get(s, first), s)
+        if key not in code_of:
+            code_of[key] = len(keys)
+            keys.append(key)
+        sync_codes.append(code_of[key])
+    tids, host_of = np.unique(host_tid, return_inverse=True)
+    host0 = len(keys)
+    keys += [((g >> N.TID_BITS) & 0xFFFFFF, g & ((1 << N.TID_BITS) - 1)) for g in tids.tolist()]
+    thread = np.concatenate((lane_of.reshape(-1), host_of.reshape(-1) + host0,
+                             np.array(sync_codes, dtype=np.int64)[stream_of.reshape(-1)]))
+    return thread.astype(np.int32), keys
+
+
+def read_rows(name, names: Index, step_range: str | None = None) -> Rows:
+    """The rows of the rank ``name`` (an export, or one process of it: :func:`overlapprof.trace.nsys.member`).
+    ``step_range``: the NVTX range that marks a step (numbered ``ProfilerStep#0``... in time order)."""
     path, pid = N.split(name)
     with N.open_export(path) as ex:
         gp = N.global_pid(ex, pid)
-        pid = (gp >> N.TID_BITS) & 0xFFFFFF
         act, rt, sy = N.activity(ex, gp), N.runtime(ex, gp), N.syncs(ex, gp)
         patterns = NVTX_PATTERNS + ([step_range.replace("%", r"\%"), step_range + ", %"] if step_range else [])
         nv, nv_names = N.nvtx_ranges(ex, gp, patterns)
@@ -118,42 +163,22 @@ def read(name, names: Index, recorder: CommRecorder | None = None, step_range: s
             raise TraceError(name, f"no NVTX range named {step_range!r} (--step-range)")
         for k, i in enumerate(picked):
             nv_names[i] = _STEP.format(k)
-    na, nr, nn, ns = act.shape[0], rt.shape[0], nv.shape[0], sy.shape[0]
+    na, nr, ns = act.shape[0], rt.shape[0], sy.shape[0]
     start = np.concatenate((act[:, 1], rt[:, 0], nv[:, 0], sy[:, 0]))
-    end = np.concatenate((act[:, 2], rt[:, 1], nv[:, 1], sy[:, 1]))
     ts = (start - start_ns) / 1e3
-    dur = (end - start) / 1e3
+    dur = (np.concatenate((act[:, 2], rt[:, 1], nv[:, 1], sy[:, 1])) - start) / 1e3
+    del start
     is_step = np.array([bool(C.STEP_NAME.match(n)) for n in nv_names], dtype=bool)
     codes = np.concatenate((_CODE[act[:, 0]], np.full(nr, C.RUNTIME, np.int8),
                             np.where(is_step, C.ANNOTATION, C.CPU_OP).astype(np.int8), np.full(ns, C.SYNC, np.int8)))
-
     act_ids = np.full(na, names[N.MEMSET_NAME], dtype=np.int32)
     act_ids[kernels] = _names(act[kernels, 6], lambda v: strings.get(v, ""), names)
     copies = act[:, 0] == N.ACTIVITY.index(N.MEMCPY)
     act_ids[copies] = _names(act[copies, 6], lambda k: f"Memcpy {N.COPY_KINDS.get(k, 'Unknown')}", names)
     rt_ids = _names(rt[:, 4], lambda v: runtime_name(strings.get(v, "")), names)
-    nv_ids = np.array([names[n] for n in nv_names], dtype=np.int32)
-    sy_ids = _names(sy[:, 3], lambda v: N.SYNC_NAMES.get(v, "Unknown Sync"), names)
-    name_ids = np.concatenate((act_ids, rt_ids, nv_ids, sy_ids)).astype(np.int32)
-
-    # Threads: GPU lanes (device, stream), then host threads (pid, tid); a sync's device is that
-    # of its stream's activity (the export's deviceId of synchronizations is not reliable).
-    lanes, lane_of = np.unique(act[:, 3:5], axis=0, return_inverse=True) if na else (np.empty((0, 2), np.int64), act[:, 0])
-    device = {int(s): int(d) for d, s in lanes}
-    first_device = int(lanes[0, 0]) if lanes.shape[0] else 0
-    sync_keys = [(device.get(int(s), first_device), int(s)) for s in np.unique(sy[:, 2]).tolist()]
-    keys = [(int(d), int(s)) for d, s in lanes]
-    keys += [k for k in sync_keys if k not in set(keys)]
-    code_of = {k: i for i, k in enumerate(keys)}
-    streams, stream_of = np.unique(sy[:, 2], return_inverse=True)
-    sync_lane = np.array([code_of[(device.get(int(s), first_device), int(s))] for s in streams],
-                         dtype=np.int32)[stream_of.reshape(-1)] if ns else np.empty(0, np.int32)
-    host_tid = np.concatenate((rt[:, 2], nv[:, 2]))
-    tids, host_of = np.unique(host_tid, return_inverse=True)
-    keys += [((int(g) >> N.TID_BITS) & 0xFFFFFF, int(g) & ((1 << N.TID_BITS) - 1)) for g in tids]
-    thread = np.concatenate((np.asarray(lane_of, np.int64).reshape(-1), host_of.reshape(-1) + len(code_of),
-                             sync_lane)).astype(np.int32)
-
+    name_ids = np.concatenate((act_ids, rt_ids, np.array([names[n] for n in nv_names], dtype=np.int32),
+                               _names(sy[:, 3], lambda v: N.SYNC_NAMES.get(v, "Unknown Sync"), names)))
+    thread, keys = _threads(act, np.concatenate((rt[:, 2], nv[:, 2])), sy[:, 2])
     # Correlations of the correlated rows (GPU, runtime, sync), in row order: a stream wait's is
     # that of the event record it waits on (as Kineto's cuda_sync events), other syncs their call's.
     record_name = np.array([n.startswith("cudaEventRecord") for n in names.order], dtype=bool)
@@ -162,29 +187,57 @@ def read(name, names: Index, recorder: CommRecorder | None = None, step_range: s
     sync_corr[waits] = _wait_records(rt, rt_ids, record_name, sy[waits, 4])
     corr = np.concatenate((act[:, 5], rt[:, 3], sync_corr)).astype(np.float64)
     corr[corr < 0] = np.nan
-    launch = launch_rows(codes, corr)
-    sync_record = launch_rows(codes, corr, of=(C.SYNC,)) if ns else np.empty(0, np.int64)
+    named = {na + nr + i: op for i, op in _collectives(nv, nv_names).items()}
+    return Rows(ts, dur, codes, name_ids.astype(np.int32), thread, keys, corr, named,
+                (gp >> N.TID_BITS) & 0xFFFFFF, notes, utc_ns)
+
+
+def read(name, names: Index, recorder: CommRecorder | None = None, step_range: str | None = None,
+         rank_map: dict | None = None) -> tuple[Scan, list]:
+    """The scan of the rank ``name`` (:func:`read_rows`) and the reader's notes on it (the
+    schema, what the export lacks). ``rank_map``: {pid: rank} (the rank is the header's
+    ``distributedInfo``)."""
+    r = read_rows(name, names, step_range)
+    codes = r.codes
+    launch = launch_rows(codes, r.corr)
+    sync_record = launch_rows(codes, r.corr, of=(C.SYNC,)) if (codes == C.SYNC).any() else np.empty(0, np.int64)
     collective = np.full(codes.size, -1, np.int8)
-    named = _collectives(nv, nv_names)
-    param_rows = np.array(sorted(named), dtype=np.int64) + na + nr
-    for i, op in named.items():
-        collective[na + nr + i] = C.KIND_CODE[C.comm_kind(op)]
+    param_rows = np.array(sorted(r.named), dtype=np.int64)
+    for row, op in r.named.items():
+        collective[row] = C.KIND_CODE[C.comm_kind(op)]
     records = None
     if recorder is not None:
-        recorder._roles()  # the new names' roles
-        for rows in recorder.batches(codes, name_ids):
+        for rows in recorder.batches(codes, r.name_ids):
             if (rows := np.setdiff1d(rows, param_rows)).size:
                 recorder.add_decoded(rows, None)
         if param_rows.size:
-            recorder.add_decoded(param_rows, [EventArgs(collective=named[i]) for i in sorted(named)])
-        records = recorder.records(thread, keys)
+            recorder.add_decoded(param_rows, [EventArgs(collective=r.named[i]) for i in param_rows.tolist()])
+        records = recorder.records(r.thread, r.keys)
     info = None
     if rank_map:
-        if pid not in rank_map:
-            raise TraceError(name, f"process {pid} is not in --rank-map ({', '.join(map(str, rank_map))})")
-        info = DistributedInfo(rank=rank_map[pid])
-    header = TraceFile(distributedInfo=info, baseTimeNanoseconds=utc_ns if utc_ns else None)
-    scan = Scan(str(name), ts=ts, dur=dur, codes=codes, launch=launch, name_ids=name_ids, thread=thread,
-                collective=collective, negative=int(np.count_nonzero(dur < 0)),
-                events=int(codes.size), header=header, records=records, sync_record=sync_record)
-    return scan, notes
+        if r.pid not in rank_map:
+            raise TraceError(name, f"process {r.pid} is not in --rank-map ({', '.join(map(str, rank_map))})")
+        info = DistributedInfo(rank=rank_map[r.pid])
+    header = TraceFile(distributedInfo=info, baseTimeNanoseconds=r.utc_ns or None)
+    scan = Scan(str(name), ts=r.ts, dur=r.dur, codes=codes, launch=launch, name_ids=r.name_ids, thread=r.thread,
+                collective=collective, negative=int(np.count_nonzero(r.dur < 0)), events=int(codes.size),
+                header=header, records=records, sync_record=sync_record)
+    return scan, r.notes
+
+
+def events_between(name, lo: float, hi: float, step_range: str | None = None) -> tuple[list, list[str]]:
+    """The rows of rank ``name`` that start in [lo, hi) (µs on its clock) as Kineto's events
+    would be: (name, category, ts, dur, thread code) by row, and each thread code's label
+    (``overlapprof export``'s events of a step or window)."""
+    names = Index()
+    r = read_rows(name, names, step_range)
+    rows = np.flatnonzero((r.ts >= lo) & (r.ts < hi)).tolist()
+    cats = [KINETO_CATEGORY.get(c, "") for c in r.codes.tolist()] if rows else []
+    labels = [f"device {a} / stream {b}" if k < _lanes(r) else f"pid {a} / tid {b}" for k, (a, b) in enumerate(r.keys)]
+    return [(names.order[r.name_ids[i]], cats[i], float(r.ts[i]), float(r.dur[i]), int(r.thread[i])) for i in rows], labels
+
+
+def _lanes(r: Rows) -> int:
+    """How many of the keys are GPU lanes (those of activity and sync rows)."""
+    device_rows = (r.codes != C.RUNTIME) & (r.codes != C.CPU_OP) & (r.codes != C.ANNOTATION)
+    return int(r.thread[device_rows].max()) + 1 if device_rows.any() else 0
