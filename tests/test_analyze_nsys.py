@@ -184,6 +184,24 @@ def test_cli_analyze_json_by_step_and_export_of_an_export(tmp_path):
     assert run.returncode == 0 and csv.read_text().count("\n") == 3, run.stderr
 
 
+def test_cli_export_plot_report_compare_read_exports(tmp_path):
+    timeline = tmp_path / "timeline.json"
+    run = subprocess.run([*CLI, "export", str(MFU), "-o", str(timeline), "--step-range", "AllToAll4D", "-q"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    events = json.loads(timeline.read_text())["traceEvents"]
+    cats = {e.get("cat") for e in events}
+    assert {"kernel", "cuda_runtime", "overlapprof"} <= cats  # the step's own events beside the unions
+    for command, out in (("plot", "p.png"), ("report", "r.html")):
+        run = subprocess.run([*CLI, command, str(MFU), "-o", str(tmp_path / out), "-q"], capture_output=True, text=True)
+        assert run.returncode == 0 and (tmp_path / out).stat().st_size > 1000, run.stderr
+    run = subprocess.run([*CLI, "compare", str(MFU), str(H100), "--json", str(tmp_path / "c.json"), "-q"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    saved = json.loads((tmp_path / "c.json").read_text())
+    assert len(saved["variants"]) == 2
+
+
 # ---- bad input: one line each, exit non-zero, nothing written --------------------------------------
 
 def _refused(tmp_path, path, *words, extra=()):
