@@ -109,6 +109,7 @@ class Export:
     tables: set
     start_ns: int  # the capture's start on the export's clock (TARGET_INFO_SESSION_START_TIME.systemClockNs)
     utc_ns: int | None  # the same instant, ns since the epoch
+    meta: dict  # META_DATA_EXPORT's name -> value
 
     def rows(self, sql: str, params=(), columns: int = 1, dtype=np.int64) -> np.ndarray:
         """The rows of a query of ``columns`` numbers, fetched a batch at a time into one
@@ -187,7 +188,7 @@ def open_export(path) -> Export:
         con.close()
         raise TraceError(path, _problem(exc)) from None
     product = f"{meta.get('EXPORT_PRODUCT_NAME', 'Nsight Systems')} {meta.get('EXPORT_PRODUCT_VERSION', '')}".strip()
-    return Export(path, con, version, product, tables, start_ns, utc_ns)
+    return Export(path, con, version, product, tables, start_ns, utc_ns, meta)
 
 
 def _activity(ex: Export) -> list[str]:
@@ -215,7 +216,12 @@ def ranks_of(path) -> list[str]:
 
 
 def global_pid(ex: Export, pid: int | None) -> int:
-    """The globalPid of a rank's process (``pid`` None: the export's one GPU process)."""
+    """The globalPid of a rank's process (``pid`` None: the export's one GPU process): from
+    PROCESSES when it names one process ``pid`` (no scan of the activity), else found in it."""
+    if pid is not None and "PROCESSES" in ex.tables:
+        found = ex.query("select globalPid from PROCESSES where pid = ?", (pid,))
+        if len(found) == 1 and found[0][0] is not None:
+            return int(found[0][0])
     procs = gpu_processes(ex)
     if pid is None:
         return procs[0][0]
@@ -225,45 +231,71 @@ def global_pid(ex: Export, pid: int | None) -> int:
     raise TraceError(ex.path, f"no process {pid} with GPU activity in this export")
 
 
+def _by_start(rows: np.ndarray, *keys: int) -> np.ndarray:
+    """``rows`` sorted by their column ``keys`` (last key first, stably): numpy sorts faster than
+    SQLite's ORDER BY, which builds a temporary B-tree of the rows."""
+    if rows.shape[0] < 2:
+        return rows
+    return rows[np.lexsort(tuple(rows[:, k] for k in reversed(keys)))]
+
+
 def activity(ex: Export, gp: int) -> np.ndarray:
     """The process's kernels, copies and memsets, ordered by start: rows of (table index in
     ACTIVITY, start, end, deviceId, streamId, correlationId (-1: none), name) where name is a
-    StringIds id for kernels, the copy kind for copies, 0 for memsets."""
-    name = {KERNEL: "demangledName", MEMCPY: "copyKind", MEMSET: "0"}
-    parts = [f"select {ACTIVITY.index(t)}, start, end, deviceId, streamId, coalesce(correlationId, -1), {name[t]} "
-             f"from {t} where globalPid = :gp" for t in _activity(ex)]
-    return ex.rows(" union all ".join(parts) + " order by 2, 1", {"gp": gp}, 7)
+    StringIds id for kernels, the copy kind for copies, 0 for memsets. (Fetched with the device
+    and stream in one number: each column of each row is a Python object to make.)"""
+    name = {KERNEL: ", demangledName", MEMCPY: ", copyKind", MEMSET: ""}
+    parts = []
+    for t in _activity(ex):
+        got = ex.rows(f"select start, end, deviceId << 32 | streamId, coalesce(correlationId, -1){name[t]} from {t} "
+                      "where globalPid = :gp", {"gp": gp}, 5 if name[t] else 4)
+        rows = np.zeros((got.shape[0], 7), np.int64)
+        rows[:, 0] = ACTIVITY.index(t)
+        rows[:, 1:3], rows[:, 5] = got[:, :2], got[:, 3]
+        rows[:, 3], rows[:, 4] = got[:, 2] >> 32, got[:, 2] & 0xFFFFFFFF
+        if name[t]:
+            rows[:, 6] = got[:, 4]
+        parts.append(rows)
+    return _by_start(np.concatenate(parts) if parts else np.empty((0, 7), np.int64), 1, 0)
 
 
 def runtime(ex: Export, gp: int) -> np.ndarray:
     """The process's CUDA API calls: (start, end, globalTid, correlationId, nameId), by start."""
     if RUNTIME not in ex.tables:
         return np.empty((0, 5), np.int64)
-    return ex.rows(f"select start, end, globalTid, coalesce(correlationId, -1), nameId from {RUNTIME} "
-                   "where globalTid between :lo and :hi order by start", {"lo": gp, "hi": gp + (1 << TID_BITS) - 1}, 5)
+    got = ex.rows(f"select start, end, (globalTid - :lo) << 32 | nameId, coalesce(correlationId, -1) from {RUNTIME} "
+                  "where globalTid between :lo and :hi", {"lo": gp, "hi": gp + (1 << TID_BITS) - 1}, 4)
+    rows = np.empty((got.shape[0], 5), np.int64)
+    rows[:, :2], rows[:, 3] = got[:, :2], got[:, 3]
+    rows[:, 2], rows[:, 4] = gp + (got[:, 2] >> 32), got[:, 2] & 0xFFFFFFFF
+    return _by_start(rows, 0)
 
 
 def syncs(ex: Export, gp: int) -> np.ndarray:
     """The process's synchronizations: (start, end, streamId, syncType, correlationId of its API call)."""
     if SYNC not in ex.tables:
         return np.empty((0, 5), np.int64)
-    return ex.rows(f"select start, end, streamId, syncType, coalesce(correlationId, -1) from {SYNC} "
-                   "where globalPid = :gp order by start", {"gp": gp}, 5)
+    return _by_start(ex.rows(f"select start, end, streamId, syncType, coalesce(correlationId, -1) from {SYNC} "
+                             "where globalPid = :gp", {"gp": gp}, 5), 0)
 
 
 def nvtx_ranges(ex: Export, gp: int, patterns: list[str]) -> tuple[np.ndarray, list[str]]:
-    """The process's closed NVTX ranges whose text matches one of the LIKE ``patterns``:
+    """The process's closed NVTX ranges whose text matches one of the GLOB ``patterns`` (case matters):
     (start, end, globalTid) rows by start, and their names (emit_nvtx's ``, seq = ...`` suffix cut)."""
     if NVTX not in ex.tables or not patterns:
         return np.empty((0, 3), np.int64), []
-    text = "coalesce(n.text, s.value)"
-    where = " or ".join(f"{text} like ?" for _ in patterns)
-    rows = ex.query(f"select n.start, n.end, n.globalTid, {text} from {NVTX} n left join StringIds s on s.id = n.textId "
-                    f"where n.eventType in {NVTX_RANGES} and n.end is not null and n.globalTid between ? and ? "
-                    f"and ({where}) order by n.start",
-                    (gp, gp + (1 << TID_BITS) - 1, *patterns))
+    # registered strings (textId) matched once in StringIds, not joined row by row
+    ids = [i for i, in ex.query("select id from StringIds where " + " or ".join("value glob ?" for _ in patterns),
+                                patterns)]
+    where = " or ".join("n.text glob ?" for _ in patterns)
+    registered = f" or n.textId in ({','.join(map(str, ids))})" if ids else ""
+    rows = ex.query(f"select n.start, n.end, n.globalTid, coalesce(n.text, s.value) from {NVTX} n left join StringIds s "
+                    f"on s.id = n.textId where n.eventType in {NVTX_RANGES} and n.end is not null and n.globalTid "
+                    f"between ? and ? and ({where}{registered})", (gp, gp + (1 << TID_BITS) - 1, *patterns))
+    rows.sort(key=lambda r: r[0])
     times = np.array([r[:3] for r in rows], dtype=np.int64).reshape(-1, 3)
-    return times, [clean_name(r[3]) for r in rows]
+    clean: dict[str, str] = {}
+    return times, [clean.get(r[3]) or clean.setdefault(r[3], clean_name(r[3])) for r in rows]
 
 
 def clean_name(text: str) -> str:
@@ -273,8 +305,10 @@ def clean_name(text: str) -> str:
 
 
 def payloads(ex: Export) -> bool:
-    """Whether the export holds NVTX payload data (binary or JSON), where NCCL puts bytes and peers."""
-    if NVTX not in ex.tables:
+    """Whether the export holds NVTX payload data (binary or JSON), where NCCL puts bytes and
+    peers. An export written without them says so in META_DATA_EXPORT (the default: no scan)."""
+    if NVTX not in ex.tables or not (ex.meta.get("EXPORT_PARAM_INCLUDE_BLOBS", "true") != "false"
+                                     or ex.meta.get("EXPORT_PARAM_INCLUDE_JSON", "true") != "false"):
         return False
     have = {r[1] for r in ex.query(f"pragma table_info({NVTX})")}
     cols = [c for c in ("binaryData", "jsonText", "jsonTextId") if c in have]

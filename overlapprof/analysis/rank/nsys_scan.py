@@ -41,11 +41,16 @@ from overlapprof.trace.decode import DistributedInfo, EventArgs, TraceFile
 
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 _STEP = "ProfilerStep#{}"
-# NVTX ranges read (LIKE patterns): steps, communication calls, host synchronizations.
-NVTX_PATTERNS = ["ProfilerStep#%", "c10d::%", "record_param_comms%", "aten::item%", "aten::_local_scalar_dense%"]
+# NVTX ranges read (GLOB patterns): steps, communication calls, host synchronizations.
+NVTX_PATTERNS = ["ProfilerStep#*", "c10d::*", "record_param_comms*", "aten::item*", "aten::_local_scalar_dense*"]
 _CODE = np.array([C.KERNEL, C.MEMCPY, C.MEMSET], dtype=np.int8)  # by N.ACTIVITY's index
 KINETO_CATEGORY = {C.KERNEL: "kernel", C.MEMCPY: "gpu_memcpy", C.MEMSET: "gpu_memset", C.RUNTIME: "cuda_runtime",
                    C.CPU_OP: "cpu_op", C.ANNOTATION: "user_annotation", C.SYNC: "cuda_sync"}
+
+
+def _glob_literal(text: str) -> str:
+    """``text`` as a GLOB pattern matching itself (``*``, ``?`` and ``[`` in brackets)."""
+    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 def runtime_name(name: str) -> str:
@@ -120,8 +125,8 @@ def _threads(act: np.ndarray, host_tid: np.ndarray, sync_streams: np.ndarray) ->
     """Thread codes of the activity rows, host rows and sync rows, and the key of each code: GPU
     lanes (device, stream), then host threads (pid, tid). A sync's device is that of its stream's
     activity (the export's deviceId of synchronizations is not reliable)."""
-    lanes, lane_of = np.unique(act[:, 3:5], axis=0, return_inverse=True)
-    keys = [(int(d), int(s)) for d, s in lanes]
+    lanes, lane_of = np.unique(act[:, 3] << 32 | act[:, 4], return_inverse=True)  # (device, stream) as one number
+    keys = [(d >> 32, d & 0xFFFFFFFF) for d in lanes.tolist()]
     device = {s: d for d, s in keys}
     first = keys[0][0] if keys else 0
     streams, stream_of = np.unique(sync_streams, return_inverse=True)
@@ -148,7 +153,7 @@ def read_rows(name, names: Index, step_range: str | None = None) -> Rows:
     with N.open_export(path) as ex:
         gp = N.global_pid(ex, pid)
         act, rt, sy = N.activity(ex, gp), N.runtime(ex, gp), N.syncs(ex, gp)
-        patterns = NVTX_PATTERNS + ([step_range.replace("%", r"\%"), step_range + ", %"] if step_range else [])
+        patterns = NVTX_PATTERNS + ([_glob_literal(step_range), _glob_literal(step_range) + ", *"] if step_range else [])
         nv, nv_names = N.nvtx_ranges(ex, gp, patterns)
         kernels = act[:, 0] == N.ACTIVITY.index(N.KERNEL)
         strings = ex.strings(np.unique(np.concatenate((act[kernels, 6], rt[:, 4]))))
