@@ -418,8 +418,13 @@ def _over_budget(groups: list[TraceGroup], workers: int | None, asked: AnalyzeOp
     budget = asked.budget_bytes()
     if budget is None and asked.dask_scheduler is not None:
         return False
+    if all(nsys.is_sqlite(f) for g in groups for f in g.files):
+        if budget is not None:
+            warnings.append("--memory-budget: Nsight Systems exports are measured in memory (SQLite reads their "
+                            "rows a batch at a time)")
+        return False
     at_once = min(workers or os.cpu_count() or 1, len(groups)) if len(groups) > 1 else 1
-    texts = sorted(sum(text_bytes(f) for f in g.files if f.is_file()) for g in groups)
+    texts = sorted(sum(text_bytes(f) for f in g.files if f.is_file() and not nsys.is_sqlite(f)) for g in groups)
     need = MEMORY_PER_TEXT_BYTE * sum(texts[-at_once:])
     if budget is not None:
         return need >= budget

@@ -62,7 +62,9 @@ class TraceGroup:
 
     @property
     def size(self) -> int:
-        return sum(f.stat().st_size for f in self.files if f.is_file())
+        """The files' bytes (a rank of an Nsight Systems export: the export's)."""
+        paths = [Path(nsys.split(f)[0]) for f in self.files]
+        return sum(p.stat().st_size for p in paths if p.is_file())
 
 
 @dataclass
