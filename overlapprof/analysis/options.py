@@ -137,7 +137,10 @@ def _rank_map(given: dict | str | None) -> dict[int, int]:
     """``--rank-map``: ``{pid: rank}`` from a dict or ``"PID=RANK,PID=RANK"``; InputError (one line) when malformed."""
     if not given:
         return {}
-    pairs = given.items() if isinstance(given, dict) else (p.split("=", 1) for p in given.replace(" ", "").split(",") if p)
+    if isinstance(given, dict):
+        pairs = given.items()
+    else:
+        pairs = (p.split("=", 1) for p in given.replace(" ", "").split(",") if p)
     try:
         out = {int(pid): int(rank) for pid, rank in pairs}
     except ValueError:

@@ -289,9 +289,10 @@ def nvtx_ranges(ex: Export, gp: int, patterns: list[str]) -> tuple[np.ndarray, l
                                 patterns)]
     where = " or ".join("n.text glob ?" for _ in patterns)
     registered = f" or n.textId in ({','.join(map(str, ids))})" if ids else ""
-    rows = ex.query(f"select n.start, n.end, n.globalTid, coalesce(n.text, s.value) from {NVTX} n left join StringIds s "
-                    f"on s.id = n.textId where n.eventType in {NVTX_RANGES} and n.end is not null and n.globalTid "
-                    f"between ? and ? and ({where}{registered})", (gp, gp + (1 << TID_BITS) - 1, *patterns))
+    rows = ex.query(f"select n.start, n.end, n.globalTid, coalesce(n.text, s.value) from {NVTX} n "
+                    f"left join StringIds s on s.id = n.textId where n.eventType in {NVTX_RANGES} "
+                    f"and n.end is not null and n.globalTid between ? and ? and ({where}{registered})",
+                    (gp, gp + (1 << TID_BITS) - 1, *patterns))
     rows.sort(key=lambda r: r[0])
     times = np.array([r[:3] for r in rows], dtype=np.int64).reshape(-1, 3)
     clean: dict[str, str] = {}

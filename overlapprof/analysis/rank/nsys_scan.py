@@ -18,9 +18,9 @@ What maps to what (docs/nsys.md has the table):
   communication calls; ``aten::item``/``aten::_local_scalar_dense`` -> host synchronizations.
 
 Times become µs from the capture's start (``TARGET_INFO_SESSION_START_TIME``), the header's
-``baseTimeNanoseconds`` being that instant since the epoch. The rows are selected and ordered
-by SQLite and fetched in batches into numpy (:mod:`overlapprof.trace.nsys`); Python touches only
-distinct names, threads and NVTX ranges.
+``baseTimeNanoseconds`` being that instant since the epoch. The rows are selected by SQLite,
+fetched in batches into numpy and sorted there (:mod:`overlapprof.trace.nsys`); Python touches
+only distinct names, threads and the NVTX ranges read.
 """
 
 from __future__ import annotations
@@ -153,7 +153,8 @@ def read_rows(name, names: Index, step_range: str | None = None) -> Rows:
     with N.open_export(path) as ex:
         gp = N.global_pid(ex, pid)
         act, rt, sy = N.activity(ex, gp), N.runtime(ex, gp), N.syncs(ex, gp)
-        patterns = NVTX_PATTERNS + ([_glob_literal(step_range), _glob_literal(step_range) + ", *"] if step_range else [])
+        own = [_glob_literal(step_range), _glob_literal(step_range) + ", *"] if step_range else []
+        patterns = NVTX_PATTERNS + own
         nv, nv_names = N.nvtx_ranges(ex, gp, patterns)
         kernels = act[:, 0] == N.ACTIVITY.index(N.KERNEL)
         strings = ex.strings(np.unique(np.concatenate((act[kernels, 6], rt[:, 4]))))
@@ -239,7 +240,8 @@ def events_between(name, lo: float, hi: float, step_range: str | None = None) ->
     rows = np.flatnonzero((r.ts >= lo) & (r.ts < hi)).tolist()
     cats = [KINETO_CATEGORY.get(c, "") for c in r.codes.tolist()] if rows else []
     labels = [f"device {a} / stream {b}" if k < _lanes(r) else f"pid {a} / tid {b}" for k, (a, b) in enumerate(r.keys)]
-    return [(names.order[r.name_ids[i]], cats[i], float(r.ts[i]), float(r.dur[i]), int(r.thread[i])) for i in rows], labels
+    events = [(names.order[r.name_ids[i]], cats[i], float(r.ts[i]), float(r.dur[i]), int(r.thread[i])) for i in rows]
+    return events, labels
 
 
 def _lanes(r: Rows) -> int:
