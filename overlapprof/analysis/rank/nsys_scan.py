@@ -159,9 +159,10 @@ def read_rows(name, names: Index, step_range: str | None = None) -> Rows:
         kernels = act[:, 0] == N.ACTIVITY.index(N.KERNEL)
         strings = ex.strings(np.unique(np.concatenate((act[kernels, 6], rt[:, 4]))))
         notes = [f"{path}: Nsight Systems export, schema {ex.version} ({ex.product})"]
-        if not N.payloads(ex):
-            notes.append(f"{path}: no NVTX payloads in the export: the bytes and peers of communication are missing "
-                         "(the cross-rank section works from times alone)")
+        why = ("its NVTX payloads are not decoded by this reader" if N.payloads(ex)
+               else "no NVTX payloads in the export")
+        notes.append(f"{path}: {why}: the bytes and peers of communication are missing (the cross-rank section "
+                     "works from times alone)")
         start_ns, utc_ns = ex.start_ns, ex.utc_ns
     if step_range is not None:
         picked = [i for i, n in enumerate(nv_names) if n == step_range]
