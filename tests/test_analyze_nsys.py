@@ -6,6 +6,7 @@ code), exact to the nanosecond; the CLI end to end; bad input refused in one lin
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -219,6 +220,33 @@ def test_an_nsys_report_is_refused_with_the_export_command(tmp_path):
     rep = tmp_path / "job.nsys-rep"
     rep.write_bytes(b"\x00" * 64)
     _refused(tmp_path, rep, f"nsys export --type sqlite --output {tmp_path / 'job.sqlite'} {rep}")
+
+
+def test_a_report_is_exported_first_when_nsys_is_on_path(tmp_path):
+    """A stand-in `nsys` (this machine has none) that writes the export the way `nsys export`
+    does: to --output, from the report given last."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "nsys").write_text(f"#!/bin/sh\n[ \"$1 $2 $3 $4\" = 'export --type sqlite --output' ] || exit 3\n"
+                                f"cp {MFU} \"$5\" && chmod 644 \"$5\"\n")
+    (tools / "nsys").chmod(0o755)
+    rep = tmp_path / "job.nsys-rep"
+    rep.write_bytes(b"\x00" * 64)
+    env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}"}
+    run = subprocess.run([*CLI, "analyze", str(rep), "--json", "-"], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert [r["files"][0] for r in report["ranks"]] == [f"{tmp_path / 'job.sqlite'}#pid=144",
+                                                        f"{tmp_path / 'job.sqlite'}#pid=145"]
+    assert any("exported to" in w for w in report["warnings"]) and (tmp_path / "job.sqlite").is_file()
+    # the export beside it is taken as it is, nsys or not
+    run = subprocess.run([*CLI, "analyze", str(rep), "--json", "-"], capture_output=True, text=True)
+    assert run.returncode == 0 and any("analyzed its export" in w for w in json.loads(run.stdout)["warnings"])
+    # nsys failing: one line, with the command
+    (tmp_path / "job.sqlite").unlink()
+    (tools / "nsys").write_text("#!/bin/sh\necho 'cannot open report' >&2\nexit 1\n")
+    run = subprocess.run([*CLI, "analyze", str(rep)], capture_output=True, text=True, env=env)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "failed (cannot open report)" in run.stderr
 
 
 def test_a_sqlite_file_that_is_not_an_export(tmp_path):

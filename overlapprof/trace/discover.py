@@ -283,12 +283,12 @@ def _merged_run(runs: list[tuple[Path, run_record.RunRecord]]) -> run_record.Run
     return run
 
 
-def _file_groups(path: Path) -> list[TraceGroup]:
-    """A trace file's groups: itself, or one per rank of an Nsight Systems export (a report
-    not yet exported is refused with the command that exports it)."""
+def _file_groups(path: Path, notes: list[str]) -> list[TraceGroup]:
+    """A trace file's groups: itself, or one per rank of an Nsight Systems export. A report
+    (``.nsys-rep``) is exported first when ``nsys`` is on PATH (:func:`overlapprof.trace.nsys.export`),
+    else refused with the command that exports it."""
     if nsys.is_report(path):
-        raise InputError(f"{path}: an Nsight Systems report, not its SQLite export: run `{nsys.export_command(path)}` "
-                         "and analyze the .sqlite file")
+        path = nsys.export(path, notes)
     if nsys.is_sqlite(path):
         return [TraceGroup([Path(name)]) for name in nsys.ranks_of(path)]
     return [TraceGroup([path])]
@@ -314,7 +314,7 @@ def discover(paths) -> Inputs:
             if is_execution_trace(path):
                 raise InputError(f"{path}: an execution trace (Chakra/PARAM 'schema'/'nodes'), not a PyTorch "
                                  "profiler trace: give the Kineto trace (*.pt.trace.json) recorded beside it")
-            inputs.groups.extend(_file_groups(path))
+            inputs.groups.extend(_file_groups(path, inputs.notes))
         elif (path / RUN_FILE).is_file():
             runs.append((path, _read_run(path)))
         else:
@@ -337,7 +337,7 @@ def discover(paths) -> Inputs:
             found = [(d, _read_run(d)) for d in found]
             _one_job(found, path)
             runs += found
-            inputs.groups.extend(g for f in files for g in _file_groups(f))
+            inputs.groups.extend(g for f in files for g in _file_groups(f, inputs.notes))
     _one_job(runs)
     for run_dir, run in runs:
         groups = _run_groups(run_dir, run) or _run_dir_traces(run_dir)

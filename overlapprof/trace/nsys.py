@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import itertools
 import re
+import shutil
 import sqlite3
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
 import numpy as np
 
-from overlapprof.errors import TraceError
+from overlapprof.errors import InputError, TraceError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
@@ -62,6 +64,32 @@ def export_command(path) -> str:
     """The command that writes the SQLite export of report ``path``."""
     out = re.sub(r"\.(nsys-rep|qdrep)$", "", str(path)) + ".sqlite"
     return f"nsys export --type sqlite --output {out} {path}"
+
+
+def export(report, notes: list[str]) -> Path:
+    """The SQLite export of an Nsight Systems report, written beside it by ``nsys export`` when
+    ``nsys`` is on PATH (an export beside it at least as new as the report is taken as it is);
+    InputError (one line, with the command to run) otherwise or when nsys fails."""
+    report = Path(report)
+    out = Path(re.sub(r"\.(nsys-rep|qdrep)$", "", str(report)) + ".sqlite")
+    command = export_command(report)
+    tool = shutil.which("nsys")
+    if out.is_file() and report.is_file() and out.stat().st_mtime >= report.stat().st_mtime:
+        notes.append(f"{report}: an Nsight Systems report; analyzed its export {out}")
+        return out
+    if tool is None:
+        raise InputError(f"{report}: an Nsight Systems report, not its SQLite export: run `{command}` "
+                         "and analyze the .sqlite file")
+    try:
+        done = subprocess.run([tool, "export", "--type", "sqlite", "--output", str(out), str(report)],
+                              capture_output=True, text=True, timeout=3600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InputError(f"{report}: `{command}` failed ({exc.__class__.__name__}): run it yourself") from None
+    if done.returncode != 0 or not out.is_file():
+        said = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}").splitlines()[-1]
+        raise InputError(f"{report}: `{command}` failed ({said})")
+    notes.append(f"{report}: an Nsight Systems report; exported to {out} with `{command}`")
+    return out
 
 
 def is_sqlite(path) -> bool:
