@@ -41,11 +41,11 @@ def test_rows_are_ordered_by_start_and_complete(tmp_path):
         gp = N.global_pid(ex, 144)
         act, rt, sy = N.activity(ex, gp), N.runtime(ex, gp), N.syncs(ex, gp)
         counts = [ex.query(f"select count(*) from {t} where globalPid = ?", (gp,))[0][0] for t in N.ACTIVITY]
-    assert act.shape[0] == sum(counts) and (act[1:, 1] >= act[:-1, 1]).all()
-    assert (rt[1:, 0] >= rt[:-1, 0]).all() and (rt[:, 2] >> 24 == gp >> 24).all()
-    kernels = act[act[:, 0] == 0]
-    assert set(kernels[:, 3].tolist()) == {0} and set(kernels[:, 4].tolist()) == {7}  # device 0, stream 7
-    assert sy.shape[0] > 0 and set(sy[:, 3].tolist()) <= set(N.SYNC_NAMES)
+    assert act["start"].size == sum(counts) and (act["start"][1:] >= act["start"][:-1]).all()
+    assert (rt["start"][1:] >= rt["start"][:-1]).all() and set(rt["tid"].tolist()) == {144, 245}
+    kernels = act["table"] == 0
+    assert set((act["lane"][kernels] >> 32).tolist()) == {0} and set((act["lane"][kernels] & 0xFFFFFFFF).tolist()) == {7}
+    assert sy["start"].size > 0 and set(sy["type"].tolist()) <= set(N.SYNC_NAMES)
 
 
 def test_names_as_kineto_writes_them():

@@ -139,18 +139,27 @@ class Export:
     utc_ns: int | None  # the same instant, ns since the epoch
     meta: dict  # META_DATA_EXPORT's name -> value
 
-    def rows(self, sql: str, params=(), columns: int = 1, dtype=np.int64) -> np.ndarray:
-        """The rows of a query of ``columns`` numbers, fetched a batch at a time into one
-        (rows, columns) array (NULLs must be coalesced in the SQL)."""
-        parts = []
+    def columns(self, sql: str, params, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+        """The rows of a query of integer columns (NULLs coalesced in the SQL) as one int64
+        column per name, fetched a batch at a time. Each batch is let go of once copied into
+        the columns: the memory is theirs and one batch's, not twice theirs."""
+        k, parts, n = len(names), [], 0
         try:
             cur = self.con.execute(sql, params)
             while batch := cur.fetchmany(BATCH):
-                parts.append(np.fromiter(itertools.chain.from_iterable(batch), dtype, len(batch) * columns))
+                parts.append(np.fromiter(itertools.chain.from_iterable(batch), np.int64, len(batch) * k).reshape(-1, k))
+                n += len(batch)
         except sqlite3.Error as exc:
             raise TraceError(self.path, _problem(exc)) from None
-        flat = np.concatenate(parts) if parts else np.empty(0, dtype)
-        return flat.reshape(-1, columns)
+        out = {name: np.empty(n, np.int64) for name in names}
+        at = 0
+        parts.reverse()
+        while parts:
+            part = parts.pop()
+            for j, name in enumerate(names):
+                out[name][at : at + part.shape[0]] = part[:, j]
+            at += part.shape[0]
+        return out
 
     def strings(self, ids: np.ndarray) -> dict[int, str]:
         """StringIds' values of ``ids``."""
@@ -259,59 +268,71 @@ def global_pid(ex: Export, pid: int | None) -> int:
     raise TraceError(ex.path, f"no process {pid} with GPU activity in this export")
 
 
-def _by_start(rows: np.ndarray, *keys: int) -> np.ndarray:
-    """``rows`` sorted by their column ``keys`` (last key first, stably): numpy sorts faster than
-    SQLite's ORDER BY, which builds a temporary B-tree of the rows."""
-    if rows.shape[0] < 2:
-        return rows
-    return rows[np.lexsort(tuple(rows[:, k] for k in reversed(keys)))]
+def _by_start(cols: dict, *keys: str) -> dict:
+    """``cols`` sorted by the columns ``keys`` (the first first, stably), a column at a time:
+    numpy sorts faster than SQLite's ORDER BY, which builds a temporary B-tree of the rows."""
+    first = cols[keys[0]]
+    if first.size < 2 or (len(keys) == 1 and (first[1:] >= first[:-1]).all()):
+        return cols
+    order = np.lexsort(tuple(cols[k] for k in reversed(keys)))
+    for name in cols:
+        cols[name] = cols[name][order]
+    return cols
 
 
-def activity(ex: Export, gp: int) -> np.ndarray:
-    """The process's kernels, copies and memsets, ordered by start: rows of (table index in
-    ACTIVITY, start, end, deviceId, streamId, correlationId (-1: none), name) where name is a
-    StringIds id for kernels, the copy kind for copies, 0 for memsets. (Fetched with the device
-    and stream in one number: each column of each row is a Python object to make.)"""
-    name = {KERNEL: ", demangledName", MEMCPY: ", copyKind", MEMSET: ""}
+def _concat(parts: list[dict]) -> dict:
+    """Columns of several queries one after the other, a column at a time."""
+    return {name: np.concatenate([p.pop(name) for p in parts]) for name in list(parts[0])}
+
+
+def activity(ex: Export, gp: int) -> dict[str, np.ndarray]:
+    """The process's kernels, copies and memsets, ordered by start, as columns: ``table`` (its
+    index in ACTIVITY, int8), ``start``, ``end``, ``lane`` (deviceId << 32 | streamId),
+    ``corr`` (correlationId, -1: none) and ``name`` (a StringIds id for kernels, the copy kind
+    for copies, 0 for memsets). Each column of each row is a Python object to make: the device
+    and stream come as one number."""
+    name = {KERNEL: "demangledName", MEMCPY: "copyKind", MEMSET: "0"}
     parts = []
     for t in _activity(ex):
-        got = ex.rows(f"select start, end, deviceId << 32 | streamId, coalesce(correlationId, -1){name[t]} from {t} "
-                      "where globalPid = :gp", {"gp": gp}, 5 if name[t] else 4)
-        rows = np.zeros((got.shape[0], 7), np.int64)
-        rows[:, 0] = ACTIVITY.index(t)
-        rows[:, 1:3], rows[:, 5] = got[:, :2], got[:, 3]
-        rows[:, 3], rows[:, 4] = got[:, 2] >> 32, got[:, 2] & 0xFFFFFFFF
-        if name[t]:
-            rows[:, 6] = got[:, 4]
-        parts.append(rows)
-    return _by_start(np.concatenate(parts) if parts else np.empty((0, 7), np.int64), 1, 0)
+        got = ex.columns(f"select start, end, deviceId << 32 | streamId, coalesce(correlationId, -1), {name[t]} "
+                         f"from {t} where globalPid = :gp", {"gp": gp}, ("start", "end", "lane", "corr", "name"))
+        got["table"] = np.full(got["start"].size, ACTIVITY.index(t), np.int8)
+        parts.append(got)
+    if not parts:
+        return {k: np.empty(0, np.int8 if k == "table" else np.int64)
+                for k in ("start", "end", "lane", "corr", "name", "table")}
+    return _by_start(_concat(parts), "start", "table")
 
 
-def runtime(ex: Export, gp: int) -> np.ndarray:
-    """The process's CUDA API calls: (start, end, globalTid, correlationId, nameId), by start."""
+def runtime(ex: Export, gp: int) -> dict[str, np.ndarray]:
+    """The process's CUDA API calls, ordered by start: ``start``, ``end``, ``tid`` (globalTid −
+    globalPid), ``corr`` and ``name`` (nameId)."""
     if RUNTIME not in ex.tables:
-        return np.empty((0, 5), np.int64)
-    got = ex.rows(f"select start, end, (globalTid - :lo) << 32 | nameId, coalesce(correlationId, -1) from {RUNTIME} "
-                  "where globalTid between :lo and :hi", {"lo": gp, "hi": gp + (1 << TID_BITS) - 1}, 4)
-    rows = np.empty((got.shape[0], 5), np.int64)
-    rows[:, :2], rows[:, 3] = got[:, :2], got[:, 3]
-    rows[:, 2], rows[:, 4] = gp + (got[:, 2] >> 32), got[:, 2] & 0xFFFFFFFF
-    return _by_start(rows, 0)
+        return {k: np.empty(0, np.int64) for k in ("start", "end", "tid", "corr", "name")}
+    got = ex.columns(f"select start, end, (globalTid - :lo) << 32 | nameId, coalesce(correlationId, -1) from {RUNTIME} "
+                     "where globalTid between :lo and :hi", {"lo": gp, "hi": gp + (1 << TID_BITS) - 1},
+                     ("start", "end", "tid", "corr"))
+    got["name"] = got["tid"] & 0xFFFFFFFF
+    got["tid"] >>= 32
+    return _by_start(got, "start")
 
 
-def syncs(ex: Export, gp: int) -> np.ndarray:
-    """The process's synchronizations: (start, end, streamId, syncType, correlationId of its API call)."""
+def syncs(ex: Export, gp: int) -> dict[str, np.ndarray]:
+    """The process's synchronizations, ordered by start: ``start``, ``end``, ``stream``,
+    ``type`` (syncType) and ``corr`` (the correlation of its API call)."""
+    names = ("start", "end", "stream", "type", "corr")
     if SYNC not in ex.tables:
-        return np.empty((0, 5), np.int64)
-    return _by_start(ex.rows(f"select start, end, streamId, syncType, coalesce(correlationId, -1) from {SYNC} "
-                             "where globalPid = :gp", {"gp": gp}, 5), 0)
+        return {k: np.empty(0, np.int64) for k in names}
+    return _by_start(ex.columns(f"select start, end, streamId, syncType, coalesce(correlationId, -1) from {SYNC} "
+                                "where globalPid = :gp", {"gp": gp}, names), "start")
 
 
-def nvtx_ranges(ex: Export, gp: int, patterns: list[str]) -> tuple[np.ndarray, list[str]]:
-    """The process's closed NVTX ranges whose text matches one of the GLOB ``patterns`` (case matters):
-    (start, end, globalTid) rows by start, and their names (emit_nvtx's ``, seq = ...`` suffix cut)."""
+def nvtx_ranges(ex: Export, gp: int, patterns: list[str]) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The process's closed NVTX ranges whose text matches one of the GLOB ``patterns`` (case
+    matters), ordered by start: columns ``start``, ``end``, ``tid``, and their names (emit_nvtx's
+    ``, seq = ...`` suffix cut)."""
     if NVTX not in ex.tables or not patterns:
-        return np.empty((0, 3), np.int64), []
+        return {k: np.empty(0, np.int64) for k in ("start", "end", "tid")}, []
     # registered strings (textId) matched once in StringIds, not joined row by row
     ids = [i for i, in ex.query("select id from StringIds where " + " or ".join("value glob ?" for _ in patterns),
                                 patterns)]
@@ -324,7 +345,8 @@ def nvtx_ranges(ex: Export, gp: int, patterns: list[str]) -> tuple[np.ndarray, l
     rows.sort(key=lambda r: r[0])
     times = np.array([r[:3] for r in rows], dtype=np.int64).reshape(-1, 3)
     clean: dict[str, str] = {}
-    return times, [clean.get(r[3]) or clean.setdefault(r[3], clean_name(r[3])) for r in rows]
+    names = [clean.get(r[3]) or clean.setdefault(r[3], clean_name(r[3])) for r in rows]
+    return {"start": times[:, 0], "end": times[:, 1], "tid": times[:, 2] - gp}, names
 
 
 def clean_name(text: str) -> str:

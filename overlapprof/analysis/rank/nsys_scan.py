@@ -66,28 +66,29 @@ def _names(values: np.ndarray, name_of, names: Index) -> np.ndarray:
     return np.array([names[name_of(int(v))] for v in distinct], dtype=np.int32)[inverse]
 
 
-def _wait_records(rt: np.ndarray, rt_names: np.ndarray, is_record: np.ndarray, api_corr: np.ndarray) -> np.ndarray:
+def _wait_records(rt: dict, is_record: np.ndarray, api_corr: np.ndarray) -> np.ndarray:
     """Of each stream wait (the correlation of its ``cudaStreamWaitEvent`` call), the correlation
-    of the last ``cudaEventRecord`` call (``is_record``, by name id) its thread made at or before
-    it; -1: none."""
+    of the last ``cudaEventRecord`` call (``is_record``: of each API call, ordered by start) its
+    thread made at or before it; -1: none."""
     out = np.full(api_corr.size, -1, dtype=np.int64)
-    if api_corr.size == 0 or rt.shape[0] == 0:
+    if api_corr.size == 0 or rt["start"].size == 0:
         return out
-    order = np.argsort(rt[:, 3], kind="stable")
-    sorted_corr = rt[order, 3]
+    start, tid, corr = rt["start"], rt["tid"], rt["corr"]
+    order = np.argsort(corr, kind="stable")
+    sorted_corr = corr[order]
     at = np.minimum(np.searchsorted(sorted_corr, api_corr), sorted_corr.size - 1)
     found = sorted_corr[at] == api_corr
     call = np.where(found, order[at], -1)
-    records = np.flatnonzero(is_record[rt_names])  # rt is ordered by start
-    for tid in np.unique(rt[call[found], 2]).tolist():
-        mine = records[rt[records, 2] == tid]
-        q = np.flatnonzero(found & (rt[np.maximum(call, 0), 2] == tid))
-        k = np.searchsorted(rt[mine, 0], rt[call[q], 0], side="right") - 1
-        out[q] = np.where(k >= 0, rt[mine[np.maximum(k, 0)], 3], -1)
+    records = np.flatnonzero(is_record)
+    for thread in np.unique(tid[call[found]]).tolist():
+        mine = records[tid[records] == thread]
+        q = np.flatnonzero(found & (tid[np.maximum(call, 0)] == thread))
+        k = np.searchsorted(start[mine], start[call[q]], side="right") - 1
+        out[q] = np.where(k >= 0, corr[mine[np.maximum(k, 0)]], -1)
     return out
 
 
-def _collectives(nv: np.ndarray, nv_names: list[str]) -> dict[int, str]:
+def _collectives(nv: dict, nv_names: list[str]) -> dict[int, str]:
     """{NVTX row: collective} for the ``record_param_comms`` ranges (emit_nvtx gives them no
     arguments): the op of the innermost ``c10d::*`` range around its start on its thread
     (``c10d::alltoall_base_`` -> ``alltoall_base_``), what Kineto's ``Collective name`` says."""
@@ -95,9 +96,10 @@ def _collectives(nv: np.ndarray, nv_names: list[str]) -> dict[int, str]:
     params = np.array([i for i, n in enumerate(nv_names) if n == C.PARAM_COMMS], dtype=np.int64)
     if calls.size == 0 or params.size == 0:
         return {}
-    thread = np.unique(nv[:, 2], return_inverse=True)[1].reshape(-1)  # small codes (innermost counts them)
+    thread = np.unique(nv["tid"], return_inverse=True)[1].reshape(-1)  # small codes (innermost counts them)
+    start, end = nv["start"], nv["end"]
     # innermost() takes closed ends: a range ends at the ns before its end
-    found = innermost(thread[calls], nv[calls, 0], nv[calls, 1] - 1, thread[params], nv[params, 0])
+    found = innermost(thread[calls], start[calls], end[calls] - 1, thread[params], start[params])
     return {int(p): nv_names[int(calls[f])][len("c10d::"):] for p, f in zip(params, found) if f >= 0}
 
 
@@ -121,11 +123,12 @@ class Rows:
     utc_ns: int | None
 
 
-def _threads(act: np.ndarray, host_tid: np.ndarray, sync_streams: np.ndarray) -> tuple[np.ndarray, list]:
-    """Thread codes of the activity rows, host rows and sync rows, and the key of each code: GPU
-    lanes (device, stream), then host threads (pid, tid). A sync's device is that of its stream's
-    activity (the export's deviceId of synchronizations is not reliable)."""
-    lanes, lane_of = np.unique(act[:, 3] << 32 | act[:, 4], return_inverse=True)  # (device, stream) as one number
+def _threads(lane: np.ndarray, host_tid: np.ndarray, sync_streams: np.ndarray, pid: int) -> tuple[np.ndarray, list]:
+    """Thread codes of the activity rows (``lane``: device << 32 | stream), host rows (their
+    tid) and sync rows (their stream), and the key of each code: GPU lanes (device, stream), then
+    host threads (pid, tid). A sync's device is that of its stream's activity (the export's
+    deviceId of synchronizations is not reliable)."""
+    lanes, lane_of = np.unique(lane, return_inverse=True)
     keys = [(d >> 32, d & 0xFFFFFFFF) for d in lanes.tolist()]
     device = {s: d for d, s in keys}
     first = keys[0][0] if keys else 0
@@ -140,7 +143,7 @@ def _threads(act: np.ndarray, host_tid: np.ndarray, sync_streams: np.ndarray) ->
         sync_codes.append(code_of[key])
     tids, host_of = np.unique(host_tid, return_inverse=True)
     host0 = len(keys)
-    keys += [((g >> N.TID_BITS) & 0xFFFFFF, g & ((1 << N.TID_BITS) - 1)) for g in tids.tolist()]
+    keys += [(pid, t) for t in tids.tolist()]
     thread = np.concatenate((lane_of.reshape(-1), host_of.reshape(-1) + host0,
                              np.array(sync_codes, dtype=np.int64)[stream_of.reshape(-1)]))
     return thread.astype(np.int32), keys
@@ -148,55 +151,64 @@ def _threads(act: np.ndarray, host_tid: np.ndarray, sync_streams: np.ndarray) ->
 
 def read_rows(name, names: Index, step_range: str | None = None) -> Rows:
     """The rows of the rank ``name`` (an export, or one process of it: :func:`overlapprof.trace.nsys.member`).
-    ``step_range``: the NVTX range that marks a step (numbered ``ProfilerStep#0``... in time order)."""
+    ``step_range``: the NVTX range that marks a step (numbered ``ProfilerStep#0``... in time order).
+    The export's integer columns are let go of as the scan's are made from them."""
     path, pid = N.split(name)
     with N.open_export(path) as ex:
         gp = N.global_pid(ex, pid)
         act, rt, sy = N.activity(ex, gp), N.runtime(ex, gp), N.syncs(ex, gp)
         own = [_glob_literal(step_range), _glob_literal(step_range) + ", *"] if step_range else []
-        patterns = NVTX_PATTERNS + own
-        nv, nv_names = N.nvtx_ranges(ex, gp, patterns)
-        kernels = act[:, 0] == N.ACTIVITY.index(N.KERNEL)
-        strings = ex.strings(np.unique(np.concatenate((act[kernels, 6], rt[:, 4]))))
+        nv, nv_names = N.nvtx_ranges(ex, gp, NVTX_PATTERNS + own)
+        kernels = act["table"] == N.ACTIVITY.index(N.KERNEL)
+        strings = ex.strings(np.unique(np.concatenate((act["name"][kernels], rt["name"]))))
         notes = [f"{path}: Nsight Systems export, schema {ex.version} ({ex.product})"]
         why = ("its NVTX payloads are not decoded by this reader" if N.payloads(ex)
                else "no NVTX payloads in the export")
         notes.append(f"{path}: {why}: the bytes and peers of communication are missing (the cross-rank section "
                      "works from times alone)")
         start_ns, utc_ns = ex.start_ns, ex.utc_ns
+    pid = (gp >> N.TID_BITS) & 0xFFFFFF
     if step_range is not None:
         picked = [i for i, n in enumerate(nv_names) if n == step_range]
         if not picked:
             raise TraceError(name, f"no NVTX range named {step_range!r} (--step-range)")
         for k, i in enumerate(picked):
             nv_names[i] = _STEP.format(k)
-    na, nr, ns = act.shape[0], rt.shape[0], sy.shape[0]
-    start = np.concatenate((act[:, 1], rt[:, 0], nv[:, 0], sy[:, 0]))
-    ts = (start - start_ns) / 1e3
-    dur = (np.concatenate((act[:, 2], rt[:, 1], nv[:, 1], sy[:, 1])) - start) / 1e3
-    del start
+    na, nr, ns = act["start"].size, rt["start"].size, sy["start"].size
     is_step = np.array([bool(C.STEP_NAME.match(n)) for n in nv_names], dtype=bool)
-    codes = np.concatenate((_CODE[act[:, 0]], np.full(nr, C.RUNTIME, np.int8),
+    codes = np.concatenate((_CODE[act["table"]], np.full(nr, C.RUNTIME, np.int8),
                             np.where(is_step, C.ANNOTATION, C.CPU_OP).astype(np.int8), np.full(ns, C.SYNC, np.int8)))
     act_ids = np.full(na, names[N.MEMSET_NAME], dtype=np.int32)
-    act_ids[kernels] = _names(act[kernels, 6], lambda v: strings.get(v, ""), names)
-    copies = act[:, 0] == N.ACTIVITY.index(N.MEMCPY)
-    act_ids[copies] = _names(act[copies, 6], lambda k: f"Memcpy {N.COPY_KINDS.get(k, 'Unknown')}", names)
-    rt_ids = _names(rt[:, 4], lambda v: runtime_name(strings.get(v, "")), names)
+    act_ids[kernels] = _names(act["name"][kernels], lambda v: strings.get(v, ""), names)
+    copies = act["table"] == N.ACTIVITY.index(N.MEMCPY)
+    act_ids[copies] = _names(act["name"][copies], lambda k: f"Memcpy {N.COPY_KINDS.get(k, 'Unknown')}", names)
+    rt_ids = _names(rt["name"], lambda v: runtime_name(strings.get(v, "")), names)
     name_ids = np.concatenate((act_ids, rt_ids, np.array([names[n] for n in nv_names], dtype=np.int32),
-                               _names(sy[:, 3], lambda v: N.SYNC_NAMES.get(v, "Unknown Sync"), names)))
-    thread, keys = _threads(act, np.concatenate((rt[:, 2], nv[:, 2])), sy[:, 2])
+                               _names(sy["type"], lambda v: N.SYNC_NAMES.get(v, "Unknown Sync"), names)))
+    del act_ids, kernels, copies, act["name"], act["table"], rt["name"]
+    thread, keys = _threads(act.pop("lane"), np.concatenate((rt["tid"], nv["tid"])), sy["stream"], pid)
     # Correlations of the correlated rows (GPU, runtime, sync), in row order: a stream wait's is
     # that of the event record it waits on (as Kineto's cuda_sync events), other syncs their call's.
-    record_name = np.array([n.startswith("cudaEventRecord") for n in names.order], dtype=bool)
-    sync_corr = sy[:, 4].copy()
-    waits = sy[:, 3] == 2
-    sync_corr[waits] = _wait_records(rt, rt_ids, record_name, sy[waits, 4])
-    corr = np.concatenate((act[:, 5], rt[:, 3], sync_corr)).astype(np.float64)
+    is_record = np.array([n.startswith("cudaEventRecord") for n in names.order], dtype=bool)[rt_ids]
+    sync_corr = sy["corr"].copy()
+    waits = sy["type"] == 2
+    sync_corr[waits] = _wait_records(rt, is_record, sy["corr"][waits])
+    del is_record, rt["tid"], rt_ids
+    corr = np.concatenate((act.pop("corr"), rt.pop("corr"), sync_corr)).astype(np.float64)
     corr[corr < 0] = np.nan
     named = {na + nr + i: op for i, op in _collectives(nv, nv_names).items()}
-    return Rows(ts, dur, codes, name_ids.astype(np.int32), thread, keys, corr, named,
-                (gp >> N.TID_BITS) & 0xFFFFFF, notes, utc_ns)
+    ts = np.empty(codes.size)  # filled a part at a time: the export's columns go as they are read
+    dur = np.empty(codes.size)
+    at = 0
+    for part in (act, rt, nv, sy):
+        n = part["start"].size
+        ts[at : at + n] = part["start"] - start_ns
+        dur[at : at + n] = part.pop("end") - part["start"]
+        part.pop("start")
+        at += n
+    ts /= 1e3
+    dur /= 1e3
+    return Rows(ts, dur, codes, name_ids.astype(np.int32), thread, keys, corr, named, pid, notes, utc_ns)
 
 
 def read(name, names: Index, recorder: CommRecorder | None = None, step_range: str | None = None,
