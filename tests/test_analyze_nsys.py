@@ -160,6 +160,32 @@ def test_two_gpus_without_nccl_match_the_sql_reference():
     assert all(r.metrics.compute_us > 0 and r.metrics.memory_us > 0 for r in report.ranks)
 
 
+def test_one_file_per_rank_gives_the_ranks_of_one_file(tmp_path):
+    """The export split in two, one process each (nsys run inside the launcher, %q{RANK} in the
+    name): the same ranks, measures and matched collectives as the file with both."""
+    parts = []
+    for rank, (keep, drop) in enumerate(((144, 145), (145, 144))):
+        path = tmp_path / f"rank{rank}.sqlite"
+        shutil.copy(MFU, path)
+        path.chmod(0o644)
+        con = sqlite3.connect(path)
+        gp = con.execute("select globalPid from PROCESSES where pid = ?", (drop,)).fetchone()[0]
+        for t in ("KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION"):
+            con.execute(f"delete from CUPTI_ACTIVITY_KIND_{t} where globalPid = ?", (gp,))
+        con.execute("delete from CUPTI_ACTIVITY_KIND_RUNTIME where globalTid >> 24 = ? >> 24", (gp,))
+        con.execute("delete from NVTX_EVENTS where globalTid >> 24 = ? >> 24", (gp,))
+        con.commit()
+        con.close()
+        parts.append(path)
+    split = analyze(parts[::-1], workers=1)  # given in any order: the file names say the ranks
+    whole = analyze(MFU, workers=1)
+    assert [(r.rank, r.rank_source, r.files) for r in split.ranks] == [(0, "file name", [str(parts[0])]),
+                                                                      (1, "file name", [str(parts[1])])]
+    assert [r.metrics for r in split.ranks] == [r.metrics for r in whole.ranks]
+    assert [r.kinds for r in split.ranks] == [r.kinds for r in whole.ranks]
+    assert len(split.crossrank.instances) == len(whole.crossrank.instances) >= 30
+
+
 def test_rank_map_names_the_ranks():
     report = analyze(MFU, workers=1, rank_map="144=1,145=0")
     assert [(r.rank, r.files[0].rsplit("=", 1)[1]) for r in report.ranks] == [(0, "145"), (1, "144")]
