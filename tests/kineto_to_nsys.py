@@ -29,6 +29,8 @@ PID = 4242
 GLOBAL_PID = (1 << 48) | (PID << 24)  # nsys's serialized GlobalId: host bits, pid << 24, tid
 SYNC_TYPES = {"Event Sync": 1, "Stream Wait Event": 2, "Stream Sync": 3, "Context Sync": 4}
 COPY_KINDS = {"HtoD": 1, "DtoH": 2, "DtoD": 8, "HtoH": 9, "PtoP": 10}
+MEMORY_KINDS = {"Pageable": 0, "Pinned": 1, "Device": 2, "Array": 3, "Managed": 4}  # ENUM_CUDA_MEM_KIND
+COPY_NAME = re.compile(r"^Memcpy (\w+) \((.+) -> (.+)\)$")
 NVTX_NAMES = re.compile(r"^(ProfilerStep#\d+|c10d::.*|record_param_comms)$")
 
 SCHEMA = """
@@ -41,7 +43,7 @@ create table CUPTI_ACTIVITY_KIND_KERNEL (start integer not null, end integer not
   demangledName integer not null, shortName integer not null);
 create table CUPTI_ACTIVITY_KIND_MEMCPY (start integer not null, end integer not null, deviceId integer not null,
   contextId integer not null, streamId integer not null, correlationId integer, globalPid integer,
-  bytes integer not null, copyKind integer not null);
+  bytes integer not null, copyKind integer not null, srcKind integer, dstKind integer);
 create table CUPTI_ACTIVITY_KIND_MEMSET (start integer not null, end integer not null, deviceId integer not null,
   contextId integer not null, streamId integer not null, correlationId integer, globalPid integer,
   value integer not null, bytes integer not null);
@@ -87,8 +89,10 @@ def convert(src, dst) -> int:
         if cat == "kernel":
             rows["KERNEL"].append((start, end, dev, 1, stream, corr, GLOBAL_PID, sid(name), sid(name.split("(")[0])))
         elif cat == "gpu_memcpy":
-            kind = next((k for text, k in COPY_KINDS.items() if text in name), 0)
-            rows["MEMCPY"].append((start, end, dev, 1, stream, corr, GLOBAL_PID, args.get("bytes", 0), kind))
+            m = COPY_NAME.match(name)
+            kind, src, dst = ((COPY_KINDS.get(m[1], 0), MEMORY_KINDS.get(m[2], 7), MEMORY_KINDS.get(m[3], 7))
+                              if m else (0, 7, 7))
+            rows["MEMCPY"].append((start, end, dev, 1, stream, corr, GLOBAL_PID, args.get("bytes", 0), kind, src, dst))
         elif cat == "gpu_memset":
             rows["MEMSET"].append((start, end, dev, 1, stream, corr, GLOBAL_PID, 0, args.get("bytes", 0)))
         elif cat in ("cuda_runtime", "cuda_driver"):

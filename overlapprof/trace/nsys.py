@@ -49,6 +49,19 @@ SYNC_NAMES = {0: "Unknown Sync", 1: "Event Sync", 2: "Stream Wait Event", 3: "St
 COPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
               9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
 MEMSET_NAME = "Memset (Device)"
+# ENUM_CUDA_MEM_KIND, as Kineto names the memory of a copy ("Memcpy HtoD (Pinned -> Device)")
+MEMORY_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
+                6: "Managed Static"}
+UNKNOWN_MEMORY = 7
+
+
+def copy_name(code: int) -> str:
+    """A copy's name as Kineto writes it, from ``activity``'s name code of a copy."""
+    kind, src, dst = code >> 16, (code >> 8) & 0xFF, code & 0xFF
+    name = f"Memcpy {COPY_KINDS.get(kind, 'Unknown')}"
+    if src in MEMORY_KINDS or dst in MEMORY_KINDS:
+        name += f" ({MEMORY_KINDS.get(src, 'Unknown')} -> {MEMORY_KINDS.get(dst, 'Unknown')})"
+    return name
 # torch.autograd.profiler.emit_nvtx names a range "<op>, seq = N, op_id = M, sizes = [...]"
 _EMIT_NVTX = re.compile(r"^(.*?), (?:seq|op_id) = ")
 _MEMBER = re.compile(r"^(.*)#pid=(\d+)$")
@@ -288,13 +301,17 @@ def _concat(parts: list[dict]) -> dict:
 def activity(ex: Export, gp: int) -> dict[str, np.ndarray]:
     """The process's kernels, copies and memsets, ordered by start, as columns: ``table`` (its
     index in ACTIVITY, int8), ``start``, ``end``, ``lane`` (deviceId << 32 | streamId),
-    ``corr`` (correlationId, -1: none) and ``name`` (a StringIds id for kernels, the copy kind
-    for copies, 0 for memsets). Each column of each row is a Python object to make: the device
+    ``corr`` (correlationId, -1: none) and ``name`` (a StringIds id for kernels; for copies the
+    copy kind << 16 | source memory kind << 8 | destination memory kind, :func:`copy_name`; 0
+    for memsets). Each column of each row is a Python object to make: the device
     and stream come as one number."""
-    name = {KERNEL: "demangledName", MEMCPY: "copyKind", MEMSET: "0"}
+    copy = "(copyKind << 16)"  # SQLite's << and | bind alike, left to right: parenthesized
+    if MEMCPY in ex.tables and {"srcKind", "dstKind"} <= {r[1] for r in ex.query(f"pragma table_info({MEMCPY})")}:
+        copy += f" | (coalesce(srcKind, {UNKNOWN_MEMORY}) << 8) | coalesce(dstKind, {UNKNOWN_MEMORY})"
+    name = {KERNEL: "demangledName", MEMCPY: copy, MEMSET: "0"}
     parts = []
     for t in _activity(ex):
-        got = ex.columns(f"select start, end, deviceId << 32 | streamId, coalesce(correlationId, -1), {name[t]} "
+        got = ex.columns(f"select start, end, (deviceId << 32) | streamId, coalesce(correlationId, -1), {name[t]} "
                          f"from {t} where globalPid = :gp", {"gp": gp}, ("start", "end", "lane", "corr", "name"))
         got["table"] = np.full(got["start"].size, ACTIVITY.index(t), np.int8)
         parts.append(got)
@@ -309,8 +326,8 @@ def runtime(ex: Export, gp: int) -> dict[str, np.ndarray]:
     globalPid), ``corr`` and ``name`` (nameId)."""
     if RUNTIME not in ex.tables:
         return {k: np.empty(0, np.int64) for k in ("start", "end", "tid", "corr", "name")}
-    got = ex.columns(f"select start, end, (globalTid - :lo) << 32 | nameId, coalesce(correlationId, -1) from {RUNTIME} "
-                     "where globalTid between :lo and :hi", {"lo": gp, "hi": gp + (1 << TID_BITS) - 1},
+    got = ex.columns(f"select start, end, ((globalTid - :lo) << 32) | nameId, coalesce(correlationId, -1) "
+                     f"from {RUNTIME} where globalTid between :lo and :hi", {"lo": gp, "hi": gp + (1 << TID_BITS) - 1},
                      ("start", "end", "tid", "corr"))
     got["name"] = got["tid"] & 0xFFFFFFFF
     got["tid"] >>= 32

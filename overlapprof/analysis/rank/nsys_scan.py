@@ -32,7 +32,7 @@ import numpy as np
 
 from overlapprof.analysis.columns import Index
 from overlapprof.analysis.rank import classify as C
-from overlapprof.analysis.rank.scan import Scan, launch_rows
+from overlapprof.analysis.rank.scan import IS_GPU, Scan, launch_rows
 from overlapprof.analysis.records.recorder import CommRecorder
 from overlapprof.analysis.records.table import innermost
 from overlapprof.errors import TraceError
@@ -91,7 +91,7 @@ def _wait_records(rt: dict, is_record: np.ndarray, api_corr: np.ndarray) -> np.n
 def _collectives(nv: dict, nv_names: list[str]) -> dict[int, str]:
     """{NVTX row: collective} for the ``record_param_comms`` ranges (emit_nvtx gives them no
     arguments): the op of the innermost ``c10d::*`` range around its start on its thread
-    (``c10d::alltoall_base_`` -> ``alltoall_base_``), what Kineto's ``Collective name`` says."""
+    (``c10d::alltoall_base_`` -> ``alltoall_base``), what Kineto's ``Collective name`` says."""
     calls = np.array([i for i, n in enumerate(nv_names) if n.startswith("c10d::")], dtype=np.int64)
     params = np.array([i for i, n in enumerate(nv_names) if n == C.PARAM_COMMS], dtype=np.int64)
     if calls.size == 0 or params.size == 0:
@@ -100,7 +100,7 @@ def _collectives(nv: dict, nv_names: list[str]) -> dict[int, str]:
     start, end = nv["start"], nv["end"]
     # innermost() takes closed ends: a range ends at the ns before its end
     found = innermost(thread[calls], start[calls], end[calls] - 1, thread[params], start[params])
-    return {int(p): nv_names[int(calls[f])][len("c10d::"):] for p, f in zip(params, found) if f >= 0}
+    return {int(p): nv_names[int(calls[f])][len("c10d::"):].rstrip("_") for p, f in zip(params, found) if f >= 0}
 
 
 @dataclass
@@ -181,7 +181,7 @@ def read_rows(name, names: Index, step_range: str | None = None) -> Rows:
     act_ids = np.full(na, names[N.MEMSET_NAME], dtype=np.int32)
     act_ids[kernels] = _names(act["name"][kernels], lambda v: strings.get(v, ""), names)
     copies = act["table"] == N.ACTIVITY.index(N.MEMCPY)
-    act_ids[copies] = _names(act["name"][copies], lambda k: f"Memcpy {N.COPY_KINDS.get(k, 'Unknown')}", names)
+    act_ids[copies] = _names(act["name"][copies], N.copy_name, names)
     rt_ids = _names(rt["name"], lambda v: runtime_name(strings.get(v, "")), names)
     name_ids = np.concatenate((act_ids, rt_ids, np.array([names[n] for n in nv_names], dtype=np.int32),
                                _names(sy["type"], lambda v: N.SYNC_NAMES.get(v, "Unknown Sync"), names)))
@@ -226,9 +226,15 @@ def read(name, names: Index, recorder: CommRecorder | None = None, step_range: s
         collective[row] = C.KIND_CODE[C.comm_kind(op)]
     records = None
     if recorder is not None:
-        for rows in recorder.batches(codes, r.name_ids):
-            if (rows := np.setdiff1d(rows, param_rows)).size:
-                recorder.add_decoded(rows, None)
+        rows = np.setdiff1d(np.concatenate(recorder.batches(codes, r.name_ids)), param_rows)
+        if recorder.own:  # --comm-ops: the GPU events' own device, stream and correlation (the first rows)
+            gpu, rows = rows[IS_GPU[codes[rows]]], rows[~IS_GPU[codes[rows]]]
+            lanes = [r.keys[t] for t in r.thread[gpu].tolist()]
+            corr = [None if c != c else int(c) for c in r.corr[gpu].tolist()]  # GPU rows come first: theirs
+            recorder.add_decoded(gpu, [EventArgs(device=d, stream=st, correlation=c)
+                                       for (d, st), c in zip(lanes, corr)])
+        if rows.size:
+            recorder.add_decoded(rows, None)
         if param_rows.size:
             recorder.add_decoded(param_rows, [EventArgs(collective=r.named[i]) for i in param_rows.tolist()])
         records = recorder.records(r.thread, r.keys)
