@@ -435,7 +435,7 @@ def main(argv=None):
         sys.exit(gate.run(a.gate, a.gate_sizes, max(1, a.repeat or 5), a.work, a.keep, a.out, a.hta_python,
                           frozenset(a.gate_ignore)))
     if a.check_hta is not None:
-        check_all(a.check_hta or sorted(d for d in DATA.iterdir() if d.is_dir()))
+        check_all(a.check_hta or sorted(d for d in DATA.iterdir() if d.is_dir() and trace_files(d)))  # Kineto JSON
         return
     global REPEAT
     REPEAT = max(1, a.repeat or 1)

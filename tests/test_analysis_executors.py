@@ -137,6 +137,16 @@ def test_cli_report_on_dask_equals_local(cluster):
     assert remote == local_report([MULTI_RANK])
 
 
+def test_an_nsys_export_on_dask_equals_local(cluster):
+    """Issue 38: the ranks of one Nsight Systems export, each read by a worker from the file."""
+    export = REPO / "tests" / "data" / "nsys" / "mfu_2gpu_before.sqlite"
+    proc = overlapprof_cli("analyze", export, "--dask-scheduler", cluster.address, "--json", "-", "-q")
+    assert proc.returncode == 0, proc.stderr
+    remote = json.loads(proc.stdout)
+    assert [r["files"] for r in remote["ranks"]] == [[f"{export}#pid=144"], [f"{export}#pid=145"]]
+    assert remote == local_report([export])
+
+
 def test_scheduler_file_and_progress_from_python(cluster):
     """The scheduler file dask writes; progress is reported once per rank, as results arrive."""
     seen = []

@@ -16,7 +16,7 @@ import real_data
 import synthetic as S
 
 DATA = Path(__file__).parent / "data"
-REAL = real_data.jobs()
+REAL = real_data.jobs(exports=True)  # Nsight Systems exports too (issue 38)
 WORKER = 200  # gloo's worker thread, where a collective's span runs
 
 
@@ -179,7 +179,7 @@ def test_causes_add_up_on_every_real_trace(folder):
             assert r.exposure.late_peer_us == pytest.approx(report.crossrank.rank(r.rank).exposed_wait_us)
         assert sum(r.exposure.late_peer_by_rank.values()) == pytest.approx(r.exposure.late_peer_us)
         assert sum(r.exposure.late_peer_activity.values()) == pytest.approx(r.exposure.late_peer_us)
-        assert r.verdict
+        assert r.verdict or not r.steps  # a verdict weighs the step time (an nsys export may have no step)
     assert report.exposure_notes or not any(r.metrics.comm_us for r in report.ranks)
 
 

@@ -29,6 +29,7 @@ from overlapprof.analysis.rank.metrics import rank_report, summarize
 from overlapprof.analysis.rank.unions import rank_unions
 from overlapprof.errors import InputError, OverlapprofError, SpillError
 from overlapprof.report import Options, RankReport, Report
+from overlapprof.trace import nsys
 from overlapprof.trace.discover import TraceGroup, discover, rank_from_name
 from overlapprof.trace.kineto import EPOCH_MIN_US, base_us
 
@@ -107,15 +108,20 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
     ends = ends.get(os.path.abspath(files[0])) if ends else None
     label = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} files)"
     comm_re, comm_ann = compile_comm_kernels(options.comm_kernels), compile_comm_annotations(options.comm_backends)
+    exports = any(nsys.is_sqlite(f) for f in files)
     try:
-        if options.bounded_memory:
+        if exports and options.like_hta:
+            raise InputError(f"{files[0]}: --like-hta reads Kineto traces only, not Nsight Systems exports")
+        if options.bounded_memory and not exports:  # an export's rows are read by SQLite, in memory
             from overlapprof.analysis.rank import bounded
 
             ev = bounded.measure([str(f) for f in files], comm_re, comm_ann, options, label, decode_workers, ends)
         else:
             ev = rank_events(files, comm_re, records=options.comm_records or options.crossrank,
                              record_own_args=options.comm_records, comm_ann=comm_ann, workers=decode_workers,
-                             range_pool=range_pool, ends=ends)
+                             range_pool=range_pool, ends=ends, step_range=options.step_range,
+                             rank_map=options.rank_map)
+            result.warnings += ev.notes
         infos = [t.distributedInfo for t in ev.headers if t.distributedInfo is not None]
         ranks = {i.rank for i in infos if i.rank is not None}
         if len(ranks) > 1:
@@ -126,7 +132,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
         base = next((t.baseTimeNanoseconds for t in ev.headers if t.baseTimeNanoseconds), None)
         if options.crossrank:
             result.crossrank_input = crossrank_input(ev.headers, base)
-        bounds = ev.bounds if options.bounded_memory else _bounds(ev)
+        bounds = ev.bounds if options.bounded_memory and not exports else _bounds(ev)
         result.window = _window(bounds, base)
         if ev.unclassified:
             shown = ", ".join(f"{cat} ({n} events)" for cat, n in sorted(ev.unclassified.items()))
@@ -137,7 +143,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
         result.lookalikes = ev.lookalikes
         if ev.negative_durations:
             result.warnings.append(f"{label}: {ev.negative_durations} events with a negative 'dur' count as zero-length")
-        if options.bounded_memory:
+        if options.bounded_memory and not exports:
             result.warnings += ev.warnings
             unions, table, measured = ev.unions, ev.table, ev.interference
         else:
@@ -346,6 +352,7 @@ def analyze(paths, options: AnalyzeOptions | None = None, **fields) -> Report:
         recorded = asked.recorded(bounded_memory=True)
     results = _run_groups(inputs.groups, recorded, workers, progress, warnings, dask_scheduler)
     warnings += [w for r in results for w in r.warnings]
+    warnings = list(dict.fromkeys(warnings))  # the ranks of one export say the same of it
     good = [(r, g) for r, g in zip(results, inputs.groups) if r.error is None]
     failed = [r for r in results if r.error is not None]
     if failed and (not recorded.allow_partial or not good):
@@ -472,8 +479,13 @@ def _over_budget(groups: list[TraceGroup], workers: int | None, asked: AnalyzeOp
     budget = asked.budget_bytes()
     if budget is None and asked.dask_scheduler is not None:
         return False
+    if all(nsys.is_sqlite(f) for g in groups for f in g.files):
+        if budget is not None:
+            warnings.append("--memory-budget: Nsight Systems exports are measured in memory (SQLite reads their "
+                            "rows a batch at a time)")
+        return False
     at_once = min(workers or os.cpu_count() or 1, len(groups)) if len(groups) > 1 else 1
-    texts = sorted(sum(text_bytes(f) for f in g.files if f.is_file()) for g in groups)
+    texts = sorted(sum(text_bytes(f) for f in g.files if f.is_file() and not nsys.is_sqlite(f)) for g in groups)
     need = MEMORY_PER_TEXT_BYTE * sum(texts[-at_once:])
     if budget is not None:
         return need >= budget

@@ -93,9 +93,11 @@ def first_unreadable(paths: list[str]) -> tuple[str, str, str] | None:
     reading, else None. Runs on a Dask worker."""
     from distributed import get_worker
 
+    from overlapprof.trace.nsys import split
+
     for path in paths:
         try:
-            with open(path, "rb") as f:
+            with open(split(path)[0], "rb") as f:  # a rank of an Nsight Systems export: its file
                 f.read(1)
         except OSError as exc:
             return path, exc.strerror or exc.__class__.__name__, get_worker().address

@@ -124,8 +124,10 @@ def _label(names: dict, pid, tid) -> str:
     return f"{process} / {thread}"
 
 
-def _read_slice(files: list[str], shift: float, step, start: float, end: float) -> TraceSlice:
-    """The complete events of ``files`` that start in [start, end) on the export axis."""
+def _read_slice(files: list[str], shift: float, step, start: float, end: float, step_range=None) -> TraceSlice:
+    """The complete events of ``files`` that start in [start, end) on the export axis
+    (``step_range``: an Nsight Systems export's step range, see ``AnalyzeOptions``)."""
+    from overlapprof.trace import nsys
     from overlapprof.trace.decode import THREAD_ROW_DECODER
     from overlapprof.trace.reader import LayoutError, TraceReader
 
@@ -135,6 +137,15 @@ def _read_slice(files: list[str], shift: float, step, start: float, end: float) 
     negative = 0
     lo, hi = start - shift, end - shift  # on the trace's own ts clock
     for path in files:
+        if nsys.is_sqlite(path):  # an export's rows, as the scan reads them
+            from overlapprof.analysis.rank.nsys_scan import events_between
+
+            rows, labels = events_between(path, lo, hi, step_range)
+            for name, cat, ts, dur, k in rows:
+                lane = threads.setdefault(("nsys", path, k), len(threads))
+                names[("nsys", path, k)] = labels[k]
+                picked.append((name, cat, ts + shift, dur, lane, None))
+            continue
         for generic in (False, True):
             reader = TraceReader(path, THREAD_ROW_DECODER)
             try:
@@ -159,7 +170,7 @@ def _read_slice(files: list[str], shift: float, step, start: float, end: float) 
                 negative, dur = negative + 1, 0.0
             lane = threads.setdefault((pid, tid), len(threads))
             picked.append((name, cat, float(ts) + shift, float(dur), lane, _args(args)))
-    labels = [_label(names, pid, tid) for pid, tid in threads]
+    labels = [names[key] if key[0] == "nsys" else _label(names, *key) for key in threads]
     picked.sort(key=lambda e: (e[2], -e[3]))
     return TraceSlice(step=step, start_us=start, end_us=end, threads=labels, negative_durations=negative,
                       events=[SliceEvent(name=n, cat=c, ts=t, dur=d, thread=k, args=a) for n, c, t, d, k, a in picked])
@@ -203,4 +214,4 @@ def select_events(report, step: int | None = None, window_us: tuple[float, float
         if chosen[r.rank] is None:
             continue
         number, start, end = chosen[r.rank]
-        r.lanes.events = _read_slice(r.files, r.lanes.clock_shift_us, number, start, end)
+        r.lanes.events = _read_slice(r.files, r.lanes.clock_shift_us, number, start, end, report.options.step_range)

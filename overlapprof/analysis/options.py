@@ -63,6 +63,12 @@ class AnalyzeOptions:
     lanes: bool = False
     """Give each rank its :class:`~overlapprof.report.Lanes`: every step's unions on the common
     clock, for ``overlapprof export``; default off."""
+    step_range: str | None = None
+    """Nsight Systems exports: the NVTX range that marks a step (``--step-range``; its ranges are
+    numbered in time order); default None: ``ProfilerStep#N`` ranges, else the whole capture."""
+    rank_map: dict | str | None = None
+    """Nsight Systems exports: the rank of each process, ``{pid: rank}`` or ``"PID=RANK,..."``
+    (``--rank-map``); default None: by device, in the order of the inputs."""
     memory_budget: int | str | None = None
     """Memory the traces' events may take while they are measured: bytes, or a size as text
     (``"4GB"``, ``"512MiB"``; ``--memory-budget``). When the largest ranks measured at once would
@@ -106,6 +112,8 @@ class AnalyzeOptions:
             raise InputError(f"--cycle {self.cycle!r}: a profiler cycle's number, 1 for the first")
         return Options(
             cycle=self.cycle,
+            step_range=self.step_range,
+            rank_map=_rank_map(self.rank_map),
             comm_kernels=patterns,
             comm_backends=backends,
             drop_last_step=self.drop_last_step or self.like_hta,
@@ -131,6 +139,23 @@ class AnalyzeOptions:
         if got is None:
             raise InputError(f"--memory-budget {self.memory_budget!r}: not a size; use {SIZE_HELP}")
         return got
+
+
+def _rank_map(given: dict | str | None) -> dict[int, int]:
+    """``--rank-map``: ``{pid: rank}`` from a dict or ``"PID=RANK,PID=RANK"``; InputError (one line) when malformed."""
+    if not given:
+        return {}
+    if isinstance(given, dict):
+        pairs = given.items()
+    else:
+        pairs = (p.split("=", 1) for p in given.replace(" ", "").split(",") if p)
+    try:
+        out = {int(pid): int(rank) for pid, rank in pairs}
+    except ValueError:
+        raise InputError(f"--rank-map {given!r}: give PID=RANK pairs separated by commas (4321=0,4322=1)") from None
+    if len(set(out.values())) < len(out) or min(out.values(), default=0) < 0:
+        raise InputError(f"--rank-map {given!r}: each process needs its own rank (0 or more)")
+    return out
 
 
 def _bytes_per_s(rate: str | float | None) -> float | None:

@@ -65,8 +65,8 @@ def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, mem
             dask_scheduler_file, dask_timeout, quiet, **kw):
     """Overlap ratio and exposed communication of PyTorch profiler traces.
 
-    PATHS are trace files (.json or .json.gz, any name), folders of traces, or run directories
-    of `overlapprof run`; a report saved with --json FILE is re-rendered. Numbers follow
+    PATHS are trace files (.json or .json.gz, any name; Nsight Systems exports, .sqlite), folders
+    of traces, or run directories of `overlapprof run`; a report saved with --json FILE is re-rendered. Numbers follow
     OVERLAP.md: the whole trace counts unless a filter option is given.
     """
     from overlapprof.report import Report

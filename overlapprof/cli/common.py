@@ -158,6 +158,11 @@ def reading_options(command):
                      help="The bus bandwidth a rank's transfer should reach (nccl-tests' busbw, e.g. 25GB/s, or a "
                           "link rate, e.g. 2gbit): transfer time beyond it is reported as slow transfer. Default: "
                           "the shared link of a --link-rate run."),
+        click.option("--step-range", metavar="NAME", default=None,
+                     help="Nsight Systems exports: the NVTX range that marks a step (default: ProfilerStep#N "
+                          "ranges, else the whole capture)."),
+        click.option("--rank-map", metavar="PID=RANK,...", default=None,
+                     help="Nsight Systems exports: the rank of each process (default: by device, in input order)."),
         click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr."),
     ]):
         command = decorator(command)
@@ -173,7 +178,8 @@ def analyze_options(kw: dict, **fields):
     reading = {"comm_kernels": kw.pop("comm_kernels"), "drop_last_step": kw.pop("drop_last_step"),
                "require_launch": kw.pop("require_launch"), "allow_partial": kw.pop("allow_partial"),
                "align_clocks": kw.pop("align_clocks"), "comms": not kw.pop("no_comms"),
-               "reference_bandwidth": kw.pop("reference_bandwidth"), "cycle": kw.pop("cycle")}
+               "reference_bandwidth": kw.pop("reference_bandwidth"), "cycle": kw.pop("cycle"),
+               "step_range": kw.pop("step_range"), "rank_map": kw.pop("rank_map")}
     if "memory_budget" in kw:
         reading["memory_budget"] = kw.pop("memory_budget")
     return AnalyzeOptions(**reading, **fields)

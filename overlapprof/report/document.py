@@ -89,6 +89,8 @@ class Options(msgspec.Struct, kw_only=True):
     # the bandwidth (bytes/s, per rank) a transfer should reach: beyond it is slow transfer (--reference-bandwidth)
     reference_bandwidth: float | None = None
     cycle: int | None = None  # only each rank's N-th profiler cycle (--cycle); None: every cycle
+    step_range: str | None = None  # Nsight Systems exports: the NVTX range that marks a step (--step-range)
+    rank_map: dict[int, int] = {}  # Nsight Systems exports: pid -> rank (--rank-map)
 
 
 class Report(msgspec.Struct, kw_only=True):

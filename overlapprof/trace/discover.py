@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from overlapprof.errors import InputError
+from overlapprof.trace import nsys
 from overlapprof.trace.kineto import BOM, TRACE_EVENTS, WORKER_NAME
 
 if TYPE_CHECKING:  # imported where a run directory is read: traces given alone do not need it
@@ -51,7 +52,7 @@ if TYPE_CHECKING:  # imported where a run directory is read: traces given alone 
 
 RUN_FILE = "run.json"  # rundir.directory.RUN_FILE
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)(?!\d)", re.IGNORECASE)
-_SUFFIXES = (".json", ".json.gz")
+_SUFFIXES = (".json", ".json.gz", ".sqlite")
 _ET_SNIFF = 1 << 16
 
 
@@ -64,7 +65,9 @@ class TraceGroup:
 
     @property
     def size(self) -> int:
-        return sum(f.stat().st_size for f in self.files if f.is_file())
+        """The files' bytes (a rank of an Nsight Systems export: the export's)."""
+        paths = [Path(nsys.split(f)[0]) for f in self.files]
+        return sum(p.stat().st_size for p in paths if p.is_file())
 
 
 @dataclass
@@ -78,6 +81,8 @@ class Inputs:
 
 def rank_from_name(name: str) -> int | None:
     """The rank a trace file's name gives (``rank-3.json`` -> 3), or None."""
+    if nsys.is_member(name):  # one of several processes of an export: its name is the file's, not its own
+        return None
     m = _RANK_IN_NAME.search(name)
     return int(m.group(1)) if m else None
 
@@ -115,7 +120,7 @@ def is_trace_file(path: Path, sniff: int = 1 << 20) -> bool:
     head = _head(path, sniff)
     if head is None:
         return False
-    return head[:2] == b"\x1f\x8b" or TRACE_EVENTS in head
+    return head[:2] == b"\x1f\x8b" or TRACE_EVENTS in head or head.startswith(nsys.SQLITE_MAGIC)
 
 
 def is_saved_report(path: Path) -> bool:
@@ -304,6 +309,17 @@ def _merged_run(runs: list[tuple[Path, run_record.RunRecord]]) -> run_record.Run
     return run
 
 
+def _file_groups(path: Path, notes: list[str]) -> list[TraceGroup]:
+    """A trace file's groups: itself, or one per rank of an Nsight Systems export. A report
+    (``.nsys-rep``) is exported first when ``nsys`` is on PATH (:func:`overlapprof.trace.nsys.export`),
+    else refused with the command that exports it."""
+    if nsys.is_report(path):
+        path = nsys.export(path, notes)
+    if nsys.is_sqlite(path):
+        return [TraceGroup([Path(name)]) for name in nsys.ranks_of(path)]
+    return [TraceGroup([path])]
+
+
 def discover(paths, cycle: int | None = None) -> Inputs:
     """Expand files, folders and run directories into per-rank groups of trace files; ``cycle``:
     only each rank's ``cycle``-th profiler cycle (1: the first).
@@ -325,7 +341,7 @@ def discover(paths, cycle: int | None = None) -> Inputs:
             if is_execution_trace(path):
                 raise InputError(f"{path}: an execution trace (Chakra/PARAM 'schema'/'nodes'), not a PyTorch "
                                  "profiler trace: give the Kineto trace (*.pt.trace.json) recorded beside it")
-            inputs.groups.append(TraceGroup([path]))
+            inputs.groups.extend(_file_groups(path, inputs.notes))
         elif (path / RUN_FILE).is_file():
             runs.append((path, _read_run(path)))
         else:
@@ -343,12 +359,12 @@ def discover(paths, cycle: int | None = None) -> Inputs:
                                     f"not a profiler trace): {shown}")
             if not found and not files:
                 what = "only execution traces (Chakra/PARAM), no" if et else "no"
-                raise InputError(f"{path}: {what} trace files (*.json, *.json.gz) in this folder")
+                raise InputError(f"{path}: {what} trace files (*.json, *.json.gz, *.sqlite) in this folder")
             found = [(d, _read_run(d)) for d in found]
             _one_job(found, path)
             runs += found
-            inputs.groups.extend(_cycles_of_each_process([TraceGroup([f]) for f in files], path, inputs.notes,
-                                                          cycle))
+            groups = [g for f in files for g in _file_groups(f, inputs.notes)]
+            inputs.groups.extend(_cycles_of_each_process(groups, path, inputs.notes, cycle))
     _one_job(runs)
     for run_dir, run in runs:
         groups = _run_groups(run_dir, run) or _run_dir_traces(run_dir)

@@ -100,6 +100,7 @@ class RankEvents:
     headers: list[TraceFile] = field(default_factory=list)  # each file's top level, without events
     host_sync: tuple = (np.empty(0), np.empty(0))  # union of the host synchronizations (classify.is_host_sync)
     names: list[str] = field(default_factory=list)  # the rank's name index: what EventSet.key codes
+    notes: list[str] = field(default_factory=list)  # what the reader says of the files (an nsys export's schema ...)
 
 
 def _name_property(names: list[str], func, dtype, ids: np.ndarray) -> np.ndarray:
@@ -234,23 +235,32 @@ def _waited_for(scan: Scan, names: list[str], gpu_rows: np.ndarray, launch: np.n
     c_rows, c_thread, c_ts = np.flatnonzero(launched), scan.thread[comm_launch[launched]], scan.ts[comm_launch[launched]]
     order = np.lexsort((c_ts, c_thread))
     c_rows, c_thread, c_ts = c_rows[order], c_thread[order], c_ts[order]
+    # Per wait, vectorized by the records' threads and the waiting streams (a loop per wait over
+    # every GPU event was quadratic: minutes on a trace with tens of thousands of waits).
+    rec_thread, rec_ts = scan.thread[records], scan.ts[records]
+    k = np.full(waits.size, -1, dtype=np.int64)
+    for thread in np.flatnonzero(np.bincount(rec_thread)).tolist() if rec_thread.size else []:
+        q = np.flatnonzero(rec_thread == thread)
+        lo, hi = np.searchsorted(c_thread, thread, "left"), np.searchsorted(c_thread, thread, "right")
+        got = lo + np.searchsorted(c_ts[lo:hi], rec_ts[q], "right") - 1
+        k[q] = np.where(got >= lo, got, -1)
     g_launched = launch >= 0
     g_rows, g_launch = gpu_rows[g_launched], scan.ts[launch[g_launched]]
     g_stream, g_end = scan.thread[g_rows], scan.end(g_rows)
-    for wait, record in zip(waits.tolist(), records.tolist()):
-        lo, hi = np.searchsorted(c_thread, scan.thread[record], "left"), np.searchsorted(c_thread, scan.thread[record], "right")
-        k = lo + np.searchsorted(c_ts[lo:hi], scan.ts[record], "right") - 1
-        if k < lo:
-            continue
-        on_w = g_stream == scan.thread[wait]
-        t = scan.ts[wait]
-        after = on_w & (g_launch > t)
-        if not after.any():
-            continue
-        before = on_w & (g_launch <= t)
-        ready = max(float(g_launch[after].min()), float(g_end[before].max()) if before.any() else -np.inf)
-        row = c_rows[k]
-        need[row] = ready if np.isnan(need[row]) else min(need[row], ready)
+    ready = np.full(waits.size, np.nan)
+    w_stream, w_ts = scan.thread[waits], scan.ts[waits]
+    for stream in np.flatnonzero(np.bincount(w_stream[k >= 0])).tolist() if (k >= 0).any() else []:
+        q = np.flatnonzero((w_stream == stream) & (k >= 0))
+        on_w = g_stream == stream
+        order = np.argsort(g_launch[on_w], kind="stable")
+        starts, reach = g_launch[on_w][order], np.maximum.accumulate(g_end[on_w][order]) if order.size else order
+        idx = np.searchsorted(starts, w_ts[q], "right")  # the GPU events on W launched at or before each wait
+        after = idx < starts.size
+        q, idx = q[after], idx[after]
+        before = np.where(idx > 0, reach[np.maximum(idx - 1, 0)], -np.inf)
+        ready[q] = np.maximum(starts[idx], before)  # the first launched after it, or W's work before it ends
+    found = ~np.isnan(ready)
+    np.fmin.at(need, c_rows[k[found]], ready[found])
     return need
 
 
@@ -485,7 +495,8 @@ def place_in_steps(table: CommTable | None, steps: Steps) -> None:
 
 
 def rank_events(files: list[str | Path], comm_re, records: bool = False, record_own_args: bool = False,
-                comm_ann=None, workers: int = 1, range_pool=None, ends=None) -> RankEvents:
+                comm_ann=None, workers: int = 1, range_pool=None, ends=None, step_range: str | None = None,
+                rank_map: dict | None = None) -> RankEvents:
     """Read and classify the complete events of one rank's trace files (one or several
     profiler cycles).
 
@@ -497,12 +508,15 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
     ``workers``: processes that decode one large file (the result is the same with any number);
     ``range_pool``: where the processes beyond this one come from (None: forked here; see
     :func:`overlapprof.analysis.rank.parallel_scan.read`); ``ends``: see :func:`ends_at_peer`.
+    ``step_range``: in an Nsight Systems export, the NVTX range that marks a step (None:
+    ``ProfilerStep#N``); ``rank_map``: its processes' ranks by pid.
     """
     comm_ann = comm_ann if comm_ann is not None else C.compile_comm_annotations()
     values = Values() if records else None
     names = values.index if values is not None else Index()
+    notes: list[str] = []
     scans = [read_scan(path, names, CommRecorder(comm_re, values, record_own_args) if records else None, workers,
-                   range_pool) for path in files]
+                       range_pool, notes, step_range, rank_map) for path in files]
     gpu = any(bool((s.codes == C.KERNEL).any()) for s in scans)
     unclassified = merged_counts([s.unclassified for s in scans])
     events = sum(s.events for s in scans)
@@ -535,4 +549,5 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
         headers=headers,
         host_sync=host_sync,
         names=names.order,
+        notes=notes,
     )

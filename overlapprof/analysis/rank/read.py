@@ -12,6 +12,7 @@ from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.rank import scan as S
 from overlapprof.analysis.records.recorder import CommRecorder
 from overlapprof.errors import TraceError
+from overlapprof.trace import nsys
 
 
 def read_file(path, names: Index, recorder: CommRecorder | None, workers: int = 1, range_pool=None, sink=None,
@@ -31,10 +32,20 @@ def read_file(path, names: Index, recorder: CommRecorder | None, workers: int = 
     return S.read_serially(path, names, recorder, sink, keep)
 
 
-def read_scan(path, names: Index, recorder: CommRecorder | None = None, workers: int = 1, range_pool=None) -> S.Scan:
+def read_scan(path, names: Index, recorder: CommRecorder | None = None, workers: int = 1, range_pool=None,
+              notes: list | None = None, step_range: str | None = None, rank_map: dict | None = None) -> S.Scan:
     """Read a file's events chunk by chunk (:mod:`overlapprof.trace.reader`) into a scan; with
     ``workers`` > 1, a large file in that many processes (``range_pool``: where the other
-    processes come from, None: forked here)."""
+    processes come from, None: forked here). An Nsight Systems export (or one rank of it) is
+    read by :mod:`overlapprof.analysis.rank.nsys_scan` (its notes appended to ``notes``;
+    ``step_range``: the NVTX range that is a step, ``rank_map``: pid -> rank)."""
+    if nsys.is_sqlite(path):
+        from overlapprof.analysis.rank import nsys_scan
+
+        scan, said = nsys_scan.read(path, names, recorder, step_range, rank_map)
+        if notes is not None:
+            notes += said
+        return scan
     arrays, unclassified, header, threads, recorder = read_file(path, names, recorder, workers, range_pool)
     if arrays is None:
         raise TraceError(path, "no complete ('X') events: nothing to measure")
