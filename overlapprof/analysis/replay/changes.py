@@ -8,8 +8,10 @@ A change is ``name=value``; several joined by commas are one combined change
   each step is also at least the bytes its instances put on the link at the new rate.
 - ``compute=xF``: the compute in every lane's work is multiplied by F (the rest of the work,
   host code and idle, is kept).
-- ``no_straggler=R``: in each step where rank R's work (compute and the rest, not waiting) is
-  above the median of the other ranks' work in that step, R's work is scaled down to it.
+- ``no_straggler=R``: rank R's extra work removed: in each step, where its keys are the other
+  ranks' keys (the same program), each piece of R's work above the other ranks' median for that
+  piece is brought down to it; otherwise R's work in the step is scaled down to the other
+  ranks' median total.
 - ``async=KIND`` (``async=KIND@end``): every KIND operation with no compute in its window
   becomes asynchronous: its need moves to the issue of the next KIND operation issued after
   some compute (the first use its result can have in a chain of such calls: a ring's next
@@ -130,24 +132,42 @@ def _no_straggler(tr: Traced, value: str) -> list[str]:
     if len(tr.lanes) < 2:
         raise Unmodelled(f"no_straggler={value}: the trace has one rank, no other to compare its work with")
     lane = tr.lanes[rank]
-    own = lane.step_work()
-    others = {r: dict(zip(l.steps, l.step_work())) for r, l in tr.lanes.items() if r != rank}
-    scale = []
-    for number, mine in zip(lane.steps, own):
-        theirs = [o[number] for o in others.values() if number in o]
-        scale.append(min(1.0, median(theirs) / mine) if theirs and mine > 0 else 1.0)
-    cur = None
-    for j, (kind, ref) in enumerate(zip(lane.kind, lane.ref)):
-        if kind == BOUND:
-            cur = ref // 2 if ref % 2 == 0 else None
-        if cur is not None:
-            lane.work[j] *= scale[cur]
-            lane.compute[j] *= scale[cur]
+    before = lane.step_work()
+    mine = _step_pieces(lane)
+    others = [(o, _step_pieces(o)) for r, o in tr.lanes.items() if r != rank]
+    for k, number in enumerate(lane.steps):
+        peers = [(o, p[o.steps.index(number)]) for o, p in others if number in o.steps]
+        if not peers:
+            continue
+        shape = [lane.kind[j] for j in mine[k]]
+        if all([o.kind[j] for j in p] == shape for o, p in peers):
+            for at, j in enumerate(mine[k]):  # the same keys: each piece of work down to the others' median
+                typical = median([o.work[p[at]] for o, p in peers])
+                if lane.work[j] > typical:
+                    lane.compute[j] *= typical / lane.work[j]
+                    lane.work[j] = typical
+        elif before[k] > 0:
+            f = min(1.0, median([sum(o.work[j] for j in p) for o, p in peers]) / before[k])
+            for j in mine[k]:
+                lane.work[j] *= f
+                lane.compute[j] *= f
+    own, scale = before, [n / o if o > 0 else 1.0 for n, o in zip(lane.step_work(), before)]
     cut = sum(w * (1 - s) for w, s in zip(own, scale))
     if cut <= 0:
         return [f"no_straggler={rank}: rank {rank}'s work was at most the others' median in every step: nothing removed"]
     return [f"no_straggler={rank}: {cut / len(own) / 1000:.3f} ms of rank {rank}'s work a step removed (down to "
             "the other ranks' median)"]
+
+
+def _step_pieces(lane) -> list[list[int]]:
+    """Per step, the indexes of its keys (from its start to before its end)."""
+    out, cur = [[] for _ in lane.steps], None
+    for j, (kind, ref) in enumerate(zip(lane.kind, lane.ref)):
+        if kind == BOUND:
+            cur = ref // 2 if ref % 2 == 0 else None
+        if cur is not None:
+            out[cur].append(j)
+    return out
 
 
 def _make_async(tr: Traced, value: str) -> list[str]:

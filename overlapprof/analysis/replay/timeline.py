@@ -106,20 +106,20 @@ def traced(reports, inputs, matching) -> Traced:
     """The Traced of a run: ``reports`` rank -> RankReport (with steps), ``inputs`` rank ->
     ExposureInput (its compute union), ``matching`` the cross-rank Matching (None: no operation).
 
-    GPU ranks are replayed on the device's clock: an operation is issued where its kernels
-    start (the host's launch runs ahead of the device), and without CUDA event-sync records its
-    result is taken as needed at the end of the last compute that started before it ended (the
-    compute stream ran that far beside it)."""
+    An operation's result is taken as needed at the end of the last compute that started before
+    it ended (the lane computed that far beside it; a blocking call: its issue), and on GPUs
+    where CUDA event-sync records say, where they say. GPU ranks are replayed on the device's
+    clock: an operation is issued where its kernels start (the host's launch runs ahead)."""
     if matching is None:
         return _empty(reports, inputs)
     ops, x = matching.ops, matching.measured
     shift = matching.row_shift
     gpu = np.isin(ops.rank, [r for r, e in inputs.items() if e.mode == "gpu"])
     issue_raw = np.where(gpu, ops.ts, np.minimum(ops.issue, ops.ts))
-    need_raw = ops.need.copy()
-    for r in [r for r, e in inputs.items() if e.mode == "gpu"]:
-        rows = np.flatnonzero((ops.rank == r) & np.isnan(ops.need))
-        cs, ce = inputs[r].compute
+    need_raw = np.where(gpu, ops.need, np.nan)
+    for r, e in inputs.items():
+        rows = np.flatnonzero((ops.rank == r) & np.isnan(need_raw))
+        cs, ce = e.compute
         at = np.searchsorted(cs, ops.end[rows], side="left") - 1
         need_raw[rows] = np.where(at >= 0, ce[np.maximum(at, 0)], -np.inf)
     need_raw = np.clip(np.where(np.isnan(need_raw), ops.end, need_raw), issue_raw, ops.end)
