@@ -97,7 +97,7 @@ def test_the_transfer_model_says_when_it_has_nothing_to_fit(tmp_path):
     """gloo's annotations alone carry no message size: the model says so and fits nothing."""
     result = whatif([_plain(tmp_path)], ["bandwidth=x2"], workers=1)
     assert [(f.kind, f.group_size, f.operations, f.source, f.note) for f in result.transfer] == [
-        ("all_reduce", 2, 4, "none", "no operation with known bytes")]
+        ("all_reduce", 2, 2, "none", "no operation with known bytes")]  # one instance a step
 
 
 def test_no_straggler_removes_the_late_ranks_extra_work(tmp_path):

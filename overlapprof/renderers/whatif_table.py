@@ -35,7 +35,7 @@ def render(w: WhatIf) -> str:
     rows, unmodelled = [], []
     for p in w.predictions:
         if not p.modelled:
-            unmodelled.append(f"{p.change}: cannot be modelled from this trace: {p.reason}")
+            unmodelled.append(f"cannot be modelled from this trace: {p.reason}")
             continue
         rows.append([p.change, ms(p.step_us), f"{ms(p.low_us)}-{ms(p.high_us)}", factor(p.speedup), _causes(p),
                      p.limit or "-"])

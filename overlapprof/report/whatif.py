@@ -7,7 +7,8 @@ and read by :mod:`overlapprof.renderers.whatif_table`; saves to and loads from J
   ``replayed_step_us`` the same of the replay with nothing changed, ``replay_error`` =
   ``replayed / traced − 1`` (per rank in ``RankReplay``).
 - A :class:`Prediction` per change: ``step_us`` the median over the (rank, step) pairs of the
-  replayed steps; ``low_us``/``high_us`` their 2.5th and 97.5th percentiles (the spread of the
+  replayed steps; ``low_us``/``high_us`` their 2.5th and 97.5th percentiles, at least the traced
+  steps' own relative spread around their median times ``step_us`` (the spread of the
   traced steps carried through the change); ``speedup`` = ``traced_step_us / step_us``;
   ``exposure`` the replay's blocked time per (rank, step), mean, by cause; ``limit``
   what then sets the step. A change the trace cannot model has ``modelled`` False, a

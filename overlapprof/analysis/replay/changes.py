@@ -17,7 +17,10 @@ A change is ``name=value``; several joined by commas are one combined change
   some compute (the first use its result can have in a chain of such calls: a ring's next
   send), else (and always with ``@end``) to the end of its step.
 
-``bucket_cap_mb``, ``prefetch`` and ``micro_batches`` are named but not modelled: they say why
+- ``bucket_cap_mb=N``: DDP's all_reduce operations regrouped into buckets of N MiB
+  (:mod:`.buckets`).
+
+``prefetch`` and ``micro_batches`` are named but not modelled: they say why
 (:class:`Unmodelled`), and no number is given.
 """
 
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from overlapprof.analysis.rank.classify import KINDS
+from overlapprof.analysis.replay.buckets import Refused, regroup
 from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
 from overlapprof.analysis.replay.transfer import Model, scaled
 from overlapprof.analysis.stats import median
@@ -116,6 +120,13 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
             notes += _no_straggler(tr, value)
         elif name == "async":
             notes += _make_async(tr, value)
+        elif name == "bucket_cap_mb":
+            cap = factor(name, value)
+            try:
+                made = regroup(tr, cap, ctx.model.latency)
+            except Refused as exc:
+                raise Unmodelled(f"bucket_cap_mb={value}: {exc}") from None
+            notes.append(f"bucket_cap_mb={value}: {made} buckets in all replace the traced all_reduce operations")
         else:
             raise Unmodelled(_unmodelled(tr, name, value))
     return Rewritten(tr, link, notes)
@@ -230,11 +241,6 @@ def _first_use(tr: Traced, lane, row: int, code: int, at_end: bool) -> int:
 
 def _unmodelled(tr: Traced, name: str, value: str) -> str:
     has = {k: bool((tr.kind == KINDS.index(k)).any()) for k in ("all_reduce", "all_gather", "send_recv")}
-    if name == "bucket_cap_mb":
-        if not has["all_reduce"]:
-            return f"bucket_cap_mb={value}: the trace has no all_reduce operations (DDP's gradient buckets) to regroup"
-        return (f"bucket_cap_mb={value}: not modelled: regrouping DDP's buckets needs when backward produced each "
-                "gradient and its size, which the trace's all_reduce operations do not carry")
     if name == "prefetch":
         if not has["all_gather"]:
             return f"prefetch={value}: the trace has no all_gather operations (FSDP's unit all-gathers) to issue earlier"

@@ -3,7 +3,8 @@ predictions checked against a run that made the change.
 
 The step of a run is the median over its (rank, step) pairs (as ``compare`` takes it); a
 prediction's interval is the 2.5th-97.5th percentile of its replayed (rank, step) values (the
-traced steps' spread carried through the change); with a ``--link-rate`` link each replayed
+traced steps' spread carried through the change), at least the traced steps' own 2.5th-97.5th
+percentiles relative to their median, times the prediction; with a ``--link-rate`` link each replayed
 step is at least its bytes' time on the link. What limits the step after a change is the
 largest share of the replayed step: compute, the rest of the host's work (``other``), a late
 rank, the exposed transfers, or the link's bytes when its floor sets the step.
@@ -55,6 +56,18 @@ def _limit(out: Replayed, pairs, exposure: Exposure, compute: float, other: floa
     return f"communication: exposed transfers ({pct})"
 
 
+def _interval(values: list[float], step: float, traced: list[float]) -> tuple[float, float]:
+    """The replayed steps' 2.5th-97.5th percentiles, widened to the traced steps' own spread
+    around their median, scaled to the prediction (a link floor can make every replayed step
+    equal; the run will still vary as the traced one did)."""
+    low, high = percentile(values, 2.5), percentile(values, 97.5)
+    mid = median(traced) if traced else 0.0
+    if mid > 0:
+        low = min(low, step * percentile(traced, 2.5) / mid)
+        high = max(high, step * percentile(traced, 97.5) / mid)
+    return low, high
+
+
 def _prediction(change: str, out: Replayed, tr: Traced, floor, traced_step: float | None, notes) -> Prediction:
     pairs = _pairs(out, tr, floor)
     if not pairs:
@@ -72,8 +85,9 @@ def _prediction(change: str, out: Replayed, tr: Traced, floor, traced_step: floa
                         window_short_us=sums["window_short"],
                         late_peer_by_rank={int(k): float(v) for k, v in sorted(late_by.items())})
     step = median(values)
+    low, high = _interval(values, step, [v for lane in tr.lanes.values() for v in lane.measured_steps])
     return Prediction(
-        change=change, step_us=float(step), low_us=percentile(values, 2.5), high_us=percentile(values, 97.5),
+        change=change, step_us=float(step), low_us=low, high_us=high,
         speedup=traced_step / step if traced_step and step > 0 else None,
         ranks={int(r): median(rs.step_us) for r, rs in out.ranks.items()}, compute_us=sums["compute"],
         other_us=sums["other"], exposure=exposure, limit=_limit(out, pairs, exposure, sums["compute"], sums["other"]),
