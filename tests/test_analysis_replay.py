@@ -133,3 +133,30 @@ def test_bad_changes_are_input_errors(tmp_path):
     for bad in ("speed=x2", "compute=fast", "compute", "no_straggler=9", "async=allreduce", "link_rate=fast"):
         with pytest.raises(InputError):
             whatif([path], [bad], workers=1)
+
+
+def _async_bucket(at, dur):
+    """An async all_reduce of 1000 float32 (4000 bytes): a 1 µs c10d call, the span on gloo's worker."""
+    return [S.cpu_op("c10d::allreduce_", at, 1),
+            S.annotation("gloo:all_reduce", at, dur, tid=200, args={"Input Dims": [[1000]], "Input type": ["float"]})]
+
+
+def test_bucket_cap_mb_regroups_the_all_reduces(tmp_path):
+    """Backward computes [0, 400), issues a 4000-byte bucket (300 µs), computes to 800, issues
+    the second (300 µs), computes [801, 1400); the step is 1500 µs. Buckets of 8000 bytes: one
+    bucket issued at 800 moving 600 µs (the step's own time per byte), waited at 1100 where the
+    last traced bucket was: the lane waits 300 µs, the step is 1800. Buckets of 4000: the traced
+    ones (1500). Of 2000: four of 150 µs issued at 200, 400, 600, 800, one at a time (the traced
+    ones never overlapped), all done by 1100: 1500."""
+    events = [S.step(1, 0, 1500), S.cpu_op("aten::mm", 0, 400), *_async_bucket(400, 300),
+              S.cpu_op("aten::mm", 401, 399), *_async_bucket(800, 300), S.cpu_op("aten::mm", 801, 599)]
+    path = _write(tmp_path, {0: events, 1: events})
+    mib = 1 << 20
+    got = _predict(path, f"bucket_cap_mb={8000 / mib!r}", f"bucket_cap_mb={4000 / mib!r}",
+                   f"bucket_cap_mb={2000 / mib!r}", "prefetch=2")
+    merged, same, split = (got[f"bucket_cap_mb={b / mib!r}"] for b in (8000, 4000, 2000))
+    assert merged.step_us == pytest.approx(1800) and merged.exposure.window_short_us == pytest.approx(300)
+    assert same.step_us == pytest.approx(1500) and same.exposure.total_us() == pytest.approx(0)
+    assert split.step_us == pytest.approx(1500) and split.exposure.total_us() == pytest.approx(0)
+    assert "4 buckets in all" in split.notes[0] and "1 bucket in all" in merged.notes[0]
+    assert not got["prefetch=2"].modelled and "no all_gather" in got["prefetch=2"].reason

@@ -5,15 +5,17 @@ produced them (bucket j of ``B_j`` bytes issued at lane work position ``p_j``: t
 done since the step began). Gradients are taken as produced evenly in the work between two
 buckets' issues (the first bucket's over as much work before it as its bytes needed at the
 second's pace), so the bytes ready by work position p are a piecewise-linear G(p) with
-``G(p_j) = B_1 + ... + B_j``. New buckets close at every ``N`` MiB of G (the last at the total):
-bucket m is issued at ``G⁻¹(min(m × N MiB, total))``, each moves ``latency + bytes × (Σ (x_j −
-latency) / Σ B_j)`` (the step's own time per byte, the transfer model's latency), they run in
-order on their group, and all are waited where the last traced bucket was (DDP waits for every
-bucket when backward ends). The k-th new bucket of every rank is one instance.
+``G(p_j) = B_1 + ... + B_j``. New buckets close where DDP would close them (:func:`_bounds`:
+traced buckets merged until one holds N MiB, one above N split evenly), bucket m at G's position
+of its last byte; each moves ``latency + bytes × (Σ (x_j − latency) / Σ B_j)`` (the step's own
+time per byte, the transfer model's latency), at most as many run at once as the traced ones
+did (gloo's worker threads), with the smallest traced lead, and all are waited where the last
+traced bucket was (DDP waits for every bucket when backward ends). The k-th new bucket of every
+rank is one instance.
 
 What the trace must hold: in each step, the same number of all_reduce operations on every rank,
-matched one per rank, with known sizes. A gradient is never split across DDP's buckets; the
-rewrite splits bytes evenly, so a cap below a parameter's size predicts more buckets than DDP makes.
+matched one per rank, with known sizes. A gradient is never split across DDP's buckets; a traced
+bucket is split evenly, so a cap below a parameter's size predicts more buckets than DDP makes.
 """
 
 from __future__ import annotations
@@ -80,6 +82,37 @@ def _insert(lane, step: int, at: float, kind: int, ref: int) -> None:
         getattr(lane, name).insert(j + 1, v)
 
 
+def _bounds(nbytes: np.ndarray, cap: float) -> list[float]:
+    """Where the new buckets close, in bytes of the step's gradients: traced buckets merged in
+    order until a bucket holds at least ``cap`` (DDP closes a bucket at the first parameter that
+    fills it, and the traced buckets' edges are parameters' edges); a traced bucket of at least
+    two caps split evenly into ``floor(bytes / cap)`` pieces (each at least ``cap``)."""
+    out, acc, start = [], 0.0, 0.0
+    for b in nbytes.tolist():
+        pieces = math.floor(b / cap + 1e-9)  # each at least cap, as DDP fills a bucket past it
+        if acc == 0.0 and pieces >= 2:
+            out += [start + b * (i + 1) / pieces for i in range(pieces)]
+            start += b
+            continue
+        acc += b
+        if acc >= cap * (1 - 1e-9):
+            start += acc
+            out.append(start)
+            acc = 0.0
+    if acc > 0:
+        out.append(start + acc)
+    return out
+
+
+def _in_flight(starts: np.ndarray, ends: np.ndarray) -> int:
+    """The most of these operations running at once (gloo runs a group's collectives on a few
+    worker threads): a new bucket waits for the one that many before it."""
+    pos = np.concatenate((starts, ends))
+    delta = np.concatenate((np.ones(starts.size), -np.ones(ends.size)))
+    order = np.lexsort((delta, pos))  # an end before a start at one instant
+    return max(1, int(np.max(np.cumsum(delta[order])))) if pos.size else 1
+
+
 def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
     """Rewrite ``tr`` in place for buckets of ``cap_mb`` MiB (see the module docstring); the new
     buckets per step. Refused when the trace lacks what it needs."""
@@ -104,7 +137,7 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
         lat = float(np.min(latency[insts[0]])) if insts[0].size else 0.0
         per_byte = float(np.sum(np.maximum(tr.transfer[insts[0]] - lat, 0.0)) / np.sum(nbytes))
         total = float(np.sum(nbytes))
-        bounds = [min((m + 1) * cap, total) for m in range(max(1, math.ceil(total / cap - 1e-9)))]
+        bounds = _bounds(nbytes, cap)
         first_inst = len(tr.members)
         for r, v in rows.items():
             lane = tr.lanes[r]
@@ -116,8 +149,8 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
             pace = (p[1] - p[0]) / nbytes[1] if p.size > 1 and nbytes[1] > 0 else 0.0
             xs = np.concatenate(([max(0.0, p[0] - pace * nbytes[0])], p))
             ys = np.concatenate(([0.0], cum))
-            chained = any(tr.prev[row] in v for row in v)
-            lead = float(np.median(tr.lead[v]))
+            depth = _in_flight(tr.start[v], tr.end[v])
+            lead = float(np.min(tr.lead[v]))
             for row in v:  # the traced buckets leave this lane
                 for kind in (ISSUE, NEED):
                     _remove(lane, next(j for j, (kk, ref) in enumerate(zip(lane.kind, lane.ref))
@@ -125,7 +158,7 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
             for m, b in enumerate(bounds):
                 row = tr.rank.size + len(new_rows)
                 new_rows.append(dict(rank=r, nbytes=(b - (bounds[m - 1] if m else 0.0)), inst=first_inst + m,
-                                     lead=lead, prev=row - 1 if chained and m else -1, step=int(tr.step[v[-1]]),
+                                     lead=lead, prev=row - depth if m >= depth else -1, step=int(tr.step[v[-1]]),
                                      group_size=int(tr.group_size[v[-1]]), end=float(tr.end[v[-1]])))
                 _insert(lane, k, float(np.interp(b, ys, xs)), ISSUE, row)
             for m in range(len(bounds)):

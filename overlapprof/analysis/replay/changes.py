@@ -126,7 +126,8 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
                 made = regroup(tr, cap, ctx.model.latency)
             except Refused as exc:
                 raise Unmodelled(f"bucket_cap_mb={value}: {exc}") from None
-            notes.append(f"bucket_cap_mb={value}: {made} buckets in all replace the traced all_reduce operations")
+            notes.append(f"bucket_cap_mb={value}: {made} bucket{'s' if made != 1 else ''} in all replace the traced "
+                         "all_reduce operations")
         else:
             raise Unmodelled(_unmodelled(tr, name, value))
     return Rewritten(tr, link, notes)
