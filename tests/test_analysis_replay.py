@@ -4,6 +4,8 @@ with an exact expected answer; a change the trace cannot model is one line and n
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import overlapprof
@@ -160,3 +162,55 @@ def test_bucket_cap_mb_regroups_the_all_reduces(tmp_path):
     assert split.step_us == pytest.approx(1500) and split.exposure.total_us() == pytest.approx(0)
     assert "4 buckets in all" in split.notes[0] and "1 bucket in all" in merged.notes[0]
     assert not got["prefetch=2"].modelled and "no all_gather" in got["prefetch=2"].reason
+
+
+def _sized(at, dur, numel):
+    """A blocking all_reduce of ``numel`` float32, its size in the annotation's shapes."""
+    return [S.cpu_op("c10d::allreduce_", at, dur),
+            S.annotation("gloo:all_reduce", at, dur, args={"Input Dims": [[numel]], "Input type": ["float"]})]
+
+
+def _run_dir(tmp_path, events, link_bps=None):
+    """A run directory of two identical ranks (run.json with a shared --link-rate link when given)."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for rank in (0, 1):
+        S.write(folder / f"rank{rank}.1.pt.trace.json", S.trace(events, rank=rank, world_size=2, backend="gloo"))
+    run = {"schema_version": 1, "world_size": 2, "device": "cpu",
+           "ranks": {str(r): {"rank": r, "traces": [f"rank{r}.1.pt.trace.json"]} for r in (0, 1)}}
+    if link_bps:
+        run["link"] = {"bits_per_s": link_bps, "shared": True, "rate": f"{link_bps / 1e9:g}gbit"}
+    (folder / "run.json").write_text(json.dumps(run))
+    return str(folder)
+
+
+def test_link_rate_takes_the_latency_from_the_run_link(tmp_path):
+    """4000-byte all_reduces (bus bytes 4000 on 2 ranks) of 300 µs over an 8 Gbit/s link shared
+    by 2 ranks (500 bytes/µs): one size, so the bandwidth is the link's share and the latency
+    300 − 8 = 292 µs. At 16 Gbit/s the transfer is 292 + 4 = 296 µs: a 996 µs step; at 8
+    Mbit/s 292 + 8000: 8992."""
+    events = [S.step(1, 0, 1000), S.step(2, 1000, 1000)]
+    for base in (0, 1000):
+        events += [S.cpu_op("aten::mm", base, 400), *_sized(base + 400, 300, 1000), S.cpu_op("aten::mm", base + 700, 300)]
+    result = whatif([_run_dir(tmp_path, events, 8e9)], ["link_rate=16gbit", "bandwidth=x2", "link_rate=8mbit"],
+                    workers=1)
+    fit = result.transfer[0]
+    assert (fit.source, fit.sizes, fit.latency_us, fit.bandwidth_gbps, fit.median_abs_residual) == (
+        "link", 1, 292.0, 0.5, 0.0)
+    assert result.link == "8 Gbit/s shared"
+    assert [p.step_us for p in result.predictions] == pytest.approx([996, 996, 8992])
+
+
+def test_two_sizes_are_fitted_and_a_bandwidth_change_keeps_the_latency(tmp_path):
+    """Step 1 moves 4000 bytes in 300 µs, step 2 8000 in 500: latency 100 µs, 20 bytes/µs. Twice
+    the bandwidth: 200 and 300 µs, steps of 900 and 1000 µs (median 950)."""
+    events = [S.step(1, 0, 1000), S.step(2, 1000, 1200), S.cpu_op("aten::mm", 0, 400), *_sized(400, 300, 1000),
+              S.cpu_op("aten::mm", 700, 300), S.cpu_op("aten::mm", 1000, 400), *_sized(1400, 500, 2000),
+              S.cpu_op("aten::mm", 1900, 300)]
+    result = whatif([_run_dir(tmp_path, events)], ["bandwidth=x2"], workers=1)
+    fit = result.transfer[0]
+    assert (fit.source, fit.sizes) == ("fit", 2)
+    assert fit.latency_us == pytest.approx(100) and fit.bandwidth_gbps == pytest.approx(0.02)
+    assert fit.max_abs_residual == pytest.approx(0, abs=1e-9)
+    p = result.predictions[0]
+    assert p.step_us == pytest.approx(950) and p.ranks == {0: pytest.approx(950), 1: pytest.approx(950)}
