@@ -214,3 +214,23 @@ def test_two_sizes_are_fitted_and_a_bandwidth_change_keeps_the_latency(tmp_path)
     assert fit.max_abs_residual == pytest.approx(0, abs=1e-9)
     p = result.predictions[0]
     assert p.step_us == pytest.approx(950) and p.ranks == {0: pytest.approx(950), 1: pytest.approx(950)}
+
+
+def _gather(at, dur):
+    """An async all_gather: a 1 µs c10d call, its span on gloo's worker."""
+    return [S.cpu_op("c10d::allgather_", at, 1), S.annotation("gloo:all_gather", at, dur, tid=200)]
+
+
+def test_prefetch_issues_each_all_gather_earlier(tmp_path):
+    """FSDP-like forward: g1 issued at 0 and waited (200 µs); g2 issued at 200 beside unit 1's
+    compute [201, 500); g3 (400 µs) issued at 500, needed when unit 2's compute ends at 800: the
+    lane waits until 900, unit 3 computes [900, 1200). prefetch=1: g2 is issued beside g1 (it
+    waits for it on the group: [200, 400)), g3 where g2 was (after g2: [400, 800)), all in time:
+    1100. prefetch=2: g3 also beside g1: the same (the group runs them in order)."""
+    events = [S.step(1, 0, 1200), *_gather(0, 200), *_gather(200, 200), S.cpu_op("aten::mm", 201, 299),
+              *_gather(500, 400), S.cpu_op("aten::mm", 501, 299), S.cpu_op("aten::mm", 900, 300)]
+    got = _predict(_write(tmp_path, {0: events, 1: events}), "compute=x1", "prefetch=1", "prefetch=2", "prefetch=3")
+    assert got["compute=x1"].step_us == pytest.approx(1200)
+    assert got["prefetch=1"].step_us == pytest.approx(1100) and "4 all_gather" in got["prefetch=1"].notes[0]  # 2 a rank
+    assert got["prefetch=2"].step_us == pytest.approx(1100)
+    assert not got["prefetch=3"].modelled and "no step has more than 3" in got["prefetch=3"].reason

@@ -20,8 +20,10 @@ A change is ``name=value``; several joined by commas are one combined change
 - ``bucket_cap_mb=N``: DDP's all_reduce operations regrouped into buckets of N MiB
   (:mod:`.buckets`).
 
-``prefetch`` and ``micro_batches`` are named but not modelled: they say why
-(:class:`Unmodelled`), and no number is given.
+- ``prefetch=N``: each FSDP all_gather issued N all-gathers earlier (:mod:`.prefetch`).
+
+``micro_batches`` is named but not modelled: it says why (:class:`Unmodelled`), and no number
+is given.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import numpy as np
 
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.replay.buckets import Refused, regroup
+from overlapprof.analysis.replay.prefetch import prefetch
 from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
 from overlapprof.analysis.replay.transfer import Model, scaled
 from overlapprof.analysis.stats import median
@@ -120,6 +123,8 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
             notes += _no_straggler(tr, value)
         elif name == "async":
             notes += _make_async(tr, value)
+        elif name == "prefetch":
+            notes += _prefetch(tr, value)
         elif name == "bucket_cap_mb":
             cap = factor(name, value)
             try:
@@ -169,6 +174,23 @@ def _no_straggler(tr: Traced, value: str) -> list[str]:
         return [f"no_straggler={rank}: rank {rank}'s work was at most the others' median in every step: nothing removed"]
     return [f"no_straggler={rank}: {cut / len(own) / 1000:.3f} ms of rank {rank}'s work a step removed (down to "
             "the other ranks' median)"]
+
+
+def _prefetch(tr: Traced, value: str) -> list[str]:
+    try:
+        depth = int(value)
+    except ValueError:
+        depth = 0
+    if depth < 1:
+        raise InputError(f"--set prefetch={value}: how many units earlier, a whole number of at least 1")
+    if not (tr.kind == KINDS.index("all_gather")).any():
+        raise Unmodelled(f"prefetch={value}: the trace has no all_gather operations (FSDP's unit all-gathers) to "
+                         "issue earlier")
+    moved = prefetch(tr, depth)
+    if not moved:
+        raise Unmodelled(f"prefetch={value}: no step has more than {depth} all_gather operations to issue earlier")
+    return [f"prefetch={value}: {moved} all_gather operations issued {depth} earlier (the memory that takes is "
+            "not checked)"]
 
 
 def _step_pieces(lane) -> list[list[int]]:
@@ -241,13 +263,7 @@ def _first_use(tr: Traced, lane, row: int, code: int, at_end: bool) -> int:
 
 
 def _unmodelled(tr: Traced, name: str, value: str) -> str:
-    has = {k: bool((tr.kind == KINDS.index(k)).any()) for k in ("all_reduce", "all_gather", "send_recv")}
-    if name == "prefetch":
-        if not has["all_gather"]:
-            return f"prefetch={value}: the trace has no all_gather operations (FSDP's unit all-gathers) to issue earlier"
-        return (f"prefetch={value}: not modelled: issuing FSDP's all-gathers earlier needs which unit each one "
-                "serves and the memory it may take, which the trace does not name")
-    if not has["send_recv"]:
+    if not (tr.kind == KINDS.index("send_recv")).any():
         return f"micro_batches={value}: the trace has no send/recv between pipeline stages"
     return (f"micro_batches={value}: not modelled: a pipeline's schedule for another number of micro-batches is "
             "not in the trace's operations")
