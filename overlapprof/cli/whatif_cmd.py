@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import click
 
-from overlapprof.cli.common import command, fail, unwind_on_sigterm
+from overlapprof.cli.common import check_output, command, fail, unwind_on_sigterm
 from overlapprof.cli.formats import Output, emit_outputs
-from overlapprof.cli.common import check_output
 
 
 @command("whatif")
 @click.argument("run", type=click.Path(path_type=str))
 @click.option("--set", "changes", multiple=True, metavar="NAME=VALUE[,NAME=VALUE]",
               help="A change to predict (repeat for several; commas combine changes into one): link_rate=4gbit, "
-                   "bandwidth=x2, compute=x0.5, no_straggler=R, async=KIND (or KIND@end); bucket_cap_mb, prefetch "
-                   "and micro_batches are named and refused with why.")
+                   "bandwidth=x2, compute=x0.5, no_straggler=R, async=KIND (or KIND@end), bucket_cap_mb=N (DDP), "
+                   "prefetch=N (FSDP); micro_batches is named and refused with why.")
 @click.option("--check", "check", type=click.Path(path_type=str), default=None, metavar="RUN2",
               help="The run that made the (one) change: compare the prediction with its measured step.")
 @click.option("--reference-bandwidth", "reference_bandwidth", default=None, metavar="RATE",
