@@ -105,3 +105,13 @@ def test_predict_then_run_the_ring_at_other_link_rates(tmp_path):
     assert slow.step_us > traced > fast.step_us and slow.check.measured_step_us > fast.check.measured_step_us
     for p in (slow, fast):
         assert abs(p.check.error) <= TOLERANCE, (p.change, p.step_us, p.check)
+
+
+def test_a_saved_report_is_refused_with_what_to_give(tmp_path):
+    import overlapprof
+
+    traced = _run(tmp_path / "a", 400)
+    overlapprof.analyze(traced, workers=1).save(tmp_path / "r.json")
+    got = overlapprof_here("whatif", tmp_path / "r.json", "--set", "compute=x2")
+    assert got.exit_code == 2 and got.stderr.count("\n") == 1
+    assert "holds no operations to replay: give the run directory or the traces" in got.stderr

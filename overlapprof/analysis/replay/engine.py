@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
+from overlapprof.errors import InputError
 
 PARTS = ("compute", "other", "late_peer", "queued", "no_window", "window_short")
 
@@ -184,7 +185,8 @@ def _force(ops: _Ops, tr: Traced, lanes, cur, tau) -> None:
     waiting = [lane.ref[cur[r]] for r, lane in lanes.items() if cur[r] < len(lane.t) and lane.kind[cur[r]] == NEED]
     pending = [row for row in waiting if ops.inst[row] >= 0]
     if not pending:
-        raise RuntimeError("replay stalled with no instance to resolve")
+        raise InputError("replay: every rank waits on an operation no rank can start (operations matched out of "
+                         "order across ranks?)")
     row = min(pending, key=lambda x: tr.end[x])
     for m in tr.members[ops.inst[row]].tolist():
         if math.isnan(ops.s[m]):

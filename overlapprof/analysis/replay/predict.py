@@ -95,6 +95,14 @@ def _prediction(change: str, out: Replayed, tr: Traced, floor, traced_step: floa
 
 
 def _load(paths, **options):
+    from pathlib import Path
+
+    from overlapprof.trace.discover import is_saved_comparison, is_saved_report
+
+    for p in map(Path, paths):
+        if p.is_file() and (is_saved_report(p) or is_saved_comparison(p)):
+            raise InputError(f"{p}: a saved report or comparison holds no operations to replay: give the run "
+                             "directory or the traces it was made from")
     analyzed = analyze_with_inputs(paths, **options)
     reports = {r.rank: r for r in analyzed.report.ranks}
     if not any(r.steps for r in reports.values()):
