@@ -8,7 +8,8 @@ case says), in an order that alternates with the repeat, so the load moves all o
 then each prediction is checked against its run. It prints a row per (case, repeat): predicted
 and measured step (medians over (rank, step) pairs, ms), error = predicted / measured − 1,
 whether the measured median is in the predicted interval, whether the direction (faster or
-slower than the traced step) is right; then the median and 90th percentile of |error|, the share
+slower than the traced step) is right, and the run's compute a step against what the change
+predicts from the traced run's (far from 1: the machine or interference moved it); then the median and 90th percentile of |error|, the share
 of right directions, and the pairs predicted more than 5% faster that ran slower, against issue
 35's targets (median ≤ 10%, p90 ≤ 20%, direction ≥ 90%, none), with the load average at the
 start and the end: quote idle runs only.
@@ -85,7 +86,8 @@ def main() -> None:
     configs = list(dict.fromkeys([c[1] for c in cases] + [c[3] for c in cases]))
     rows = []
     print(f"load average at the start: {start_load[0]:.2f}; {len(cases)} cases x {args.repeat} repeats; runs in {out}")
-    print(f"{'case':<44} {'rep':>3} {'predicted ms':>12} {'measured ms':>11} {'error':>8} {'within':>6} {'direction':>9}")
+    print(f"{'case':<44} {'rep':>3} {'predicted ms':>12} {'measured ms':>11} {'error':>8} {'within':>6} {'direction':>9} "
+          f"{'compute ratio':>13}")
     for rep in range(args.repeat):
         order = configs if rep % 2 == 0 else configs[::-1]
         dirs = {config: launch(config, out, f"r{rep}") for config in order}
@@ -102,7 +104,8 @@ def main() -> None:
             wrong_way = p.step_us < 0.95 * base and measured > base
             rows.append((p.check.error, right, wrong_way))
             print(f"{label:<44} {rep:>3} {p.step_us / 1e3:>12.3f} {measured / 1e3:>11.3f} {100 * p.check.error:>+7.2f}% "
-                  f"{'yes' if p.check.within else 'no':>6} {'right' if right else 'WRONG':>9}")
+                  f"{'yes' if p.check.within else 'no':>6} {'right' if right else 'WRONG':>9} "
+                  f"{p.check.compute_ratio or float('nan'):>13.2f}")
     if not rows:
         return
     errors = sorted(abs(e) for e, _, _ in rows)

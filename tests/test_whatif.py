@@ -55,9 +55,11 @@ def test_json_loads_back_and_check_says_whether_the_run_is_within(tmp_path):
     assert WhatIf.from_json(w.to_json()) == w
     p = w.predictions[0]
     assert (p.step_us, p.check.measured_step_us, p.check.error, p.check.within) == (650, 650, 0, True)
+    assert p.check.compute_ratio == 1  # 350 µs of compute a step, as the change predicts
     assert "error +0.00%, within the predicted spread" in got.stdout
     got = overlapprof_here("whatif", traced, "--set", "compute=x0.5", "--check", half_done, "--workers", 1)
     assert "measured 0.800 ms (0.800-0.800), predicted 0.650 ms: error -18.75%, outside" in got.stdout
+    assert "compute a step was 1.43x what the change predicts" in got.stdout  # 500 µs, not 350
     assert json.loads(overlapprof_here("whatif", traced, "--set", "compute=x1", "--json", "--workers", 1).stdout)[
         "predictions"][0]["step_us"] == pytest.approx(1000)
 

@@ -52,6 +52,10 @@ def render(w: WhatIf) -> str:
                          f"({ms(c.measured_low_us)}-{ms(c.measured_high_us)}), predicted {ms(p.step_us)} ms: error "
                          f"{percent(c.error, signed=True)}, {verdict} the predicted spread "
                          f"({ms(p.low_us)}-{ms(p.high_us)} ms)")
+            if c.compute_ratio is not None and abs(c.compute_ratio - 1) > 0.1:
+                lines.append(f"  the checked run's compute a step was {c.compute_ratio:.2f}x what the change predicts "
+                             "from the traced run's: the machine (load, clocks) or the change's interference (communication "
+                             "threads beside compute) moved it, which the replay does not model")
     lines += [f"note: {n}" for n in w.notes]
     return "\n".join(lines) + "\n"
 

@@ -15,7 +15,9 @@ and read by :mod:`overlapprof.renderers.whatif_table`; saves to and loads from J
   ``reason``, and no number.
 - :class:`Check`: the prediction against the run that made the change (``--check``):
   ``error`` = ``predicted / measured − 1``; ``within`` whether the measured median lies in
-  ``[low_us, high_us]``.
+  ``[low_us, high_us]``; ``compute_ratio`` = the run's median compute a (rank, step) / the
+  traced run's, divided by the change's own compute factor: far from 1, the machine (load,
+  clocks) or the change's interference moved the run's compute, which the replay does not model.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class Check(msgspec.Struct, kw_only=True):
     measured_high_us: float
     error: float
     within: bool
+    compute_ratio: float | None = None  # the run's median compute a step / the traced run's (× the change's factor)
 
 
 class Prediction(msgspec.Struct, kw_only=True, omit_defaults=True):

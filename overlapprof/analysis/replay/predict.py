@@ -15,7 +15,7 @@ from __future__ import annotations
 from overlapprof import __version__
 from overlapprof.analysis.analyzer import analyze_with_inputs
 from overlapprof.analysis.exposure import resources
-from overlapprof.analysis.replay.changes import Context, Unmodelled, link_floor, parse, rewrite
+from overlapprof.analysis.replay.changes import Context, Unmodelled, factor, link_floor, parse, rewrite
 from overlapprof.analysis.replay.engine import Replayed, replay
 from overlapprof.analysis.replay.timeline import Traced, traced
 from overlapprof.analysis.replay.transfer import fit
@@ -157,18 +157,31 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
         floor = link_floor(new.traced, new.link_bytes_per_us) if new.link_bytes_per_us else None
         result.predictions.append(_prediction(text, out, new.traced, floor, traced_step, new.notes))
     if check is not None and result.predictions and result.predictions[0].modelled:
-        result.predictions[0].check = checked(result.predictions[0], check, workers)
+        f = 1.0
+        for name, value in parsed[0]:
+            if name == "compute":
+                f *= factor(name, value)
+        result.predictions[0].check = checked(result.predictions[0], check, _compute(report) * f, workers)
     return result
 
 
-def checked(p: Prediction, path: str, workers: int | None = None) -> Check:
-    """The prediction ``p`` against the run at ``path``."""
+def _compute(report: Report) -> float | None:
+    values = [s.compute_us for r in report.ranks for s in r.steps]
+    return median(values) if values else None
+
+
+def checked(p: Prediction, path: str, traced_compute: float | None = None, workers: int | None = None) -> Check:
+    """The prediction ``p`` against the run at ``path``; ``traced_compute``: the traced run's
+    median compute a step, times the change's compute factor."""
     from overlapprof.analysis.analyzer import analyze
 
-    measured = run_steps(analyze([path], workers=workers, comms=False) if workers else analyze([path], comms=False))
+    report = analyze([path], workers=workers, comms=False) if workers else analyze([path], comms=False)
+    measured = run_steps(report)
     if not measured:
         raise InputError(f"{path}: no ProfilerStep in the traces to check the prediction against")
     m = median(measured)
+    compute = _compute(report)
     return Check(run=str(path), measured_step_us=m, measured_low_us=percentile(measured, 2.5),
                  measured_high_us=percentile(measured, 97.5), error=p.step_us / m - 1,
-                 within=p.low_us <= m <= p.high_us)
+                 within=p.low_us <= m <= p.high_us,
+                 compute_ratio=compute / traced_compute if compute and traced_compute else None)
