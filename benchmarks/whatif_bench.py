@@ -9,10 +9,10 @@ then each prediction is checked against its run. It prints a row per (case, repe
 and measured step (medians over (rank, step) pairs, ms), error = predicted / measured − 1,
 whether the measured median is in the predicted interval, whether the direction (faster or
 slower than the traced step) is right, and the run's compute a step against what the change
-predicts from the traced run's (far from 1: the machine or interference moved it); then the median and 90th percentile of |error|, the share
-of right directions, and the pairs predicted more than 5% faster that ran slower, against issue
-35's targets (median ≤ 10%, p90 ≤ 20%, direction ≥ 90%, none), with the load average at the
-start and the end: quote idle runs only.
+predicts from the traced run's (far from 1: the machine or interference moved it); then the
+median and 90th percentile of |error|, the share of right directions, and the pairs predicted
+more than 5% faster that ran slower, against issue 35's targets (median ≤ 10%, p90 ≤ 20%,
+direction ≥ 90%, none), with the load average at the start and the end: quote idle runs only.
 
     python benchmarks/whatif_bench.py                       # every case, 3 repeats
     python benchmarks/whatif_bench.py --only ring-link --repeat 1 --out /tmp/wb
