@@ -132,7 +132,8 @@ def test_a_change_the_trace_cannot_model_is_one_line_and_no_number(tmp_path):
 
 def test_bad_changes_are_input_errors(tmp_path):
     path = _plain(tmp_path)
-    for bad in ("speed=x2", "compute=fast", "compute", "no_straggler=9", "async=allreduce", "link_rate=fast"):
+    for bad in ("speed=x2", "compute=fast", "compute", "no_straggler=9", "async=allreduce", "link_rate=fast",
+                "bucket_cap_mb=-1", "prefetch=0", "async=all_reduce@start"):
         with pytest.raises(InputError):
             whatif([path], [bad], workers=1)
 

@@ -126,7 +126,7 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
         elif name == "prefetch":
             notes += _prefetch(tr, value)
         elif name == "bucket_cap_mb":
-            cap = factor(name, value)
+            cap = _size_mb(value)
             try:
                 made = regroup(tr, cap, ctx.model.latency)
             except Refused as exc:
@@ -136,6 +136,16 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
         else:
             raise Unmodelled(_unmodelled(tr, name, value))
     return Rewritten(tr, link, notes)
+
+
+def _size_mb(value: str) -> float:
+    try:
+        mb = float(value)
+    except ValueError:
+        mb = -1.0
+    if not 0 < mb < float("inf"):
+        raise InputError(f"--set bucket_cap_mb={value}: a size in MiB, a positive number (as DDP's bucket_cap_mb)")
+    return mb
 
 
 def _no_straggler(tr: Traced, value: str) -> list[str]:
@@ -168,11 +178,10 @@ def _no_straggler(tr: Traced, value: str) -> list[str]:
             for j in mine[k]:
                 lane.work[j] *= f
                 lane.compute[j] *= f
-    own, scale = before, [n / o if o > 0 else 1.0 for n, o in zip(lane.step_work(), before)]
-    cut = sum(w * (1 - s) for w, s in zip(own, scale))
+    cut = sum(before) - sum(lane.step_work())
     if cut <= 0:
         return [f"no_straggler={rank}: rank {rank}'s work was at most the others' median in every step: nothing removed"]
-    return [f"no_straggler={rank}: {cut / len(own) / 1000:.3f} ms of rank {rank}'s work a step removed (down to "
+    return [f"no_straggler={rank}: {cut / len(before) / 1000:.3f} ms of rank {rank}'s work a step removed (down to "
             "the other ranks' median)"]
 
 

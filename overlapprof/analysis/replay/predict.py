@@ -143,7 +143,7 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
                     replay_error=median(replayed) / traced_step - 1 if replayed and traced_step else None,
                     ranks=ranks, link=describe_link((report.run or {}).get("link")), transfer=model.fits,
                     notes=model.notes + base.notes)
-    if res.link_bytes_per_us is None and any(r.mode == "cpu" for r in report.ranks):
+    if any(r.mode == "cpu" for r in report.ranks) and len(report.ranks) > 1:
         result.notes.append("ranks share host cores: the replay keeps each rank's traced compute times, so a change "
                             "that moves compute beside other ranks' compute is not slowed for it")
     ctx = Context(model, res.link_bytes_per_us)
