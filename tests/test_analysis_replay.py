@@ -235,3 +235,22 @@ def test_prefetch_issues_each_all_gather_earlier(tmp_path):
     assert got["prefetch=1"].step_us == pytest.approx(1100) and "4 all_gather" in got["prefetch=1"].notes[0]  # 2 a rank
     assert got["prefetch=2"].step_us == pytest.approx(1100)
     assert not got["prefetch=3"].modelled and "no step has more than 3" in got["prefetch=3"].reason
+
+
+def test_compute_also_shrinks_what_compute_beside_a_transfer_cost_it(tmp_path):
+    """Eight steps: an async all_reduce issued at 0 (its span from 1), compute c = 20 .. 160 µs
+    beside it, the wait, 100 µs more compute. Its transfer is 100 + 0.25 × (compute beside it on
+    both ranks, 2c): the fit finds slope 0.25 (r = 1), and compute=x0.5 takes 0.25 × c off each
+    transfer: 1 + (100 + 0.25c) + 50 a step."""
+    events, cs, start = [], [20 * k for k in range(1, 9)], 0
+    for k, c in enumerate(cs):
+        x = 100 + 0.25 * 2 * c
+        step = 1 + x + 100
+        events += [S.step(k + 1, start, step), S.cpu_op("c10d::allreduce_", start, 1),
+                   S.annotation("gloo:all_reduce", start + 1, x, tid=200), S.cpu_op("aten::mm", start + 1, c),
+                   S.cpu_op("aten::mm", start + 1 + x, 100)]
+        start += step
+    result = whatif([_write(tmp_path, {0: events, 1: events})], ["compute=x0.5"], workers=1)
+    assert any("transfer = 100 us + 0.250 x the compute beside it (r = 1.00, 8 instances)" in n for n in result.notes)
+    expected = sorted(1 + (100 + 0.25 * c) + 50 for c in cs)
+    assert result.predictions[0].step_us == pytest.approx((expected[3] + expected[4]) / 2)

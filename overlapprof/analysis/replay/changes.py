@@ -7,7 +7,8 @@ A change is ``name=value``; several joined by commas are one combined change
   ``latency + (x − latency) / K`` (:mod:`.transfer`; K = new rate / traced rate); with a link,
   each step is also at least the bytes its instances put on the link at the new rate.
 - ``compute=xF``: the compute in every lane's work is multiplied by F (the rest of the work,
-  host code and idle, is kept).
+  host code and idle, is kept); on CPU runs where the transfers were measured longer with more
+  compute beside them, that part of each transfer × F too (:func:`.transfer.interference`).
 - ``no_straggler=R``: rank R's extra work removed: in each step, where its keys are the other
   ranks' keys (the same program), each piece of R's work above the other ranks' median for that
   piece is brought down to it; otherwise R's work in the step is scaled down to the other
@@ -29,7 +30,7 @@ is given.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -56,6 +57,7 @@ class Context:
 
     model: Model
     link_bytes_per_us: float | None
+    interference: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per instance, µs compute beside cost it
 
 
 @dataclass
@@ -116,6 +118,8 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
                 link *= k
         elif name == "compute":
             f = factor(name, value)
+            tr.transfer = tr.transfer - (1 - f) * ctx.interference[:tr.transfer.size] if ctx.interference.size else \
+                tr.transfer
             for lane in tr.lanes.values():
                 lane.work = [w - (1 - f) * c for w, c in zip(lane.work, lane.compute)]
                 lane.compute = [f * c for c in lane.compute]

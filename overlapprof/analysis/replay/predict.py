@@ -18,7 +18,7 @@ from overlapprof.analysis.exposure import resources
 from overlapprof.analysis.replay.changes import Context, Unmodelled, factor, link_floor, parse, rewrite
 from overlapprof.analysis.replay.engine import Replayed, replay
 from overlapprof.analysis.replay.timeline import Traced, traced
-from overlapprof.analysis.replay.transfer import fit
+from overlapprof.analysis.replay.transfer import fit, interference
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.errors import InputError
 from overlapprof.report import Exposure, Report
@@ -146,7 +146,9 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
     if any(r.mode == "cpu" for r in report.ranks) and len(report.ranks) > 1:
         result.notes.append("ranks share host cores: the replay keeps each rank's traced compute times, so a change "
                             "that moves compute beside other ranks' compute is not slowed for it")
-    ctx = Context(model, res.link_bytes_per_us)
+    cost, words = interference(tr, any(r.mode == "cpu" for r in report.ranks))
+    result.notes += words
+    ctx = Context(model, res.link_bytes_per_us, cost)
     for text, pairs in zip(changes, parsed):
         try:
             new = rewrite(tr, pairs, ctx)

@@ -86,6 +86,7 @@ class Traced:
     warm: np.ndarray
     mode: str
     notes: list[str] = field(default_factory=list)
+    compute: dict = field(default_factory=dict)  # rank -> its compute union on the common clock
 
 
 def _channels(ops, rows: np.ndarray, mode: str) -> np.ndarray:
@@ -149,14 +150,14 @@ def traced(reports, inputs, matching) -> Traced:
                 prev[row] = p
                 lead[row] = start[row] - max(issue[row], end[p])
             last[c] = row
-    lanes = {}
-    for r in sorted(reports):
-        if r in inputs and reports[r].steps:
-            sh = matching.shift.get(r, 0.0)
-            c = inputs[r].compute
+    lanes, compute = {}, {}
+    for r in sorted(inputs):
+        sh = matching.shift.get(r, 0.0)
+        compute[r] = (inputs[r].compute[0] + sh, inputs[r].compute[1] + sh)
+        if r in reports and reports[r].steps:
             rows = np.flatnonzero(ops.rank == r)
-            lanes[r] = _lane(r, reports[r], (c[0] + sh, c[1] + sh), sh, rows, issue, need, end)
-    return Traced(lanes=lanes, rank=ops.rank.copy(), kind=ops.kind.astype(np.int64), issue=issue, start=start,
+            lanes[r] = _lane(r, reports[r], compute[r], sh, rows, issue, need, end)
+    return Traced(compute=compute, lanes=lanes, rank=ops.rank.copy(), kind=ops.kind.astype(np.int64), issue=issue, start=start,
                   end=end, dur=ops.dur.copy(), nbytes=ops.nbytes.copy(), group_size=ops.group_size.copy(),
                   step=ops.step.copy(), inst=inst, lead=lead, tail=tail, prev=prev, transfer=transfer,
                   members=members, warm=np.asarray(x.warm, dtype=bool), mode=mode)

@@ -15,6 +15,12 @@ its residuals ``(x − model) / x``.
 
 A bandwidth change by a factor k rewrites each transfer as ``latency + (x − latency) / k``: the
 operation keeps its own residual, only the part its bytes take is sped up or slowed down.
+
+**Interference** (CPU runs): where the backend's threads and the ranks' compute share the cores,
+a transfer is longer the more compute runs beside it. Per kind and group size, ``transfer = x0 +
+slope × compute beside it`` (Σ over the instance's ranks of their compute during its transfer)
+is fitted on the instances; where it holds (:func:`interference`), a compute change by F takes
+``(1 − F) × slope × compute beside it`` off each transfer.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from overlapprof.analysis import intervals as iv
 from overlapprof.analysis.crossrank.bandwidth import bus_factor
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.replay.timeline import SEND_RECV, Traced
@@ -102,6 +109,50 @@ def fit(tr: Traced, reference_bytes_per_us: float | None, link_bytes_per_us: flo
             median_abs_residual=float(np.median(np.abs(resid))) if bw else None,
             max_abs_residual=float(np.max(np.abs(resid))) if bw else None))
     return Model(fits, latency, notes)
+
+
+MIN_INSTANCES = 8  # instances an interference fit needs
+MIN_R = 0.5  # and the correlation it must show
+
+
+def beside(tr: Traced) -> np.ndarray:
+    """Per instance, the compute that ran beside its transfer: Σ over its ranks of their compute
+    in [its latest start, + its transfer) (µs; the ranks of one host share its cores)."""
+    out = np.zeros(len(tr.members))
+    for k, rows in enumerate(tr.members):
+        lo = float(np.max(tr.start[rows]))
+        hi = lo + float(tr.transfer[k])
+        for r in set(tr.rank[rows].tolist()):
+            if r in tr.compute:
+                out[k] += float(iv.covered(tr.compute[r], np.array([lo]), np.array([hi]))[0])
+    return out
+
+
+def interference(tr: Traced, mode_cpu: bool) -> tuple[np.ndarray, list[str]]:
+    """Per instance, the µs of its transfer the compute beside it cost (0: none found): per kind
+    and group size, ``transfer = x0 + slope × compute beside it`` fitted on the instances (CPU
+    runs: the ranks' compute and the backend's threads share the cores), kept when the slope is
+    positive, the correlation at least :data:`MIN_R` and there are :data:`MIN_INSTANCES`."""
+    cost = np.zeros(len(tr.members))
+    notes: list[str] = []
+    if not mode_cpu or not tr.members:
+        return cost, notes
+    c = beside(tr)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for k, rows in enumerate(tr.members):
+        groups.setdefault((int(tr.kind[rows[0]]), rows.size), []).append(k)
+    for (kind, n), insts in sorted(groups.items()):
+        use = np.array([k for k in insts if not tr.warm[k]])
+        if use.size < MIN_INSTANCES or np.ptp(c[use]) <= 0 or np.ptp(tr.transfer[use]) <= 0:
+            continue
+        r = float(np.corrcoef(c[use], tr.transfer[use])[0, 1])
+        slope, x0 = np.polyfit(c[use], tr.transfer[use], 1)
+        if slope <= 0 or r < MIN_R:
+            continue
+        cost[insts] = np.minimum(slope * c[insts], tr.transfer[insts])
+        notes.append(f"interference: {KINDS[kind]} on {n} ranks: transfer = {x0:.0f} us + {slope:.3f} x the compute "
+                     f"beside it (r = {r:.2f}, {use.size} instances): a compute change changes that part too")
+    return cost, notes
 
 
 def scaled(tr: Traced, model: Model, factor: float) -> None:
