@@ -79,7 +79,7 @@ def test_bad_input_is_one_error_line(tmp_path, args, words):
 
 # -- predict, then run: the ring's blocking send/recv over an emulated link (2 ranks, a 64 x 64
 # matmul: the link sets the step), traced at 1 Gbit/s, predicted at 500 Mbit/s and 2 Gbit/s, then
-# run at them. TOLERANCE is what docs/whatif.md measured on this 2-core machine under load, with
+# run at them; and traced with rank 1 sleeping 10 ms a step, predicted and checked without it. TOLERANCE is what docs/whatif.md measured on this 2-core machine under load, with
 # margin; the direction (a faster link is faster) must hold outright.
 LINKED = ("--nproc", 2, "--variant", "sync", "--no-analyze", "-q", "--warmup-steps", 1, "--wait", 0, "--warmup", 1,
           "--active", 4, "--", "--size", 64)
@@ -91,11 +91,12 @@ def test_predict_then_run_the_ring_at_other_link_rates(tmp_path):
     from conftest import REPO, _overlapprof
 
     dirs = {}
-    for rate in ("1gbit", "500mbit", "2gbit"):
-        proc = _overlapprof("run", REPO / "workloads/ring.py", "--link-rate", rate, "--run-id", rate, "--out", tmp_path,
-                            *LINKED, timeout=400)
+    for name, rate, extra in (("1gbit", "1gbit", ()), ("500mbit", "500mbit", ()), ("2gbit", "2gbit", ()),
+                              ("slow", "1gbit", ("--slow_rank", 1, "--slow_ms", 10))):
+        proc = _overlapprof("run", REPO / "workloads/ring.py", "--link-rate", rate, "--run-id", name, "--out", tmp_path,
+                            *LINKED, *extra, timeout=400)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        dirs[rate] = tmp_path / f"{rate}-sync"
+        dirs[name] = tmp_path / f"{name}-sync"
     checked = {}
     for rate in ("500mbit", "2gbit"):
         got = overlapprof_here("whatif", dirs["1gbit"], "--set", f"link_rate={rate}", "--check", dirs[rate],
@@ -107,6 +108,13 @@ def test_predict_then_run_the_ring_at_other_link_rates(tmp_path):
     assert slow.step_us > traced > fast.step_us and slow.check.measured_step_us > fast.check.measured_step_us
     for p in (slow, fast):
         assert abs(p.check.error) <= TOLERANCE, (p.change, p.step_us, p.check)
+    # rank 1 sleeps 10 ms a step: predict the ring without it, check against the run without it
+    got = overlapprof_here("whatif", dirs["slow"], "--set", "no_straggler=1", "--check", dirs["1gbit"], "--json",
+                           tmp_path / "straggler.json")
+    assert got.exit_code == 0, got.output
+    w = WhatIf.load(tmp_path / "straggler.json")
+    p = w.predictions[0]
+    assert p.step_us < w.traced_step_us and abs(p.check.error) <= TOLERANCE, (p.step_us, w.traced_step_us, p.check)
 
 
 def test_a_saved_report_is_refused_with_what_to_give(tmp_path):
