@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
+from overlapprof.analysis.replay.timeline import ISSUE, NEED, Traced
 from overlapprof.errors import InputError
 
 PARTS = ("compute", "other", "late_peer", "queued", "no_window", "window_short")
