@@ -30,8 +30,18 @@ def __getattr__(name):
         from overlapprof.report import Report
 
         return Report
-    if name in ("profile", "ProfileConfig"):
-        from overlapprof import profiling
+    if name == "ProfileConfig":  # no torch: settings can be made (and read in help) without it
+        from overlapprof.launch.profile_settings import ProfileConfig
 
-        return getattr(profiling, name)
+        return ProfileConfig
+    if name == "profile":
+        from overlapprof.profiling import profile
+
+        return profile
     raise AttributeError(f"module 'overlapprof' has no attribute {name!r}")
+
+
+def __dir__():
+    """The public names (resolved on first use, so absent from the module until then) beside
+    what the module holds."""
+    return sorted(set(globals()) | set(__all__))

@@ -29,7 +29,7 @@ import numpy as np
 from overlapprof.analysis.options import AnalyzeOptions
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.errors import InputError
-from overlapprof.report import CAUSES, Exposure, Report
+from overlapprof.report import CAUSES, FIRST_ORDER, Exposure, Report
 from overlapprof.report.comparison import BOOTSTRAP, CI_LEVEL, PER_STEP, SEED, WHOLE_TRACE, Comparison, VariantStats
 from overlapprof.rundir.run_record import (RunRecord, busiest, describe_link, described, explains, load_factor,
                                           run_from_builtins)
@@ -162,6 +162,35 @@ def _intervals(variants: list[VariantStats], samples: list[dict[str, np.ndarray]
         v.compute_slowdown_ci = ratio_interval(smp["compute"], base["compute"])
 
 
+def _beyond_bounds(variants: list[VariantStats], samples: list[dict[str, np.ndarray]]) -> None:
+    """Set ``beyond_bound`` where a variant's step is below a bound of the baseline, so that no
+    share of what overlap could buy above 100% is given (``bound_reached`` and its interval are
+    then None). Beyond the spread (the interval of step / bound entirely below 1x, or the share's
+    entirely above 100%): below its comm-free bound, the variant changed its compute or idle time
+    (``compute``); else below its overlap bound, the windows (``windows``; a first-order bound:
+    the transfers, ``transfers``), which the bound holds fixed. Within the spread (a share above
+    100% whose interval does not lie above it): it reached the bound (``noise``)."""
+    base, first = variants[0], samples[0]
+    if base.overlap_bound_us is None or "step" not in first:
+        return
+    form = "transfers" if (base.overlap_bound_form or "").startswith(FIRST_ORDER) else "windows"
+    for v, smp in zip(variants[1:], samples[1:]):
+        if "step" not in smp or not smp["step"].size:
+            continue
+        free = ratio_interval(smp["step"], first["comm_free"])
+        below = v.step_vs_predicted_ci is not None and v.step_vs_predicted_ci[1] < 1.0
+        above = v.bound_reached_ci is not None and v.bound_reached_ci[0] > 1.0
+        if free is not None and free[1] < 1.0:
+            v.beyond_bound = "compute"
+        elif below or above:
+            v.beyond_bound = form
+        elif v.bound_reached is not None and v.bound_reached > 1.0:
+            v.beyond_bound = "noise"
+        else:
+            continue
+        v.bound_reached = v.bound_reached_ci = None
+
+
 def _reached_interval(base_step, base_bound, step) -> tuple[float, float] | None:
     """The bootstrap interval of (median(base_step) − median(step)) / (median(base_step) −
     median(base_bound)): the baseline's steps and bounds resampled together, the variant's apart."""
@@ -210,6 +239,9 @@ def _machine(run: RunRecord | None) -> tuple[tuple[float, float] | None, dict[st
 
 _JUDGED = (("speedup", "step-time speedup", "profiled"), ("host_speedup", "unprofiled-step speedup", "unprofiled"),
            ("compute_slowdown", "compute slowdown", "profiled"))
+# Numbers derived from the same profiled step timings as the step-time speedup: not trusted when it is not.
+DERIVED = {"speedup": ("exposed_saved_us", "step_vs_predicted", "bound_reached")}
+_DERIVED_WORDS = "with the exposed communication saved, step / predicted and the share of what overlap could buy"
 
 
 def trust_warnings(variants: list[VariantStats]) -> list[str]:
@@ -221,7 +253,8 @@ def trust_warnings(variants: list[VariantStats]) -> list[str]:
             a, b = (x.other_cpu.get(kind) if x.other_cpu else None for x in (base, v))
             value, ci = getattr(v, field), getattr(v, f"{field}_ci")
             if explains(load_factor(a, b), value, ci):
-                v.not_trusted.append(field)
+                v.not_trusted += [field, *DERIVED.get(field, ())]
+                name += f" ({_DERIVED_WORDS}, from the same steps)" if field in DERIVED else ""
                 out.append(f"{v.label}: {name} not trusted: "
                            f"{described(a, b, f'{base.label} {kind} steps', f'{v.label} ones', value)}; "
                            "rerun the comparison when the machine is quieter")
@@ -315,7 +348,7 @@ def _mismatch_warnings(variants: list[VariantStats]) -> list[str]:
         same_workload = base.workload == v.workload and None not in (base.options, v.options)
         if same_workload and base.options != v.options:
             diff = sorted(k for k in set(base.options) | set(v.options) if base.options.get(k) != v.options.get(k))
-            shown = ", ".join(f"{k}={base.options.get(k)!r} vs {v.options.get(k)!r}" for k in diff)
+            shown = "; ".join(f"{k}: {v.label} {v.options.get(k)!r}, {base.label} {base.options.get(k)!r}" for k in diff)
             warnings.append(f"{v.label} ran with other workload options than {base.label} ({shown})")
     return warnings
 
@@ -339,7 +372,9 @@ def compare(reports: list[Report], labels: list[str] | None = None) -> Compariso
     variants = [_stats(rep, name, per_step) for rep, name in zip(reports, names)]
     for v in variants[1:]:
         _against(v, variants[0])
-    _intervals(variants, [_samples(rep, per_step) for rep in reports])
+    samples = [_samples(rep, per_step) for rep in reports]
+    _intervals(variants, samples)
+    _beyond_bounds(variants, samples)
     warnings += _mismatch_warnings(variants)
     warnings += trust_warnings(variants)
     warnings += noise_warnings(variants)

@@ -23,113 +23,49 @@ creates the directory and broadcasts its name (a directory that exists is an err
 rank: runs are never overwritten), each rank claims its own files exclusively, and on leaving
 every rank writes its record and meets the others at a barrier before rank 0 merges run.json.
 Without torch.distributed (one process) it records rank 0 of 1 and says so.
+
+One profiler at a time: entering while another ``profile()`` block or a torch profiler records
+in the process is refused (ProfileError) before anything is made, on every rank (two at once
+crash torch's profiler). Rank 0 says when each cycle starts and ends recording, and which loop
+steps. A loop that ends (without an error) before the schedule is recorded is "incomplete": the
+rank's record says how far it got and what to change, and so does run.json's status. Each
+node's local rank 0 records the machine's load (:mod:`overlapprof.launch.machine`) over the
+unprofiled and profiled steps, as the harness does, the job being its launcher's processes.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+import warnings
 from pathlib import Path
-from typing import Any
 
 from overlapprof.errors import ProfileError, RunDirError
 from overlapprof.launch import recording
 from overlapprof.launch.host import relevant_env, usable_cores, versions
 from overlapprof.launch.launcher import step_summary
+from overlapprof.launch.machine import LoadMeter
+from overlapprof.launch.profile_settings import ProfileConfig, settings_from, settings_help, signature_of
 from overlapprof.launch.watchdog import describe_traceback, first_line
 from overlapprof.rundir import blame, directory, run_record
 
 _STEP_KINDS = ("warmup", "unprofiled", "profiler_wait", "profiler_warmup", "profiled")
 
 
-@dataclass
-class ProfileConfig:
-    """What :func:`profile` records, and where. The defaults are ``overlapprof run``'s."""
-
-    out: str | Path = "traces"
-    """The folder the run directory is made in."""
-    run_id: str | None = None
-    """The run directory's name, ``<out>/<run_id>``; None: ``<script>-<YYYYmmdd-HHMMSS>``,
-    chosen by rank 0. A directory that exists is an error: runs are never overwritten."""
-    variant: str = ""
-    """What ``compare`` calls this run (run.json ``variant``); "": the directory's name."""
-    options: dict[str, Any] = field(default_factory=dict)
-    """Settings of your job to keep in run.json ``options`` (``{"bucket_cap_mb": 25}``):
-    ``compare`` says where two runs' options differ."""
-    warmup_steps: int = 2
-    """Steps before the profiler cycles, outside the profiler (communicators are built then);
-    their host times are kept as "warmup"."""
-    unprofiled_steps: int | None = None
-    """Steps with the profiler off at the start of each cycle: the baseline of the profiler's
-    overhead. None: as many as ``active``."""
-    wait: int = 1
-    """``torch.profiler.schedule`` wait: steps skipped after the unprofiled ones."""
-    warmup: int = 1
-    """Steps traced and discarded before the active ones."""
-    active: int = 16
-    """Steps recorded per cycle: the ProfilerSteps in each trace file."""
-    repeat: int = 1
-    """Profiler cycles: one trace file per rank each."""
-    record_shapes: bool = True
-    """Record input shapes (the collectives' message sizes come from them)."""
-    with_stack: bool = False
-    """Record Python stacks in the traces (costly)."""
-    gzip: bool = False
-    """Write ``.pt.trace.json.gz``."""
-    device: str = "auto"
-    """"cuda": record CUDA activity too; "cpu": host activity only; "auto": "cuda" when the
-    backend is NCCL, or when CUDA is initialized in this process."""
-    cuda_sync_events: bool = True
-    """On CUDA, record CUDA synchronization events (``cuda_sync``: stream waits on events,
-    synchronizes), where this torch has the option."""
-    synchronize: bool = True
-    """On CUDA, ``torch.cuda.synchronize()`` at each ``step()`` before the step's host time
-    is taken (as ``overlapprof run`` does), so that a step's time includes its GPU work."""
-    quiet: bool = False
-    """Print nothing (otherwise: a line when recording without torch.distributed, and rank 0's
-    summary at the end, on stderr)."""
-
-    def steps_needed(self) -> int:
-        """Steps until the last cycle is recorded."""
-        return self.warmup_steps + self.repeat * (self.unprofiled() + self.wait + self.warmup + self.active)
-
-    def unprofiled(self) -> int:
-        return self.active if self.unprofiled_steps is None else self.unprofiled_steps
-
-    def check(self) -> None:
-        """ProfileError (one line) on a setting that cannot work."""
-        counts = {"warmup_steps": self.warmup_steps, "unprofiled_steps": self.unprofiled(),
-                  "wait": self.wait, "warmup": self.warmup}
-        for name, value in counts.items():
-            if not isinstance(value, int) or value < 0:
-                raise ProfileError(f"overlapprof.profile: {name} must be an integer >= 0, not {value!r}")
-        for name in ("active", "repeat"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ProfileError(f"overlapprof.profile: {name} must be an integer >= 1, not {value!r}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ProfileError(f"overlapprof.profile: device must be 'auto', 'cpu' or 'cuda', not {self.device!r}")
-        if self.run_id is not None and (not self.run_id or "/" in self.run_id or self.run_id in (".", "..")):
-            raise ProfileError(f"overlapprof.profile: run_id {self.run_id!r} is not a directory name")
-
-    def profiler_config(self) -> run_record.ProfilerConfig:
-        """run.json's ``profiler``."""
-        return run_record.ProfilerConfig(
-            warmup_steps=self.warmup_steps, unprofiled_steps=self.unprofiled(), wait=self.wait,
-            warmup=self.warmup, active=self.active, repeat=self.repeat,
-            record_shapes=self.record_shapes, with_stack=self.with_stack, gzip=self.gzip,
-            cuda_sync_events=self.cuda_sync_events)
-
-
 def profile(config: ProfileConfig | None = None, **settings) -> Profiler:
     """A :class:`Profiler` for your own loop: ``with overlapprof.profile(out=..., run_id=...) as
-    prof:`` on every rank, ``prof.step()`` after each step. ``settings`` are
-    :class:`ProfileConfig` fields (or pass a ``config``)."""
-    if config is not None and settings:
-        raise ProfileError("overlapprof.profile: pass a config or settings, not both")
-    return Profiler(config or ProfileConfig(**settings))
+    prof:`` on every rank, ``prof.step()`` after each step. The settings (keywords, or a
+    :class:`ProfileConfig` as ``config``), with their defaults:
+    """
+    return Profiler(settings_from(config, settings))
+
+
+# help(overlapprof.profile) and inspect.signature list every setting, made from ProfileConfig's
+# fields (the one list of them).
+profile.__signature__ = signature_of(profile)
+profile.__doc__ = inspect.cleandoc(profile.__doc__ or "") + "\n\n" + settings_help() + "\n"  # (python -OO: None)
 
 
 class Profiler:
@@ -152,6 +88,7 @@ class Profiler:
         self._traces: list[str] = []
         self._prof = None
         self._since = 0.0
+        self._meter = None  # local rank 0: the machine's load over the measured steps
 
     @property
     def done(self) -> bool:
@@ -166,6 +103,15 @@ class Profiler:
         import torch
         import torch.distributed as dist
 
+        _refuse_a_second_profiler(torch)
+        _ACTIVE.append(self)
+        try:
+            return self._enter(torch, dist)
+        except BaseException:
+            _ACTIVE.remove(self)
+            raise
+
+    def _enter(self, torch, dist) -> Profiler:
         distributed = dist.is_available() and dist.is_initialized()
         if distributed:
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
@@ -178,6 +124,8 @@ class Profiler:
             backend = None
             self._say("torch.distributed is not initialized: recording this process alone, as rank 0 of 1")
         self.device = self._resolve_device(torch, backend)
+        # torch warns at each new cycle that the last one's events are gone: each was saved, by design
+        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
         self.run_dir = self._open_run_dir(backend, dist if distributed else None)
         self._write(status="running", started=time.time(), host=directory.host(), pid=os.getpid(),
                     device=self._device_name(torch))
@@ -185,6 +133,11 @@ class Profiler:
                                               self._save_trace, skip_first=self.config.warmup_steps,
                                               cuda_sync_events=self.config.cuda_sync_events)
         self._prof.__enter__()
+        local_rank = _launcher_int(("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"), self.rank)
+        if local_rank == 0:  # one per node; the run is the launcher's processes (ours alone without one)
+            self._meter = LoadMeter(os.getppid() if distributed else os.getpid())
+            self._meter.at(self._kind())
+        self._announce()
         self._since = time.perf_counter()
         return self
 
@@ -262,6 +215,9 @@ class Profiler:
         if kind == "profiled":
             self._profiled.append(self._prof.step_num)
         self.steps += 1
+        if self._meter is not None:
+            self._meter.at(self._kind())
+        self._announce()
         self._prof.step()
         self._since = time.perf_counter()  # the profiler's own step() is no part of a step
 
@@ -271,17 +227,43 @@ class Profiler:
         self._metrics.setdefault(name, {}).setdefault(self._kind(), []).append(float(value))
 
     def _save_trace(self, prof) -> None:
-        self._traces.append(recording.save_trace(prof, self.run_dir, self.rank, self.config.gzip))
+        name = recording.save_trace(prof, self.run_dir, self.rank, self.config.gzip)
+        self._traces.append(name)
+        active, cycle = self.config.active, len(self._traces)
+        steps = self._profiled[(cycle - 1) * active:cycle * active]  # cycles are saved in order
+        if steps:  # ProfilerStep#N is step N + 1 of the loop
+            self._say0(f"recorded steps {steps[0] + 1}-{steps[-1] + 1} ({self._cycle(cycle)}"
+                       f"{'' if len(steps) == active else f', cut short: {len(steps)} of {active}'}"
+                       f"): {name}")
+
+    def _announce(self) -> None:
+        """Rank 0: a line when the next step begins a cycle's profiled steps."""
+        if self._kind() == "profiled" and len(self._profiled) % self.config.active == 0:
+            first = self.steps + 1
+            self._say0(f"recording steps {first}-{first + self.config.active - 1} of the loop "
+                       f"({self._cycle()}) into {self.run_dir}")
+
+    def _cycle(self, number=None) -> str:
+        number = number or len(self._profiled) // self.config.active + 1
+        return f"cycle {number} of {self.config.repeat}"
 
     # -- leaving -------------------------------------------------------------------------------
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if self._prof is None:
             return False
-        self._prof.__exit__(exc_type, exc, tb)  # saves the cycle in progress, if any
-        self._prof = None
+        try:
+            self._prof.__exit__(exc_type, exc, tb)  # saves the cycle in progress, if any
+        finally:
+            self._prof = None
+            _ACTIVE.remove(self)
+        if self._meter is not None:
+            self._meter.at(None)
         ended = time.time()
-        if exc_type is None:
+        short = self._shortfall()
+        if exc_type is None and short:
+            self._write(status="incomplete", error_kind="incomplete", error=short, ended=ended, **self._results())
+        elif exc_type is None:
             self._write(status="ok", ended=ended, **self._results())
         else:
             interrupted = issubclass(exc_type, KeyboardInterrupt)
@@ -312,19 +294,37 @@ class Profiler:
             except Exception as exc:  # noqa: BLE001 - a peer died: its record says why
                 self._say(f"rank {self.rank}: the closing barrier failed ({type(exc).__name__}: {first_line(exc)})")
 
+    def _shortfall(self) -> str | None:
+        """Why the loop ended before the schedule was recorded, and what to change (None: it
+        was recorded)."""
+        config, needed = self.config, self.config.steps_needed()
+        if self.steps >= needed:
+            return None
+        first = config.warmup_steps + config.unprofiled() + config.wait + config.warmup
+        cycle = f"{config.unprofiled()} unprofiled + {config.wait} wait + {config.warmup} warmup + {config.active} active"
+        told = (f"the loop ended after {self.steps} prof.step() call(s); the schedule needs {needed} (warmup_steps "
+                f"{config.warmup_steps} + {config.repeat} x ({cycle}); the first profiled step is step {first + 1}): "
+                f"{len(self._profiled)} of {config.repeat * config.active} profiled steps recorded")
+        change = ("call prof.step() once after each step of the loop" if self.steps == 0 else
+                  f"run at least {needed} steps (`while not prof.done:`), or ask for fewer (active, repeat, "
+                  "warmup_steps, unprofiled_steps)")
+        return f"{told}: {change}"
+
     def _finish(self, run) -> None:
-        needed = self.config.steps_needed()
-        if self.steps < needed:
-            first = self.config.warmup_steps + self.config.unprofiled() + self.config.wait + self.config.warmup
-            self._say(f"the loop ended after {self.steps} steps; the schedule has {needed} (the first profiled "
-                      f"step is step {first + 1}): {len(self._profiled)} profiled step(s) recorded")
         traces = sum(len(t) for t in run.traces.values())
+        short = blame.incomplete_rank(run)
+        if run.status == "incomplete" and short is not None:
+            who = "" if short[0] == self.rank else f"rank {short[0]}: "
+            then = (f"overlapprof analyze {self.run_dir} reads the profiled steps recorded" if traces
+                    else "nothing to analyze")
+            self._say(f"incomplete: {who}{short[1]}. {traces} trace(s) in {self.run_dir}; {then}")
+            return
         self._say(f"{run.status}: {self.world_size} rank(s), {traces} trace(s) in {self.run_dir}; "
                   f"{step_summary(run)}. Next: overlapprof analyze {self.run_dir}")
 
     def _results(self) -> dict:
         return {"step_times_ms": self._times, "profiled_steps": self._profiled, "metrics": self._metrics,
-                "traces": self._traces}
+                "traces": self._traces, "machine_load": self._meter.result() if self._meter is not None else None}
 
     def _write(self, **fields) -> None:
         run_record.update_rank(directory.rank_file(self.run_dir, self.rank), **fields)
@@ -332,6 +332,25 @@ class Profiler:
     def _say(self, line: str) -> None:
         if not self.config.quiet:
             print(f"overlapprof.profile: {line}", file=sys.stderr, flush=True)
+
+    def _say0(self, line: str) -> None:
+        if self.rank == 0:
+            self._say(line)
+
+
+_ACTIVE: list[Profiler] = []  # the profile() block recording in this process: one at a time
+
+
+def _refuse_a_second_profiler(torch) -> None:
+    """ProfileError (one line) while a profiler records in this process: two at once crash
+    torch's profiler (SIGSEGV, on every rank, the first run left "running")."""
+    if _ACTIVE:
+        raise ProfileError(f"overlapprof.profile: another overlapprof.profile block is recording in this process "
+                           f"(into {_ACTIVE[0].run_dir}): one at a time, so end it before entering another")
+    if torch._C._autograd._profiler_enabled():
+        raise ProfileError("overlapprof.profile: a torch profiler is recording in this process: one at a time, "
+                           "so end it (torch.profiler.profile, torch.autograd.profiler) before entering "
+                           "overlapprof.profile")
 
 
 def _schedule_kinds(config: ProfileConfig) -> list[str]:

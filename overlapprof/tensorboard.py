@@ -6,6 +6,9 @@ Scalars dashboard shows without any plugin::
 
     <run_dir>/scalars/rank{N}/events.out.tfevents.<...>.overlapprof
 
+A folder of traces outside a run directory (``tensorboard_trace_handler``'s, one file per process
+and profiler cycle) gets the same ``<folder>/scalars/``, its files analyzed as one job.
+
 TensorBoard names that run ``scalars/rank{N}`` (``<run_dir name>/scalars/rank{N}`` when the logdir
 is the folder above), so one chart of a tag overlays the ranks, and the variants when several run
 directories are viewed together.
@@ -152,22 +155,39 @@ def run_dirs_under(path: str | Path) -> list[Path]:
     return [path] if (path / RUN_FILE).is_file() else search(path)[0]
 
 
+def trace_folders_under(path: str | Path) -> dict[Path, list[Path]]:
+    """{folder: its trace files} of the folders at or below ``path`` that hold traces outside a
+    run directory (a ``tensorboard_trace_handler`` folder: one file per process and cycle)."""
+    from overlapprof.trace.discover import RUN_FILE, search
+
+    path = Path(path)
+    if (path / RUN_FILE).is_file():
+        return {}
+    folders: dict[Path, list[Path]] = {}
+    for f in search(path)[1]:
+        folders.setdefault(f.parent, []).append(f)
+    return folders
+
+
 def ensure_scalars(path: str | Path, log=None) -> list[Path]:
-    """Write the missing scalars of every run directory at or below ``path``; returns the run
-    directories written. A run that cannot be analyzed is reported through ``log(line)`` and
-    skipped."""
+    """Write the missing scalars of every run directory, and of every other folder of traces
+    (its files as one job: a ``tensorboard_trace_handler`` folder, its cycles included), at or
+    below ``path``; returns the folders written. One that cannot be analyzed is reported through
+    ``log(line)``, with the reason, and skipped."""
     from overlapprof.analysis import analyze
 
+    todo = [(run_dir, [str(run_dir)]) for run_dir in run_dirs_under(path)]
+    todo += [(folder, [str(f) for f in files]) for folder, files in trace_folders_under(path).items()]
     written = []
-    for run_dir in run_dirs_under(path):
-        if has_scalars(run_dir):
+    for folder, inputs in todo:
+        if has_scalars(folder):
             continue
         try:
-            if write_scalars(analyze([str(run_dir)]), run_dir):
-                written.append(run_dir)
+            if write_scalars(analyze(inputs), folder):
+                written.append(folder)
         except TensorBoardMissing:
             raise
         except OverlapprofError as exc:
             if log:
-                log(f"no scalars for {run_dir}: {exc}")
+                log(f"no scalars for {folder}: {exc}")
     return written

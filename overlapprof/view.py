@@ -159,7 +159,8 @@ def start(path: str | Path, port: int | None = None, *, scalars: bool = True, lo
     """Start TensorBoard with ``path`` (a run directory or a folder of them) as its logdir.
 
     ``port``: the preferred port (default 6006); when busy, another free one. ``scalars``: first
-    write the overlap scalars of run directories that lack them. ``log(line)`` gets notes.
+    write the overlap scalars of run directories (and other folders of traces) that lack them.
+    ``log(line)`` gets notes.
     Raises InputError for a path with nothing to show (:func:`check_logdir`), TensorBoardError when it won't start."""
     path = check_logdir(path)
     try:
@@ -171,9 +172,9 @@ def start(path: str | Path, port: int | None = None, *, scalars: bool = True, lo
     if scalars:
         from overlapprof.tensorboard import ensure_scalars
 
-        for run_dir in ensure_scalars(path, log=log):
+        for folder in ensure_scalars(path, log=log):
             if log:
-                log(f"wrote overlap scalars in {run_dir}/scalars")
+                log(f"wrote overlap scalars in {folder}/scalars")
     try:
         import torch_tb_profiler  # noqa: F401
     except ImportError:

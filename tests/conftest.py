@@ -209,3 +209,8 @@ def overlapprof_here(*args):
 
     with contextlib.chdir(REPO):
         return CliRunner().invoke(main, list(map(str, args)))
+
+
+# -- issue 39: a user's own job under torch.distributed.run (test_profiling.py) and a
+# tensorboard_trace_handler folder of 2 ranks x 2 cycles (test_handler_cycles.py), made per module.
+TORCH_FIXTURES = TORCH_FIXTURES | {"own_job", "handler_cycles"}

@@ -2,7 +2,8 @@
 an independent reference for the analyzer's numbers (tests/test_cuda_traces.py) and the classifier
 of scripts/device_check.py. It shares no code with overlapprof.
 
-- communication: kernels named ``*nccl*``/``*rccl*`` (any case), and any GPU activity (kernel,
+- communication: kernels of OVERLAP.md version 3's families (``*nccl*``, ``*rccl*``, NVSHMEM, DeepEP,
+  symmetric memory and multimem, the custom all-reduces, userbuffers, MSCCL++; any case), and any GPU activity (kernel,
   memcpy, memset) whose runtime call (same ``correlation``) starts inside a communication call
   (a ``cpu_op`` named ``record_param_comms`` or ``c10d::*``) on the same pid and tid;
 - compute: every other kernel.
@@ -19,7 +20,9 @@ from dataclasses import dataclass, field
 _OLD = {"Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset", "Runtime": "cuda_runtime",
         "Operator": "cpu_op"}
 _DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
-_COMM_KERNEL = re.compile("nccl|rccl", re.IGNORECASE)
+_COMM_KERNEL = re.compile("nccl|rccl|nvshmem|deep_?ep::|dpsk::ep|multimem_|symmetric_memory::|one_?shot_?all_?reduce|"
+                          "two_?shot_?all_?reduce|cross_device_reduce|allreduce_fusion_kernel|userbuffers|mscclpp",
+                          re.IGNORECASE)
 
 
 def load(path) -> dict:

@@ -64,6 +64,33 @@ def test_late_rank_is_named_with_what_it_was_doing(tmp_path):
     assert "rank 1" in r0.verdict or "late_peer" not in r0.verdict
 
 
+def test_a_late_rank_holding_most_of_the_exposure_comes_first_in_the_verdict(tmp_path):
+    """Rank 1 computes until 600, then joins the all_reduce rank 0 began at 100: rank 0 waits
+    500 µs of its 600 exposed (83%, half its step) for rank 1. The lever is rank 1's work, so the
+    verdict says that first (who, how much a step, what it was doing), then where the step stands
+    against its bound, which holds these transfers (a blocking trace: first-order) and compute."""
+    rank0 = [S.step(1, 0, 1000), *_allreduce(100, 600)]
+    rank1 = [S.step(1, 0, 1000), S.cpu_op("aten::mm", 0, 600), *_allreduce(600, 100)]
+    r0 = _analyze(tmp_path, {0: rank0, 1: rank1}).rank(0)
+    assert _causes(r0.exposure) == {"late_peer": 500, "no_window": 100}
+    first, _, rest = r0.verdict.partition("; behind it, ")
+    assert first == ("late-peer-limited: 83% of its exposed communication, 0.500 ms a step, waits for a late rank: "
+                     "rank 1, doing compute 100%: balance the ranks' work or issue earlier on the late rank"), r0.verdict
+    assert rest.split(":")[0] in ("overlap-limited", "host-bound", "communication-bound", "compute-bound"), rest
+    assert "within these transfers and this compute" in rest and "late_peer" not in rest
+
+
+@pytest.mark.parametrize("late_at, step_us", [(160, 1000), (600, 20_000)])
+def test_a_late_rank_is_not_first_when_it_holds_little(tmp_path, late_at, step_us):
+    """Not first when late_peer is under half of the exposure (60 of 160), or under a tenth of
+    the step (500 µs of a 20 ms step): then the verdict's first word is the bound's."""
+    rank0 = [S.step(1, 0, step_us), *_allreduce(100, late_at - 100 + 100)]
+    rank1 = [S.step(1, 0, step_us), S.cpu_op("aten::mm", 0, late_at), *_allreduce(late_at, 100)]
+    r0 = _analyze(tmp_path, {0: rank0, 1: rank1}).rank(0)
+    assert r0.exposure.late_peer_us == late_at - 100
+    assert not r0.verdict.startswith("late-peer-limited") and "behind it" not in r0.verdict, r0.verdict
+
+
 def test_the_late_rank_is_followed_to_the_one_not_waiting(tmp_path):
     """Rank 0 waits for rank 1 in one all_reduce (group a); rank 1 meanwhile waits for rank 2 in
     another (group b): rank 0's wait is put on rank 2, who was computing."""

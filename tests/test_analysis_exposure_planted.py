@@ -14,6 +14,7 @@ to it is measured, not asserted: benchmarks/cause_bench.py.)
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -71,7 +72,10 @@ def test_a_sleeping_rank_is_the_late_peer_its_peer_waited_for(planted):
     assert e.late_peer_activity.get("other", 0.0) >= 0.8 * e.late_peer_us  # rank 1 slept: neither
     assert e.largest()[0] == "late_peer"
     assert report.rank(1).exposure.late_peer_us < 0.2 * e.late_peer_us  # the sleeper hardly waits
-    assert "rank 1" in waiting.verdict
+    # the late rank is the lever: the verdict says so first, with what it was doing (issue 39 item 6)
+    assert waiting.verdict.startswith("late-peer-limited: ") and re.search(
+        r"waits for a late rank: (mostly )?rank 1\b[^:]*, doing other \d+%", waiting.verdict), waiting.verdict
+    assert "; behind it, " in waiting.verdict, waiting.verdict
 
 
 def test_a_host_sync_in_the_window_is_host_blocked(planted):

@@ -397,3 +397,23 @@ def test_own_outputs_are_not_traces(tmp_path):
     assert_one_line_error(cli(comparison), "saved comparison", f"overlapprof compare {comparison}")
     (traces / "timeline.json").write_bytes(timeline.read_bytes())
     assert [r.rank for r in overlapprof.analyze(traces, workers=1).ranks] == [0, 1]  # the timeline is no third rank
+
+
+@pytest.mark.parametrize("command", ["analyze", "compare"])
+def test_a_run_given_as_the_json_file_is_refused_with_the_hint(tmp_path, command):
+    """``--json RUN`` takes RUN as the JSON file's name (before: "Missing argument 'PATHS...'");
+    a folder as --json or --csv FILE is refused saying how to give both, and nothing is written."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text("{}")
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for args, says in (
+        (["--json", run], f"--json {run}: {run} is a run directory, not the file to write JSON to: give the file "
+                          f"first (--json FILE {run}), or '-' for stdout (--json - {run})"),
+        (["--csv", traces], f"--csv {traces}: {traces} is a folder, not the file to write CSV to: give the file "
+                            f"first (--csv FILE {traces}), or '-' for stdout (--csv - {traces})"),
+    ):
+        res = CliRunner().invoke(main, [command, *map(str, args)])
+        assert (res.exit_code, res.output) == (2, f"Error: {says}\n")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["run", "run.json", "traces"]

@@ -64,7 +64,11 @@ def test_numbers_follow_from_the_reports(reports):
     assert other.predicted_step_us == base.overlap_bound_us and base.predicted_step_us is None
     assert other.step_vs_predicted == pytest.approx(other.step_us / base.overlap_bound_us)
     if base.step_us > base.overlap_bound_us:
-        assert other.bound_reached == pytest.approx((base.step_us - other.step_us) / (base.step_us - base.overlap_bound_us))
+        share = (base.step_us - other.step_us) / (base.step_us - base.overlap_bound_us)
+        if other.beyond_bound is None:  # a share above 100% is never given: below the bound, what changed
+            assert other.bound_reached == pytest.approx(share) and share <= 1
+        else:
+            assert other.bound_reached is None and share > 1 and other.step_us < base.overlap_bound_us
     # gloo's waits inside c10d calls are warned, and so is noise (a short run's factors may be)
     from overlapprof.compare import noise_warnings
 
@@ -286,6 +290,14 @@ def test_a_comparison_the_machines_load_explains_is_not_trusted(tmp_path):
     text = compare_table.render(c)
     speedup_line = next(line for line in text.splitlines() if line.strip().startswith("step-time speedup"))
     assert speedup_line.endswith("not trusted (load)")
+    # every number derived from the same profiled steps is marked with it (issue 39 item 4), on the page too
+    assert {"exposed_saved_us", "step_vs_predicted", "bound_reached"} <= set(v.not_trusted)
+    for row in ("exposed communication saved, ms", "step / predicted", "share of what overlap could buy"):
+        assert next(line for line in text.splitlines() if line.strip().startswith(row)).endswith("not trusted (load)")
+    from overlapprof.renderers import columns, html
+
+    assert columns.cells(columns.PAGE_PREDICTED, v)[1:] == ["not trusted (load)"] * 2
+    assert "not trusted (load)" in html.render(c).split("numbers prediction")[1].split("</table>")[0]
     assert "  other processes' CPU, profiled steps" in text and "  load average (1 min), start-end" in text
     assert any(w.startswith("loaded: step-time speedup") and "not trusted: other processes took" in w
                and "rerun the comparison when the machine is quieter" in w for w in c.warnings), c.warnings

@@ -1,4 +1,4 @@
-"""Layouts users have: execution traces beside Kineto traces, two recordings of one process."""
+"""Layouts users have: execution traces beside Kineto traces, profiler cycles of one process."""
 
 from __future__ import annotations
 
@@ -43,15 +43,21 @@ def test_execution_trace_alone_is_refused_saying_what_it_is(tmp_path):
     assert res.exit_code == 2 and res.output.startswith("Error: ") and "execution trace" in res.output
 
 
-def test_one_worker_recorded_twice_is_refused_with_the_list(tmp_path):
+def test_workers_with_different_cycle_counts_are_refused_with_the_way_out(tmp_path):
+    """worker0 saved 2 profiler cycles, worker1 1: a second cycle would lack a rank, so the whole is
+    refused, naming --cycle 1, which keeps both ranks (the cycles of a real tensorboard_trace_handler
+    folder: test_handler_cycles.py)."""
     for span in ("1700000000001", "1700000090001"):
         shutil.copy(KINETO, tmp_path / f"worker0.{span}.pt.trace.json.gz")
     shutil.copy(KINETO, tmp_path / "worker1.1700000000002.pt.trace.json.gz")
-    with pytest.raises(InputError, match=r"2 recordings of 1 process.*worker0: worker0\.1700000000001\.pt\.trace\.json\.gz, "
-                                         r"worker0\.1700000090001"):
+    with pytest.raises(InputError, match=r"the processes saved different numbers of profiler cycles \(worker0 2, "
+                                         r"worker1 1\): a cycle would lack ranks; analyze the cycle every process "
+                                         r"has with --cycle N \(N up to 1\)"):
         overlapprof.analyze(tmp_path, comms=False)
     res = _run(*sorted(tmp_path.iterdir()))
-    assert res.exit_code == 2 and "different runs of one process" in res.output and "overlapprof compare" in res.output
+    assert res.exit_code == 2 and res.output.startswith(f"Error: {tmp_path}: the processes saved different numbers")
+    res = _run(tmp_path, "--cycle", 2)
+    assert res.exit_code == 2 and "--cycle 2: " in res.output and "give --cycle 1 to 1" in res.output
 
 
 def test_different_workers_are_ranks(tmp_path):

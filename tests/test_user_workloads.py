@@ -85,6 +85,25 @@ def test_fsdp_prefetching_hides_the_all_gathers(runs):
     assert gathers["async"] > gathers["sync"], gathers
 
 
+@pytest.mark.parametrize("variant", ("sync", "async"))
+def test_fsdp_reduce_scatter_is_not_an_all_reduce(runs, variant):
+    """gloo runs FSDP2's reduce-scatter (``c10d::_reduce_scatter_base_``) as an all-reduce on its
+    worker threads, recorded as ``gloo:all_reduce``; the trace holds no ``c10d::allreduce_``.
+    Those spans take the kind of the call that issued them (issue 39): no all_reduce operation
+    anywhere, and as many reduce_scatter and all_gather operations as calls."""
+    run = runs.dirs["fsdp", variant]
+    report = overlapprof.analyze(run, comm_ops=True)
+    for rank in report.ranks:
+        (path,) = run.glob(f"rank{rank.rank}.*.json")
+        names = [e["name"] for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
+        assert names.count("gloo:all_reduce") > 0 and names.count("c10d::allreduce_") == 0
+        counts = {k.kind: k.count for k in rank.kinds}
+        assert counts == {"reduce_scatter": names.count("c10d::_reduce_scatter_base_"),
+                          "all_gather": names.count("c10d::_allgather_base_")}, counts
+        assert {r.kind for r in rank.comm_records if r.name == "gloo:all_reduce"} == {"reduce_scatter"}
+    assert {i.kind for i in report.crossrank.instances} == {"reduce_scatter", "all_gather"}
+
+
 def test_a_wrong_result_fails_the_rank(tmp_path):
     """An async variant whose result differs from the sync one's fails, saying so (run.json and stderr)."""
     proc = _overlapprof("run", REPO / "tests" / "workloads" / "wrong_result.py", "--nproc", 2, "--variant", "async",

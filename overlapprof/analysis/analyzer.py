@@ -9,6 +9,7 @@ run, and adds the cross-rank summary.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass, field, replace
@@ -21,7 +22,7 @@ from overlapprof.analysis.crossrank.section import build_crossrank
 from overlapprof.analysis.exposure import explain
 from overlapprof.analysis.exposure.inputs import ExposureInput, exposure_input
 from overlapprof.analysis.options import AnalyzeOptions
-from overlapprof.analysis.rank.classify import compile_comm_annotations, compile_comm_kernels
+from overlapprof.analysis.rank.classify import compile_comm_annotations, compile_comm_kernels, lookalikes_warning
 from overlapprof.analysis.rank.events import RankEvents, filtered, last_step_dropped, rank_events
 from overlapprof.analysis.rank.metrics import rank_report, summarize
 from overlapprof.analysis.rank.unions import rank_unions
@@ -64,6 +65,7 @@ class RankResult:
     hta_steps: frozenset[str] | None = None  # --like-hta: the rank's ProfilerStep names
     exposure_input: ExposureInput | None = None  # the rank's share of the causes of exposure (with crossrank_input)
     recording: tuple | None = None  # what identifies the recording's content (see _one_recording_each)
+    lookalikes: dict[str, int] = field(default_factory=dict)  # compute kernels named like communication: counts
 
 
 def _apply_filters(ev: RankEvents, options: Options, label: str, warnings: list[str]) -> None:
@@ -93,22 +95,26 @@ def _window(bounds: tuple[float, float] | None, base_ns: int | None) -> tuple[fl
     return lo + base_us(base_ns), hi + base_us(base_ns)
 
 
-def analyze_group(files: list[str], options: Options, decode_workers: int = 1, range_pool=None) -> RankResult:
+def analyze_group(files: list[str], options: Options, decode_workers: int = 1, range_pool=None,
+                  ends: dict | None = None) -> RankResult:
     """Decode, classify and measure one rank's files (a large file in ``decode_workers``
     processes: forked here, or ``range_pool``'s, see :func:`~overlapprof.analysis.rank.parallel_scan.read`).
-    Errors come back in ``error``."""
+    ``ends``: the absolute path of a rank's first file -> the sends whose communication ends at
+    their partner's receive (:func:`~overlapprof.analysis.rank.events.ends_at_peer`). Errors come
+    back in ``error``."""
     result = RankResult(files=[str(f) for f in files])
+    ends = ends.get(os.path.abspath(files[0])) if ends else None
     label = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} files)"
     comm_re, comm_ann = compile_comm_kernels(options.comm_kernels), compile_comm_annotations(options.comm_backends)
     try:
         if options.bounded_memory:
             from overlapprof.analysis.rank import bounded
 
-            ev = bounded.measure([str(f) for f in files], comm_re, comm_ann, options, label, decode_workers)
+            ev = bounded.measure([str(f) for f in files], comm_re, comm_ann, options, label, decode_workers, ends)
         else:
             ev = rank_events(files, comm_re, records=options.comm_records or options.crossrank,
                              record_own_args=options.comm_records, comm_ann=comm_ann, workers=decode_workers,
-                             range_pool=range_pool)
+                             range_pool=range_pool, ends=ends)
         infos = [t.distributedInfo for t in ev.headers if t.distributedInfo is not None]
         ranks = {i.rank for i in infos if i.rank is not None}
         if len(ranks) > 1:
@@ -127,6 +133,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
                         if ev.mode == "cpu" else "read in GPU mode")
             result.warnings.append(f"{label}: device activity of categories OVERLAP.md does not classify left out "
                                    f"({measured}): {shown}")
+        result.lookalikes = ev.lookalikes
         if ev.negative_durations:
             result.warnings.append(f"{label}: {ev.negative_durations} events with a negative 'dur' count as zero-length")
         if options.bounded_memory:
@@ -169,11 +176,12 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
 
 def _run_groups(
     groups: list[TraceGroup], options: Options, workers: int | None, progress, warnings: list[str],
-    dask_scheduler=None,
+    dask_scheduler=None, ends: dict | None = None,
 ) -> list[RankResult]:
     """Analyze each group: on a Dask cluster when a scheduler is given, else in worker
     processes when there are several and it pays; a single group decodes a large file in
-    ``workers`` processes."""
+    ``workers`` processes (``ends``: see :func:`analyze_group`)."""
+    work = functools.partial(analyze_group, ends=ends) if ends else analyze_group
     total = len(groups)
     sizes = [g.size for g in groups]
     if workers is None:
@@ -199,7 +207,7 @@ def _run_groups(
                 result.report.files = jobs[k]
             finish(k, result)
 
-        run_on_dask(dask_scheduler, analyze_group, [[os.path.abspath(p) for p in files] for files in jobs], sizes,
+        run_on_dask(dask_scheduler, work, [[os.path.abspath(p) for p in files] for files in jobs], sizes,
                     (options,), as_given, ranges=True)
         return results
     if workers > 1 and total > 1 and sum(sizes) >= PARALLEL_MIN_BYTES:
@@ -213,7 +221,7 @@ def _run_groups(
         try:
             with ProcessPoolExecutor(max_workers=min(workers, total), mp_context=context) as pool:
                 order = sorted(range(total), key=lambda k: -sizes[k])  # largest first: none starts last
-                futures = {pool.submit(analyze_group, jobs[k], options): k for k in order}
+                futures = {pool.submit(work, jobs[k], options): k for k in order}
                 for future in as_completed(futures):
                     finish(futures[future], future.result())
         except (BrokenProcessPool, OSError) as exc:  # a worker died (out of memory?) or none could start
@@ -221,7 +229,7 @@ def _run_groups(
     for k, files in enumerate(jobs):
         if results[k] is None:
             # one rank: its files are decoded by the workers (ranks in the pool decode alone)
-            finish(k, analyze_group(files, options, decode_workers=workers) if total == 1 else analyze_group(files, options))
+            finish(k, work(files, options, decode_workers=workers) if total == 1 else work(files, options))
     return results
 
 
@@ -273,6 +281,19 @@ def _one_recording_each(results: list[RankResult]) -> None:
             raise InputError(
                 f"{first.files[0]} and {r.files[0]} hold the same recording ({r.report.events} events at the same "
                 f"times), not two ranks: analyze one of them (overlapprof analyze {first.files[0]})")
+
+
+def _cycles_of_one_recording(results: list[RankResult]) -> None:
+    """InputError when a rank's files (its profiler cycles) repeat a ProfilerStep: recordings of
+    two runs under one worker name (a second run into the same folder), not one profiler's cycles."""
+    for r in results:
+        steps = [s.step for s in r.report.steps]
+        if len(r.files) > 1 and len(set(steps)) < len(steps):
+            twice = next(s for s in steps if steps.count(s) > 1)
+            raise InputError(
+                f"{r.files[0]}: ProfilerStep#{twice} is in two of rank {r.report.rank}'s {len(r.files)} files "
+                f"({', '.join(Path(f).name for f in r.files[:4])}{' ...' if len(r.files) > 4 else ''}): two runs "
+                "under one worker name, not the profiler cycles of one process: analyze each run's files apart")
 
 
 def _check_one_run(results: list[RankResult]) -> None:
@@ -330,7 +351,7 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
     asked = replace(options, **fields) if options is not None else AnalyzeOptions(**fields)
     recorded = asked.recorded()
     workers, progress, dask_scheduler = asked.workers, asked.progress, asked.dask_scheduler
-    inputs = discover(paths)
+    inputs = discover(paths, cycle=recorded.cycle)
     warnings: list[str] = list(inputs.notes)
     if _over_budget(inputs.groups, workers, asked, warnings):
         recorded = asked.recorded(bounded_memory=True)
@@ -344,9 +365,16 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
         raise spill  # the machine's problem, not a bad trace's: no rank is skipped for it
     warnings += [f"skipped {r.error}" for r in failed]
     results, groups = [r for r, _ in good], [g for _, g in good]
+    if (line := lookalikes_warning([r.lookalikes for r in results])) is not None:
+        warnings.append(line)
     _settle_ranks(results, groups)
     _check_one_run(results)
     _one_recording_each(results)
+    _cycles_of_one_recording(results)
+    matching = []
+    crossrank = _cross_rank(results, recorded, matching)
+    if matching:
+        crossrank = _ends_from_peers(results, groups, recorded, matching, crossrank, workers, warnings, dask_scheduler)
     if recorded.like_hta:
         from overlapprof.analysis import like_hta
 
@@ -365,8 +393,6 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
     if len(modes) > 1:
         cpu = [r.rank for r in ranks if r.mode == "cpu"]
         warnings.append(f"ranks {cpu} have no GPU kernels and are read in CPU mode, the others in GPU mode")
-    matching = []
-    crossrank = _cross_rank(results, recorded, matching)
     if recorded.lanes:
         from overlapprof.analysis.lanes import place
 
@@ -375,7 +401,8 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
         version=__version__,
         inputs=[str(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)],
         options=recorded,
-        filters=[text for name, text in FILTER_TEXT.items() if getattr(recorded, name)],
+        filters=[text for name, text in FILTER_TEXT.items() if getattr(recorded, name)]
+        + ([f"--cycle {recorded.cycle}: each rank's profiler cycle {recorded.cycle} alone"] if recorded.cycle else []),
         ranks=ranks,
         summary=summarize(ranks),
         warnings=warnings,
@@ -391,6 +418,35 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
     report.exposure_notes += explain(report, inputs, matching[0] if matching and inputs else None, run,
                                      recorded.reference_bandwidth, recorded.comm_records)
     return Analyzed(report, matching[0] if matching else None, inputs)
+
+
+def _ends_from_peers(results: list[RankResult], groups: list[TraceGroup], options: Options, matching: list, crossrank,
+                     workers, warnings: list[str], dask_scheduler):
+    """OVERLAP.md section 1: an async send matched to a receive its thread waited for ends by the
+    receive's end. The ranks whose sends that cuts are measured again with those ends (so every metric is still
+    computed once, from the classified intervals), and the cross-rank section is built again from
+    them; every CPU rank with send/recv gets its :class:`~overlapprof.report.PointToPoint`.
+    ``results`` and ``matching`` (a list of one Matching) are updated in place; returns the
+    cross-rank section (``crossrank``, or the one built again)."""
+    from overlapprof.analysis.crossrank.transfer_ends import partner_ends
+
+    found = partner_ends(matching[0], {r.report.rank for r in results if r.report.mode == "cpu"})
+    again = [k for k, r in enumerate(results) if r.report.rank in found.ends]
+    if again:
+        ends = {os.path.abspath(results[k].files[0]): found.ends[results[k].report.rank] for k in again}
+        # (no progress: the ranks were counted once)
+        fresh = _run_groups([groups[k] for k in again], options, workers, None, warnings, dask_scheduler, ends)
+        for k, new in zip(again, fresh):
+            if new.error is not None:
+                raise new.error
+            old = results[k]
+            new.report.rank, new.report.rank_source = old.report.rank, old.report.rank_source
+            results[k] = new
+        matching.clear()
+        crossrank = _cross_rank(results, options, matching)
+    for r in results:
+        r.report.p2p = found.p2p.get(r.report.rank)
+    return crossrank
 
 
 def _memory_available() -> int | None:

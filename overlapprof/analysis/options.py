@@ -32,6 +32,11 @@ class AnalyzeOptions:
     comm_backends: Sequence[str] | str = ()
     """CPU mode: backend names whose ``<backend>:<op>`` annotations are communication besides
     OVERLAP.md's (gloo, nccl, mpi, ucc, xccl, hccl) (``--comm-backend``); default none."""
+    cycle: int | None = None
+    """Only each rank's N-th profiler cycle (1: the first), of a run directory recorded with
+    ``--repeat`` or of a folder of ``tensorboard_trace_handler`` files whose processes saved
+    several (``--cycle``; recorded as ``Options.cycle``); default None: every cycle, each
+    rank's cycles together."""
     allow_partial: bool = False
     """A rank whose trace is bad becomes a warning instead of an error (``--allow-partial``);
     default off."""
@@ -97,7 +102,10 @@ class AnalyzeOptions:
         for b in backends:
             if not re.fullmatch(r"[A-Za-z0-9_]+", b):
                 raise InputError(f"comm backend {b!r} is not a backend name (letters, digits and '_')")
+        if self.cycle is not None and (not isinstance(self.cycle, int) or self.cycle < 1):
+            raise InputError(f"--cycle {self.cycle!r}: a profiler cycle's number, 1 for the first")
         return Options(
+            cycle=self.cycle,
             comm_kernels=patterns,
             comm_backends=backends,
             drop_last_step=self.drop_last_step or self.like_hta,

@@ -8,7 +8,7 @@ import click
 
 from overlapprof.cli.common import (MEMORY_BUDGET, ProgressBar, analyze_options, command, reading_options,
                                     unwind_on_sigterm)
-from overlapprof.cli.formats import emit_outputs, output_options, planned_outputs
+from overlapprof.cli.formats import emit_outputs, not_an_input, output_options, planned_outputs
 
 
 def _cluster(address, scheduler_file, timeout, workers):
@@ -33,8 +33,10 @@ def _cluster(address, scheduler_file, timeout, workers):
               help="Rows of the table and CSV: one per rank, per ProfilerStep or per kind of communication; "
                    "collective: collectives matched across ranks (wait vs transfer, stragglers, bandwidth).")
 @click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+              callback=not_an_input,
               help="The full report as JSON, to FILE or (alone, or '-') to stdout instead of the table.")
 @click.option("--csv", "csv_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+              callback=not_an_input,
               help="The --by rows as CSV, to FILE or (alone, or '-') to stdout instead of the table.")
 @output_options("report")
 @click.option("--comm-backend", "comm_backends", multiple=True, metavar="NAME",

@@ -133,7 +133,7 @@ class ProgressBar:
 
 def reading_options(command):
     """The options that change how traces are read, shared by analyze, compare, report and plot:
-    --comm-kernel, the HTA filters, --no-comms, --align-clocks, --allow-partial,
+    --comm-kernel, the HTA filters, --no-comms, --align-clocks, --cycle, --allow-partial,
     --reference-bandwidth, -q."""
     for decorator in reversed([
         click.option("--comm-kernel", "comm_kernels", multiple=True, metavar="REGEX",
@@ -148,6 +148,10 @@ def reading_options(command):
         click.option("--align-clocks", is_flag=True,
                      help="Align the clocks of different hosts (of every rank, when traces name no host) so that "
                           "matched collectives end together; the offsets are reported."),
+        click.option("--cycle", type=click.IntRange(min=1), default=None, metavar="N",
+                     help="Only each rank's N-th profiler cycle (1: the first), of a run recorded with --repeat or "
+                          "of a folder of tensorboard_trace_handler files whose processes saved several (default: "
+                          "every cycle, each rank's together)."),
         click.option("--allow-partial", is_flag=True,
                      help="Report the good ranks when some traces are bad (each bad one becomes a warning)."),
         click.option("--reference-bandwidth", metavar="RATE", default=None,
@@ -169,7 +173,7 @@ def analyze_options(kw: dict, **fields):
     reading = {"comm_kernels": kw.pop("comm_kernels"), "drop_last_step": kw.pop("drop_last_step"),
                "require_launch": kw.pop("require_launch"), "allow_partial": kw.pop("allow_partial"),
                "align_clocks": kw.pop("align_clocks"), "comms": not kw.pop("no_comms"),
-               "reference_bandwidth": kw.pop("reference_bandwidth")}
+               "reference_bandwidth": kw.pop("reference_bandwidth"), "cycle": kw.pop("cycle")}
     if "memory_budget" in kw:
         reading["memory_budget"] = kw.pop("memory_budget")
     return AnalyzeOptions(**reading, **fields)

@@ -7,22 +7,28 @@ from pathlib import Path
 import click
 
 from overlapprof.cli.common import analysis_options, analyze_options, command, fail, load_comparison
-from overlapprof.cli.formats import emit_outputs, output_options, planned_outputs
+from overlapprof.cli.formats import emit_outputs, not_an_input, output_options, planned_outputs
 
 
 @command("compare")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+              callback=not_an_input,
               help="The full comparison (numbers and the reports) as JSON, to FILE or (alone, or '-') "
                    "to stdout instead of the table.")
 @click.option("--csv", "csv_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+              callback=not_an_input,
               help="One row per variant as CSV, to FILE or (alone, or '-') to stdout instead of the table.")
 @output_options("comparison")
 @analysis_options
 def compare(paths, json_out, csv_out, labels, quiet, **kw):
     """Compare runs: step time, communication, exposed communication, overlap ratio and compute
     per variant, and against the first (the baseline): speedup, exposed communication saved,
-    compute slowdown; plus each variant's bound (step - exposed).
+    compute slowdown. Each variant has two bounds: the comm-free bound (step - exposed
+    communication: the step if communication cost nothing) and the overlap bound (the shortest
+    step overlap could give, holding the run's compute and its windows, or transfers, fixed). The
+    baseline's overlap bound is the prediction for the others: step / predicted, and the share of
+    what overlap could buy, or, for a variant below a bound, what it changed.
 
     PATHS are run directories of `overlapprof run`, folders or files of traces (one variant
     each), saved reports (`analyze --json FILE`), or one saved comparison (`compare --json FILE`).

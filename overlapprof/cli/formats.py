@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import click
 
@@ -62,6 +63,18 @@ def output_options(subject: str):
             help="What to write (to stdout, or to -o FILE) instead of the table:")(command)
 
     return decorate
+
+
+def not_an_input(ctx, param, value):
+    """Click callback of ``--json``/``--csv [FILE]``: a FILE that is an existing folder was meant
+    as the input (``--json RUN`` takes RUN as the file's name, and then says PATHS is missing), so
+    it is refused with the two ways to say it."""
+    if value is not None and value != "-" and Path(value).is_dir():
+        opt = param.opts[0]
+        what = "a run directory" if (Path(value) / "run.json").is_file() else "a folder"
+        fail(f"{opt} {value}: {value} is {what}, not the file to write {opt[2:].upper()} to: give the file first "
+             f"({opt} FILE {value}), or '-' for stdout ({opt} - {value})")
+    return value
 
 
 # The default output's module, imported alone: a plain run imports no other renderer.

@@ -17,7 +17,8 @@ OFFLINE_NOTE = ("offline, the Scalars tab works (the overlap metrics per step an
 @click.option("--port", type=click.IntRange(min=1, max=65535), default=6006, show_default=True,
               help="Port to serve on (127.0.0.1 only); when busy, a free one is picked.")
 @click.option("--no-scalars", is_flag=True,
-              help="Do not write the overlap scalars of run directories that lack them.")
+              help="Do not write the overlap scalars of run directories (and other folders of traces) that "
+                   "lack them.")
 @click.option("-q", "--quiet", is_flag=True, help="No notes on stderr (the URL is still printed).")
 def view(path, port, no_scalars, quiet):
     """Start TensorBoard on PATH (a run directory or a folder of them), bound to 127.0.0.1, and
@@ -26,7 +27,8 @@ def view(path, port, no_scalars, quiet):
     The PyTorch Profiler tab (torch-tb-profiler) shows each run's traces, one worker per rank,
     with a Distributed view for collectives; the Scalars tab shows the overlap metrics per step
     and rank (overlap/ratio, overlap/exposed_comm_us, ...), written into <run>/scalars/ first
-    where missing.
+    where missing (a folder of tensorboard_trace_handler traces gets <folder>/scalars/; one that
+    cannot be analyzed is named, with the reason).
     """
     from overlapprof import view as tb_view
 

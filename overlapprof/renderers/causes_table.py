@@ -10,7 +10,7 @@ from collections import Counter
 
 from overlapprof.renderers import columns as C
 from overlapprof.renderers.format import count, factor, human_bytes, late_ranks, ms, text_table
-from overlapprof.report import CAUSES, Report
+from overlapprof.report import CAUSES, Report, held_fixed
 
 CSV_CAUSES = [f"{c}_us" for c in CAUSES] + ["slow_transfer_us"]
 
@@ -56,7 +56,7 @@ def summary_lines(report: Report) -> list[str]:
         lines.append(f"bounds (rank {r.rank}, medians per step): step {ms(r.median_step_us)} ms; comm-free "
                      f"{ms(r.comm_free_bound_us)} ms ({factor(r.comm_free_speedup)}: the ceiling of any "
                      f"communication fix); overlap {ms(r.overlap_bound_us)} ms ({factor(r.overlap_bound_speedup)}: "
-                     f"what overlap could buy)")
+                     f"what overlap could buy within {held_fixed(r.overlap_bound_form)})")
     lines.extend(f"note: {n}" for n in report.exposure_notes)
     return lines
 

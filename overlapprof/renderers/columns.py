@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from overlapprof.renderers.compare_table import judged, share
-from overlapprof.renderers.format import (count, factor, gbps, human_bytes, late_activity, late_ranks, ms, percent, portion,
-                                          saved_ms)
+from overlapprof.renderers.compare_table import judged, reached, saved, share
+from overlapprof.renderers.format import count, factor, gbps, human_bytes, late_activity, late_ranks, ms, percent
 from overlapprof.report import CAUSES
 
 
@@ -112,11 +111,10 @@ BANDWIDTH = (Column("kind", "kind"), Column("group_size", "n", "", count), Colum
 PAGE_VARIANTS = (_time("step_us", "step"), _time("exposed_comm_us", "exposed"), _share("overlap_ratio", "overlap"),
                  _time("compute_us", "compute"), _time("comm_free_bound_us", "comm-free bound"),
                  _time("overlap_bound_us", "overlap bound"), Column("", "speedup", "", lambda v: judged(v, "speedup")),
-                 Column("", "exposed saved", "ms", lambda v: saved_ms(v.exposed_saved_us, v.exposed_saved_frac)),
+                 Column("", "exposed saved", "ms", saved),
                  Column("", "compute slowdown", "", lambda v: judged(v, "compute_slowdown")))
 PAGE_HOST = (Column("host_unprofiled_step_us", "host step ms (unprofiled)", "", ms),
              Column("", "host speedup", "", lambda v: judged(v, "host_speedup")))
 PAGE_LOAD = (Column("", "others' CPU", "", lambda v: " / ".join(share(v, k) for k in ("unprofiled", "profiled"))),)
-PAGE_PREDICTED = (_time("step_us", "step"), Column("", "step / predicted", "", lambda v: factor(v.step_vs_predicted,
-                                                                                              v.step_vs_predicted_ci)),
-                  Column("", "share of what overlap could buy", "", lambda v: portion(v.bound_reached, v.bound_reached_ci)))
+PAGE_PREDICTED = (_time("step_us", "step"), Column("", "step / predicted", "", lambda v: judged(v, "step_vs_predicted")),
+                  Column("", "share of what overlap could buy", "", reached))

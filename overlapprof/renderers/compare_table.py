@@ -42,14 +42,14 @@ def _rows(c: Comparison) -> list[tuple[str, object]]:
          lambda v: factor(v.overlap_bound_speedup, v.overlap_bound_speedup_ci)),
         (f"vs baseline {c.baseline}:", None),
         ("  step-time speedup", lambda v: judged(v, "speedup")),
-        ("  exposed communication saved, ms", lambda v: saved_ms(v.exposed_saved_us, v.exposed_saved_frac)),
+        ("  exposed communication saved, ms", saved),
         ("  compute slowdown (compute / baseline's)", lambda v: judged(v, "compute_slowdown")),
     ]
     if c.variants[0].overlap_bound_us is not None:
         rows += [
             (f"  predicted: {c.baseline}'s overlap bound, ms", lambda v: ms(v.predicted_step_us)),
-            ("  step / predicted", lambda v: factor(v.step_vs_predicted, v.step_vs_predicted_ci)),
-            ("  share of what overlap could buy", lambda v: portion(v.bound_reached, v.bound_reached_ci)),
+            ("  step / predicted", lambda v: judged(v, "step_vs_predicted")),
+            ("  share of what overlap could buy", reached),
         ]
     if any(v.link for v in c.variants):
         rows.append(("link (one medium shared by all ranks)", lambda v: v.link or PLACEHOLDER))
@@ -77,11 +77,36 @@ NOT_TRUSTED = "not trusted (load)"
 
 
 def judged(v, field: str, interval: bool = True) -> str:
-    """A factor (``speedup``, ``host_speedup``, ``compute_slowdown``) with its interval, or
-    :data:`NOT_TRUSTED` where the machine's load change explains it (``v.not_trusted``)."""
+    """A factor (``speedup``, ``host_speedup``, ``compute_slowdown``, ``step_vs_predicted``) with
+    its interval, or :data:`NOT_TRUSTED` where the machine's load change explains it
+    (``v.not_trusted``)."""
     if field in v.not_trusted:
         return NOT_TRUSTED
     return factor(getattr(v, field), getattr(v, f"{field}_ci") if interval else None)
+
+
+def saved(v) -> str:
+    """The exposed communication saved, or :data:`NOT_TRUSTED` (``v.not_trusted``)."""
+    return NOT_TRUSTED if "exposed_saved_us" in v.not_trusted else saved_ms(v.exposed_saved_us, v.exposed_saved_frac)
+
+
+# What a variant whose step is below a bound of the baseline changed (VariantStats.beyond_bound), and what
+# the bound it went below holds fixed.
+BEYOND = {"windows": ("overlap bound", "windows and compute"), "transfers": ("overlap bound", "transfers and compute"),
+          "compute": ("comm-free bound", "compute and idle time")}
+
+
+def reached(v) -> str:
+    """The share of what overlap could buy, never above 100%: where the variant went below the
+    baseline's bound, what it changed (or that it reached the bound, within noise);
+    :data:`NOT_TRUSTED` where the load explains it."""
+    if "bound_reached" in v.not_trusted:
+        return NOT_TRUSTED
+    if v.beyond_bound == "noise":
+        return "at the bound (within noise)"
+    if v.beyond_bound is not None:
+        return f"beyond the bound: changed its {v.beyond_bound}"
+    return portion(v.bound_reached, v.bound_reached_ci)
 
 
 def share(v, kind: str) -> str:
@@ -104,7 +129,9 @@ def notes(c: Comparison, report_warnings: bool = True) -> list[str]:
     return [
         basis,
         "comm-free bound = the step if communication cost nothing (the ceiling of any communication fix);",
-        "  overlap bound = the shortest step overlap could give (OVERLAP.md section 6: windows, lock-step, link, cores)",
+        "  overlap bound = the shortest step overlap could give (OVERLAP.md section 6: windows, lock-step, link, cores);",
+        "  both hold the run's compute fixed, the overlap bound its windows (first-order: its transfers) too:",
+        "  a variant that changes them can go below them",
         *_predictions(c),
         *(f"verdict {v.label}: {v.verdict}" for v in c.variants if v.verdict),
         f"[low-high] = {100 * CI_LEVEL:.0f}% bootstrap interval over the samples (seeded, {BOOTSTRAP} resamples)",
@@ -127,10 +154,24 @@ def _predictions(c: Comparison) -> list[str]:
     for v in c.variants[1:]:
         if v.step_us is None or v.step_vs_predicted is None:
             continue
-        reached = (f"{v.label} reached {portion(v.bound_reached, v.bound_reached_ci)} of what overlap could buy"
-                   if v.bound_reached is not None else f"{base.label} is at its overlap bound already")
-        out.append(f"predicted: {reached} (step {ms(v.step_us)} ms vs {base.label}'s overlap bound "
-                   f"{ms(base.overlap_bound_us)} ms: {factor(v.step_vs_predicted, v.step_vs_predicted_ci)})")
+        against = f"step {ms(v.step_us)} ms vs {base.label}'s overlap bound {ms(base.overlap_bound_us)} ms"
+        if "bound_reached" in v.not_trusted:
+            out.append(f"predicted: {v.label} {NOT_TRUSTED} ({against}; the load explains the difference)")
+        elif v.beyond_bound == "noise":
+            out.append(f"predicted: {v.label} reached {base.label}'s overlap bound, within the spread ({against}: "
+                       f"{factor(v.step_vs_predicted, v.step_vs_predicted_ci)}): no share above 100% is given")
+        elif v.beyond_bound is not None:
+            bound, fixed = BEYOND[v.beyond_bound]
+            at = base.comm_free_bound_us if v.beyond_bound == "compute" else base.overlap_bound_us
+            also = (f" (compute {judged(v, 'compute_slowdown')} {base.label}'s)"
+                    if v.beyond_bound == "compute" and v.compute_slowdown is not None else "")
+            out.append(f"predicted: {v.label}'s step {ms(v.step_us)} ms is below {base.label}'s {bound} {ms(at)} ms "
+                       f"beyond the spread: the bound holds {base.label}'s {fixed} fixed, so {v.label} changed its "
+                       f"{v.beyond_bound}{also}: not a share of what overlap could buy")
+        else:
+            reached_ = (f"{v.label} reached {portion(v.bound_reached, v.bound_reached_ci)} of what overlap could buy"
+                        if v.bound_reached is not None else f"{base.label} is at its overlap bound already")
+            out.append(f"predicted: {reached_} ({against}: {factor(v.step_vs_predicted, v.step_vs_predicted_ci)})")
     return out
 
 

@@ -150,7 +150,7 @@ def _runs(page: Page) -> str:
 
 def _definitions(page: Page) -> str:
     rows = [
-        ["comm", "|U(comm)|: union of communication intervals (NCCL/RCCL kernels; on CPU, "
+        ["comm", "|U(comm)|: union of communication intervals (communication-library kernels: NCCL/RCCL, ...; on CPU, "
                  "&lt;backend&gt;:&lt;op&gt; spans)"],
         ["compute", "|U(compute)|: union of the other kernels (CPU: cpu_op spans)"],
         ["hidden (overlapped)", "|U(comm) ∩ U(compute)|"],

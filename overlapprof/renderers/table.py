@@ -19,7 +19,7 @@ BY = ("rank", "step", "kind", "collective")
 
 
 _MODES = {
-    "gpu": "NCCL/RCCL kernels vs other kernels, all streams pooled",
+    "gpu": "communication-library kernels (NCCL/RCCL, ...) vs other kernels, all streams pooled",
     "cpu": "c10d::* calls and <backend>:<op> annotations vs cpu_ops",
 }
 
@@ -67,6 +67,22 @@ def unmeasured_devices(report: Report) -> str | None:
             "<backend>:<op> annotations as communication")
 
 
+def p2p_lines(report: Report) -> list[str]:
+    """What is known of the async send/recv operations' ends (OVERLAP.md section 1), a line each
+    for the sends cut at their matched receive's end and for the spans that are upper bounds."""
+    ranks = [r for r in report.ranks if r.p2p is not None]
+    cut = [f"rank {r.rank} {r.p2p.ends_from_peer}" for r in ranks if r.p2p.ends_from_peer]
+    upper = [f"rank {r.rank} {r.p2p.upper_bound} ({ms(r.p2p.upper_bound_us)} ms)" for r in ranks if r.p2p.upper_bound]
+    lines = []
+    if cut:
+        lines.append("async sends whose communication ends at the end of the receive matched to them (one its "
+                     "thread waited for): " + ", ".join(cut))
+    if upper:
+        lines.append("upper bound: async send/recv spans that end at their wait(), and nothing shows when their "
+                     "transfer ended (a receive its thread waited for, on the peer, would): " + ", ".join(upper))
+    return lines
+
+
 def summary_lines(report: Report) -> list[str]:
     """The cross-rank summary and the notes (modes, rank sources, filters, warnings)."""
     s = report.summary
@@ -89,6 +105,7 @@ def summary_lines(report: Report) -> list[str]:
     if (straggler := ct.straggler_line(report)) is not None:
         lines.append(straggler)
     lines += causes_table.summary_lines(report)
+    lines += p2p_lines(report)
     if s.median_step_us is not None:
         lines.append(f"step time: median {ms(s.median_step_us)} ms, p90 {ms(s.p90_step_us)} ms")
     for r in report.ranks:

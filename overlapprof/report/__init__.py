@@ -31,6 +31,7 @@ Layout (``schema`` is first in the JSON, which is how a saved report is recognis
         operations: [OperationWindow] | None   per operation: window, slack, exposed (when asked)
         comm_records: [CommRecord] | None   one per communication kernel or annotation (when asked)
         lanes: Lanes | None          every step's unions on the run's common clock (export; when asked)
+        p2p: PointToPoint | None     CPU mode: what is known of the async send/recv operations' ends
       summary: Summary               across ranks (section 3)
       crossrank: CrossRank | None    matched collectives: wait vs transfer, stragglers, bandwidth
       workload_metrics: [WorkloadMetric]   the workload's ctx.metric values, from run.json
@@ -55,16 +56,17 @@ from overlapprof.report.crossrank import (
     WarmupOp,
 )
 from overlapprof.report.document import SCHEMA, Options, Report
-from overlapprof.report.exposure import ACTIVITIES, BOUND_FORMS, CAUSES, FIRST_ORDER, WINDOWS, Exposure, OperationWindow
+from overlapprof.report.exposure import (ACTIVITIES, BOUND_FORMS, CAUSES, FIRST_ORDER, WINDOWS, Exposure, OperationWindow,
+                                         held_fixed)
 from overlapprof.report.lanes import Lanes, SliceEvent, StepLanes, TraceSlice
-from overlapprof.report.metrics import KindMetrics, Metrics, Partition, RankReport, StepMetrics, Summary, Timeline
+from overlapprof.report.metrics import KindMetrics, Metrics, Partition, PointToPoint, RankReport, StepMetrics, Summary, Timeline
 from overlapprof.report.records import CommRecord
 from overlapprof.report.workload import WorkloadMetric
 
 __all__ = [
     "ACTIVITIES", "BOOTSTRAP", "BOUND_FORMS", "CAUSES", "CI_LEVEL", "Exposure", "FIRST_ORDER", "OperationWindow", "WINDOWS", "PER_STEP", "SEED", "WHOLE_TRACE", "BandwidthRow", "ClockDomain",
     "CollectiveInstance", "CommRecord", "Comparison", "CrossRank", "KindMatch", "KindMetrics", "Lanes",
-    "Metrics", "Options", "Partition", "ProcessGroup", "RankReport", "RankWaits", "Report",
+    "Metrics", "Options", "Partition", "PointToPoint", "ProcessGroup", "RankReport", "RankWaits", "Report",
     "SCHEMA", "SliceEvent", "StepLanes", "StepMetrics", "Straggler", "Summary", "Timeline", "TraceSlice", "Unmatched", "VariantStats",
-    "WarmupOp", "WorkloadMetric",
+    "WarmupOp", "WorkloadMetric", "held_fixed",
 ]

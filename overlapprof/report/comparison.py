@@ -49,6 +49,14 @@ Against the baseline (None for the baseline itself, or when an operand is missin
   (1.00x: it reached the bound); ``bound_reached`` = (baseline ``step_us`` − ``step_us``) /
   (baseline ``step_us`` − ``predicted_step_us``): the share of what overlap could buy that the
   variant bought (None when the baseline is at its bound).
+- **Beyond the bound.** The bounds hold the baseline's compute and idle time fixed, and its
+  windows (the windows form; the first-order form: its transfers). A variant whose step is below
+  one of them beyond the spread (the interval of its step / that bound entirely below 1x, or of
+  ``bound_reached`` entirely above 100%) changed what it holds fixed: ``beyond_bound`` =
+  ``compute`` (below the baseline's comm-free bound: its compute or idle time), else ``windows``
+  or ``transfers`` (below its overlap bound). A ``bound_reached`` above 100% within the spread
+  is ``beyond_bound`` = ``noise``: it reached the bound. ``bound_reached`` and its interval are
+  then None: a share of what overlap could buy is never above 100%.
 
 Every factor (and ``comm_free_speedup``, ``overlap_bound_speedup``, ``step_vs_predicted``,
 ``bound_reached``) has a ``*_ci`` = ``[low, high]``: the central ``CI_LEVEL``
@@ -58,7 +66,9 @@ module docstring of :mod:`overlapprof.compare`).
 ``not_trusted`` names the factors the machine's load explains (:class:`overlapprof.rundir.run_record.MachineLoad`:
 the other processes' share of the CPU differed between the baseline's steps and the variant's
 by a load factor at least as large as the difference measured): shown as not trusted, with a
-rerun suggested, instead of a verdict.
+rerun suggested, instead of a verdict. When ``speedup`` is, so is every number derived from the
+same profiled step timings: ``exposed_saved_us``, ``step_vs_predicted`` and ``bound_reached``
+(with ``beyond_bound``).
 """
 
 from __future__ import annotations
@@ -117,6 +127,7 @@ class VariantStats(msgspec.Struct, kw_only=True):
     predicted_step_us: float | None = None
     step_vs_predicted: float | None = None
     bound_reached: float | None = None
+    beyond_bound: str | None = None  # "windows", "transfers", "compute": what the variant changed; "noise" (docstring)
     # Bootstrap intervals [low, high] of the factors above (see "Spread" in the module docstring).
     comm_free_speedup_ci: tuple[float, float] | None = None
     overlap_bound_speedup_ci: tuple[float, float] | None = None
@@ -130,7 +141,8 @@ class VariantStats(msgspec.Struct, kw_only=True):
     # their start and end, and by kind of step the largest share of the CPU other processes took on a node.
     load_average: tuple[float, float] | None = None
     other_cpu: dict[str, float] | None = None
-    # Factors (speedup, host_speedup, compute_slowdown) the load's change could explain: not a verdict.
+    # Factors (speedup, host_speedup, compute_slowdown) the load's change could explain, and with speedup the
+    # numbers derived from the same steps (exposed_saved_us, step_vs_predicted, bound_reached): not a verdict.
     not_trusted: list[str] = []
 
 

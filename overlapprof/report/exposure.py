@@ -46,6 +46,16 @@ FIRST_ORDER = "first-order"  # max(compute, transfer) + other: no windows known
 BOUND_FORMS = (WINDOWS, FIRST_ORDER)
 
 
+def held_fixed(form: str | None) -> str:
+    """What an overlap bound of ``form`` (``overlap_bound_form``) holds fixed, in words: the run's
+    compute and idle time always, and its windows (the windows form) or its transfers (the
+    first-order form, which lets any transfer hide under any compute of its step). A variant that
+    changes them (bucketing, order, bytes, compute) can go below the bound."""
+    if form is not None and form.startswith(FIRST_ORDER):
+        return "these transfers and this compute"
+    return "these windows and this compute"
+
+
 class Exposure(msgspec.Struct, kw_only=True):
     """Exposed communication split by cause (µs); see the module docstring.
 

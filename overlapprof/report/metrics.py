@@ -124,6 +124,25 @@ class Timeline(msgspec.Struct, kw_only=True):
     exposed_by_cause: dict[str, list[tuple[float, float]]] = {}
 
 
+class PointToPoint(msgspec.Struct, kw_only=True):
+    """CPU mode: what is known of the ends of a rank's asynchronous point-to-point operations
+    (OVERLAP.md section 1): a send or recv span during which its thread did other work. gloo
+    records such a span from the issue to the ``wait()``, not to the transfer's end.
+
+    - ``async_ops``: the rank's asynchronous send/recv operations
+    - ``ends_from_peer``: async sends whose communication ends at the end of the blocking receive
+      matched to them, earlier than their span's (the span is cut there)
+    - ``upper_bound``: async operations whose transfer's end nothing shows (an async recv; a send
+      whose receive is async or not in the traces): their span, as recorded, is an upper bound
+    - ``upper_bound_us``: |U(those spans)| (µs): the communication whose end is an upper bound
+    """
+
+    async_ops: int
+    ends_from_peer: int
+    upper_bound: int
+    upper_bound_us: float
+
+
 class RankReport(msgspec.Struct, kw_only=True):
     """One rank. ``rank_source`` says where the rank number came from: ``distributedInfo``,
     ``run.json``, ``file name`` or ``order`` (sorted input order, when nothing else says).
@@ -162,6 +181,8 @@ class RankReport(msgspec.Struct, kw_only=True):
     # {category: events} of device activity OVERLAP.md does not classify, when none it does was found: the device
     # was not measured, and the metrics are the host's (CPU mode). None otherwise.
     device_not_measured: dict[str, int] | None = None
+    # CPU mode with the cross-rank section: the ends of the async point-to-point operations (None: the rank has none)
+    p2p: PointToPoint | None = None
 
 
 class Summary(msgspec.Struct, kw_only=True):

@@ -22,7 +22,9 @@ class CommRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     and its collective's parameters.
 
     - ``kind``: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, send_recv,
-      barrier or other (from ``name``).
+      barrier or other: of the collective the record was issued for (OVERLAP.md section 3:
+      record_param_comms' ``Collective name``, else the ``c10d::*`` call's, else ``name``'s; a
+      gloo span on a worker thread, the call's it was queued for).
     - ``source``: ``"kernel"`` (GPU mode) or ``"annotation"`` (CPU mode).
     - ``ts``, ``dur``: start and duration, µs, as in the trace.
     - ``step``: N of the ``ProfilerStep#N`` the record belongs to (OVERLAP.md section 3).

@@ -70,7 +70,8 @@ def root_cause(ranks):
 
 def run_status(ranks, nodes, failure, missing_ranks):
     """"interrupted" (Ctrl-C, unless a rank failed of its own first), "failed", "running" (a
-    rank or node has not ended), "incomplete" (ranks missing here) or "ok". ``ranks`` and
+    rank or node has not ended), "incomplete" (ranks missing here, or a rank's loop ended before
+    its profiler schedule was recorded) or "ok". ``ranks`` and
     ``nodes`` are records; ``failure`` a ``run_record.Failure`` or None."""
     states = {r.status for r in ranks} | {n.status for n in nodes}
     interrupted = "interrupted" in states or any(
@@ -81,7 +82,7 @@ def run_status(ranks, nodes, failure, missing_ranks):
         return "failed"
     if states & {"starting", "running", "claimed"}:
         return "running"
-    return "incomplete" if missing_ranks else "ok"
+    return "incomplete" if missing_ranks or "incomplete" in states else "ok"
 
 
 def where_text(where):
@@ -104,4 +105,15 @@ def status_note(run):
     if run.status == "failed":
         why = f" (rank {run.failure.rank}: {run.failure.error})" if run.failure else ""
         return f"run.json: {which} failed{why}: its traces end where it stopped{cut}"
+    if run.status == "incomplete" and (why := incomplete_rank(run)):
+        return f"run.json: {which} is incomplete: rank {why[0]}: {why[1]}"
     return ""
+
+
+def incomplete_rank(run):
+    """(rank, why) of the first rank whose loop ended before its profiler schedule was recorded
+    (status "incomplete"), or None."""
+    for rank, info in sorted(run.ranks.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else 0):
+        if info.status == "incomplete":
+            return int(rank), info.error or "its loop ended before the profiler schedule was recorded"
+    return None

@@ -179,6 +179,11 @@ def create_run_dir(path, header):
     ``path`` exists (runs are never overwritten; a multi-node run joins it); RunDirError (one
     line) when it cannot be made."""
     path = Path(path)
+    existing = path.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():  # mkdir would say "exists" (or "not a directory")
+        raise RunDirError(f"cannot create run directory {path}: {existing} is a file, not a folder")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.mkdir()

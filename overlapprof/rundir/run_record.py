@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 SCHEMA_VERSION = 1
-FINAL_RANK_STATES = ("ok", "failed", "interrupted")
+FINAL_RANK_STATES = ("ok", "failed", "interrupted", "incomplete")
 
 
 # Every field has a default, so that a run.json of an earlier version (or a hand-made one) loads;
@@ -155,13 +155,15 @@ class RankRecord(msgspec.Struct, kw_only=True):
     pid: int | None = None
     device: str | None = None
     status: str = "starting"
-    """"starting", "running", "ok", "failed" or "interrupted"."""
+    """"starting", "running", "ok", "failed", "interrupted", or "incomplete" (``overlapprof.profile``:
+    the loop ended, without an error, before the profiler's schedule was recorded; ``error`` says
+    how far it got and what to change)."""
     error: str | None = None
     """One line: what went wrong, where (workload line, phase, step)."""
     error_kind: str | None = None
     """"exception" or "timeout" (its own failure), "exit" (died without reporting: exit code or
     signal, from torchelastic), "peer" (an error because a peer died), "terminated" (stopped by
-    the launcher), "interrupted" (Ctrl-C), or null."""
+    the launcher), "interrupted" (Ctrl-C), "incomplete" (status "incomplete"), or null."""
     where: Where | None = None
     stalled_s: float | None = None
     """A rank that timed out or was stopped: seconds since its last step or phase boundary."""
@@ -222,7 +224,8 @@ class RunRecord(RunConfig, kw_only=True):
     """``run.json``: the run's config and what became of it."""
 
     status: str = "running"
-    """"running", "ok", "failed", "interrupted" or "incomplete" (blame.run_status)."""
+    """"running", "ok", "failed", "interrupted" or "incomplete" (ranks missing, or a rank's loop
+    ended before its schedule was recorded: blame.run_status)."""
     created: float | None = None
     """Unix seconds when the directory was created."""
     nodes: dict[str, NodeRecord] = {}

@@ -19,10 +19,13 @@ part of?).
 
 A folder may hold **execution traces** beside the Kineto traces (the Chakra / PARAM layout,
 ``*_et.json[.gz]``: an object with ``schema`` and ``nodes``, no ``traceEvents``): they are skipped with a
-note (given by name, one is refused with a message saying what it is). **Two recordings of one
-process** are refused like several runs: TensorBoard-plugin names ``<worker>.<span>.pt.trace.json``
-whose ``<worker>`` repeats (``worker0.1700000000001...`` and ``worker0.1700000090001...``) are
-the profiler cycles of one process, not two ranks.
+note (given by name, one is refused with a message saying what it is). **Profiler cycles of one
+process**: TensorBoard-plugin names ``<worker>.<span>.pt.trace.json`` (``tensorboard_trace_handler``)
+whose ``<worker>`` repeats (``host_41.1700000000001...`` and ``host_41.1700000090001...``: a
+schedule with ``repeat`` > 1) are the cycles of one process, not two ranks: each worker's files,
+in span order, are one rank (as a run directory's ``--repeat`` cycles); workers that saved
+different numbers of cycles are refused. ``cycle`` (``--cycle N``) keeps each rank's N-th cycle
+alone, of a run directory or of such a folder.
 
 Each group of files becomes a :class:`TraceGroup`; its rank is settled later, from the traces'
 ``distributedInfo``, else the run.json, else the file name (``rank-3``, ``rank3``, ``rank_3``,
@@ -157,25 +160,48 @@ def is_execution_trace(path: Path, sniff: int = _ET_SNIFF) -> bool:
             and TRACE_EVENTS not in head and not is_saved_report(Path(path)))
 
 
-def _one_process_each(groups: list[TraceGroup], base: Path | None) -> None:
-    """InputError when single-file traces are named ``<worker>.<span>.pt.trace.json`` with a
-    worker name that repeats: one process recorded twice (profiler cycles), not two ranks."""
-    by_worker: dict[str, list[Path]] = {}
+def _cycles_of_each_process(groups: list[TraceGroup], base: Path | None, notes: list[str],
+                            cycle: int | None = None) -> list[TraceGroup]:
+    """The single-file traces named ``<worker>.<span>.pt.trace.json`` (``tensorboard_trace_handler``'s
+    names) whose worker repeats are the profiler cycles of one process (``repeat`` > 1), not
+    ranks: each worker's files, in the order of their spans, become one group (one rank, as the
+    cycles of a run directory's rank do). InputError when the workers saved different numbers
+    of cycles (a cycle would lack ranks): ``--cycle N`` picks one that every worker has."""
+    by_worker: dict[str, list[tuple[int, TraceGroup]]] = {}
     for g in groups:
         if g.run_rank is None and len(g.files) == 1 and (m := WORKER_NAME.match(g.files[0].name)):
-            by_worker.setdefault(m.group(1), []).append(g.files[0])
-    twice = {w: fs for w, fs in by_worker.items() if len(fs) > 1}
-    if not twice:
-        return
-    worker, files = next(iter(twice.items()))
-    listed = "; ".join(f"{w}: " + ", ".join(f.name for f in fs[:4]) + (" ..." if len(fs) > 4 else "")
-                       for w, fs in list(twice.items())[:3])
-    where = f"{base}: holds" if base else "given:"
-    raise InputError(
-        f"{where} {sum(len(fs) for fs in twice.values())} recordings of {len(twice)} process(es) ({listed}), "
-        f"different runs of one process, not ranks of one job: analyze one of them (overlapprof analyze {files[0]}) "
-        f"or compare them (overlapprof compare {files[0]} {files[1]}{' ...' if len(files) > 2 else ''})"
-    )
+            by_worker.setdefault(m.group(1), []).append((int(m.group(2)), g))
+    if not any(len(gs) > 1 for gs in by_worker.values()):
+        return groups
+    counts = {w: len(gs) for w, gs in by_worker.items()}
+    if base is None and len(parents := {g.files[0].parent for gs in by_worker.values() for _, g in gs}) == 1:
+        base = parents.pop()  # files given from one folder: named by it
+    where = f"{base}:" if base else "given:"
+    if len(set(counts.values())) > 1 and cycle is None:
+        listed = ", ".join(f"{w} {n}" for w, n in list(counts.items())[:6]) + (" ..." if len(counts) > 6 else "")
+        raise InputError(
+            f"{where} the processes saved different numbers of profiler cycles ({listed}): a cycle would lack "
+            f"ranks; analyze the cycle every process has with --cycle N (N up to {min(counts.values())})")
+    low, high = min(counts.values()), max(counts.values())
+    cycles = f"{low}" if low == high else f"{low}-{high}"
+    what = f"cycle {cycle} of each analyzed (--cycle {cycle})" if cycle else (
+        "each process's cycles are one rank (--cycle N for one cycle)")
+    notes.append(f"{where} {cycles} profiler cycles of each of {len(counts)} process(es) (tensorboard_trace_handler "
+                 f"files, repeat={cycles}): {what}")
+    merged = {id(gs[0][1]): TraceGroup([g.files[0] for _, g in sorted(gs, key=lambda sg: sg[0])])
+              for gs in by_worker.values()}
+    kept = {id(g) for gs in by_worker.values() for _, g in gs}
+    return [merged[id(g)] if id(g) in merged else g for g in groups if id(g) in merged or id(g) not in kept]
+
+
+def _one_cycle(groups: list[TraceGroup], cycle: int) -> list[TraceGroup]:
+    """Each rank's ``cycle``-th profiler cycle (1: the first); InputError when a rank has fewer."""
+    short = next((g for g in groups if len(g.files) < cycle), None)
+    if short is not None:
+        rank = "" if short.run_rank is None else f"rank {short.run_rank}: "
+        raise InputError(f"--cycle {cycle}: {rank}{short.files[0]} is one of {len(short.files)} profiler cycle(s) "
+                         f"of its rank; give --cycle 1 to {max(1, min(len(g.files) for g in groups))}")
+    return [TraceGroup([g.files[cycle - 1]], run_rank=g.run_rank) for g in groups]
 
 
 def _read_run(run_dir: Path) -> run_record.RunRecord:
@@ -278,8 +304,9 @@ def _merged_run(runs: list[tuple[Path, run_record.RunRecord]]) -> run_record.Run
     return run
 
 
-def discover(paths) -> Inputs:
-    """Expand files, folders and run directories into per-rank groups of trace files.
+def discover(paths, cycle: int | None = None) -> Inputs:
+    """Expand files, folders and run directories into per-rank groups of trace files; ``cycle``:
+    only each rank's ``cycle``-th profiler cycle (1: the first).
 
     Raises InputError when a path does not exist, nothing traceable is found, or the inputs
     hold several runs (see the module docstring).
@@ -317,20 +344,27 @@ def discover(paths) -> Inputs:
             if not found and not files:
                 what = "only execution traces (Chakra/PARAM), no" if et else "no"
                 raise InputError(f"{path}: {what} trace files (*.json, *.json.gz) in this folder")
-            _one_process_each([TraceGroup([f]) for f in files], path)
             found = [(d, _read_run(d)) for d in found]
             _one_job(found, path)
             runs += found
-            inputs.groups.extend(TraceGroup([f]) for f in files)
+            inputs.groups.extend(_cycles_of_each_process([TraceGroup([f]) for f in files], path, inputs.notes,
+                                                          cycle))
     _one_job(runs)
     for run_dir, run in runs:
         groups = _run_groups(run_dir, run) or _run_dir_traces(run_dir)
         if not groups:
+            from overlapprof.rundir.blame import incomplete_rank
+
+            if short := incomplete_rank(run):
+                raise InputError(f"{run_dir}: no traces: run.json says the run is incomplete (rank {short[0]}: "
+                                 f"{short[1]})")
             raise InputError(f"{run_dir}: run directory without traces (see its run.json and logs/)")
         inputs.groups.extend(groups)
     if not inputs.groups:
         raise InputError("no trace files given")
-    _one_process_each(inputs.groups, None)
+    inputs.groups = _cycles_of_each_process(inputs.groups, None, inputs.notes, cycle)
+    if cycle is not None:
+        inputs.groups = _one_cycle(inputs.groups, cycle)
     if runs:
         from overlapprof.rundir.blame import status_note
 

@@ -34,7 +34,7 @@ from overlapprof.analysis.exposure.causes import RankOps
 from overlapprof.analysis.exposure.late import distinct
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.stats import median
-from overlapprof.report import FIRST_ORDER, WINDOWS, RankReport
+from overlapprof.report import FIRST_ORDER, WINDOWS, RankReport, held_fixed
 
 TERMS = ("compute", "windows", "transfer", "link", "cores")  # what can make a bound (the binding term)
 
@@ -256,30 +256,79 @@ def binding(terms: dict[str, float]) -> str:
     return "compute"
 
 
+LATE_SHARE = 0.5  # late_peer holds at least half of a rank's exposed communication...
+LATE_STEP = 0.1  # ...and a tenth of its median step: the late rank is the lever, named first
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.3f}"
+
+
+def _step_mean(report: RankReport, pick) -> float | None:
+    """The mean over the rank's steps of ``pick(step exposure)`` (µs); None without steps."""
+    parts = [pick(s.exposure) for s in report.steps if s.exposure is not None]
+    return sum(parts) / len(parts) if parts else None
+
+
+def late_first(report: RankReport, step: float) -> str | None:
+    """The verdict's first clause when a late rank holds most of this rank's exposure
+    (:data:`LATE_SHARE` of it, and :data:`LATE_STEP` of the step): who was late, by how much a
+    step and what the late ranks were doing; None otherwise."""
+    e = report.exposure
+    if e is None or e.total_us() <= 0 or e.late_peer_us < LATE_SHARE * e.total_us() or not e.late_peer_by_rank:
+        return None
+    late = _step_mean(report, lambda x: x.late_peer_us)
+    if late is None or late < LATE_STEP * step:
+        return None
+    rank = max(e.late_peer_by_rank, key=e.late_peer_by_rank.get)
+    who = f"rank {rank}"
+    if len(e.late_peer_by_rank) > 1:
+        who = f"mostly {who} ({_ms(_step_mean(report, lambda x: x.late_peer_by_rank.get(rank, 0.0)))} ms a step)"
+    doing = ", ".join(f"{a} {100 * us / e.late_peer_us:.0f}%" for a, us in
+                      sorted(e.late_peer_activity.items(), key=lambda kv: -kv[1]) if us > 0)
+    return (f"late-peer-limited: {100 * e.late_peer_us / e.total_us():.0f}% of its exposed communication, "
+            f"{_ms(late)} ms a step, waits for a late rank: {who}, doing {doing or 'nothing recorded'}: "
+            f"{REMEDY['late_peer']}")
+
+
 def verdict(report: RankReport, terms: dict[str, float]) -> str | None:
-    """One line a user can act on: at its bound (communication-, compute- or host-bound, or
-    limited by its windows) or overlap-limited, with the largest cause of exposure named."""
+    """One line a user can act on. First, when a late rank holds most of the exposure
+    (:func:`late_first`), that; then where the step stands against its overlap bound: at its bound
+    (communication-, compute- or host-bound, or limited by its windows) or overlap-limited, with
+    the largest cause of exposure named (unless the late rank was). The bound holds the run's
+    windows (or transfers) and compute fixed (:func:`overlapprof.report.held_fixed`), and the line
+    says so: a change of bucketing, order or compute can buy more."""
     step, bound = report.median_step_us, report.overlap_bound_us
     if not step or bound is None or not terms:
         return None
-
-    def ms(us: float) -> str:
-        return f"{us / 1000:.3f}"
-
-    at = f"({ms(bound)} ms bound vs {ms(step)} ms; overlap can buy at most {step / bound:.2f}x)"
+    late = late_first(report, step)
+    held = held_fixed(report.overlap_bound_form)
+    ms = _ms
+    at = (f"({ms(bound)} ms bound vs {ms(step)} ms; overlap can buy at most {step / bound:.2f}x within {held}: "
+          "a change of bucketing, order or compute can buy more)")
     exposure = report.exposure
     largest = exposure.largest() if exposure is not None else None
     cause = ""
-    if largest is not None:
+    if largest is not None and late is None:
         name, us = largest
         share = us / exposure.total_us()
         who = ""
         if name == "late_peer" and exposure.late_peer_by_rank:
             who = f", mostly rank {max(exposure.late_peer_by_rank, key=exposure.late_peer_by_rank.get)}"
         cause = f"largest cause of exposure: {name} ({100 * share:.0f}%{who}): {REMEDY[name]}"
+    line = _standing(report, terms, step, bound, at, held, cause, late is not None)
+    return f"{late}; behind it, {line}" if late else line
+
+
+def _standing(report: RankReport, terms: dict[str, float], step: float, bound: float, at: str, held: str, cause: str,
+              named: bool) -> str:
+    """Where the step stands against its bound (``named``: a cause was named before it)."""
+    ms = _ms
     kind = binding(terms)
-    if step - bound > 0.1 * step and cause:
-        return f"overlap-limited: {ms(step - bound)} ms a step above its overlap bound ({step / bound:.2f}x possible); {cause}"
+    then = f"; {cause}" if cause else ""
+    if step - bound > 0.1 * step and (cause or named):
+        return (f"overlap-limited: {ms(step - bound)} ms a step above its overlap bound ({step / bound:.2f}x possible "
+                f"within {held}){then}")
     where = f" on rank {terms['rank']}" if terms.get("rank", report.rank) != report.rank else ""
     if kind == "host":
         return (f"host-bound: {ms(terms['other'])} ms a step{where} is neither compute nor communication (host "
@@ -287,8 +336,8 @@ def verdict(report: RankReport, terms: dict[str, float]) -> str | None:
     if kind == "communication":
         what = "the link's bytes set" if terms.get("link", 0.0) >= terms.get("transfer", 0.0) else "the transfers set"
         return f"communication-bound: {what} the step {at}: move fewer bytes or use a faster link"
-    if kind == "windows" and cause:
+    if kind == "windows" and (cause or named):
         return (f"overlap-limited by its windows: transfers that cannot hide under the compute in their windows "
-                f"set the step {at}; {cause}")
+                f"set the step {at}{then}")
     what = "the host cores' compute sets" if terms.get("cores", 0.0) >= terms["compute"] else "compute sets"
     return f"compute-bound: {what} the step {at}: speed up compute"

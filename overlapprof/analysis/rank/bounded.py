@@ -58,6 +58,7 @@ class BoundedRank:
     host_sync: Intervals  # the union of the host synchronizations (classify.is_host_sync)
     warnings: list[str] = field(default_factory=list)
     table: CommTable | None = None  # the communication records (cross-rank section, --comm-ops)
+    lookalikes: dict[str, int] = field(default_factory=dict)  # compute kernels named like communication: counts
 
 
 class _Feed:
@@ -69,6 +70,7 @@ class _Feed:
         self.unions = UnionsBuilder(steps, compact=True)
         self.bounds = [np.inf, -np.inf]  # before the filters
         self.comm_corr: list[np.ndarray] | None = None  # GPU mode, records asked for: the comm events' correlations
+        self.lookalikes: list[dict[str, int]] = []  # per bucket: compute kernels named like communication
 
     def add(self, s: EventSet, cls: int) -> None:
         if len(s) == 0:
@@ -104,7 +106,8 @@ def _classify_gpu(f: SpilledFile, comm_re, comm_ann, names: list[str], feed: _Fe
         del ev, c
         scan = Scan.of_columns(f.path, cols, launch)
         del cols
-        sets, _, _, comm_rows, _ = extract(scan, True, comm_re, comm_ann, names, None)
+        sets, _, _, comm_rows, _, lookalikes = extract(scan, True, comm_re, comm_ann, names, None)
+        feed.lookalikes.append(lookalikes)
         if feed.comm_corr is not None:  # what the communication records are read again for
             feed.comm_corr.append(np.unique(corr[comm_rows - n_calls - n_launch]))
         for cls, s in zip((COMM, COMPUTE, MEMORY), sets):
@@ -135,18 +138,20 @@ def _classify_cpu_ops(f: SpilledFile, names: list[str], feed: _Feed) -> tuple:
     return merged(reach, thread_reach)
 
 
-def measure(files: list[str], comm_re, comm_ann, options, label: str, workers: int = 1) -> BoundedRank:
+def measure(files: list[str], comm_re, comm_ann, options, label: str, workers: int = 1, ends=None) -> BoundedRank:
     """Read, classify and measure one rank's files in bounded memory (see the module
     docstring); the report is :func:`~overlapprof.analysis.rank.metrics.rank_report`'s of the
     same files, float for float. ``options``: the analysis options (their two filters);
-    ``workers``: processes that read a large file (the result is the same with any number)."""
+    ``workers``: processes that read a large file (the result is the same with any number);
+    ``ends``: CPU mode, the sends whose communication ends at their partner's receive
+    (:func:`~overlapprof.analysis.rank.events.ends_at_peer`)."""
     with spill_folder(label) as folder:
         for k in range(len(files)):
             os.mkdir(os.path.join(folder, f"file{k}"))
-        return _measure(files, comm_re, comm_ann, options, label, folder, workers)
+        return _measure(files, comm_re, comm_ann, options, label, folder, workers, ends)
 
 
-def _measure(files, comm_re, comm_ann, options, label, folder, workers) -> BoundedRank:
+def _measure(files, comm_re, comm_ann, options, label, folder, workers, ends) -> BoundedRank:
     names = Index()
     read = []
     for k, path in enumerate(files):
@@ -155,7 +160,7 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers) -> Bound
     order = names.order
     few_sets, step_parts = [], []
     for f in read:
-        sets, steps, _, _, _ = extract(f.rows.few_scan(f.path), gpu, comm_re, comm_ann, order, None)
+        sets, steps, *_ = extract(f.rows.few_scan(f.path), gpu, comm_re, comm_ann, order, None, ends=ends)
         few_sets.append(sets[0])
         step_parts.append(steps)
     steps = Steps.of_files(step_parts)
@@ -187,11 +192,12 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers) -> Bound
         from overlapprof.analysis.rank.bounded_records import comm_table
 
         table = comm_table([f.path for f in read], gpu, comm_re, comm_ann, options.comm_records, comm_corr, all_steps,
-                           workers, activity)
+                           workers, activity, ends)
     files = [f.path for f in read]
     host_sync = union(*(np.concatenate(times) for times in zip(*[f.rows.host_syncs(gpu) for f in read])))
     return BoundedRank(
         unions=feed.unions.result(), mode="gpu" if gpu else "cpu", files=files, events=sum(f.rows.size for f in read),
         negative_durations=sum(f.rows.negative for f in read),
         unclassified=merged_counts([f.unclassified for f in read]),
-        headers=[f.header for f in read], bounds=bounds, host_sync=host_sync, warnings=warnings, table=table)
+        headers=[f.header for f in read], bounds=bounds, host_sync=host_sync, warnings=warnings, table=table,
+        lookalikes=merged_counts(feed.lookalikes))

@@ -56,12 +56,13 @@ class KeepRecordRows:
 
 
 def comm_table(files: list[str], gpu: bool, comm_re, comm_ann, own: bool, comm_corr: list[np.ndarray] | None,
-               steps: Steps, workers: int = 1, activity: list | None = None) -> CommTable:
+               steps: Steps, workers: int = 1, activity: list | None = None, ends=None) -> CommTable:
     """The rank's CommTable, its files read again (see the module docstring). ``comm_corr``:
     per file, the correlations of its communication GPU events (None: CPU mode); ``own``: keep
     the events' own fields (``--comm-ops``); ``steps``: the rank's, before any filter;
     ``workers``: processes that read a large file; ``activity``: CPU mode, per file, the host
-    activity of its compute cpu_ops (what the second read leaves out)."""
+    activity of its compute cpu_ops (what the second read leaves out); ``ends``: see
+    :func:`~overlapprof.analysis.rank.events.ends_at_peer`."""
     values = Values()
     names = values.index
     tables = []
@@ -75,7 +76,7 @@ def comm_table(files: list[str], gpu: bool, comm_re, comm_ann, own: bool, comm_c
         records = recorder.records(arrays["thread"], list(threads))
         scan = Scan.of_columns(path, arrays, launch, records)
         tables.append(extract(scan, gpu, comm_re, comm_ann, names.order, values,
-                              activity[k] if activity is not None else None)[2])
+                              activity[k] if activity is not None else None, ends)[2])
     table = CommTable.concat(tables)
     place_in_steps(table, steps)
     return table

@@ -1,10 +1,11 @@
-"""Classes of events (OVERLAP.md version 2, section 1) and kinds of communication (section 3).
+"""Classes of events (OVERLAP.md version 3, section 1) and kinds of communication (section 3).
 
 A *communication call* is a ``cpu_op`` named ``record_param_comms`` or ``c10d::*``; an event is
 inside one when it is on the same pid and tid and its ``ts`` lies in [call.ts, call.ts + dur).
 
 A rank's trace is read in **GPU mode** when it holds device kernels (``cat == "kernel"``):
-communication is the kernels whose name matches ``nccl``/``rccl`` (any case) or a user pattern,
+communication is the kernels of a known family (:data:`COMM_KERNEL_FAMILIES`: NCCL/RCCL, NVSHMEM,
+DeepEP, symmetric memory, custom all-reduces, ...; any case) or of a user pattern,
 plus any GPU activity (kernel, memcpy, memset) whose runtime call (same correlation) is inside
 a communication call; compute every other kernel; memory the other ``gpu_memcpy``/``gpu_memset``
 events. Otherwise in **CPU mode**: communication is the ``c10d::*`` calls and the
@@ -44,7 +45,24 @@ KINDS = (
 )
 KIND_CODE = {kind: i for i, kind in enumerate(KINDS)}  # a kind's code: its index in KINDS
 
-COMM_KERNEL = re.compile(r"nccl|rccl", re.IGNORECASE)
+# The communication kernels OVERLAP.md (section 1) knows, by family: a name that contains one of
+# these (searched, any case) is communication. A family's kernels launched from inside a c10d
+# call are communication anyway; these are the ones a library launches on its own.
+COMM_KERNEL_FAMILIES = {
+    "NCCL, RCCL": r"nccl|rccl",
+    "NVSHMEM": r"nvshmem",
+    "DeepEP": r"deep_?ep::|dpsk::ep",
+    "torch symmetric memory, vLLM multimem":
+        r"multimem_|symmetric_memory::|one_?shot_?all_?reduce|two_?shot_?all_?reduce",
+    "vLLM, SGLang and aiter custom all-reduce": r"cross_device_reduce",
+    "TensorRT-LLM, FlashInfer all-reduce fusion": r"allreduce_fusion_kernel",
+    "TransformerEngine userbuffers": r"userbuffers",
+    "MSCCL++": r"mscclpp",
+}
+COMM_KERNEL = re.compile("|".join(f"(?:{p})" for p in COMM_KERNEL_FAMILIES.values()), re.IGNORECASE)
+# A kernel name (before its template and call arguments, letters and digits only, lower case) that
+# says communication: one outside the families above is warned about, not classified.
+LOOKS_LIKE_COMM = re.compile(r"allreduce|allgather|reducescatter|alltoall|sendrecv|broadcast")
 COMM_ANNOTATION = re.compile(r"^[A-Za-z0-9_]+:[A-Za-z0-9_]+(?:\s.*)?$", re.DOTALL)  # any `a:b` (records)
 COMM_BACKENDS = ("gloo", "nccl", "mpi", "ucc", "xccl", "hccl")
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
@@ -52,8 +70,8 @@ PARAM_COMMS = "record_param_comms"
 
 # Ordered: the first match wins ("allreduce" before "reduce", "reducescatter" before "reduce").
 _KIND_PATTERNS = (
-    ("all_to_all", ("alltoall",)),
-    ("all_reduce", ("allreduce",)),
+    ("all_to_all", ("alltoall", "deepep", "dpskep")),  # DeepEP's dispatch and combine: an all-to-all
+    ("all_reduce", ("allreduce", "crossdevicereduce")),
     ("all_gather", ("allgather",)),
     ("reduce_scatter", ("reducescatter",)),
     ("broadcast", ("broadcast", "bcast")),
@@ -62,6 +80,7 @@ _KIND_PATTERNS = (
     ("reduce", ("reduce",)),
 )
 _NOT_ALNUM = re.compile(r"[^a-z0-9]")
+_ANONYMOUS = "(anonymous namespace)"  # in a demangled name: not where its arguments start
 
 
 @functools.lru_cache(maxsize=1 << 16)  # names recur: per property, per rank
@@ -73,15 +92,29 @@ def comm_kind(name: str) -> str:
     ``nccl:reduce_scatter_tensor_coalesced`` -> reduce_scatter, ``gloo:recv`` -> send_recv.
     Kernel arguments (after ``(``) are ignored.
     """
-    key = _NOT_ALNUM.sub("", name.split("(", 1)[0].lower())
+    key = _NOT_ALNUM.sub("", name.replace(_ANONYMOUS, "").split("(", 1)[0].lower())
     for kind, needles in _KIND_PATTERNS:
         if any(n in key for n in needles):
             return kind
     return "other"
 
 
+def kernel_stem(name: str) -> str:
+    """A demangled kernel name without its return type, anonymous namespaces, template and call
+    arguments: ``void (anonymous namespace)::k<float>(int)`` -> ``k``."""
+    stem = re.split(r"[<(]", name.replace(_ANONYMOUS + "::", "").replace(_ANONYMOUS, ""), maxsplit=1)[0].strip()
+    return stem[5:] if stem.startswith("void ") else stem
+
+
+def looks_like_comm(name: str) -> bool:
+    """Whether a kernel's name says communication (:data:`LOOKS_LIKE_COMM`), its template and
+    call arguments left out (``at::native::Kernel<...Broadcast...>`` does not)."""
+    return LOOKS_LIKE_COMM.search(_NOT_ALNUM.sub("", kernel_stem(name).lower())) is not None
+
+
 def compile_comm_kernels(patterns) -> re.Pattern:
-    """One regex for the comm kernels: nccl/rccl plus the user's patterns (each a regex)."""
+    """One regex for the comm kernels: the families of :data:`COMM_KERNEL_FAMILIES` plus the
+    user's patterns (each a regex)."""
     extra = [p if isinstance(p, str) else p.pattern for p in patterns or ()]
     if not extra:
         return COMM_KERNEL
@@ -128,3 +161,27 @@ def is_host_sync(name: str) -> bool:
     ``cudaDeviceSynchronize``, ``cudaEventSynchronize``, a synchronous ``cudaMemcpy``), reading a
     device value on the host (``aten::item``, ``aten::_local_scalar_dense``) or a barrier."""
     return name in HOST_SYNC_RUNTIME or name in HOST_SYNC_OPS
+
+
+def lookalikes_warning(per_rank: list[dict[str, int]], shown: int = 3) -> str | None:
+    """One warning line for the compute kernels whose names look like communication
+    (:func:`looks_like_comm`; ``per_rank``: each rank's name -> count): a library's collective
+    outside :data:`COMM_KERNEL_FAMILIES` is compute unless the user names it. The most frequent
+    ``shown`` names (:func:`kernel_stem`), how many kernels on how many ranks, and the
+    ``--comm-kernel`` that would count the first; None when there are none."""
+    counts: dict[str, int] = {}
+    ranks: dict[str, set[int]] = {}
+    for k, names in enumerate(per_rank):
+        for name, n in names.items():
+            stem = kernel_stem(name)
+            counts[stem] = counts.get(stem, 0) + n
+            ranks.setdefault(stem, set()).add(k)
+    if not counts:
+        return None
+    top = sorted(counts, key=lambda s: (-counts[s], s))
+    named = ", ".join(f"{s} ({counts[s]} kernels on {len(ranks[s])} rank{'s' if len(ranks[s]) != 1 else ''})"
+                      for s in top[:shown])
+    more = f" and {len(top) - shown} more" if len(top) > shown else ""
+    example = re.escape(top[0].rsplit("::", 1)[-1])
+    return (f"kernels named like communication are counted as compute (not of a communication family OVERLAP.md "
+            f"knows): {named}{more}; if they communicate, name them: --comm-kernel '{example}'")

@@ -94,6 +94,7 @@ class RankEvents:
     negative_durations: int = 0
     files: list[str] = field(default_factory=list)
     unclassified: dict[str, int] = field(default_factory=dict)  # device categories left out: event counts
+    lookalikes: dict[str, int] = field(default_factory=dict)  # compute kernels named like communication: counts
     headers: list[TraceFile] = field(default_factory=list)  # each file's top level, without events
     host_sync: tuple = (np.empty(0), np.empty(0))  # union of the host synchronizations (classify.is_host_sync)
 
@@ -157,16 +158,24 @@ def _issuing_kind(scan: Scan, names: list[str], calls: np.ndarray, q_thread, q_t
     return np.where(kind >= 0, kind, out).astype(np.int8)
 
 
+# What a backend may run a collective as: gloo runs a reduce-scatter of one tensor
+# (``c10d::_reduce_scatter_base_``, FSDP2's) as an all-reduce on its worker thread, and records it as
+# ``gloo:all_reduce``. Span kind -> the kinds of the calls it may be part of (its own first).
+RUN_AS = {KIND_CODE["all_reduce"]: (KIND_CODE["all_reduce"], KIND_CODE["reduce_scatter"])}
+
+
 def _operations(scan: Scan, comm_rows: np.ndarray, kinds: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """CPU mode: whether each comm row is an operation of its own, so that a rank's count of a
     kind is the number of operations issued, not of spans recorded for them; and the call each
     comm row is part of (a row of the scan, -1: none), whose start is when it was issued.
+    ``kinds`` (of the comm rows) is updated in place: a span that is part of a call takes its kind.
 
     Each ``c10d::*`` call ``calls`` is one operation. A ``<backend>:<op>`` span that starts
     inside one on its thread is part of it (gloo's send/recv: ``c10d::recv_`` then
     ``gloo:recv`` on the calling thread). A span on another thread (gloo runs a collective on a
-    worker thread) is part of the earliest call of its kind not yet taken that started no later
-    than it (gloo's work queue is first in, first out), or else an operation of its own.
+    worker thread) is part of the earliest call not yet taken that started no later than it and
+    that its backend may run as the span's kind (:data:`RUN_AS`: gloo's work queue is first in,
+    first out), the spans taken in the order they start; or else an operation of its own.
     """
     is_span = scan.codes[comm_rows] == C.ANNOTATION
     out = ~is_span
@@ -184,19 +193,22 @@ def _operations(scan: Scan, comm_rows: np.ndarray, kinds: np.ndarray, calls: np.
     order = np.argsort(comm_rows, kind="stable")  # calls are comm rows: their kinds by row
     call_kind = kinds[order[np.searchsorted(comm_rows[order], calls)]]
     loose = spans[holder < 0]
-    for kind in np.flatnonzero(np.bincount(kinds[loose])).tolist():
-        free = calls[(call_kind == kind) & ~taken]
-        free = free[np.argsort(scan.ts[free], kind="stable")]
-        free_ts = scan.ts[free].tolist()
-        mine = loose[kinds[loose] == kind]
-        mine = mine[np.argsort(scan.ts[comm_rows[mine]], kind="stable")]
-        k = 0
-        for q, t in zip(mine.tolist(), scan.ts[comm_rows[mine]].tolist()):
-            if k < len(free_ts) and free_ts[k] <= t:
-                holder_row[q] = free[k]  # part of that call
-                k += 1
-            else:
-                out[q] = True
+    loose = loose[np.argsort(scan.ts[comm_rows[loose]], kind="stable")]
+    free = {}  # call kind -> (its free calls by start, their starts, how many are taken)
+    for kind in np.flatnonzero(np.bincount(call_kind[~taken])).tolist() if (~taken).any() else []:
+        mine = calls[(call_kind == kind) & ~taken]
+        mine = mine[np.argsort(scan.ts[mine], kind="stable")]
+        free[kind] = [mine.tolist(), scan.ts[mine].tolist(), 0]
+    for q, t in zip(loose.tolist(), scan.ts[comm_rows[loose]].tolist()):
+        heads = [(f[1][f[2]], k) for k in RUN_AS.get(int(kinds[q]), (int(kinds[q]),))
+                 if (f := free.get(k)) is not None and f[2] < len(f[0]) and f[1][f[2]] <= t]
+        if not heads:
+            out[q] = True
+            continue
+        _, k = min(heads)  # the earliest issued (first in, first out)
+        holder_row[q] = free[k][0][free[k][2]]  # part of that call
+        free[k][2] += 1
+        kinds[q] = k
     return out, holder_row
 
 
@@ -283,17 +295,36 @@ def need_times(activity: tuple, thread: np.ndarray, issue: np.ndarray, end: np.n
     return need
 
 
-def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: Values | None, activity=None):
+def ends_at_peer(scan: Scan, rows: np.ndarray, ends: tuple[np.ndarray, np.ndarray] | None) -> None:
+    """CPU mode: the send spans among ``rows`` (comm annotations of kind send_recv) that start at
+    one of ``ends``' starts end at its end instead: their matched blocking receive showed that
+    their transfer ended there (OVERLAP.md section 1; :mod:`overlapprof.analysis.crossrank.transfer_ends`).
+    In place, in ``scan.dur``, so that the classes and the records both see it."""
+    if ends is None or rows.size == 0 or ends[0].size == 0:
+        return
+    starts, new_ends = ends
+    ts = scan.ts[rows]
+    k = np.minimum(np.searchsorted(starts, ts), starts.size - 1)
+    hit = starts[k] == ts
+    if hit.any():
+        scan.dur = scan.dur.copy()  # may be a view of a read-only buffer
+        scan.dur[rows[hit]] = np.maximum(new_ends[k[hit]] - ts[hit], 0.0)
+
+
+def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: Values | None, activity=None,
+            ends=None):
     """Classify one file's complete events (the scan's thread, collective and launch columns
     are dropped once read). Returns (EventSets, steps arrays, CommTable or None, the rows of
-    the comm EventSet, the union of the host synchronizations). ``activity``: CPU mode, the
+    the comm EventSet, the union of the host synchronizations, the compute kernels whose names
+    look like communication: name -> count, see :func:`comm_lookalikes`). ``activity``: CPU mode, the
     host activity of the file's compute cpu_ops as (thread, start, end), when the scan does not
-    hold them (default: the scan's; see :func:`need_times`).
+    hold them (default: the scan's; see :func:`need_times`). ``ends``: CPU mode, the sends whose
+    communication ends at their partner's receive (see :func:`ends_at_peer`).
 
     Rows are picked with masks over the file's rows and per-name tables (one lookup per row),
     and the launch and anchor of GPU events are kept per GPU event (the CommTable takes its
     rows' from them): no full-length column is made beyond the masks."""
-    ts, end, codes, name_ids = scan.ts, scan.end, scan.codes, scan.name_ids  # end(rows): computed
+    ts, end, codes, name_ids = scan.ts, scan.end, scan.codes, scan.name_ids  # end(rows): computed (from scan.dur)
 
     def prop(func, dtype, rows):
         return _name_property(names, func, dtype, name_ids[rows])
@@ -320,6 +351,7 @@ def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: 
         is_comm = (named >= 0) | in_call
         picks = (is_comm, is_kernel & ~is_comm, ~is_kernel & ~is_comm)  # comm, compute, memory: of the GPU rows
         comm_rows, compute_rows, memory_rows = (gpu_rows[m] for m in picks)
+        lookalikes = comm_lookalikes(names, name_ids[compute_rows])
         own_kind = np.where(named >= 0, named, prop(lambda n: KIND_CODE[C.comm_kind(n)], np.int8, gpu_rows))[is_comm]
         clr = launch[is_comm]
         has = clr >= 0
@@ -335,6 +367,7 @@ def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: 
         ann_rows = np.flatnonzero(codes == C.ANNOTATION)
         ann_kinds = prop(_kind_code(comm_ann.match), np.int8, ann_rows)
         comm_ann_rows = ann_rows[ann_kinds >= 0]
+        ends_at_peer(scan, comm_ann_rows[ann_kinds[ann_kinds >= 0] == KIND_CODE["send_recv"]], ends)
         c10d_rows = calls[prop(C.is_comm_wrapper, bool, calls)]
         comm_rows = np.concatenate((comm_ann_rows, c10d_rows))
         own_kind = np.concatenate((ann_kinds[ann_kinds >= 0],
@@ -346,6 +379,7 @@ def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: 
         candidates = cpu_rows[prop(C.is_cpu_compute, bool, cpu_rows)]
         compute_rows = candidates[~inside_calls(calls, scan, scan.thread[candidates], ts[candidates])]
         memory_rows = np.empty(0, dtype=np.int64)
+        lookalikes = {}
         anchors = [ts[rows] for rows in (comm_rows, compute_rows, memory_rows)]  # no launches: their own start
         launches = [np.zeros(rows.size, dtype=bool) for rows in (comm_rows, compute_rows, memory_rows)]
 
@@ -393,7 +427,18 @@ def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: 
         table = comm_table(rec, values, gpu=gpu, rows=rows, kinds=kind_codes[ops], launch_ts=launch_ts,
                            host_thread=host_thread, anchor=anchor, issue_ts=issue_ts, need_ts=need_ts)
     scan.thread = None
-    return sets, steps, table, comm_rows, host_sync
+    return sets, steps, table, comm_rows, host_sync, lookalikes
+
+
+def comm_lookalikes(names: list[str], ids: np.ndarray) -> dict[str, int]:
+    """Of compute kernels (their name ids), those whose names look like communication
+    (:func:`~overlapprof.analysis.rank.classify.looks_like_comm`): name -> how many; what the
+    report warns about (a library's collective OVERLAP.md does not know is compute unless the
+    user names it with ``--comm-kernel``)."""
+    if ids.size == 0:
+        return {}
+    counts = np.bincount(ids)
+    return {names[i]: int(counts[i]) for i in np.flatnonzero(counts).tolist() if C.looks_like_comm(names[i])}
 
 
 def merged_counts(counts: list[dict[str, int]]) -> dict[str, int]:
@@ -436,7 +481,7 @@ def place_in_steps(table: CommTable | None, steps: Steps) -> None:
 
 
 def rank_events(files: list[str | Path], comm_re, records: bool = False, record_own_args: bool = False,
-                comm_ann=None, workers: int = 1, range_pool=None) -> RankEvents:
+                comm_ann=None, workers: int = 1, range_pool=None, ends=None) -> RankEvents:
     """Read and classify the complete events of one rank's trace files (one or several
     profiler cycles).
 
@@ -447,7 +492,7 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
     structs). The files' top levels (``distributedInfo`` ...) are in ``RankEvents.headers``.
     ``workers``: processes that decode one large file (the result is the same with any number);
     ``range_pool``: where the processes beyond this one come from (None: forked here; see
-    :func:`overlapprof.analysis.rank.parallel_scan.read`).
+    :func:`overlapprof.analysis.rank.parallel_scan.read`); ``ends``: see :func:`ends_at_peer`.
     """
     comm_ann = comm_ann if comm_ann is not None else C.compile_comm_annotations()
     values = Values() if records else None
@@ -461,13 +506,14 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
     headers = [scan.header for scan in scans]
     parts = []
     while scans:  # each file's columns are freed once classified: they are the largest arrays
-        parts.append(extract(scans.pop(0), gpu, comm_re, comm_ann, names.order, values))
+        parts.append(extract(scans.pop(0), gpu, comm_re, comm_ann, names.order, values, ends=ends))
         heap.release(events)
     comm, compute, memory = (EventSet.concat([p[0][k] for p in parts]) for k in range(3))
     steps = Steps.of_files([p[1] for p in parts])
     table = CommTable.concat([p[2] for p in parts]) if records else None
     place_in_steps(table, steps)
     host_sync = union(np.concatenate([p[4][0] for p in parts]), np.concatenate([p[4][1] for p in parts]))
+    lookalikes = merged_counts([p[5] for p in parts])
     return RankEvents(
         mode="gpu" if gpu else "cpu",
         comm=comm,
@@ -479,6 +525,7 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
         negative_durations=negative,
         files=[str(path) for path in files],
         unclassified=unclassified,
+        lookalikes=lookalikes,
         headers=headers,
         host_sync=host_sync,
     )

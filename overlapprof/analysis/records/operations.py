@@ -5,7 +5,9 @@ annotation / c10d op start, or same process group and sequence number) are one o
 spanning from the first kernel's start to the last one's end (coalesced collectives launch
 several). The *kind* is the collective the trace names (record_param_comms ``Collective name``,
 else the enclosing ``nccl:<op>`` annotation, else the event's name; the first of them that names
-a known kind), so the SendRecv kernels NCCL runs for all_to_all count as all_to_all here.
+a known kind), so the SendRecv kernels NCCL runs for all_to_all count as all_to_all here; in CPU
+mode the kind of the ``c10d::*`` call that issued the span, as the per-kind metrics have it (gloo
+runs FSDP2's reduce-scatter as a ``gloo:all_reduce``: a reduce_scatter).
 
 An operation's message size S is nccl-tests' (:mod:`overlapprof.analysis.records.sizes`), the
 bytes of one rank's share multiplied by the group size where the trace only gives that
@@ -109,6 +111,8 @@ def rank_operations(table: CommTable) -> CommOperations:
     found, inverse = per_distinct(lambda c, a, e: KINDS.index(_kind((text("collective", c), label(a), label(e)))),
                                   collective, annotation, name)
     kind_code = np.array(found + [0], dtype=np.int8)[inverse]
+    if table.source == "annotation":  # CPU mode: the kind of the call that issued the span (events.extract)
+        kind_code = table.kind[order].astype(np.int8)
     p2p = kind_code == KINDS.index("send_recv")
     pg = table.strings["pg_name"][order]
     group_ids = Index()
