@@ -332,6 +332,17 @@ def _check_one_run(results: list[RankResult]) -> None:
                 )
 
 
+@dataclass
+class Analyzed:
+    """A report with what its causes and bounds were measured from, for the replay
+    (:mod:`overlapprof.analysis.replay`): the cross-rank ``matching`` (None without one) and each
+    rank's :class:`~overlapprof.analysis.exposure.inputs.ExposureInput`."""
+
+    report: Report
+    matching: object | None
+    inputs: dict[int, ExposureInput]
+
+
 def analyze(paths, options: AnalyzeOptions | None = None, **fields) -> Report:
     """Analyze PyTorch profiler traces; the numbers follow OVERLAP.md.
 
@@ -343,6 +354,11 @@ def analyze(paths, options: AnalyzeOptions | None = None, **fields) -> Report:
     Raises an :class:`~overlapprof.errors.OverlapprofError` (one-line message naming the file and
     the problem) on bad input.
     """
+    return analyze_with_inputs(paths, options, **fields).report
+
+
+def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) -> Analyzed:
+    """:func:`analyze`, keeping the matching and the ranks' exposure inputs (:class:`Analyzed`)."""
     asked = replace(options, **fields) if options is not None else AnalyzeOptions(**fields)
     recorded = asked.recorded()
     workers, progress, dask_scheduler = asked.workers, asked.progress, asked.dask_scheduler
@@ -413,7 +429,7 @@ def analyze(paths, options: AnalyzeOptions | None = None, **fields) -> Report:
                                      "split overlapprof's exposed communication, not HolisticTraceAnalysis's)")
     report.exposure_notes += explain(report, inputs, matching[0] if matching and inputs else None, run,
                                      recorded.reference_bandwidth, recorded.comm_records)
-    return report
+    return Analyzed(report, matching[0] if matching else None, inputs)
 
 
 def _ends_from_peers(results: list[RankResult], groups: list[TraceGroup], options: Options, matching: list, crossrank,

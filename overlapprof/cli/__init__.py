@@ -20,6 +20,7 @@ _COMMANDS = {
     "plot": ("overlapprof.cli.plot_cmd", "plot", "A chart (timeline of one step, ...) as PNG, SVG or PDF."),
     "export": ("overlapprof.cli.export_cmd", "export", "All ranks on one timeline: a Chrome trace JSON for Perfetto."),
     "view": ("overlapprof.cli.view_cmd", "view", "TensorBoard on run directories: traces and overlap scalars."),
+    "whatif": ("overlapprof.cli.whatif_cmd", "whatif", "Predict a changed run's step by replaying this run's traces."),
 }
 
 

@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from overlapprof.errors import InputError
 
-SUBJECTS = ("report", "comparison")
+SUBJECTS = ("report", "comparison", "whatif")
 
 _REGISTRY: dict[tuple[str, str], type[Renderer]] = {}
 

@@ -1,0 +1,196 @@
+"""``bucket_cap_mb=N``: DDP's gradient all-reduces regrouped into buckets of another size.
+
+Per rank and step, the traced all_reduce operations are DDP's buckets, in the order backward
+produced them (bucket j of ``B_j`` bytes issued at lane work position ``p_j``: the lane's work
+done since the step began). Gradients are taken as produced evenly in the work between two
+buckets' issues (the first bucket's over as much work before it as its bytes needed at the
+second's pace), so the bytes ready by work position p are a piecewise-linear G(p) with
+``G(p_j) = B_1 + ... + B_j``. New buckets close where DDP would close them (:func:`_bounds`:
+traced buckets merged until one holds N MiB, one above N split evenly), bucket m at G's position
+of its last byte; each moves ``latency + bytes × (Σ (x_j − latency) / Σ B_j)`` (the step's own
+time per byte, the transfer model's latency), at most as many run at once as the traced ones
+did (gloo's worker threads), with the smallest traced lead, and all are waited where the last
+traced bucket was (DDP waits for every bucket when backward ends). The k-th new bucket of every
+rank is one instance.
+
+What the trace must hold: in each step, the same number of all_reduce operations on every rank,
+matched one per rank, with known sizes. A gradient is never split across DDP's buckets; a traced
+bucket is split evenly, so a cap below a parameter's size predicts more buckets than DDP makes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from overlapprof.analysis.rank.classify import KINDS
+from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
+
+ALL_REDUCE = KINDS.index("all_reduce")
+MIB = 1 << 20
+
+
+class Refused(Exception):
+    """What the trace lacks for the regrouping (the message)."""
+
+
+def _positions(lane) -> list[float]:
+    """The lane's cumulative work at each key (reset at each step's start)."""
+    out, acc = [], 0.0
+    for kind, ref, w in zip(lane.kind, lane.ref, lane.work):
+        if kind == BOUND and ref % 2 == 0:
+            acc = 0.0
+        out.append(acc)
+        acc += w
+    return out
+
+
+def _step_buckets(tr: Traced, lane) -> dict[int, list[int]]:
+    """Step index -> the all_reduce rows issued in it, in order."""
+    out: dict[int, list[int]] = {}
+    cur = None
+    for kind, ref in zip(lane.kind, lane.ref):
+        if kind == BOUND:
+            cur = ref // 2 if ref % 2 == 0 else None
+        elif kind == ISSUE and cur is not None and tr.kind[ref] == ALL_REDUCE:
+            out.setdefault(cur, []).append(ref)
+    return out
+
+
+def _remove(lane, j: int) -> None:
+    if j > 0:
+        lane.work[j - 1] += lane.work[j]
+        lane.compute[j - 1] += lane.compute[j]
+    for name in ("t", "kind", "ref", "work", "compute"):
+        del getattr(lane, name)[j]
+
+
+def _insert(lane, step: int, at: float, kind: int, ref: int) -> None:
+    """Insert a key at work position ``at`` of step index ``step`` (after the keys already there)."""
+    pos = _positions(lane)
+    start = next(j for j, (k, r) in enumerate(zip(lane.kind, lane.ref)) if k == BOUND and r == 2 * step)
+    end = next(j for j, (k, r) in enumerate(zip(lane.kind, lane.ref)) if k == BOUND and r == 2 * step + 1)
+    j = start
+    while j + 1 < end and pos[j + 1] <= at:
+        j += 1
+    into = min(max(at - pos[j], 0.0), lane.work[j])
+    share = into / lane.work[j] if lane.work[j] > 0 else 0.0
+    rest_w, rest_c = lane.work[j] - into, lane.compute[j] * (1 - share)
+    lane.work[j], lane.compute[j] = into, lane.compute[j] * share
+    for name, v in (("t", lane.t[j]), ("kind", kind), ("ref", ref), ("work", rest_w), ("compute", rest_c)):
+        getattr(lane, name).insert(j + 1, v)
+
+
+def _bounds(nbytes: np.ndarray, cap: float) -> list[float]:
+    """Where the new buckets close, in bytes of the step's gradients: traced buckets merged in
+    order until a bucket holds at least ``cap`` (DDP closes a bucket at the first parameter that
+    fills it, and the traced buckets' edges are parameters' edges); a traced bucket of at least
+    two caps split evenly into ``floor(bytes / cap)`` pieces (each at least ``cap``)."""
+    out, acc, start = [], 0.0, 0.0
+    for b in nbytes.tolist():
+        pieces = math.floor(b / cap + 1e-9)  # each at least cap, as DDP fills a bucket past it
+        if acc == 0.0 and pieces >= 2:
+            out += [start + b * (i + 1) / pieces for i in range(pieces)]
+            start += b
+            continue
+        acc += b
+        if acc >= cap * (1 - 1e-9):
+            start += acc
+            out.append(start)
+            acc = 0.0
+    if acc > 0:
+        out.append(start + acc)
+    return out
+
+
+def _in_flight(starts: np.ndarray, ends: np.ndarray) -> int:
+    """The most of these operations running at once (gloo runs a group's collectives on a few
+    worker threads): a new bucket waits for the one that many before it."""
+    pos = np.concatenate((starts, ends))
+    delta = np.concatenate((np.ones(starts.size), -np.ones(ends.size)))
+    order = np.lexsort((delta, pos))  # an end before a start at one instant
+    return max(1, int(np.max(np.cumsum(delta[order])))) if pos.size else 1
+
+
+def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
+    """Rewrite ``tr`` in place for buckets of ``cap_mb`` MiB (see the module docstring); the new
+    buckets per step. Refused when the trace lacks what it needs."""
+    cap = cap_mb * MIB
+    per_rank = {r: _step_buckets(tr, lane) for r, lane in tr.lanes.items()}
+    if not any(per_rank.values()):
+        raise Refused("the trace has no all_reduce operations (DDP's gradient buckets) in its steps")
+    steps = sorted({k for b in per_rank.values() for k in b})
+    new_rows: list[dict] = []
+    made = 0
+    for k in steps:
+        rows = {r: b.get(k, []) for r, b in per_rank.items()}
+        counts = {len(v) for v in rows.values()}
+        if len(counts) != 1:
+            raise Refused(f"step index {k}: ranks issued different numbers of all_reduce operations {sorted(counts)}")
+        insts = [tr.inst[v] for v in rows.values()]
+        if any((i < 0).any() for i in insts) or any((i != insts[0]).any() for i in insts):
+            raise Refused("the all_reduce operations are not matched one per rank across the ranks")
+        nbytes = tr.nbytes[next(iter(rows.values()))]
+        if np.isnan(nbytes).any() or (nbytes <= 0).any():
+            raise Refused("the all_reduce operations' sizes are not in the trace")
+        lat = float(np.min(latency[insts[0]])) if insts[0].size else 0.0
+        per_byte = float(np.sum(np.maximum(tr.transfer[insts[0]] - lat, 0.0)) / np.sum(nbytes))
+        total = float(np.sum(nbytes))
+        bounds = _bounds(nbytes, cap)
+        first_inst = len(tr.members)
+        for r, v in rows.items():
+            lane = tr.lanes[r]
+            pos = _positions(lane)
+            at = {lane.ref[j]: pos[j] for j, kk in enumerate(lane.kind) if kk == ISSUE and lane.ref[j] in v}
+            p = np.array([at[row] for row in v])
+            need_at = max(pos[j] for j, (kk, ref) in enumerate(zip(lane.kind, lane.ref)) if kk == NEED and ref in v)
+            cum = np.cumsum(nbytes)
+            pace = (p[1] - p[0]) / nbytes[1] if p.size > 1 and nbytes[1] > 0 else 0.0
+            xs = np.concatenate(([max(0.0, p[0] - pace * nbytes[0])], p))
+            ys = np.concatenate(([0.0], cum))
+            depth = _in_flight(tr.start[v], tr.end[v])
+            lead = float(np.min(tr.lead[v]))
+            for row in v:  # the traced buckets leave this lane
+                for kind in (ISSUE, NEED):
+                    _remove(lane, next(j for j, (kk, ref) in enumerate(zip(lane.kind, lane.ref))
+                                       if kk == kind and ref == row))
+            for m, b in enumerate(bounds):
+                row = tr.rank.size + len(new_rows)
+                new_rows.append(dict(rank=r, nbytes=(b - (bounds[m - 1] if m else 0.0)), inst=first_inst + m,
+                                     lead=lead, prev=row - depth if m >= depth else -1, step=int(tr.step[v[-1]]),
+                                     group_size=int(tr.group_size[v[-1]]), end=float(tr.end[v[-1]])))
+                _insert(lane, k, float(np.interp(b, ys, xs)), ISSUE, row)
+            for m in range(len(bounds)):
+                _insert(lane, k, need_at, NEED, tr.rank.size + len(new_rows) - len(bounds) + m)
+            for row in np.flatnonzero(np.isin(tr.prev, v)).tolist():  # later ops queued behind the new last
+                tr.prev[row] = tr.rank.size + len(new_rows) - 1
+        for m, b in enumerate(bounds):
+            tr.members.append(None)
+            tr.transfer = np.append(tr.transfer, lat + per_byte * (b - (bounds[m - 1] if m else 0.0)))
+            tr.warm = np.append(tr.warm, False)
+        made += len(bounds)
+    _append(tr, new_rows)
+    return made
+
+
+def _append(tr: Traced, rows: list[dict]) -> None:
+    base = tr.rank.size
+    n = len(rows)
+    col = {name: np.array([r[name] for r in rows]) for name in rows[0]} if rows else {}
+    tr.rank = np.append(tr.rank, col.get("rank", [])).astype(np.int64)
+    tr.kind = np.append(tr.kind, np.full(n, ALL_REDUCE)).astype(np.int64)
+    for name in ("issue", "start"):
+        setattr(tr, name, np.append(getattr(tr, name), np.full(n, np.nan)))
+    tr.end = np.append(tr.end, col.get("end", []))
+    tr.dur = np.append(tr.dur, np.zeros(n))
+    tr.nbytes = np.append(tr.nbytes, col.get("nbytes", []))
+    tr.group_size = np.append(tr.group_size, col.get("group_size", [])).astype(np.int64)
+    tr.step = np.append(tr.step, col.get("step", [])).astype(np.int64)
+    tr.inst = np.append(tr.inst, col.get("inst", [])).astype(np.int64)
+    tr.lead = np.append(tr.lead, col.get("lead", []))
+    tr.tail = np.append(tr.tail, np.zeros(n))
+    tr.prev = np.append(tr.prev, col.get("prev", [])).astype(np.int64)
+    for k in range(len(tr.members)):
+        if tr.members[k] is None:
+            tr.members[k] = np.flatnonzero(tr.inst[base:] == k) + base

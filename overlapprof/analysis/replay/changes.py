@@ -1,0 +1,303 @@
+"""Changes, each a rewrite of the traced steps before they are replayed.
+
+A change is ``name=value``; several joined by commas are one combined change
+(``link_rate=4gbit,compute=x0.5``). What each rewrites:
+
+- ``link_rate=RATE`` (a ``--link-rate`` run only) and ``bandwidth=xK``: every transfer becomes
+  ``latency + (x − latency) / K`` (:mod:`.transfer`; K = new rate / traced rate); with a link,
+  each step is also at least the bytes its instances put on the link at the new rate.
+- ``compute=xF``: the compute in every lane's work is multiplied by F (the rest of the work,
+  host code and idle, is kept); on CPU runs where the transfers were measured longer with more
+  compute beside them, that part of each transfer × F too (:func:`.transfer.interference`).
+- ``no_straggler=R``: rank R's extra work removed: in each step, where its keys are the other
+  ranks' keys (the same program), each piece of R's work above the other ranks' median for that
+  piece is brought down to it; otherwise R's work in the step is scaled down to the other
+  ranks' median total.
+- ``async=KIND`` (``async=KIND@end``): every KIND operation with no compute in its window
+  becomes asynchronous: its need moves to the issue of the next KIND operation issued after
+  some compute (the first use its result can have in a chain of such calls: a ring's next
+  send), else (and always with ``@end``) to the end of its step.
+
+- ``bucket_cap_mb=N``: DDP's all_reduce operations regrouped into buckets of N MiB
+  (:mod:`.buckets`).
+
+- ``prefetch=N``: each FSDP all_gather issued N all-gathers earlier (:mod:`.prefetch`).
+
+``micro_batches`` is named but not modelled: it says why (:class:`Unmodelled`), and no number
+is given.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from overlapprof.analysis.rank.classify import KINDS
+from overlapprof.analysis.replay.buckets import Refused, regroup
+from overlapprof.analysis.replay.prefetch import prefetch
+from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
+from overlapprof.analysis.replay.transfer import Model, scaled
+from overlapprof.analysis.stats import median
+from overlapprof.errors import InputError
+from overlapprof.units import HELP, bits_per_s
+
+NAMES = ("link_rate", "bandwidth", "compute", "no_straggler", "async", "bucket_cap_mb", "prefetch", "micro_batches")
+
+
+class Unmodelled(Exception):
+    """A change this trace cannot model: the message names the change and what the trace lacks."""
+
+
+@dataclass
+class Context:
+    """What the rewrites need besides the traced steps: the fitted model and the run's shared
+    link (bytes/µs; None: the run had no ``--link-rate``)."""
+
+    model: Model
+    link_bytes_per_us: float | None
+    interference: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per instance, µs compute beside cost it
+
+
+@dataclass
+class Rewritten:
+    traced: Traced
+    link_bytes_per_us: float | None  # the link the steps are floored by (None: no floor)
+    notes: list[str]
+
+
+def parse(text: str) -> list[tuple[str, str]]:
+    """``name=value[,name=value...]`` -> pairs; InputError on a malformed or unknown one."""
+    out = []
+    for part in [p.strip() for p in str(text).split(",") if p.strip()]:
+        name, eq, value = part.partition("=")
+        name = name.strip().lower()
+        if not eq or not value.strip():
+            raise InputError(f"--set {part}: a change is NAME=VALUE (one of {', '.join(NAMES)})")
+        if name not in NAMES:
+            raise InputError(f"--set {part}: no change named {name!r} (one of {', '.join(NAMES)})")
+        out.append((name, value.strip()))
+    if not out:
+        raise InputError(f"--set {text!r}: no change given (NAME=VALUE, one of {', '.join(NAMES)})")
+    return out
+
+
+def factor(name: str, value: str) -> float:
+    """``x2``, ``2x`` or ``2`` -> 2.0; InputError unless a positive number."""
+    text = value.lower().removeprefix("x").removesuffix("x")
+    try:
+        f = float(text)
+    except ValueError:
+        f = -1.0
+    if not f > 0 or f == float("inf"):
+        raise InputError(f"--set {name}={value}: a factor is a positive number, as x2 or x0.5")
+    return f
+
+
+def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritten:
+    """A rewritten copy of ``tr`` for ``changes``; Unmodelled when one cannot be modelled."""
+    tr = copy.deepcopy(tr)
+    link = ctx.link_bytes_per_us
+    notes: list[str] = []
+    for name, value in changes:
+        if name == "link_rate":
+            bits = bits_per_s(value)
+            if bits is None:
+                raise InputError(f"--set link_rate={value}: not a rate ({HELP})")
+            if ctx.link_bytes_per_us is None:
+                raise Unmodelled(f"link_rate={value}: the traced run had no --link-rate link to change "
+                                 "(say how much faster the transfers get with bandwidth=xK)")
+            new = bits / 8 / 1e6
+            scaled(tr, ctx.model, new / ctx.link_bytes_per_us)
+            link = new
+        elif name == "bandwidth":
+            k = factor(name, value)
+            scaled(tr, ctx.model, k)
+            if link is not None:
+                link *= k
+        elif name == "compute":
+            f = factor(name, value)
+            tr.transfer = tr.transfer - (1 - f) * ctx.interference[:tr.transfer.size] if ctx.interference.size else \
+                tr.transfer
+            for lane in tr.lanes.values():
+                lane.work = [w - (1 - f) * c for w, c in zip(lane.work, lane.compute)]
+                lane.compute = [f * c for c in lane.compute]
+        elif name == "no_straggler":
+            notes += _no_straggler(tr, value)
+        elif name == "async":
+            notes += _make_async(tr, value)
+        elif name == "prefetch":
+            notes += _prefetch(tr, value)
+        elif name == "bucket_cap_mb":
+            cap = _size_mb(value)
+            try:
+                made = regroup(tr, cap, ctx.model.latency)
+            except Refused as exc:
+                raise Unmodelled(f"bucket_cap_mb={value}: {exc}") from None
+            notes.append(f"bucket_cap_mb={value}: {made} bucket{'s' if made != 1 else ''} in all replace the traced "
+                         "all_reduce operations")
+        else:
+            raise Unmodelled(_unmodelled(tr, name, value))
+    return Rewritten(tr, link, notes)
+
+
+def _size_mb(value: str) -> float:
+    try:
+        mb = float(value)
+    except ValueError:
+        mb = -1.0
+    if not 0 < mb < float("inf"):
+        raise InputError(f"--set bucket_cap_mb={value}: a size in MiB, a positive number (as DDP's bucket_cap_mb)")
+    return mb
+
+
+def _no_straggler(tr: Traced, value: str) -> list[str]:
+    try:
+        rank = int(value)
+    except ValueError:
+        raise InputError(f"--set no_straggler={value}: a rank number") from None
+    if rank not in tr.lanes:
+        raise InputError(f"--set no_straggler={value}: no rank {rank} with steps in the trace "
+                         f"(ranks {', '.join(map(str, sorted(tr.lanes)))})")
+    if len(tr.lanes) < 2:
+        raise Unmodelled(f"no_straggler={value}: the trace has one rank, no other to compare its work with")
+    lane = tr.lanes[rank]
+    before = lane.step_work()
+    mine = _step_pieces(lane)
+    others = [(o, _step_pieces(o)) for r, o in tr.lanes.items() if r != rank]
+    for k, number in enumerate(lane.steps):
+        peers = [(o, p[o.steps.index(number)]) for o, p in others if number in o.steps]
+        if not peers:
+            continue
+        shape = [lane.kind[j] for j in mine[k]]
+        if all([o.kind[j] for j in p] == shape for o, p in peers):
+            for at, j in enumerate(mine[k]):  # the same keys: each piece of work down to the others' median
+                typical = median([o.work[p[at]] for o, p in peers])
+                if lane.work[j] > typical:
+                    lane.compute[j] *= typical / lane.work[j]
+                    lane.work[j] = typical
+        elif before[k] > 0:
+            f = min(1.0, median([sum(o.work[j] for j in p) for o, p in peers]) / before[k])
+            for j in mine[k]:
+                lane.work[j] *= f
+                lane.compute[j] *= f
+    cut = sum(before) - sum(lane.step_work())
+    if cut <= 0:
+        return [f"no_straggler={rank}: rank {rank}'s work was at most the others' median in every step: nothing removed"]
+    return [f"no_straggler={rank}: {cut / len(before) / 1000:.3f} ms of rank {rank}'s work a step removed (down to "
+            "the other ranks' median)"]
+
+
+def _prefetch(tr: Traced, value: str) -> list[str]:
+    try:
+        depth = int(value)
+    except ValueError:
+        depth = 0
+    if depth < 1:
+        raise InputError(f"--set prefetch={value}: how many units earlier, a whole number of at least 1")
+    if not (tr.kind == KINDS.index("all_gather")).any():
+        raise Unmodelled(f"prefetch={value}: the trace has no all_gather operations (FSDP's unit all-gathers) to "
+                         "issue earlier")
+    moved = prefetch(tr, depth)
+    if not moved:
+        raise Unmodelled(f"prefetch={value}: no step has more than {depth} all_gather operations to issue earlier")
+    return [f"prefetch={value}: {moved} all_gather operations issued {depth} earlier (the memory that takes is "
+            "not checked)"]
+
+
+def _step_pieces(lane) -> list[list[int]]:
+    """Per step, the indexes of its keys (from its start to before its end)."""
+    out, cur = [[] for _ in lane.steps], None
+    for j, (kind, ref) in enumerate(zip(lane.kind, lane.ref)):
+        if kind == BOUND:
+            cur = ref // 2 if ref % 2 == 0 else None
+        if cur is not None:
+            out[cur].append(j)
+    return out
+
+
+def _make_async(tr: Traced, value: str) -> list[str]:
+    kind_name, _, where = value.partition("@")
+    kind_name = kind_name.strip().lower()
+    if kind_name not in KINDS:
+        raise InputError(f"--set async={value}: no kind {kind_name!r} (one of {', '.join(KINDS)})")
+    if where not in ("", "end"):
+        raise InputError(f"--set async={value}: after @ only 'end' (wait at the step's end)")
+    code = KINDS.index(kind_name)
+    if not (tr.kind == code).any():
+        raise Unmodelled(f"async={value}: the trace has no {kind_name} operation")
+    moved = 0
+    for lane in tr.lanes.values():
+        moved += _move_needs(tr, lane, code, at_end=where == "end")
+    if not moved:
+        raise Unmodelled(f"async={value}: every {kind_name} operation already has compute in its window "
+                         "(it is asynchronous already)")
+    return [f"async={value}: {moved} blocking {kind_name} operations made asynchronous"]
+
+
+def _move_needs(tr: Traced, lane, code: int, at_end: bool) -> int:
+    issued, moved = {}, 0
+    cum = 0.0
+    blocking = []
+    for j, (kind, ref) in enumerate(zip(lane.kind, lane.ref)):
+        if kind == ISSUE:
+            issued[ref] = cum
+        elif kind == NEED and tr.kind[ref] == code and ref in issued and cum - issued[ref] <= 0:
+            blocking.append(ref)
+        cum += lane.compute[j]
+    for row in blocking:
+        q = next(j for j, (k, r) in enumerate(zip(lane.kind, lane.ref)) if k == NEED and r == row)
+        if q > 0:
+            lane.work[q - 1] += lane.work[q]
+            lane.compute[q - 1] += lane.compute[q]
+        for name in ("t", "kind", "ref", "work", "compute"):
+            del getattr(lane, name)[q]
+        target = _first_use(tr, lane, row, code, at_end)
+        for name, v in (("t", lane.t[target]), ("kind", NEED), ("ref", row), ("work", 0.0), ("compute", 0.0)):
+            getattr(lane, name).insert(target, v)
+        moved += 1
+    return moved
+
+
+def _first_use(tr: Traced, lane, row: int, code: int, at_end: bool) -> int:
+    """Where ``row``'s result is first needed: the next ``code`` issue after some compute, else
+    (or with ``at_end``) its step's end, else the lane's end."""
+    j = next(j for j, (k, r) in enumerate(zip(lane.kind, lane.ref)) if k == ISSUE and r == row)
+    computed = 0.0
+    for i in range(j + 1, len(lane.kind)):
+        kind, ref = lane.kind[i], lane.ref[i]
+        if kind == BOUND and ref % 2 == 1:
+            return i
+        if not at_end and kind == ISSUE and tr.kind[ref] == code and computed > 0:
+            return i
+        computed += lane.compute[i]
+    return len(lane.kind)
+
+
+def _unmodelled(tr: Traced, name: str, value: str) -> str:
+    if not (tr.kind == KINDS.index("send_recv")).any():
+        return f"micro_batches={value}: the trace has no send/recv between pipeline stages"
+    return (f"micro_batches={value}: not modelled: a pipeline's schedule for another number of micro-batches is "
+            "not in the trace's operations")
+
+
+def link_floor(tr: Traced, rate: float) -> dict[int, float]:
+    """Step number -> µs its matched instances' bytes need on a shared link of ``rate`` bytes/µs
+    (send/recv: the message once; a collective: n × bus factor × its size), as the overlap
+    bound's link floor counts them."""
+    from overlapprof.analysis.crossrank.bandwidth import bus_factor
+
+    out: dict[int, float] = {}
+    for rows in tr.members:
+        first = int(rows[0])
+        nbytes, kind, step = float(np.nanmax(tr.nbytes[rows])) if not np.isnan(tr.nbytes[rows]).all() else None, \
+            KINDS[int(tr.kind[first])], int(tr.step[first])
+        if nbytes is None or kind == "barrier" or step < 0:
+            continue
+        n = int(tr.group_size[first]) or rows.size
+        f = 1.0 if kind == "send_recv" else bus_factor(kind, n)
+        if f is None:
+            continue
+        out[step] = out.get(step, 0.0) + (nbytes if kind == "send_recv" else n * f * nbytes) / rate
+    return out

@@ -1,0 +1,189 @@
+"""``whatif(paths, changes) -> WhatIf``: the traced run replayed unchanged and per change, and the
+predictions checked against a run that made the change.
+
+The step of a run is the median over its (rank, step) pairs (as ``compare`` takes it); a
+prediction's interval is the 2.5th-97.5th percentile of its replayed (rank, step) values (the
+traced steps' spread carried through the change), at least the traced steps' own 2.5th-97.5th
+percentiles relative to their median, times the prediction; with a ``--link-rate`` link each replayed
+step is at least its bytes' time on the link. What limits the step after a change is the
+largest share of the replayed step: compute, the rest of the host's work (``other``), a late
+rank, the exposed transfers, or the link's bytes when its floor sets the step.
+"""
+
+from __future__ import annotations
+
+from overlapprof import __version__
+from overlapprof.analysis.analyzer import analyze_with_inputs
+from overlapprof.analysis.exposure import resources
+from overlapprof.analysis.replay.changes import Context, Unmodelled, factor, link_floor, parse, rewrite
+from overlapprof.analysis.replay.engine import Replayed, replay
+from overlapprof.analysis.replay.timeline import Traced, traced
+from overlapprof.analysis.replay.transfer import fit, interference
+from overlapprof.analysis.stats import median, percentile
+from overlapprof.errors import InputError
+from overlapprof.report import Exposure, Report
+from overlapprof.report.whatif import Check, Prediction, RankReplay, WhatIf
+from overlapprof.rundir.run_record import describe_link
+
+CAUSES = ("late_peer", "queued", "no_window", "window_short")
+
+
+def _pairs(out: Replayed, tr: Traced, floor: dict[int, float] | None) -> list[tuple[int, float, bool]]:
+    """(rank, replayed step, set by the link floor) of every (rank, step)."""
+    pairs = []
+    for r, rs in out.ranks.items():
+        for number, us in zip(tr.lanes[r].steps, rs.step_us):
+            at = floor.get(number, 0.0) if floor else 0.0
+            pairs.append((r, max(us, at), at > us))
+    return pairs
+
+
+def _limit(out: Replayed, pairs, exposure: Exposure, compute: float, other: float) -> str:
+    step = median([p[1] for p in pairs])
+    if sum(p[2] for p in pairs) * 2 > len(pairs):
+        return "the shared link: its bytes at its rate set the step"
+    transfers = exposure.queued_us + exposure.no_window_us + exposure.window_short_us
+    shares = {"compute": compute, "other": other, "late": exposure.late_peer_us, "transfers": transfers}
+    top = max(shares, key=shares.get)
+    pct = f"{100 * shares[top] / step:.0f}% of the step" if step > 0 else ""
+    if top == "compute":
+        return f"compute ({pct})"
+    if top == "other":
+        return f"host work that is neither compute nor communication ({pct})"
+    if top == "late":
+        who = max(exposure.late_peer_by_rank, key=exposure.late_peer_by_rank.get) if exposure.late_peer_by_rank else "?"
+        return f"a late rank: waiting for rank {who} ({pct})"
+    return f"communication: exposed transfers ({pct})"
+
+
+def _interval(values: list[float], step: float, traced: list[float]) -> tuple[float, float]:
+    """The replayed steps' 2.5th-97.5th percentiles, widened to the traced steps' own spread
+    around their median, scaled to the prediction (a link floor can make every replayed step
+    equal; the run will still vary as the traced one did)."""
+    low, high = percentile(values, 2.5), percentile(values, 97.5)
+    mid = median(traced) if traced else 0.0
+    if mid > 0:
+        low = min(low, step * percentile(traced, 2.5) / mid)
+        high = max(high, step * percentile(traced, 97.5) / mid)
+    return low, high
+
+
+def _prediction(change: str, out: Replayed, tr: Traced, floor, traced_step: float | None, notes) -> Prediction:
+    pairs = _pairs(out, tr, floor)
+    if not pairs:
+        return Prediction(change=change, modelled=False, reason=f"{change}: the trace has no ProfilerStep to replay")
+    values = [p[1] for p in pairs]
+    count = len(pairs)
+    sums = {name: sum(sum(rs.parts[name]) for rs in out.ranks.values()) / count for name in ("compute", "other", *CAUSES)}
+    late_by: dict[int, float] = {}
+    for rs in out.ranks.values():
+        for d in rs.late_by_rank:
+            for who, us in d.items():
+                late_by[who] = late_by.get(who, 0.0) + us / count
+    sums = {k: float(v) for k, v in sums.items()}
+    exposure = Exposure(late_peer_us=sums["late_peer"], queued_us=sums["queued"], no_window_us=sums["no_window"],
+                        window_short_us=sums["window_short"],
+                        late_peer_by_rank={int(k): float(v) for k, v in sorted(late_by.items())})
+    step = median(values)
+    low, high = _interval(values, step, [v for lane in tr.lanes.values() for v in lane.measured_steps])
+    return Prediction(
+        change=change, step_us=float(step), low_us=low, high_us=high,
+        speedup=traced_step / step if traced_step and step > 0 else None,
+        ranks={int(r): median(rs.step_us) for r, rs in out.ranks.items()}, compute_us=sums["compute"],
+        other_us=sums["other"], exposure=exposure, limit=_limit(out, pairs, exposure, sums["compute"], sums["other"]),
+        notes=notes + out.notes)
+
+
+def _load(paths, **options):
+    from pathlib import Path
+
+    from overlapprof.trace.discover import is_saved_comparison, is_saved_report
+
+    for p in map(Path, paths):
+        if p.is_file() and (is_saved_report(p) or is_saved_comparison(p)):
+            raise InputError(f"{p}: a saved report or comparison holds no operations to replay: give the run "
+                             "directory or the traces it was made from")
+    analyzed = analyze_with_inputs(paths, **options)
+    reports = {r.rank: r for r in analyzed.report.ranks}
+    if not any(r.steps for r in reports.values()):
+        raise InputError(f"{paths[0]}: no ProfilerStep in the traces: the replay predicts steps, and there is none")
+    return analyzed, traced(reports, analyzed.inputs, analyzed.matching)
+
+
+def run_steps(report: Report) -> list[float]:
+    """Every (rank, step)'s step_us of a report."""
+    return [s.step_us for r in report.ranks for s in r.steps]
+
+
+def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, check: str | None = None,
+           workers: int | None = None) -> WhatIf:
+    """Replay the traced run of ``paths`` unchanged and with each of ``changes`` (``name=value``,
+    several joined by commas); ``check``: a run that made the (one) change, to compare with."""
+    parsed = [parse(c) for c in changes]
+    if check is not None and len(changes) != 1:
+        raise InputError("--check compares one change with the run that made it: give exactly one --set")
+    options = {"workers": workers} if workers else {}
+    if reference_bandwidth is not None:
+        options["reference_bandwidth"] = reference_bandwidth
+    analyzed, tr = _load(list(paths), **options)
+    report = analyzed.report
+    res, _, sharing = resources(report.run, None)
+    ref = report.options.reference_bandwidth
+    model = fit(tr, ref / 1e6 if ref else None, res.link_bytes_per_us, sharing)
+    base = replay(tr)
+    traced_values = [v for r in tr.lanes.values() for v in r.measured_steps]
+    traced_step = median(traced_values) if traced_values else None
+    replayed = [v for rs in base.ranks.values() for v in rs.step_us]
+    ranks = [RankReplay(rank=r, traced_step_us=median(tr.lanes[r].measured_steps),
+                        replayed_step_us=median(rs.step_us),
+                        error=median(rs.step_us) / median(tr.lanes[r].measured_steps) - 1)
+             for r, rs in base.ranks.items()]
+    result = WhatIf(version=__version__, inputs=[str(p) for p in paths], traced_step_us=traced_step,
+                    replayed_step_us=median(replayed) if replayed else None,
+                    replay_error=median(replayed) / traced_step - 1 if replayed and traced_step else None,
+                    ranks=ranks, link=describe_link((report.run or {}).get("link")), transfer=model.fits,
+                    notes=model.notes + base.notes)
+    if any(r.mode == "cpu" for r in report.ranks) and len(report.ranks) > 1:
+        result.notes.append("ranks share host cores: the replay keeps each rank's traced compute times, so a change "
+                            "that moves compute beside other ranks' compute is not slowed for it")
+    cost, words = interference(tr, any(r.mode == "cpu" for r in report.ranks))
+    result.notes += words
+    ctx = Context(model, res.link_bytes_per_us, cost)
+    for text, pairs in zip(changes, parsed):
+        try:
+            new = rewrite(tr, pairs, ctx)
+        except Unmodelled as exc:
+            result.predictions.append(Prediction(change=text, modelled=False, reason=str(exc)))
+            continue
+        out = replay(new.traced)
+        floor = link_floor(new.traced, new.link_bytes_per_us) if new.link_bytes_per_us else None
+        result.predictions.append(_prediction(text, out, new.traced, floor, traced_step, new.notes))
+    if check is not None and result.predictions and result.predictions[0].modelled:
+        f = 1.0
+        for name, value in parsed[0]:
+            if name == "compute":
+                f *= factor(name, value)
+        result.predictions[0].check = checked(result.predictions[0], check, _compute(report) * f, workers)
+    return result
+
+
+def _compute(report: Report) -> float | None:
+    values = [s.compute_us for r in report.ranks for s in r.steps]
+    return median(values) if values else None
+
+
+def checked(p: Prediction, path: str, traced_compute: float | None = None, workers: int | None = None) -> Check:
+    """The prediction ``p`` against the run at ``path``; ``traced_compute``: the traced run's
+    median compute a step, times the change's compute factor."""
+    from overlapprof.analysis.analyzer import analyze
+
+    report = analyze([path], workers=workers, comms=False) if workers else analyze([path], comms=False)
+    measured = run_steps(report)
+    if not measured:
+        raise InputError(f"{path}: no ProfilerStep in the traces to check the prediction against")
+    m = median(measured)
+    compute = _compute(report)
+    return Check(run=str(path), measured_step_us=m, measured_low_us=percentile(measured, 2.5),
+                 measured_high_us=percentile(measured, 97.5), error=p.step_us / m - 1,
+                 within=p.low_us <= m <= p.high_us,
+                 compute_ratio=compute / traced_compute if compute and traced_compute else None)

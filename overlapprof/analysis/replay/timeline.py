@@ -1,0 +1,195 @@
+"""The traced steps as the replay reads them (:class:`Traced`): each rank's *lane* of keys, and the
+operations with what the replay keeps of them.
+
+A rank's lane is the thread that issues its communication and waits for it (CPU: the issuing
+thread; GPU: its host launches and the ends of the operations it waits for), read as an ordered
+list of keys on the run's common clock:
+
+- ``BOUND``: a ProfilerStep's start or end;
+- ``ISSUE i``: operation *i* issued (``a_i``, OVERLAP.md 6.1);
+- ``NEED i``: its result needed (``n_i``): the lane waits there until the operation ends.
+
+After each key the lane does ``work`` µs (``compute`` of it in its compute union) before the next
+key: the measured gap, less the time the lane sat blocked in a need. A need is placed after the
+last other key before the operation's end (a key inside ``[n_i, e_i)`` means the lane was not
+blocked there, whatever ``n_i`` said), so the blocked time is exactly ``[n_i, e_i)`` less what
+another need already blocked. Replaying these keys with the measured operation ends gives every
+key its measured time back, so the traced steps are reproduced.
+
+Per operation the replay keeps: its instance (matched across ranks; -1 none), its own
+``lead`` (start − the later of its issue and, on a collective channel whose operations ran in
+order, its predecessor's end: ``prev``), its ``tail`` (end − the instance's latest start − the instance's transfer;
+unmatched: end − start − its duration, 0), and per instance the measured transfer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from overlapprof.analysis import intervals as iv
+from overlapprof.analysis.rank.classify import KINDS
+
+BOUND, ISSUE, NEED = 0, 1, 2  # key types, also their order at one instant
+SEND_RECV = KINDS.index("send_recv")
+
+
+@dataclass
+class Lane:
+    """One rank's keys in order: ``t`` (measured µs, common clock), ``kind`` (BOUND/ISSUE/NEED),
+    ``ref`` (operation row, or for BOUND ``2 * step index`` (+1 for its end)), ``work`` and
+    ``compute`` after each key. ``steps``: the step numbers of the rank's report, in order."""
+
+    rank: int
+    t: list[float]
+    kind: list[int]
+    ref: list[int]
+    work: list[float]
+    compute: list[float]
+    steps: list[int]
+    measured_steps: list[float]
+
+    def step_work(self) -> list[float]:
+        """Σ work per step (its keys between the step's start and end)."""
+        out, cur = [0.0] * len(self.steps), None
+        for kind, ref, w in zip(self.kind, self.ref, self.work):
+            if kind == BOUND:
+                cur = ref // 2 if ref % 2 == 0 else None
+            if cur is not None:
+                out[cur] += w
+        return out
+
+
+@dataclass
+class Traced:
+    """All ranks' lanes and the operations' columns (rows of the cross-rank matching's
+    operations; times on the common clock). ``prev``: the row an operation queued behind on its
+    collective channel (-1: none); ``transfer``: per instance, the measured transfer (µs)."""
+
+    lanes: dict[int, Lane]
+    rank: np.ndarray
+    kind: np.ndarray
+    issue: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    dur: np.ndarray
+    nbytes: np.ndarray
+    group_size: np.ndarray
+    step: np.ndarray
+    inst: np.ndarray
+    lead: np.ndarray
+    tail: np.ndarray
+    prev: np.ndarray
+    transfer: np.ndarray
+    members: list[np.ndarray]
+    warm: np.ndarray
+    mode: str
+    notes: list[str] = field(default_factory=list)
+    compute: dict = field(default_factory=dict)  # rank -> its compute union on the common clock
+
+
+def _channels(ops, rows: np.ndarray, mode: str) -> np.ndarray:
+    if mode == "gpu":
+        return ops.group[rows] * (1 << 32) + ops.thread[rows]
+    return ops.group[rows].astype(np.int64)
+
+
+def _empty(reports, inputs) -> Traced:
+    """No communication operation: lanes of steps alone."""
+    z, zi = np.empty(0), np.empty(0, dtype=np.int64)
+    lanes = {r: _lane(r, reports[r], inputs[r].compute, 0.0, zi, z, z, z) for r in sorted(reports)
+             if r in inputs and reports[r].steps}
+    return Traced(lanes, zi, zi, z, z, z, z, z, zi, zi, zi, z, z, zi, z, [], np.empty(0, dtype=bool), "cpu")
+
+
+def traced(reports, inputs, matching) -> Traced:
+    """The Traced of a run: ``reports`` rank -> RankReport (with steps), ``inputs`` rank ->
+    ExposureInput (its compute union), ``matching`` the cross-rank Matching (None: no operation).
+
+    An operation's result is taken as needed at the end of the last compute that started before
+    it ended (the lane computed that far beside it; a blocking call: its issue), and on GPUs
+    where CUDA event-sync records say, where they say. GPU ranks are replayed on the device's
+    clock: an operation is issued where its kernels start (the host's launch runs ahead)."""
+    if matching is None:
+        return _empty(reports, inputs)
+    ops, x = matching.ops, matching.measured
+    shift = matching.row_shift
+    gpu = np.isin(ops.rank, [r for r, e in inputs.items() if e.mode == "gpu"])
+    issue_raw = np.where(gpu, ops.ts, np.minimum(ops.issue, ops.ts))
+    need_raw = np.where(gpu, ops.need, np.nan)
+    for r, e in inputs.items():
+        rows = np.flatnonzero((ops.rank == r) & np.isnan(need_raw))
+        cs, ce = e.compute
+        at = np.searchsorted(cs, ops.end[rows], side="left") - 1
+        need_raw[rows] = np.where(at >= 0, ce[np.maximum(at, 0)], -np.inf)
+    need_raw = np.clip(np.where(np.isnan(need_raw), ops.end, need_raw), issue_raw, ops.end)
+    start, end = ops.ts + shift, ops.end + shift
+    issue, need = issue_raw + shift, need_raw + shift
+    n = len(ops)
+    inst = x.inst_of.copy()
+    members = matching.matched.instances()
+    latest = np.array([start[m].max() for m in members]) if members else np.empty(0)
+    transfer = np.asarray(x.transfer, dtype=float).copy()
+    tail = np.zeros(n)
+    matched = inst >= 0
+    tail[matched] = end[matched] - latest[inst[matched]] - transfer[inst[matched]]
+    prev = np.full(n, -1, dtype=np.int64)
+    lead = start - issue
+    modes = {r: inputs[r].mode for r in inputs}
+    mode = "gpu" if "gpu" in modes.values() else "cpu"
+    for r in sorted(reports):
+        rows = np.flatnonzero(ops.rank == r)
+        rows = rows[np.argsort(issue[rows], kind="stable")]
+        coll = rows[ops.kind[rows] != SEND_RECV]
+        ch = _channels(ops, coll, modes.get(r, "cpu"))
+        last: dict[int, int] = {}
+        for row, c in zip(coll.tolist(), ch.tolist()):
+            p = last.get(c)
+            if p is not None and start[row] >= end[p]:  # it ran after its predecessor: in order
+                prev[row] = p
+                lead[row] = start[row] - max(issue[row], end[p])
+            last[c] = row
+    lanes, compute = {}, {}
+    for r in sorted(inputs):
+        sh = matching.shift.get(r, 0.0)
+        compute[r] = (inputs[r].compute[0] + sh, inputs[r].compute[1] + sh)
+        if r in reports and reports[r].steps:
+            rows = np.flatnonzero(ops.rank == r)
+            lanes[r] = _lane(r, reports[r], compute[r], sh, rows, issue, need, end)
+    return Traced(compute=compute, lanes=lanes, rank=ops.rank.copy(), kind=ops.kind.astype(np.int64), issue=issue, start=start,
+                  end=end, dur=ops.dur.copy(), nbytes=ops.nbytes.copy(), group_size=ops.group_size.copy(),
+                  step=ops.step.copy(), inst=inst, lead=lead, tail=tail, prev=prev, transfer=transfer,
+                  members=members, warm=np.asarray(x.warm, dtype=bool), mode=mode)
+
+
+def _lane(rank: int, report, compute, shift: float, rows, issue, need, end) -> Lane:
+    keys: list[tuple[float, int, int]] = []
+    for k, s in enumerate(report.steps):
+        keys.append((s.start_us + shift, BOUND, 2 * k))
+        keys.append((s.start_us + s.step_us + shift, BOUND, 2 * k + 1))
+    keys += [(float(issue[r]), ISSUE, int(r)) for r in rows]
+    keys.sort()
+    others = np.array([k[0] for k in keys])
+    needs = []
+    for r in rows.tolist():
+        at = float(need[r])
+        before = int(np.searchsorted(others, end[r], side="left")) - 1  # the last other key before the end
+        if before >= 0 and others[before] > at:
+            at = float(others[before])
+        needs.append((at, NEED, r))
+    keys = sorted(keys + needs)
+    t = np.array([k[0] for k in keys])
+    blocked = np.empty(t.size)
+    reach = -np.inf
+    for j, (at, kind, ref) in enumerate(keys):
+        if kind == NEED:
+            reach = max(reach, float(end[ref]))
+        blocked[j] = max(at, reach)
+    nxt = np.append(t[1:], t[-1])
+    lo = np.minimum(blocked, nxt)
+    work = np.maximum(nxt - lo, 0.0)
+    compute = iv.covered(compute, lo, nxt) if t.size else np.empty(0)
+    return Lane(rank=rank, t=t.tolist(), kind=[k[1] for k in keys], ref=[k[2] for k in keys], work=work.tolist(),
+                compute=np.minimum(compute, work).tolist(), steps=[s.step for s in report.steps],
+                measured_steps=[s.step_us for s in report.steps])

@@ -1,0 +1,164 @@
+"""The transfer-time model, fitted on the job's own operations.
+
+Per kind and group size n, over the matched instances (warm-up left out) whose bytes are known,
+with ``b`` the bytes each moves on the wire as nccl-tests counts them (bus bytes: the size × the
+kind's bus factor for n ranks; send/recv: the message) and ``x`` its measured transfer (µs)::
+
+    x = latency + b / bandwidth
+
+fitted by least squares when the operations have at least :data:`MIN_SIZES` distinct sizes (a
+negative latency is refitted through the origin; no positive slope: no fit). Otherwise the
+bandwidth is a reference: ``--reference-bandwidth``, else the run's ``--link-rate`` link shared
+by its ranks, and the latency the median of ``x − b / bandwidth`` (at least 0); with neither,
+the model says so and a bandwidth change scales the whole transfer (latency 0). Each fit keeps
+its residuals ``(x − model) / x``.
+
+A bandwidth change by a factor k rewrites each transfer as ``latency + (x − latency) / k``: the
+operation keeps its own residual, only the part its bytes take is sped up or slowed down.
+
+**Interference** (CPU runs): where the backend's threads and the ranks' compute share the cores,
+a transfer is longer the more compute runs beside it. Per kind and group size, ``transfer = x0 +
+slope × compute beside it`` (Σ over the instance's ranks of their compute during its transfer)
+is fitted on the instances; where it holds (:func:`interference`), a compute change by F takes
+``(1 − F) × slope × compute beside it`` off each transfer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from overlapprof.analysis import intervals as iv
+from overlapprof.analysis.crossrank.bandwidth import bus_factor
+from overlapprof.analysis.rank.classify import KINDS
+from overlapprof.analysis.replay.timeline import SEND_RECV, Traced
+from overlapprof.analysis.stats import median
+from overlapprof.report.whatif import TransferFit
+
+MIN_SIZES = 2  # distinct sizes a fit needs
+
+
+@dataclass
+class Model:
+    """The fits, and each instance's latency under them (µs; 0 where none applies)."""
+
+    fits: list[TransferFit]
+    latency: np.ndarray
+    notes: list[str]
+
+
+def _bus_bytes(kind: int, nbytes: float, n: int) -> float:
+    if kind == SEND_RECV:
+        return nbytes
+    factor = bus_factor(KINDS[kind], n)
+    return float("nan") if factor is None else nbytes * factor
+
+
+def fit(tr: Traced, reference_bytes_per_us: float | None, link_bytes_per_us: float | None, sharing: int) -> Model:
+    """The model of ``tr``'s instances. ``reference_bytes_per_us``: ``--reference-bandwidth``;
+    ``link_bytes_per_us``: the run's shared link, ``sharing`` the ranks on it."""
+    count = len(tr.members)
+    latency = np.zeros(count)
+    groups: dict[tuple[int, int], list[int]] = {}
+    bus = np.full(count, np.nan)
+    for k, rows in enumerate(tr.members):
+        first = int(rows[0])
+        n = int(tr.group_size[first]) or rows.size
+        b = _bus_bytes(int(tr.kind[first]), float(np.nanmax(tr.nbytes[rows])) if not np.isnan(tr.nbytes[rows]).all()
+                       else float("nan"), n)
+        bus[k] = b
+        groups.setdefault((int(tr.kind[first]), n), []).append(k)
+    fits, notes = [], []
+    reference, source = (reference_bytes_per_us, "reference") if reference_bytes_per_us else (
+        (link_bytes_per_us / max(sharing, 1), "link") if link_bytes_per_us else (None, "none"))
+    for (kind, n), insts in sorted(groups.items()):
+        insts = np.array(insts)
+        use = insts[~tr.warm[insts] & ~np.isnan(bus[insts]) & (tr.transfer[insts] > 0)]
+        name = f"{KINDS[kind]} on {n} ranks"
+        if not use.size:
+            fits.append(TransferFit(kind=KINDS[kind], group_size=n, operations=int(insts.size), sizes=0,
+                                    source="none", note="no operation with known bytes"))
+            continue
+        b, x = bus[use], tr.transfer[use]
+        sizes = int(np.unique(b).size)
+        lat = bw = None
+        how = "fit"
+        if sizes >= MIN_SIZES:
+            slope, lat = np.polyfit(b, x, 1)
+            if lat < 0:
+                slope, lat = float(np.dot(b, x) / np.dot(b, b)), 0.0
+            bw = 1.0 / slope if slope > 0 else None
+        if bw is None:
+            why = f"{sizes} distinct size{'s' if sizes != 1 else ''}" if sizes < MIN_SIZES else "no bandwidth trend"
+            if reference is not None:
+                bw, how = reference, source
+                lat = max(0.0, median((x - b / bw).tolist()))
+                notes.append(f"transfer model: {name}: {why}, too few to fit; latency from the "
+                             f"{'--reference-bandwidth' if source == 'reference' else 'run link shared by its ranks'}")
+            else:
+                how, lat = "none", 0.0
+                notes.append(f"transfer model: {name}: {why}, too few to fit and no reference bandwidth "
+                             "(--reference-bandwidth, or a --link-rate run): a bandwidth change scales its whole transfer")
+        model = lat + (b / bw if bw else 0.0)
+        resid = (x - model) / x if bw else np.full(x.size, np.nan)
+        latency[insts] = min(lat, float(np.min(x)))
+        fits.append(TransferFit(
+            kind=KINDS[kind], group_size=n, operations=int(use.size), sizes=sizes, source=how,
+            latency_us=float(lat), bandwidth_gbps=float(bw / 1e3) if bw else None,
+            median_abs_residual=float(np.median(np.abs(resid))) if bw else None,
+            max_abs_residual=float(np.max(np.abs(resid))) if bw else None))
+    return Model(fits, latency, notes)
+
+
+MIN_INSTANCES = 8  # instances an interference fit needs
+MIN_R = 0.5  # and the correlation it must show
+
+
+def beside(tr: Traced) -> np.ndarray:
+    """Per instance, the compute that ran beside its transfer: Σ over its ranks of their compute
+    in [its latest start, + its transfer) (µs; the ranks of one host share its cores)."""
+    out = np.zeros(len(tr.members))
+    for k, rows in enumerate(tr.members):
+        lo = float(np.max(tr.start[rows]))
+        hi = lo + float(tr.transfer[k])
+        for r in set(tr.rank[rows].tolist()):
+            if r in tr.compute:
+                out[k] += float(iv.covered(tr.compute[r], np.array([lo]), np.array([hi]))[0])
+    return out
+
+
+def interference(tr: Traced, mode_cpu: bool) -> tuple[np.ndarray, list[str]]:
+    """Per instance, the µs of its transfer the compute beside it cost (0: none found): per kind
+    and group size, ``transfer = x0 + slope × compute beside it`` fitted on the instances (CPU
+    runs: the ranks' compute and the backend's threads share the cores), kept when the slope is
+    positive, the correlation at least :data:`MIN_R` and there are :data:`MIN_INSTANCES`."""
+    cost = np.zeros(len(tr.members))
+    notes: list[str] = []
+    if not mode_cpu or not tr.members:
+        return cost, notes
+    c = beside(tr)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for k, rows in enumerate(tr.members):
+        groups.setdefault((int(tr.kind[rows[0]]), rows.size), []).append(k)
+    for (kind, n), insts in sorted(groups.items()):
+        use = np.array([k for k in insts if not tr.warm[k]])
+        if use.size < MIN_INSTANCES or np.ptp(c[use]) <= 0 or np.ptp(tr.transfer[use]) <= 0:
+            continue
+        r = float(np.corrcoef(c[use], tr.transfer[use])[0, 1])
+        slope, x0 = np.polyfit(c[use], tr.transfer[use], 1)
+        if slope <= 0 or r < MIN_R:
+            continue
+        cost[insts] = np.minimum(slope * c[insts], tr.transfer[insts])
+        notes.append(f"interference: {KINDS[kind]} on {n} ranks: transfer = {x0:.0f} us + {slope:.3f} x the compute "
+                     f"beside it (r = {r:.2f}, {use.size} instances): a compute change changes that part too")
+    return cost, notes
+
+
+def scaled(tr: Traced, model: Model, factor: float) -> None:
+    """Rewrite ``tr``'s transfers for a bandwidth ``factor`` times the traced one, in place:
+    instances ``latency + (x − latency) / factor``; unmatched operations likewise with no latency."""
+    lat = np.minimum(model.latency, tr.transfer)
+    tr.transfer = lat + (tr.transfer - lat) / factor
+    unmatched = tr.inst < 0
+    tr.dur = np.where(unmatched, tr.dur / factor, tr.dur)
