@@ -185,3 +185,20 @@ def test_a_wait_for_another_operation_shows_nothing(tmp_path):
     assert (rank0.p2p.async_ops, rank0.p2p.ends_from_peer, rank0.p2p.upper_bound) == (1, 0, 1)
     assert (rank1.p2p.async_ops, rank1.p2p.ends_from_peer, rank1.p2p.upper_bound) == (1, 0, 1)
     assert rank0.metrics.comm_us == 40_005 + 100 + 5  # [995, 41000) and [41995, 42100)
+
+
+def test_a_blocking_send_whose_call_takes_most_of_its_span_is_waited_for(tmp_path):
+    """A blocking send of a small message: its c10d call returns 40 µs into its 60 µs span and the
+    thread waits for the rest, with no compute anywhere in it. The issuing call is not other work,
+    so the send is waited for (before: 20 of 60 µs blocked, judged async and cut at the receive's
+    end, 28 µs off a real sync ring's communication)."""
+    args = {"Concrete Inputs": ["", "", "1", "0"]}
+    rank0 = [S.cpu_op("c10d::send", 995, 45, args=args), S.annotation("gloo:send", 1000, 60, args=dict(SHAPES)),
+             S.cpu_op("aten::mm", 2000, 900)]
+    rank1 = _p2p("recv", 1000, 50, 0) + [S.cpu_op("aten::mm", 2000, 900)]
+    paths = [S.write(tmp_path / f"rank{r}.json", S.trace(ev, rank=r, world_size=2, backend="gloo"))
+             for r, ev in enumerate((rank0, rank1))]
+    report = overlapprof.analyze(paths, workers=1)
+    rank0 = by_rank(report.ranks, 0)
+    assert (rank0.p2p.async_ops, rank0.p2p.ends_from_peer, rank0.p2p.upper_bound) == (0, 0, 0)
+    assert rank0.metrics.comm_us == 65  # [995, 1060) as recorded

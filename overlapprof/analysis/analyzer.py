@@ -442,7 +442,8 @@ def _ends_from_peers(results: list[RankResult], groups: list[TraceGroup], option
     cross-rank section (``crossrank``, or the one built again)."""
     from overlapprof.analysis.crossrank.transfer_ends import partner_ends
 
-    found = partner_ends(matching[0], {r.report.rank for r in results if r.report.mode == "cpu"})
+    found = partner_ends(matching[0], {r.report.rank for r in results if r.report.mode == "cpu"},
+                         {r.report.rank: r.exposure_input.compute for r in results if r.exposure_input is not None})
     again = [k for k, r in enumerate(results) if r.report.rank in found.ends]
     if again:
         ends = {os.path.abspath(results[k].files[0]): found.ends[results[k].report.rank] for k in again}

@@ -1,9 +1,10 @@
 """Where an asynchronous point-to-point transfer is shown to end (OVERLAP.md version 3, section 1).
 
 gloo records a send or recv as a span on the calling thread from its issue to its ``wait()``.
-One whose thread waited for it for at least half of the span (from its need time, when the
-program needed its result, OVERLAP.md section 6.1, or from the end of another send/recv of the
-thread that ended after that, to its end) ends when the operation was seen to complete: a blocking receive, or one whose ``wait()`` blocked, ends when its data had arrived.
+One whose thread did other work for less than half of the span (the compute between its issue
+and its need time, when the program needed its result, OVERLAP.md section 6.1, and the time it
+waited first for another send/recv of the thread that ended after that) ends when the operation
+was seen to complete: a blocking receive, or one whose ``wait()`` blocked, ends when its data had arrived.
 An asynchronous one (its thread did other work for most of the span) ends at the ``wait()``,
 however long before that its transfer ended. (Half, not all: the call that issued a span
 overlaps its first microseconds, and a ``wait()`` that finds the work done still takes some.)
@@ -56,14 +57,31 @@ def _blocked_from(ops, p2p: np.ndarray) -> np.ndarray:
     return out
 
 
-def partner_ends(m: Matching, cpu_ranks: set[int]) -> PartnerEnds:
+def _other_work(ops, p2p: np.ndarray, compute: dict) -> np.ndarray:
+    """How long each point-to-point operation's thread did something else during its span: the
+    compute in [issue, need) (the issuing call itself is not other work: a blocking send whose
+    call takes half of its short span is still waited for), then the time it waited for other
+    operations first (``_blocked_from`` − need). A rank without its compute union (``compute``:
+    rank -> U(compute), own clock) counts all of [issue, need)."""
+    blocked = _blocked_from(ops, p2p)
+    other = np.maximum(blocked - ops.need, 0.0) + np.maximum(ops.need - ops.issue, 0.0)
+    for rank in np.unique(ops.rank[p2p]).tolist():
+        if (u := compute.get(rank)) is not None:
+            rows = np.flatnonzero(p2p & (ops.rank == rank))
+            other[rows] = (np.maximum(blocked[rows] - ops.need[rows], 0.0)
+                           + iv.covered(u, ops.issue[rows], np.maximum(ops.need[rows], ops.issue[rows])))
+    return other
+
+
+def partner_ends(m: Matching, cpu_ranks: set[int], compute: dict | None = None) -> PartnerEnds:
     """The ends that the matched receives show, for the operations of the CPU-mode ranks ``cpu_ranks``
-    (module docstring). Across hosts whose clocks are not aligned nothing is shown."""
+    (module docstring; ``compute``: rank -> U(compute), its own clock, what :func:`_other_work`
+    reads). Across hosts whose clocks are not aligned nothing is shown."""
     ops, out, x = m.ops, PartnerEnds(), m.matched
     p2p = (ops.kind == KIND_CODE["send_recv"]) & np.isin(ops.rank, sorted(cpu_ranks))
     if not p2p.any():
         return out
-    waited = p2p & (ops.end - _blocked_from(ops, p2p) >= 0.5 * (ops.end - ops.issue))
+    waited = p2p & (_other_work(ops, p2p, compute or {}) < 0.5 * (ops.end - ops.issue))
     is_async = p2p & ~waited
     shown = np.zeros(len(ops), dtype=bool)
     end = ops.end.copy()
