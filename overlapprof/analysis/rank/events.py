@@ -12,6 +12,7 @@ the same chunks (``RankEvents.comm_records``).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,8 +115,16 @@ def step_number(name: str) -> int:
     return int(m.group(1)) if m else -1
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _named_kind(test, name: str) -> int:
+    """The kind code of ``name`` when ``test`` (a compiled pattern's search or match) finds it,
+    else -1; kept per (pattern, name): a rank measured a time bucket at a time asks for the same
+    names in every bucket, and the families' pattern is slow on long kernel names."""
+    return KIND_CODE[C.comm_kind(name)] if test(name) else -1
+
+
 def _kind_code(pattern_test):
-    return lambda name: KIND_CODE[C.comm_kind(name)] if pattern_test(name) else -1
+    return functools.partial(_named_kind, pattern_test)
 
 
 def inside_calls(calls: np.ndarray, scan: Scan, q_thread: np.ndarray, q_time: np.ndarray) -> np.ndarray:
