@@ -22,9 +22,10 @@ from operator import attrgetter
 import msgspec
 import numpy as np
 
-from overlapprof.analysis.rank import classify as C
+from overlapprof.analysis import vocabulary as V
 from overlapprof.analysis.records.fields import NUMBER_FIELDS, OWN_FIELDS, STRING_FIELDS, Values
 from overlapprof.trace import decode as D
+from overlapprof.trace import kineto as K
 
 # Roles of a name (bits): what a row of the right category with that name is.
 PARAMS, CALL, ANNOTATION, KERNEL = 1, 2, 4, 8
@@ -46,12 +47,12 @@ assert all(probe in marker for marker, (probe, _) in _MARKERS.items())
 _EMPTY_ARGS = D.EventArgs()
 # A field's value when its key is absent (the struct's default: the same object every time).
 _ABSENT = {f.name: f.default for f in msgspec.structs.fields(D.EventArgs)}
-_IS_GPU = np.isin(np.arange(C.CATEGORIES), C.GPU_CATEGORIES)
+_IS_GPU = np.isin(np.arange(K.CATEGORIES), K.GPU_CATEGORIES)
 
 
 def _role(name: str, comm_re) -> int:
-    return ((PARAMS if name == C.PARAM_COMMS else 0) | (CALL if name.startswith("c10d::") else 0)
-            | (ANNOTATION if C.COMM_ANNOTATION.match(name) else 0) | (KERNEL if comm_re.search(name) else 0))
+    return ((PARAMS if name == V.PARAM_COMMS else 0) | (CALL if name.startswith("c10d::") else 0)
+            | (ANNOTATION if V.COMM_ANNOTATION.match(name) else 0) | (KERNEL if comm_re.search(name) else 0))
 
 
 @dataclass
@@ -125,10 +126,10 @@ class CommRecorder:
         two batches: the kernels (their args rarely hold a field: looked for in their text before
         any decoding, :meth:`add_raw`) and the rest."""
         role = self._roles()[name_ids]
-        named = (((codes == C.CPU_OP) & ((role & (PARAMS | CALL)) != 0))
-                 | ((codes == C.ANNOTATION) & ((role & ANNOTATION) != 0))
+        named = (((codes == K.CPU_OP) & ((role & (PARAMS | CALL)) != 0))
+                 | ((codes == K.ANNOTATION) & ((role & ANNOTATION) != 0))
                  | _IS_GPU[codes])  # any GPU activity may be launched by a call (v2)
-        kernel = codes == C.KERNEL
+        kernel = codes == K.KERNEL
         return np.flatnonzero(named & kernel), np.flatnonzero(named & ~kernel)
 
     def add(self, events: list, codes: np.ndarray, name_ids: np.ndarray, row0: int) -> None:
