@@ -165,8 +165,8 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
 
 
 def _after_run(runs, quiet: bool = False) -> None:
-    """Print each run's table as it is analyzed, then the comparison (overlapprof.after_run)."""
-    from overlapprof.after_run import analyze_runs
+    """Print each run's table as it is analyzed, then the comparison (overlapprof.renderers.after_run)."""
+    from overlapprof.renderers.after_run import analyze_runs
     from overlapprof.renderers import compare_table, table
 
     def show(variant, run_dir, report):

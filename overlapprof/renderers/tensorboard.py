@@ -149,7 +149,8 @@ def write_scalars(report, run_dir: str | Path) -> Path | None:
 def run_dirs_under(path: str | Path) -> list[Path]:
     """``overlapprof run`` directories (holding a run.json) at or below ``path`` (hidden folders
     skipped)."""
-    from overlapprof.trace.discover import RUN_FILE, search
+    from overlapprof.rundir import RUN_FILE
+    from overlapprof.trace.discover import search
 
     path = Path(path)
     return [path] if (path / RUN_FILE).is_file() else search(path)[0]
@@ -158,7 +159,8 @@ def run_dirs_under(path: str | Path) -> list[Path]:
 def trace_folders_under(path: str | Path) -> dict[Path, list[Path]]:
     """{folder: its trace files} of the folders at or below ``path`` that hold traces outside a
     run directory (a ``tensorboard_trace_handler`` folder: one file per process and cycle)."""
-    from overlapprof.trace.discover import RUN_FILE, search
+    from overlapprof.rundir import RUN_FILE
+    from overlapprof.trace.discover import search
 
     path = Path(path)
     if (path / RUN_FILE).is_file():
