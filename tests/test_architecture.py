@@ -139,7 +139,8 @@ def test_report_imports_only_itself_and_errors():
 def test_the_records_and_the_rank_share_the_vocabulary_not_each_other():
     """The kinds of communication live in ``analysis/vocabulary.py``: the communication records
     read them from there, never from the rank's pipeline (which imports the records)."""
-    crossing = [f"{path.relative_to(PACKAGE)} imports {module}" for path in sorted((PACKAGE / "analysis" / "records").glob("*.py"))
+    records = sorted((PACKAGE / "analysis" / "records").glob("*.py"))
+    crossing = [f"{path.relative_to(PACKAGE)} imports {module}" for path in records
                 for module in _imports(path) if module.startswith("overlapprof.analysis.rank")]
     assert not crossing, crossing
     assert not [m for m in _imports(PACKAGE / "analysis" / "vocabulary.py")]

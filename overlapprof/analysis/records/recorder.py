@@ -51,8 +51,10 @@ def _shared(*names: str) -> bytes:
 _MARKERS = {
     _key(K.COLLECTIVE_NAME): (b"C", ("collective",)), _key(K.IN_NELEMS): (b"I", ("in_nelems",)),
     _key(K.OUT_NELEMS): (b"O", ("out_nelems",)), _key(K.DTYPE): (b"y", ("dtype",)),
-    _key(K.GROUP_SIZE): (b"G", ("group_size",)), _shared(K.PG_NAME, K.PG_DESC, K.PG_RANKS): (b"P", ("pg_name", "pg_desc", "pg_ranks")),
-    _key(K.SEQ): (b"q", ("seq",)), _key(K.SEQ_LOWER): (b"q", ("seq_lower",)), _shared(K.INPUT_DIMS, K.INPUT_TYPE): (b"I", ("input_dims", "input_type")),
+    _key(K.GROUP_SIZE): (b"G", ("group_size",)),
+    _shared(K.PG_NAME, K.PG_DESC, K.PG_RANKS): (b"P", ("pg_name", "pg_desc", "pg_ranks")),
+    _key(K.SEQ): (b"q", ("seq",)), _key(K.SEQ_LOWER): (b"q", ("seq_lower",)),
+    _shared(K.INPUT_DIMS, K.INPUT_TYPE): (b"I", ("input_dims", "input_type")),
     _shared(K.SRC_RANK, K.DST_RANK): (b"R", ("src_rank", "dst_rank")), _key(K.CONCRETE_INPUTS): (b"C", ("concrete_inputs",)),
     _key(K.STREAM): (b"m", ("stream",)), _key(K.DEVICE): (b"v", ("device",)), _key(K.CORRELATION): (b"c", ("correlation",)),
     _key(K.EXTERNAL_ID): (b"E", ("external_id",)),
