@@ -7,7 +7,7 @@ Data flows one way::
 ``overlapprof.analyze(paths) -> Report`` is the library entry point of the analyzer (its options:
 ``overlapprof.AnalyzeOptions``, or the same fields as keywords), and
 ``overlapprof.profile(...)`` records your own training loop into a run directory it reads
-(:mod:`overlapprof.profiling`). Importing this package imports neither torch nor the analyzer:
+(:mod:`overlapprof.launch.profiling`). Importing this package imports neither torch nor the analyzer:
 names are resolved on first use, so the CLI's ``--help`` stays fast and analysis runs where
 torch is not installed.
 """
@@ -35,7 +35,7 @@ def __getattr__(name):
 
         return ProfileConfig
     if name == "profile":
-        from overlapprof.profiling import profile
+        from overlapprof.launch.profiling import profile
 
         return profile
     raise AttributeError(f"module 'overlapprof' has no attribute {name!r}")

@@ -16,7 +16,7 @@ import tempfile
 import time
 import urllib.request
 
-from overlapprof.view import stop_process
+from overlapprof.renderers.view import stop_process
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -1,11 +1,11 @@
-"""overlapprof.after_run: what follows `overlapprof run`, as a library call on real ring runs."""
+"""overlapprof.renderers.after_run: what follows `overlapprof run`, as a library call on real ring runs."""
 
 from __future__ import annotations
 
 import shutil
 
-from overlapprof.after_run import analyze_runs
-from overlapprof.tensorboard import SCALAR_DIR
+from overlapprof.renderers.after_run import analyze_runs
+from overlapprof.renderers.tensorboard import SCALAR_DIR
 
 
 def test_runs_are_analyzed_in_order_given_scalars_and_compared(runs, tmp_path):

@@ -14,13 +14,13 @@ PACKAGE = Path(overlapprof.__file__).parent
 
 # The flow of data, stage by stage; a module may import its own stage or an earlier one, never a
 # later one. The schema (report) and the errors are shared by all and sit outside the order.
-STAGES = ["workload", "launch", "trace", "analysis", "compare", "renderers", "tensorboard", "view", "cli"]
+STAGES = ["workload", "launch", "trace", "analysis", "compare", "renderers", "cli"]
 SHARED = {"report", "errors", "__init__", "__main__"}
 # The two sides of the run directory: the launching side writes it, the reading side reads it, and
 # neither imports the other; ``rundir`` (run.json's schema, the directory, the failure records) is
 # the neutral ground both import.
-LAUNCHING = {"workload", "launch", "profiling"}
-READING = {"trace", "analysis", "compare", "outputs", "report", "renderers", "tensorboard", "view", "after_run"}
+LAUNCHING = {"workload", "launch"}
+READING = {"trace", "analysis", "compare", "report", "renderers"}
 NEUTRAL = {"rundir": {"rundir", "report", "errors", "units"}}
 
 
@@ -48,6 +48,13 @@ def _imports(path: Path) -> list[str]:
 
 def _stage(module: str) -> str:
     return module.split(".")[1]
+
+
+def test_every_module_sits_in_its_stage():
+    """No module loose at the top but the package's own, the shared ones and the stages that are
+    one module (issue 36: after_run, view, tensorboard, outputs and profiling moved into theirs)."""
+    loose = {p.stem for p in PACKAGE.glob("*.py")} - SHARED - set(STAGES) - {"units"}
+    assert not loose, loose
 
 
 def test_no_import_runs_back_up_the_flow():
@@ -127,3 +134,13 @@ def test_no_import_circle():
 def test_report_imports_only_itself_and_errors():
     for path in sorted((PACKAGE / "report").glob("*.py")):
         assert {m.split(".")[1] for m in _imports(path)} <= {"report", "errors"}, path
+
+
+def test_the_records_and_the_rank_share_the_vocabulary_not_each_other():
+    """The kinds of communication live in ``analysis/vocabulary.py``: the communication records
+    read them from there, never from the rank's pipeline (which imports the records)."""
+    records = sorted((PACKAGE / "analysis" / "records").glob("*.py"))
+    crossing = [f"{path.relative_to(PACKAGE)} imports {module}" for path in records
+                for module in _imports(path) if module.startswith("overlapprof.analysis.rank")]
+    assert not crossing, crossing
+    assert not [m for m in _imports(PACKAGE / "analysis" / "vocabulary.py")]

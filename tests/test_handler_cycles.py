@@ -12,7 +12,7 @@ import pytest
 import overlapprof
 from conftest import overlapprof_here, torchrun
 from overlapprof.errors import InputError
-from overlapprof.tensorboard import ensure_scalars
+from overlapprof.renderers.tensorboard import ensure_scalars
 
 JOB = textwrap.dedent("""
     import sys, torch, torch.distributed as dist

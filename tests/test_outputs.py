@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from overlapprof.cli import main
 from overlapprof.errors import OutputError
-from overlapprof.outputs import write_output
+from overlapprof.renderers.outputs import write_output
 
 COMMANDS = ("run", "analyze", "compare", "report", "plot", "view")
 

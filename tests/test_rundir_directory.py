@@ -246,3 +246,38 @@ def test_a_run_directory_under_a_file_says_the_file(tmp_path, under):
                                           "not a folder$"):
         directory.create_run_dir(path, run_record.RunConfig(name="run"))
     assert (tmp_path / "a-file").read_text() == "x"
+
+
+def test_one_profiler_schedule_for_run_profile_and_run_json(tmp_path):
+    """``overlapprof run``'s flags, ``RunRequest``, ``overlapprof.profile``'s settings and run.json's
+    ``profiler`` share one schedule with one set of defaults; an old run.json's (profiler
+    written with its ``unprofiled_steps`` resolved) loads as what it says."""
+    from dataclasses import fields
+
+    from click.testing import CliRunner
+
+    from overlapprof.cli.run_cmd import run as run_command
+    from overlapprof.launch.launcher import RunRequest
+    from overlapprof.launch.profile_settings import ProfileConfig
+    from overlapprof.rundir.schedule import SCHEDULE_FIELDS, ProfilerSchedule
+
+    default = ProfilerSchedule()
+    assert (default.warmup_steps, default.unprofiled(), default.wait, default.warmup, default.active,
+            default.repeat) == (2, 16, 1, 1, 16, 1)
+    assert RunRequest(workload=None, variants=[], options={}).schedule == default
+    profile = ProfileConfig()
+    assert isinstance(profile, ProfilerSchedule) and profile.schedule() == default.schedule()
+    recorded = run_record.ProfilerConfig.of(ProfileConfig(active=4), gzip=True)
+    assert (recorded.unprofiled_steps, recorded.active, recorded.gzip) == (4, 4, True)
+    assert [f.name for f in fields(run_record.ProfilerConfig)][:len(SCHEDULE_FIELDS)] == list(SCHEDULE_FIELDS)
+    flags = {p.name: p.default for p in run_command.params}
+    assert {n: flags[n] for n in ("warmup_steps", "wait", "warmup", "active", "repeat")} == {
+        n: getattr(default, n) for n in ("warmup_steps", "wait", "warmup", "active", "repeat")}
+    assert "--active INTEGER RANGE" in CliRunner().invoke(run_command, ["--help"]).output
+    old = {"schema_version": 1, "name": "r", "profiler": {"warmup_steps": 2, "unprofiled_steps": 3, "wait": 1,
+                                                          "warmup": 1, "active": 3, "repeat": 1, "gzip": True}}
+    (tmp_path / "run.json").write_text(json.dumps(old))
+    run = directory.load_run(tmp_path)
+    assert run.profiler.schedule() == ProfilerSchedule(unprofiled_steps=3, active=3) and run.profiler.gzip
+    written = json.loads(run_record.msgspec.json.encode(run))["profiler"]
+    assert written == {**old["profiler"], "record_shapes": True, "with_stack": False, "cuda_sync_events": False}

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from overlapprof import analyze
 from overlapprof.cli import main
-from overlapprof.tensorboard import SCALAR_DIR, TAGS, scalar_points, write_scalars
+from overlapprof.renderers.tensorboard import SCALAR_DIR, TAGS, scalar_points, write_scalars
 
 PLUGIN = "/data/plugin/pytorch_profiler"
 
@@ -234,7 +234,7 @@ def test_plain_tensorboard_shows_the_scalars(runs):
     """`tensorboard --logdir DIR --port P`, as a user starts it (default loader: the fast Rust data
     server where it is installed): every rank's overlap scalars are listed and equal the report's
     numbers (rounded to float32, the one scalar type that loader reads)."""
-    from overlapprof.tensorboard import as_float32
+    from overlapprof.renderers.tensorboard import as_float32
 
     tensorboard = Path(sys.executable).with_name("tensorboard")
     with socket.socket() as s:

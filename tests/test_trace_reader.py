@@ -151,3 +151,18 @@ def test_both_inflaters_read_members_and_words_damage(monkeypatch, inflater):
     bad[len(bad) // 2] ^= 0xFF
     with pytest.raises(TraceError, match="corrupt gzip"):
         list(D.inflate([bytes(bad)], "t.json.gz"))
+
+
+def test_every_args_key_read_is_named_in_kineto():
+    """The keys of an event's args the decoder reads are trace/kineto.py's names, and the records
+    look for each key by a part of it (issue 36)."""
+    from overlapprof.analysis.records.recorder import _MARKERS
+    from overlapprof.trace import kineto
+
+    names = {v for k, v in vars(kineto).items() if k.isupper() and isinstance(v, str)}
+    for struct in (D.EventArgs, D.LaunchArgs, D.RowArgs):
+        assert {f.encode_name for f in msgspec.structs.fields(struct)} <= names, struct
+    looked_for = {f: marker for marker, (_, fields) in _MARKERS.items() for f in fields}
+    for f in msgspec.structs.fields(D.EventArgs):
+        assert looked_for[f.name] in b'"' + f.encode_name.encode() + b'"', f.name
+    assert kineto.PG_RANKS == "Process Group Ranks" and kineto.EXTERNAL_ID == "External id"

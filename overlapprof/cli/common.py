@@ -1,5 +1,5 @@
 """What the commands share: the one error path, the options that change how runs are read,
-loading the runs to compare, and writing an output (through :mod:`overlapprof.outputs`)."""
+loading the runs to compare, and writing an output (through :mod:`overlapprof.renderers.outputs`)."""
 
 from __future__ import annotations
 
@@ -212,9 +212,9 @@ def load_comparison(paths, labels, quiet, options):
 
 
 def check_output(dest, what: str, named: bool = True) -> None:
-    """Refuse (exit 2) an output path before any work is done (see overlapprof.outputs)."""
+    """Refuse (exit 2) an output path before any work is done (see overlapprof.renderers.outputs)."""
     if dest is not None and str(dest) != "-":
-        from overlapprof.outputs import check_output as check
+        from overlapprof.renderers.outputs import check_output as check
 
         check(dest, what, named)
 
@@ -224,7 +224,7 @@ def emit(data: str | bytes, dest, what: str, quiet: bool, named: bool = True) ->
     if str(dest) == "-":
         click.echo(data, nl=False)
         return
-    from overlapprof.outputs import write_output
+    from overlapprof.renderers.outputs import write_output
 
     write_output(dest, data, what, named)
     note(f"{what} written to {dest}", quiet)

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from overlapprof.cli.common import check_output, emit, fail
+from overlapprof.rundir import RUN_FILE
 
 
 class RendererChoice(click.Choice):
@@ -71,7 +72,7 @@ def not_an_input(ctx, param, value):
     it is refused with the two ways to say it."""
     if value is not None and value != "-" and Path(value).is_dir():
         opt = param.opts[0]
-        what = "a run directory" if (Path(value) / "run.json").is_file() else "a folder"
+        what = "a run directory" if (Path(value) / RUN_FILE).is_file() else "a folder"
         fail(f"{opt} {value}: {value} is {what}, not the file to write {opt[2:].upper()} to: give the file first "
              f"({opt} FILE {value}), or '-' for stdout ({opt} - {value})")
     return value

@@ -9,8 +9,10 @@ from pathlib import Path
 import click
 
 from overlapprof.cli.common import command, fail, note
+from overlapprof.rundir.schedule import ProfilerSchedule
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_SCHEDULE = ProfilerSchedule()  # the flags' defaults
 
 
 def _nccl_debug(ctx, param, value):
@@ -64,18 +66,16 @@ def _nccl_debug(ctx, param, value):
               metavar="SECONDS",
               help="Longest a rank may make no progress in its workload (one call, wait or phase), and "
                    "the longest the workload file's import may take; a hung run ends then, naming the call.")
-@click.option("--warmup-steps", type=click.IntRange(min=0), default=2,
+@click.option("--warmup-steps", type=click.IntRange(min=0), default=_SCHEDULE.warmup_steps,
               help="Unprofiled steps first (NCCL builds communicators; first recv blocks).")
-@click.option("--wait", type=click.IntRange(min=0), default=1,
+@click.option("--wait", type=click.IntRange(min=0), default=_SCHEDULE.wait,
               help="Profiler schedule: steps skipped at the start of each cycle.")
-@click.option("--warmup", type=click.IntRange(min=0), default=1,
+@click.option("--warmup", type=click.IntRange(min=0), default=_SCHEDULE.warmup,
               help="Profiler schedule: steps traced but discarded before the active ones.")
-# 16: the comparison's bootstrap intervals narrow up to about there within a run of seconds
-# (benchmarks/active_bench.py; docs/running-workloads.md).
-@click.option("--active", type=click.IntRange(min=1), default=16,
+@click.option("--active", type=click.IntRange(min=1), default=_SCHEDULE.active,
               help="Profiler schedule: steps recorded per cycle. Each cycle starts with as "
                    "many steps with the profiler off, the baseline of its overhead.")
-@click.option("--repeat", type=click.IntRange(min=1), default=1,
+@click.option("--repeat", type=click.IntRange(min=1), default=_SCHEDULE.repeat,
               help="Profiler schedule: cycles, one trace file per rank each.")
 @click.option("--variant", "variants", multiple=True, metavar="NAME",
               help="Variant to run (repeatable: one run directory each). Default: the "
@@ -134,8 +134,9 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         options=loaded.resolve_options(opts, workload_args), nproc=nproc, nnodes=nnodes,
         node_rank=node_rank, rdzv_endpoint=rdzv_endpoint, run_id=run_id, device=device,
         backend=backend, nccl_debug=nccl_debug[0], nccl_debug_subsys=nccl_debug[1],
-        timeout_s=timeout_s, warmup_steps=warmup_steps, wait=wait, warmup=warmup,
-        active=active, repeat=repeat, with_stack=with_stack, gzip=gzip, out=out,
+        timeout_s=timeout_s, schedule=ProfilerSchedule(warmup_steps=warmup_steps, wait=wait, warmup=warmup,
+                                                       active=active, repeat=repeat),
+        with_stack=with_stack, gzip=gzip, out=out,
         quiet=quiet)
     if link_rate:  # re-executes this command in a network namespace with a paced loopback
         from overlapprof.launch import netns
@@ -164,8 +165,8 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
 
 
 def _after_run(runs, quiet: bool = False) -> None:
-    """Print each run's table as it is analyzed, then the comparison (overlapprof.after_run)."""
-    from overlapprof.after_run import analyze_runs
+    """Print each run's table as it is analyzed, then the comparison (overlapprof.renderers.after_run)."""
+    from overlapprof.renderers.after_run import analyze_runs
     from overlapprof.renderers import compare_table, table
 
     def show(variant, run_dir, report):

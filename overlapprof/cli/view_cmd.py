@@ -30,7 +30,7 @@ def view(path, port, no_scalars, quiet):
     where missing (a folder of tensorboard_trace_handler traces gets <folder>/scalars/; one that
     cannot be analyzed is named, with the reason).
     """
-    from overlapprof import view as tb_view
+    from overlapprof.renderers import view as tb_view
 
     tb_view.check_logdir(path)  # a bad path fails before anything starts
     unwind_on_sigterm()  # SIGTERM stops TensorBoard as Ctrl-C does, and frees its port

@@ -202,7 +202,7 @@ class Harness:
         prof_cfg = self.config.profiler
         for i in range(prof_cfg.warmup_steps):
             self._timed_step("warmup", i, step, state)
-        kinds = recording.schedule_kinds(prof_cfg.unprofiled_steps, prof_cfg.wait,
+        kinds = recording.schedule_kinds(prof_cfg.unprofiled(), prof_cfg.wait,
                                          prof_cfg.warmup, prof_cfg.active, prof_cfg.repeat)
         meter = self.meter = LoadMeter(os.getppid()) if self.local_rank == 0 else None  # one per node
         # torch warns at each new cycle that the last one's events are gone: each was saved, by design

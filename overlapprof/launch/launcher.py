@@ -33,6 +33,7 @@ from overlapprof.launch import netns
 from overlapprof.launch.host import oversubscription, relevant_env, resolve_device, usable_cores, versions
 from overlapprof.launch.watchdog import first_line, main_thread_location
 from overlapprof.rundir import directory, run_record
+from overlapprof.rundir.schedule import ProfilerSchedule
 
 _SHUTDOWN_TIMEOUT_S = 10  # how long a rank may take to save its traces after SIGTERM
 _NODES_END_WAIT_S = 60  # how long a node waits for the other nodes' records when it is done
@@ -68,17 +69,9 @@ class RunRequest:
     """NCCL_DEBUG_SUBSYS for the ranks."""
     timeout_s: float = 300.0
     """Seconds a rank may make no progress: watchdog, process group and rendezvous timeout."""
-    warmup_steps: int = 2
-    """Unprofiled steps before the profiler cycles (ProfilerConfig.warmup_steps)."""
-    wait: int = 1
-    """Profiler schedule wait (ProfilerConfig.wait)."""
-    warmup: int = 1
-    """Profiler schedule warmup (ProfilerConfig.warmup)."""
-    active: int = 16
-    """Profiler schedule active; also the unprofiled steps that start each cycle (16, as
-    ``overlapprof run``'s default: the comparison's intervals narrow up to about there)."""
-    repeat: int = 1
-    """Profiler cycles, one trace file per rank each."""
+    schedule: ProfilerSchedule = field(default_factory=ProfilerSchedule)
+    """The profiler's schedule (``--warmup-steps``, ``--wait``, ``--warmup``, ``--active``,
+    ``--repeat``); each cycle starts with as many unprofiled steps as ``active``."""
     with_stack: bool = False
     """Record Python stacks in the traces."""
     gzip: bool = False
@@ -263,10 +256,8 @@ def _header(request, variant, run_dir, device, backend):
         world_size=request.nnodes * request.nproc, nnodes=request.nnodes,
         nproc_per_node=request.nproc, backend=backend, device=device,
         timeout_s=request.timeout_s, link=request.link,
-        profiler=run_record.ProfilerConfig(
-            warmup_steps=request.warmup_steps, unprofiled_steps=request.active,
-            wait=request.wait, warmup=request.warmup, active=request.active,
-            repeat=request.repeat, with_stack=request.with_stack, gzip=request.gzip,
+        profiler=run_record.ProfilerConfig.of(
+            request.schedule, with_stack=request.with_stack, gzip=request.gzip,
             cuda_sync_events=device == "cuda" and _cuda_sync_events_supported()),
         versions=versions(), env=relevant_env())
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from overlapprof.errors import ProfileError
 from overlapprof.rundir import run_record
+from overlapprof.rundir.schedule import SCHEDULE_FIELDS, ProfilerSchedule
 
 
 def _setting(default=None, doc="", factory=None):
@@ -24,8 +25,9 @@ def _setting(default=None, doc="", factory=None):
 
 
 @dataclass
-class ProfileConfig:
-    """What :func:`profile` records, and where. The defaults are ``overlapprof run``'s."""
+class ProfileConfig(ProfilerSchedule):
+    """What :func:`profile` records, and where: the schedule
+    (:class:`~overlapprof.rundir.schedule.ProfilerSchedule`, ``overlapprof run``'s) and the rest."""
 
     out: str | Path = _setting("traces", "The folder the run directory is made in.")
     run_id: str | None = _setting(None, "The run directory's name, <out>/<run_id>; None: <script>-<YYYYmmdd-HHMMSS>, "
@@ -35,14 +37,6 @@ class ProfileConfig:
     options: dict[str, Any] = _setting(doc="Settings of your job to keep in run.json options "
                                            "({\"bucket_cap_mb\": 25}): `compare` says where two runs' options differ.",
                                        factory=dict)
-    warmup_steps: int = _setting(2, "Steps before the profiler cycles, outside the profiler (communicators are built "
-                                    "then); their host times are kept as \"warmup\".")
-    unprofiled_steps: int | None = _setting(None, "Steps with the profiler off at the start of each cycle: the "
-                                                  "baseline of the profiler's overhead. None: as many as active.")
-    wait: int = _setting(1, "torch.profiler.schedule wait: steps skipped after the unprofiled ones.")
-    warmup: int = _setting(1, "Steps traced and discarded before the active ones.")
-    active: int = _setting(16, "Steps recorded per cycle: the ProfilerSteps in each trace file.")
-    repeat: int = _setting(1, "Profiler cycles: one trace file per rank each.")
     record_shapes: bool = _setting(True, "Record input shapes (the collectives' message sizes come from them).")
     with_stack: bool = _setting(False, "Record Python stacks in the traces (costly).")
     gzip: bool = _setting(False, "Write .pt.trace.json.gz.")
@@ -56,13 +50,6 @@ class ProfileConfig:
     quiet: bool = _setting(False, "Print nothing (otherwise rank 0 says, on stderr, which steps each cycle records "
                                   "when it starts and ends, and sums the run up at the end; a process without "
                                   "torch.distributed says so).")
-
-    def steps_needed(self) -> int:
-        """Steps until the last cycle is recorded."""
-        return self.warmup_steps + self.repeat * (self.unprofiled() + self.wait + self.warmup + self.active)
-
-    def unprofiled(self) -> int:
-        return self.active if self.unprofiled_steps is None else self.unprofiled_steps
 
     def check(self) -> None:
         """ProfileError (one line) on a setting that cannot work."""
@@ -82,11 +69,16 @@ class ProfileConfig:
 
     def profiler_config(self) -> run_record.ProfilerConfig:
         """run.json's ``profiler``."""
-        return run_record.ProfilerConfig(
-            warmup_steps=self.warmup_steps, unprofiled_steps=self.unprofiled(), wait=self.wait,
-            warmup=self.warmup, active=self.active, repeat=self.repeat,
-            record_shapes=self.record_shapes, with_stack=self.with_stack, gzip=self.gzip,
-            cuda_sync_events=self.cuda_sync_events)
+        return run_record.ProfilerConfig.of(self, record_shapes=self.record_shapes, with_stack=self.with_stack,
+                                            gzip=self.gzip, cuda_sync_events=self.cuda_sync_events)
+
+
+def setting_fields() -> list:
+    """ProfileConfig's fields in the order help lists them: where, then the schedule (its base
+    class's fields, first in ``fields()``), then what is recorded."""
+    own = [f for f in fields(ProfileConfig) if f.name not in SCHEDULE_FIELDS]
+    where = [f.name for f in own].index("options") + 1
+    return own[:where] + [f for f in fields(ProfileConfig) if f.name in SCHEDULE_FIELDS] + own[where:]
 
 
 def default(f):
@@ -97,7 +89,7 @@ def settings_help() -> str:
     """Every setting, its default and its meaning, from ProfileConfig's fields."""
     return "\n".join(f"{f.name} = {default(f)!r}\n" + textwrap.fill(f.metadata["doc"], 96, initial_indent="    ",
                                                                    subsequent_indent="    ")
-                     for f in fields(ProfileConfig))
+                     for f in setting_fields())
 
 
 
@@ -108,7 +100,7 @@ def signature_of(function) -> inspect.Signature:
                                annotation="ProfileConfig | None")
     return inspect.Signature(
         [config] + [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default(f), annotation=f.type)
-                    for f in fields(ProfileConfig)],
+                    for f in setting_fields()],
         return_annotation=inspect.signature(function).return_annotation)
 
 
@@ -117,7 +109,7 @@ def settings_from(config: ProfileConfig | None, settings: dict) -> ProfileConfig
     both, or on a setting it does not have."""
     if config is not None and settings:
         raise ProfileError("overlapprof.profile: pass a config or settings, not both")
-    names = [f.name for f in fields(ProfileConfig)]
+    names = [f.name for f in setting_fields()]
     if unknown := [name for name in settings if name not in names]:
         raise ProfileError(f"overlapprof.profile: no setting {unknown[0]!r} (the settings: {', '.join(names)})")
     return config or ProfileConfig(**settings)

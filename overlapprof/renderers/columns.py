@@ -2,8 +2,9 @@
 its header, its unit and how its value is written (:mod:`overlapprof.renderers.format`).
 
 The analyzer computes every number (its formula and unit are in the report's docstrings and
-OVERLAP.md); a table only picks fields and formats them. A new field of the report is shown by
-adding a :class:`Column` to the lists of the tables that should show it, here and nowhere else.
+OVERLAP.md); a table only picks fields and formats them. A labelled field of the report's metrics
+(:mod:`overlapprof.report.labels`) is shown from its label; another is shown by adding a
+:class:`Column` to the lists of the tables that should show it, here and nowhere else.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Any, Callable
 
 from overlapprof.renderers.compare_table import judged, reached, saved, share
 from overlapprof.renderers.format import count, factor, gbps, human_bytes, late_activity, late_ranks, ms, percent
-from overlapprof.report import CAUSES
+from overlapprof.report import CAUSES, Metrics, StepMetrics
+from overlapprof.report.labels import US, Label, labelled, of_rows
 
 
 @dataclass(frozen=True)
@@ -65,15 +67,28 @@ def _share(field: str, header: str) -> Column:
     return Column(field, header, "", percent)
 
 
-# report.Metrics, as the text tables show them (a rank's whole trace, a step, a kind)
-METRICS = (_time("comm_us", "comm"), _time("overlapped_us", "overlapped"), _time("exposed_comm_us", "exposed"),
-           _share("overlap_ratio", "overlap"), _time("compute_us", "compute"))
+def shown(label: Label) -> Column:
+    """A labelled report field's column (:mod:`overlapprof.report.labels`): a time in ms, a
+    fraction as a percentage."""
+    return (_time if label.unit == US else _share)(label.name, label.label)
+
+
+# report.Metrics, as the text tables show them (a rank's whole trace, a step, a kind), from its
+# fields' labels; memory only in the rank table
+METRICS = tuple(shown(label) for label in labelled(Metrics) if label.name != "memory_us")
+MEMORY = next(shown(label) for label in labelled(Metrics) if label.name == "memory_us")
+
+
+def step_columns(steps: list = ()) -> tuple[Column, ...]:
+    """The step table's columns for ``steps`` (StepMetrics, or a subclass with more labelled
+    fields): the step, its own labelled fields, then the metrics."""
+    own = [label for label in of_rows(list(steps), StepMetrics) if label not in labelled(Metrics)]
+    return (Column("step", "step", "", lambda n: f"#{n}"), *(shown(label) for label in own), *METRICS)
+
 
 # analyze's text tables (renderers.table); a step's and a kind's rank is the row's first cell
-RANK = (Column("rank", "rank"), Column("mode", "mode"), *under("metrics", METRICS), _time("metrics.memory_us", "memory"),
+RANK = (Column("rank", "rank"), Column("mode", "mode"), *under("metrics", METRICS), *under("metrics", (MEMORY,)),
         Column("steps", "steps", "", lambda steps: str(len(steps))), _time("median_step_us", "median step"))
-STEP = (Column("step", "step", "", lambda n: f"#{n}"), _time("step_us", "step"), *METRICS,
-        _share("exposed_share", "exposed share"))
 # each kind is measured against the rank's whole compute, so that column repeats per rank
 KIND = (Column("kind", "kind"), Column("count", "ops"), *METRICS[:-1], _time("compute_us", "rank compute"))
 

@@ -10,13 +10,19 @@ import io
 
 from overlapprof.renderers.base import Renderer
 from overlapprof.renderers.causes_table import CSV_CAUSES, csv_values
-from overlapprof.report import Report
+from overlapprof.report import Metrics, Report, StepMetrics
+from overlapprof.report.labels import labelled, of_rows
 
 BY = ("rank", "step", "kind", "collective")
-METRICS = ("comm_us", "compute_us", "overlapped_us", "exposed_comm_us", "overlap_ratio", "memory_us")
+METRICS = tuple(label.name for label in labelled(Metrics))  # report.Metrics' labelled fields
 SLOWED = ("slowed_us", "net_overlap_gain_us")  # OVERLAP.md section 6.4 (a rank's: its interference's)
 RANK_BOUNDS = ("median_step_us", "comm_free_bound_us", "comm_free_speedup", "overlap_bound_us", "overlap_bound_speedup",
                "hidden_of_hideable")
+
+
+def step_fields(steps: list) -> tuple[str, ...]:
+    """The labelled fields of ``steps`` (StepMetrics, or a subclass with more) beside the metrics."""
+    return tuple(label.name for label in of_rows(steps, StepMetrics) if label.name not in METRICS)
 
 
 def _values(m, names) -> list:
@@ -32,7 +38,7 @@ def rows(report: Report, by: str = "rank") -> tuple[list[str], list[list]]:
                  *(_values(r.interference, SLOWED) if r.interference is not None else [""] * len(SLOWED))]
                 for r in report.ranks]
     elif by == "step":
-        extra = ("start_us", "step_us", "exposed_share")
+        extra = ("start_us", *step_fields([s for r in report.ranks for s in r.steps]))
         bounds = ("comm_free_bound_us", "overlap_bound_us")
         head = ["rank", "step", *extra, *METRICS, *CSV_CAUSES, *bounds, *SLOWED]
         body = [[r.rank, s.step, *_values(s, extra), *_values(s, METRICS), *csv_values(s.exposure), *_values(s, bounds),

@@ -37,10 +37,11 @@ def _rank_rows(report: Report):
 def _step_rows(report: Report):
     causes = any(s.exposure is not None for r in report.ranks for s in r.steps)
     slowed = C.STEP_INTERFERENCE if interference_lines.step_columns(report) else ()
-    header = ["rank", *C.heads(C.STEP), *C.heads(slowed),
+    step = C.step_columns([s for r in report.ranks for s in r.steps])
+    header = ["rank", *C.heads(step), *C.heads(slowed),
               *(C.heads(C.EXPOSURE_CAUSES) + ["overlap bound ms"] if causes else [])]
     rows = [
-        [str(r.rank), *C.cells(C.STEP, s), *C.cells(slowed, s),
+        [str(r.rank), *C.cells(step, s), *C.cells(slowed, s),
          *(C.cells(C.EXPOSURE_CAUSES, s.exposure) + [ms(s.overlap_bound_us)] if causes else [])]
         for r in report.ranks
         for s in r.steps

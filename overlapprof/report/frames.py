@@ -12,12 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from overlapprof.report.labels import labelled, of_rows
+from overlapprof.report.metrics import Metrics, StepMetrics
+
 if TYPE_CHECKING:
     import pandas
 
     from overlapprof.report.document import Report
 
-_METRICS = ("comm_us", "compute_us", "overlapped_us", "exposed_comm_us", "overlap_ratio", "memory_us")
+_METRICS = tuple(label.name for label in labelled(Metrics))  # the labelled fields
 _PARTITION = ("compute_us", "exposed_comm_us", "exposed_memory_us", "idle_us")
 _WAITS = ("wait_us", "transfer_us", "exposed_wait_us", "wait_share", "caused_wait_us")
 _CAUSES = tuple(f"{c}_us" for c in ("late_peer", "host_blocked", "queued", "no_window", "window_short")) + (
@@ -34,8 +37,8 @@ class Frames:
     """The tables of a Report, one DataFrame each (sorted by rank, then step or kind):
 
     - ``ranks``: one row per rank: ``rank``, ``rank_source``, ``mode``, ``world_size``,
-      ``backend``, OVERLAP.md's metrics (``comm_us``, ``compute_us``, ``overlapped_us``,
-      ``exposed_comm_us``, ``overlap_ratio``, ``memory_us``), ``steps``, ``median_step_us``,
+      ``backend``, OVERLAP.md's metrics (``comm_us``, ``overlapped_us``, ``exposed_comm_us``,
+      ``overlap_ratio``, ``compute_us``, ``memory_us``: Metrics' labelled fields), ``steps``, ``median_step_us``,
       ``events``, the mean step's partition (``partition_compute_us`` ...
       ``partition_idle_us``), and with the cross-rank section its waits (``wait_us``,
       ``transfer_us``, ``exposed_wait_us``, ``wait_share``, ``caused_wait_us``); why its
@@ -45,7 +48,7 @@ class Frames:
       ``overlap_bound_us``, ``overlap_bound_speedup``, ``overlap_bound_form``,
       ``hidden_of_hideable``, ``verdict``).
     - ``steps``: one row per (rank, ProfilerStep): ``rank``, ``step``, ``start_us``,
-      ``step_us``, ``exposed_share``, the metrics, the step's partition, its causes and bounds
+      ``step_us``, ``exposed_share`` (StepMetrics' own labelled fields), the metrics, the step's partition, its causes and bounds
       (``comm_free_bound_us``, ``overlap_bound_us``).
     - ``kinds``: one row per (rank, kind of communication): ``rank``, ``kind``, ``count``, the
       metrics (the kind's communication against all the rank's compute) and its causes.
@@ -79,6 +82,8 @@ def to_pandas(report: Report) -> Frames:
 
         raise ReportError("Report.to_pandas() needs pandas: pip install 'overlapprof[pandas]'") from None
     waits = {w.rank: w for w in report.crossrank.ranks} if report.crossrank is not None else {}
+    step_own = tuple(label.name for label in of_rows([s for r in report.ranks for s in r.steps], StepMetrics)
+                     if label.name not in _METRICS)
     ranks, steps, kinds = [], [], []
     for r in report.ranks:
         row = {"rank": r.rank, "rank_source": r.rank_source, "mode": r.mode, "world_size": r.world_size,
@@ -90,8 +95,8 @@ def to_pandas(report: Report) -> Frames:
             row.update(_fields(waits.get(r.rank), _WAITS))
         ranks.append(row)
         for s in r.steps:
-            steps.append({"rank": r.rank, "step": s.step, "start_us": s.start_us, "step_us": s.step_us,
-                          "exposed_share": s.exposed_share, **_fields(s, _METRICS),
+            steps.append({"rank": r.rank, "step": s.step, "start_us": s.start_us, **_fields(s, step_own),
+                          **_fields(s, _METRICS),
                           **_fields(s.partition, _PARTITION, "partition_"), **_fields(s.exposure, _CAUSES),
                           **_fields(s, _STEP_BOUNDS)})
         kinds += [{"rank": r.rank, "kind": k.kind, "count": k.count, **_fields(k, _METRICS), **_fields(k.exposure, _CAUSES)}
@@ -108,7 +113,7 @@ def to_pandas(report: Report) -> Frames:
                     "events", *partition, *(_WAITS if waits else ()), *_CAUSES, *_RANK_BOUNDS]
     return Frames(
         ranks=pandas.DataFrame(ranks, columns=rank_columns),
-        steps=pandas.DataFrame(steps, columns=["rank", "step", "start_us", "step_us", "exposed_share", *_METRICS,
+        steps=pandas.DataFrame(steps, columns=["rank", "step", "start_us", *step_own, *_METRICS,
                                                *partition, *_CAUSES, *_STEP_BOUNDS]),
         kinds=pandas.DataFrame(kinds, columns=["rank", "kind", "count", *_METRICS, *_CAUSES]),
         collectives=pandas.DataFrame(collectives, columns=list(_COLLECTIVE)),

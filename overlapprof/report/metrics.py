@@ -7,10 +7,13 @@ of OVERLAP.md; times are microseconds.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 from overlapprof.report.exposure import Exposure, OperationWindow
 from overlapprof.report.interference import Interference
+from overlapprof.report.labels import FRACTION, US, shown
 from overlapprof.report.records import CommRecord
 from overlapprof.report.lanes import Lanes
 
@@ -31,14 +34,17 @@ class Metrics(msgspec.Struct, kw_only=True):
     - ``exposed_comm_us`` = ``comm_us`` − ``overlapped_us`` = |U(comm) \\ U(compute)|
     - ``overlap_ratio`` = ``overlapped_us / comm_us``; None when ``comm_us`` = 0
     - ``memory_us`` = |U(memory)| (``gpu_memcpy``/``gpu_memset``), neither comm nor compute
+
+    Each field's label and unit (:mod:`overlapprof.report.labels`) make its column in the text
+    tables, the CSV, the DataFrames and the TensorBoard scalars.
     """
 
-    comm_us: float
-    compute_us: float
-    overlapped_us: float
-    exposed_comm_us: float
-    overlap_ratio: float | None
-    memory_us: float = 0.0
+    comm_us: Annotated[float, shown("comm", US, "union of communication")]
+    overlapped_us: Annotated[float, shown("overlapped", US, "communication under compute")]
+    exposed_comm_us: Annotated[float, shown("exposed", US, "communication not under compute")]
+    overlap_ratio: Annotated[float | None, shown("overlap", FRACTION, "overlapped / comm", tag="ratio")]
+    compute_us: Annotated[float, shown("compute", US, "union of compute")]
+    memory_us: Annotated[float, shown("memory", US, "union of memory copies and sets, neither comm nor compute")] = 0.0
 
 
 class Partition(msgspec.Struct, kw_only=True):
@@ -84,8 +90,8 @@ class StepMetrics(Metrics, kw_only=True):
 
     step: int
     start_us: float
-    step_us: float
-    exposed_share: float | None
+    step_us: Annotated[float, shown("step", US, "step wall span")]
+    exposed_share: Annotated[float | None, shown("exposed share", FRACTION, "exposed_comm_us / step_us")]
     partition: Partition | None = None
     exposure: Exposure | None = None
     comm_free_bound_us: float | None = None

@@ -31,11 +31,10 @@ from pathlib import Path
 import msgspec
 
 from overlapprof.errors import RunDirError
-from overlapprof.rundir import blame
+from overlapprof.rundir import RUN_FILE, blame
 from overlapprof.rundir.run_record import (SCHEMA_VERSION, Failure, NodeRecord, RankRecord, RunRecord,
                                           decode_run, missing_ranks, write_record)
 
-RUN_FILE = "run.json"
 _JOIN_WAIT_S = 10.0  # how long a joining node waits for the creator's run.json to appear
 
 

@@ -3,7 +3,8 @@ written atomically. No torch here: the analyzer reads them.
 
 ``run.json`` (schema_version 1) is one typed record, :class:`RunRecord` (its fields documented
 there; :class:`RankRecord` and :class:`NodeRecord` are the fragments, :class:`ProfilerConfig`
-the profiler settings the launcher hands the harness). ``directory.load_run`` is its one reader
+the profiler settings the launcher hands the harness, their schedule the one
+:class:`~overlapprof.rundir.schedule.ProfilerSchedule`). ``directory.load_run`` is its one reader
 and ``directory.merge`` (through :func:`write_record`) its one writer; fields added since a run
 directory was written take their defaults, so old run directories still load. It is written atomically (temp
 file + ``os.replace``) when the run starts and again, merged from the fragments, when a launcher
@@ -22,10 +23,13 @@ communicators then; the first one shows it). Then each profiler cycle runs "unpr
 
 import os
 import threading
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
+
+from overlapprof.rundir.schedule import ProfilerSchedule
 
 SCHEMA_VERSION = 1
 FINAL_RANK_STATES = ("ok", "failed", "interrupted", "incomplete")
@@ -35,23 +39,12 @@ FINAL_RANK_STATES = ("ok", "failed", "interrupted", "incomplete")
 # msgspec checks the types of what is there and skips fields it does not know.
 
 
-class ProfilerConfig(msgspec.Struct, kw_only=True):
-    """The profiler settings the launcher hands every rank's harness (``run.json`` "profiler")."""
+@dataclass
+class ProfilerConfig(ProfilerSchedule):
+    """The profiler settings the launcher hands every rank's harness (``run.json`` "profiler"): the
+    schedule (:class:`~overlapprof.rundir.schedule.ProfilerSchedule`'s fields, ``unprofiled_steps``
+    resolved: :meth:`of`) and what is recorded."""
 
-    warmup_steps: int = 2
-    """Unprofiled steps before the first cycle (``--warmup-steps``): NCCL builds its
-    communicators, and its first ``recv`` blocks the host, during these."""
-    unprofiled_steps: int = 3
-    """Steps with the profiler off at the start of each cycle, the baseline of its overhead
-    (as many as ``active``)."""
-    wait: int = 1
-    """``torch.profiler.schedule`` wait: steps skipped after the unprofiled ones (``--wait``)."""
-    warmup: int = 1
-    """Steps traced and discarded before the active ones (``--warmup``)."""
-    active: int = 3
-    """Steps recorded per cycle: the ProfilerSteps in each trace file (``--active``)."""
-    repeat: int = 1
-    """Cycles, one trace file per rank each (``--repeat``)."""
     record_shapes: bool = True
     """Record input shapes (message sizes of the collectives come from them)."""
     with_stack: bool = False
@@ -62,6 +55,11 @@ class ProfilerConfig(msgspec.Struct, kw_only=True):
     """CUDA runs: the profiler records CUDA synchronization events (``cuda_sync``: which stream
     waited for which event), where the installed torch can (``_ExperimentalConfig``); the causes
     of exposure read the windows of communication from them."""
+
+    @classmethod
+    def of(cls, schedule: ProfilerSchedule, **recorded) -> "ProfilerConfig":
+        """run.json's ``profiler``: ``schedule`` (its ``unprofiled_steps`` resolved) and ``recorded``."""
+        return cls(**asdict(schedule.schedule()), **recorded)
 
 
 class Workload(msgspec.Struct, kw_only=True):

@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Union
 import msgspec
 
 from overlapprof.errors import TraceError
+from overlapprof.trace import kineto as K
 from overlapprof.trace.kineto import is_array_layout, without_bom
 
 try:  # ISA-L's inflate: same format, faster; optional
@@ -47,29 +48,29 @@ _RAW = msgspec.Raw()  # an absent raw field
 class EventArgs(msgspec.Struct, gc=False):
     """The ``args`` of an event, restricted to what overlapprof reads."""
 
-    correlation: int | None = None
-    external_id: int | None = msgspec.field(default=None, name="External id")
-    stream: int | str | None = None
-    device: int | str | None = None
+    correlation: int | None = msgspec.field(default=None, name=K.CORRELATION)
+    external_id: int | None = msgspec.field(default=None, name=K.EXTERNAL_ID)
+    stream: int | str | None = msgspec.field(default=None, name=K.STREAM)
+    device: int | str | None = msgspec.field(default=None, name=K.DEVICE)
     # record_param_comms' collective parameters. An event whose values do not fit these types is
     # read without its args: records of communication are informative.
-    collective: str | None = msgspec.field(default=None, name="Collective name")
-    in_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
-    dtype: str | None = None
-    group_size: int | None = msgspec.field(default=None, name="Group size")
-    pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
-    pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
-    pg_ranks: str | list[int] | None = msgspec.field(default=None, name="Process Group Ranks")  # "[0, 1]"
-    seq: int | None = msgspec.field(default=None, name="Seq")
-    seq_lower: int | None = msgspec.field(default=None, name="seq")
+    collective: str | None = msgspec.field(default=None, name=K.COLLECTIVE_NAME)
+    in_nelems: int | None = msgspec.field(default=None, name=K.IN_NELEMS)
+    out_nelems: int | None = msgspec.field(default=None, name=K.OUT_NELEMS)
+    dtype: str | None = msgspec.field(default=None, name=K.DTYPE)
+    group_size: int | None = msgspec.field(default=None, name=K.GROUP_SIZE)
+    pg_name: str | int | None = msgspec.field(default=None, name=K.PG_NAME)
+    pg_desc: str | None = msgspec.field(default=None, name=K.PG_DESC)
+    pg_ranks: str | list[int] | None = msgspec.field(default=None, name=K.PG_RANKS)  # "[0, 1]"
+    seq: int | None = msgspec.field(default=None, name=K.SEQ)
+    seq_lower: int | None = msgspec.field(default=None, name=K.SEQ_LOWER)
     # Shapes and dtypes (record_shapes): any JSON, decoded when read.
-    input_dims: msgspec.Raw = msgspec.field(default=_RAW, name="Input Dims")
-    input_type: msgspec.Raw = msgspec.field(default=_RAW, name="Input type")
+    input_dims: msgspec.Raw = msgspec.field(default=_RAW, name=K.INPUT_DIMS)
+    input_type: msgspec.Raw = msgspec.field(default=_RAW, name=K.INPUT_TYPE)
     # Point-to-point peers: record_param_comms' global ranks, and c10d::send/recv_'s arguments.
-    src_rank: msgspec.Raw = msgspec.field(default=_RAW, name="Src Rank")
-    dst_rank: msgspec.Raw = msgspec.field(default=_RAW, name="Dst Rank")
-    concrete_inputs: msgspec.Raw = msgspec.field(default=_RAW, name="Concrete Inputs")
+    src_rank: msgspec.Raw = msgspec.field(default=_RAW, name=K.SRC_RANK)
+    dst_rank: msgspec.Raw = msgspec.field(default=_RAW, name=K.DST_RANK)
+    concrete_inputs: msgspec.Raw = msgspec.field(default=_RAW, name=K.CONCRETE_INPUTS)
 
 
 class LaunchArgs(msgspec.Struct, gc=False):
@@ -77,8 +78,8 @@ class LaunchArgs(msgspec.Struct, gc=False):
     a CUDA sync event's ``wait_on_cuda_event_record_corr_id`` names the ``cudaEventRecord`` call
     of the event its stream waited for (recorded with ``enable_cuda_sync_events``)."""
 
-    correlation: int | None = None
-    wait_on_cuda_event_record_corr_id: int | None = None
+    correlation: int | None = msgspec.field(default=None, name=K.CORRELATION)
+    wait_on_cuda_event_record_corr_id: int | None = msgspec.field(default=None, name=K.WAIT_CORRELATION)
 
 
 class RowArgs(EventArgs, gc=False):
@@ -86,7 +87,7 @@ class RowArgs(EventArgs, gc=False):
     :class:`LaunchArgs`, ``wait_on_cuda_event_record_corr_id`` (so that args that decode as a
     RowArgs decode as either, to the same values)."""
 
-    wait_on_cuda_event_record_corr_id: int | None = None
+    wait_on_cuda_event_record_corr_id: int | None = msgspec.field(default=None, name=K.WAIT_CORRELATION)
 
 
 class _Basic(msgspec.Struct, gc=False):

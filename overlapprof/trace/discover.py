@@ -44,13 +44,13 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from overlapprof.errors import InputError
+from overlapprof.rundir import RUN_FILE
 from overlapprof.trace import nsys
 from overlapprof.trace.kineto import BOM, TRACE_EVENTS, WORKER_NAME
 
 if TYPE_CHECKING:  # imported where a run directory is read: traces given alone do not need it
     from overlapprof.rundir import run_record
 
-RUN_FILE = "run.json"  # rundir.directory.RUN_FILE
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)(?!\d)", re.IGNORECASE)
 _SUFFIXES = (".json", ".json.gz", ".sqlite")
 _ET_SNIFF = 1 << 16

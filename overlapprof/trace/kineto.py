@@ -11,6 +11,9 @@ versions, vendors and writers. Everything else reads traces through these names.
   ``privateuse1``, IBM Spyre's ``aiu*``, ``cuda_profiler_range``) is device activity when it
   runs in a process that holds no host event; the known categories that are not device work,
   though some sit on a device's lanes, are :data:`NOT_DEVICE_WORK`.
+- **Args keys.** The keys of an event's ``args`` that overlapprof reads (``correlation``,
+  ``External id``, ``record_param_comms``' ``Collective name``, ``Process Group Ranks``, ...)
+  are named here; the decoder's structs and the records' search read these names.
 - **Layouts.** Kineto writes every event of ``traceEvents`` on a new line indented by two
   spaces (:data:`EVENT_START`: the reader cuts the text there); other writers put the file on
   one line, or write the trace-event format's "JSON Array Format" (the events alone, as torch's
@@ -63,6 +66,32 @@ def category_code(cat: str) -> int:
         return RUNTIME
     return OTHER if cat in NOT_DEVICE_WORK else UNKNOWN
 
+
+# The keys of an event's ``args`` that overlapprof reads. Every event: ``correlation`` pairs a
+# GPU event with its runtime call; a cuda_sync event's WAIT_CORRELATION names the
+# ``cudaEventRecord`` call whose event its stream waits for. Then ``record_param_comms``'
+# collective parameters (some traces write ``seq``, not ``Seq``), and the shapes and dtypes of
+# ``record_shapes``; c10d::send/recv_'s peers.
+CORRELATION = "correlation"
+WAIT_CORRELATION = "wait_on_cuda_event_record_corr_id"
+EXTERNAL_ID = "External id"
+STREAM = "stream"
+DEVICE = "device"
+COLLECTIVE_NAME = "Collective name"
+IN_NELEMS = "In msg nelems"
+OUT_NELEMS = "Out msg nelems"
+DTYPE = "dtype"
+GROUP_SIZE = "Group size"
+PG_NAME = "Process Group Name"
+PG_DESC = "Process Group Description"
+PG_RANKS = "Process Group Ranks"
+SEQ = "Seq"
+SEQ_LOWER = "seq"
+INPUT_DIMS = "Input Dims"
+INPUT_TYPE = "Input type"
+SRC_RANK = "Src Rank"
+DST_RANK = "Dst Rank"
+CONCRETE_INPUTS = "Concrete Inputs"
 
 EVENT_START = b"\n  {"  # where each event of Kineto's traceEvents starts
 TRACE_EVENTS = b'"traceEvents"'  # the key of the events, in a trace's text

@@ -18,7 +18,7 @@ from overlapprof.analysis.columns import distinct_rows
 from overlapprof.analysis.records.operations import DEFAULT_GROUP, CommOperations, rank_operations
 from overlapprof.analysis.records.table import CommTable
 from overlapprof.trace.decode import TraceFile
-from overlapprof.trace.kineto import base_us
+from overlapprof.trace.kineto import GROUP_SIZE, PG_RANKS, base_us
 
 
 @dataclass
@@ -65,9 +65,9 @@ class CrossRankInput:
             name = (strings["pg_name"].values[code] if code >= 0 else None) or DEFAULT_GROUP
             members = strings["pg_ranks"].values[ranks_code] if ranks_code >= 0 else None
             if members and self.op_groups.get(name, (0, None))[1] is None:
-                self.op_groups[name] = (len(members), members, "Process Group Ranks")
+                self.op_groups[name] = (len(members), members, PG_RANKS)
             elif group_size and name not in self.op_groups:
-                self.op_groups[name] = (group_size, None, "Group size")
+                self.op_groups[name] = (group_size, None, GROUP_SIZE)
 
 
 class _ProcessGroup(msgspec.Struct):

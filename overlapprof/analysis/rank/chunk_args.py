@@ -27,6 +27,7 @@ import numpy as np
 from overlapprof.analysis.columns import Cache
 from overlapprof.analysis.rank import classify as C
 from overlapprof.trace.decode import LAUNCH_ARGS, ROW_ARGS, decode_checked
+from overlapprof.trace.kineto import COLLECTIVE_NAME
 
 CORRELATED = (C.KERNEL, C.MEMCPY, C.MEMSET, C.RUNTIME, C.SYNC)
 IS_CORRELATED = np.isin(np.arange(C.CATEGORIES), CORRELATED)  # by category code
@@ -45,7 +46,7 @@ _COLLECTIVE_CODE = Cache(_collective_code)
 
 
 class _CollectiveArgs(msgspec.Struct, gc=False):
-    collective: object = msgspec.field(default=None, name="Collective name")
+    collective: object = msgspec.field(default=None, name=COLLECTIVE_NAME)
 
 
 _COLLECTIVE_ARGS = msgspec.json.Decoder(list[_CollectiveArgs | None])

@@ -25,25 +25,13 @@ rank's pipeline reads them (``classify.KERNEL``).
 
 from __future__ import annotations
 
-import functools
 import re
 
+from overlapprof.analysis.vocabulary import (  # noqa: F401 (re-exported: the kinds, for the rank's pipeline)
+    ANONYMOUS as _ANONYMOUS, COMM_ANNOTATION, KIND_CODE, KINDS, NOT_ALNUM as _NOT_ALNUM, PARAM_COMMS, comm_kind)
 from overlapprof.trace.kineto import (  # noqa: F401 (re-exported: the codes the classification reads)
     ANNOTATION, CATEGORIES, CATEGORY_CODES, CPU_OP, GPU_CATEGORIES, KERNEL, LEGACY_PROCESSES, MEMCPY, MEMSET,
     NOT_DEVICE_WORK, OTHER, RUNTIME, STREAM_WAIT, SYNC, UNKNOWN, category_code)
-
-KINDS = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "broadcast",
-    "reduce",
-    "all_to_all",
-    "send_recv",
-    "barrier",
-    "other",
-)
-KIND_CODE = {kind: i for i, kind in enumerate(KINDS)}  # a kind's code: its index in KINDS
 
 # The communication kernels OVERLAP.md (section 1) knows, by family: a name that contains one of
 # these (searched, any case) is communication. A family's kernels launched from inside a c10d
@@ -63,41 +51,8 @@ COMM_KERNEL = re.compile("|".join(f"(?:{p})" for p in COMM_KERNEL_FAMILIES.value
 # A kernel name (before its template and call arguments, letters and digits only, lower case) that
 # says communication: one outside the families above is warned about, not classified.
 LOOKS_LIKE_COMM = re.compile(r"allreduce|allgather|reducescatter|alltoall|sendrecv|broadcast")
-COMM_ANNOTATION = re.compile(r"^[A-Za-z0-9_]+:[A-Za-z0-9_]+(?:\s.*)?$", re.DOTALL)  # any `a:b` (records)
 COMM_BACKENDS = ("gloo", "nccl", "mpi", "ucc", "xccl", "hccl")
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
-PARAM_COMMS = "record_param_comms"
-
-# Ordered: the first match wins ("allreduce" before "reduce", "reducescatter" before "reduce").
-_KIND_PATTERNS = (
-    ("all_to_all", ("alltoall", "deepep", "dpskep")),  # DeepEP's dispatch and combine: an all-to-all
-    ("all_reduce", ("allreduce", "crossdevicereduce")),
-    ("all_gather", ("allgather",)),
-    ("reduce_scatter", ("reducescatter",)),
-    ("broadcast", ("broadcast", "bcast")),
-    ("send_recv", ("sendrecv", "send", "recv")),
-    ("barrier", ("barrier",)),
-    ("reduce", ("reduce",)),
-)
-_NOT_ALNUM = re.compile(r"[^a-z0-9]")
-_ANONYMOUS = "(anonymous namespace)"  # in a demangled name: not where its arguments start
-
-
-@functools.lru_cache(maxsize=1 << 16)  # names recur: per property, per rank
-def comm_kind(name: str) -> str:
-    """The kind of a communication kernel or annotation, from its name.
-
-    ``ncclKernel_AllReduce_RING_LL_Sum_float(...)`` -> all_reduce,
-    ``ncclDevKernel_SendRecv`` -> send_recv, ``nccl:_allgather_base`` -> all_gather,
-    ``nccl:reduce_scatter_tensor_coalesced`` -> reduce_scatter, ``gloo:recv`` -> send_recv.
-    Kernel arguments (after ``(``) are ignored.
-    """
-    key = _NOT_ALNUM.sub("", name.replace(_ANONYMOUS, "").split("(", 1)[0].lower())
-    for kind, needles in _KIND_PATTERNS:
-        if any(n in key for n in needles):
-            return kind
-    return "other"
-
 
 def kernel_stem(name: str) -> str:
     """A demangled kernel name without its return type, anonymous namespaces, template and call

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from overlapprof.analysis.columns import Index, per_distinct
-from overlapprof.analysis.rank.classify import KINDS, comm_kind
 from overlapprof.analysis.records.sizes import bytes_of, total_bytes
 from overlapprof.analysis.records.table import CommTable
+from overlapprof.analysis.vocabulary import KINDS, comm_kind
 
 DEFAULT_GROUP = "default"  # the process group of operations that name none
 
@@ -35,7 +35,7 @@ class CommOperations:
     recorded shape) and becomes × the group size in :func:`concat_operations`."""
 
     rank: np.ndarray  # int64 (-1 until the rank is settled)
-    kind: np.ndarray  # int8, index into classify.KINDS
+    kind: np.ndarray  # int8, index into vocabulary.KINDS
     group: np.ndarray  # int64, index into ``groups``
     groups: list[str]  # process group names (DEFAULT_GROUP: none recorded)
     seq: np.ndarray  # int64, -1 unknown

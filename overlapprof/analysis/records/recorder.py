@@ -16,42 +16,60 @@ recoded into the rank's (:meth:`CommRecorder.records`). Its :class:`Records` are
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from operator import attrgetter
 
 import msgspec
 import numpy as np
 
-from overlapprof.analysis.rank import classify as C
+from overlapprof.analysis import vocabulary as V
 from overlapprof.analysis.records.fields import NUMBER_FIELDS, OWN_FIELDS, STRING_FIELDS, Values
 from overlapprof.trace import decode as D
+from overlapprof.trace import kineto as K
 
 # Roles of a name (bits): what a row of the right category with that name is.
 PARAMS, CALL, ANNOTATION, KERNEL = 1, 2, 4, 8
+
+
+def _key(name: str) -> bytes:
+    """An args key as it stands in a trace's text: quoted."""
+    return b'"' + name.encode() + b'"'
+
+
+def _shared(*names: str) -> bytes:
+    """The part of their quoted keys that several keys share: their longest common start or end."""
+    keys = [_key(n) for n in names]
+    start, end = os.path.commonprefix(keys), os.path.commonprefix([k[::-1] for k in keys])[::-1]
+    return max(start, end, key=len)
+
+
 # What to look for in a batch's text to know which fields it may hold: a key (fields whose keys
 # share a part are looked for together), only where a byte of it that kernels' args rarely hold
 # occurs in the text (one memchr: a kernel batch's ten keys, each searched for in full, cost three
 # times the batch's decoding).
 _MARKERS = {
-    b'"Collective name"': (b"C", ("collective",)), b'"In msg nelems"': (b"I", ("in_nelems",)),
-    b'"Out msg nelems"': (b"O", ("out_nelems",)), b'"dtype"': (b"y", ("dtype",)),
-    b'"Group size"': (b"G", ("group_size",)), b'"Process Group ': (b"P", ("pg_name", "pg_desc", "pg_ranks")),
-    b'"Seq"': (b"q", ("seq",)), b'"seq"': (b"q", ("seq_lower",)), b'"Input ': (b"I", ("input_dims", "input_type")),
-    b' Rank"': (b"R", ("src_rank", "dst_rank")), b'"Concrete Inputs"': (b"C", ("concrete_inputs",)),
-    b'"stream"': (b"m", ("stream",)), b'"device"': (b"v", ("device",)), b'"correlation"': (b"c", ("correlation",)),
-    b'"External id"': (b"E", ("external_id",)),
+    _key(K.COLLECTIVE_NAME): (b"C", ("collective",)), _key(K.IN_NELEMS): (b"I", ("in_nelems",)),
+    _key(K.OUT_NELEMS): (b"O", ("out_nelems",)), _key(K.DTYPE): (b"y", ("dtype",)),
+    _key(K.GROUP_SIZE): (b"G", ("group_size",)),
+    _shared(K.PG_NAME, K.PG_DESC, K.PG_RANKS): (b"P", ("pg_name", "pg_desc", "pg_ranks")),
+    _key(K.SEQ): (b"q", ("seq",)), _key(K.SEQ_LOWER): (b"q", ("seq_lower",)),
+    _shared(K.INPUT_DIMS, K.INPUT_TYPE): (b"I", ("input_dims", "input_type")),
+    _shared(K.SRC_RANK, K.DST_RANK): (b"R", ("src_rank", "dst_rank")), _key(K.CONCRETE_INPUTS): (b"C", ("concrete_inputs",)),
+    _key(K.STREAM): (b"m", ("stream",)), _key(K.DEVICE): (b"v", ("device",)), _key(K.CORRELATION): (b"c", ("correlation",)),
+    _key(K.EXTERNAL_ID): (b"E", ("external_id",)),
 }
 assert {f for _, fields in _MARKERS.values() for f in fields} == {f.name for f in msgspec.structs.fields(D.EventArgs)}
 assert all(probe in marker for marker, (probe, _) in _MARKERS.items())
 _EMPTY_ARGS = D.EventArgs()
 # A field's value when its key is absent (the struct's default: the same object every time).
 _ABSENT = {f.name: f.default for f in msgspec.structs.fields(D.EventArgs)}
-_IS_GPU = np.isin(np.arange(C.CATEGORIES), C.GPU_CATEGORIES)
+_IS_GPU = np.isin(np.arange(K.CATEGORIES), K.GPU_CATEGORIES)
 
 
 def _role(name: str, comm_re) -> int:
-    return ((PARAMS if name == C.PARAM_COMMS else 0) | (CALL if name.startswith("c10d::") else 0)
-            | (ANNOTATION if C.COMM_ANNOTATION.match(name) else 0) | (KERNEL if comm_re.search(name) else 0))
+    return ((PARAMS if name == V.PARAM_COMMS else 0) | (CALL if name.startswith("c10d::") else 0)
+            | (ANNOTATION if V.COMM_ANNOTATION.match(name) else 0) | (KERNEL if comm_re.search(name) else 0))
 
 
 @dataclass
@@ -125,10 +143,10 @@ class CommRecorder:
         two batches: the kernels (their args rarely hold a field: looked for in their text before
         any decoding, :meth:`add_raw`) and the rest."""
         role = self._roles()[name_ids]
-        named = (((codes == C.CPU_OP) & ((role & (PARAMS | CALL)) != 0))
-                 | ((codes == C.ANNOTATION) & ((role & ANNOTATION) != 0))
+        named = (((codes == K.CPU_OP) & ((role & (PARAMS | CALL)) != 0))
+                 | ((codes == K.ANNOTATION) & ((role & ANNOTATION) != 0))
                  | _IS_GPU[codes])  # any GPU activity may be launched by a call (v2)
-        kernel = codes == C.KERNEL
+        kernel = codes == K.KERNEL
         return np.flatnonzero(named & kernel), np.flatnonzero(named & ~kernel)
 
     def add(self, events: list, codes: np.ndarray, name_ids: np.ndarray, row0: int) -> None:

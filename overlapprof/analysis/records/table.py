@@ -18,12 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from overlapprof.analysis import vocabulary as V
 from overlapprof.analysis.columns import per_distinct
 from overlapprof.analysis.intervals import event_ends
-from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.records.fields import ARROW, MERGED_NUMBERS, MERGED_STRINGS, OWN_FIELDS, P2P_CALLS, Values
 from overlapprof.analysis.records.recorder import ANNOTATION, CALL, PARAMS, Records
 from overlapprof.report import CommRecord
+from overlapprof.trace import kineto as K
 
 
 @dataclass
@@ -31,7 +32,7 @@ class CommTable:
     """A rank's communication records as columns, one row per kernel or annotation, in file
     order (files in order). Codes index ``values``; -1 (codes) and NaN (numbers) are absent.
 
-    ``kind``: index into classify.KINDS of the event's name. ``name``, ``annotation``, ``call``:
+    ``kind``: index into vocabulary.KINDS of the event's name. ``name``, ``annotation``, ``call``:
     event-name ids. ``thread``: the event's (pid, tid) code. ``launch_ts``, ``call_ts``: NaN
     when absent. ``strings``/``numbers``: the collective fields, merged (see MERGED_*).
     ``peer``: NaN unknown. ``issue_ts``: when the operation was issued (its host call; GPU:
@@ -96,7 +97,7 @@ class CommTable:
         }
         ids = [tuple(_id_value(v) for v in pair) for pair in threads]  # (pid, tid) per thread code
         thread = self.thread.tolist()
-        cols.update(kind=[C.KINDS[k] for k in self.kind.tolist()], pid=[ids[t][0] for t in thread],
+        cols.update(kind=[V.KINDS[k] for k in self.kind.tolist()], pid=[ids[t][0] for t in thread],
                     tid=[ids[t][1] for t in thread])
         keys = list(cols)
         return [CommRecord(source=self.source, **dict(zip(keys, row))) for row in zip(*cols.values())]
@@ -169,7 +170,7 @@ def comm_table(rec: Records, values: Values, *, gpu: bool, rows: np.ndarray, kin
                launch_ts: np.ndarray, host_thread: np.ndarray, anchor: np.ndarray, issue_ts: np.ndarray | None = None,
                need_ts: np.ndarray | None = None) -> CommTable:
     """The CommTable of one file's communication events ``rows`` (record rows; ``rec``
-    gathered, see :meth:`Records.gather`). Per event: ``kinds``, its classify.KINDS code;
+    gathered, see :meth:`Records.gather`). Per event: ``kinds``, its vocabulary.KINDS code;
     ``launch_ts``, the start of its launching runtime call (NaN: none); ``host_thread`` and
     ``anchor``, the thread and time where it was issued (its launch's, else its own). ``step``
     is left -1 (the caller knows the steps). ``issue_ts`` (default: the launch, else the start)
@@ -183,8 +184,8 @@ def comm_table(rec: Records, values: Values, *, gpu: bool, rows: np.ndarray, kin
         ts = rec.ts[cand]
         return _take(cand, innermost(rec.thread[cand], ts, event_ends(ts, rec.dur[cand]), host_thread, anchor), -1)
 
-    params, call = enclosing(C.CPU_OP, PARAMS), enclosing(C.CPU_OP, CALL)
-    annotation = enclosing(C.ANNOTATION, ANNOTATION) if gpu else np.full(n, -1, dtype=np.int64)
+    params, call = enclosing(K.CPU_OP, PARAMS), enclosing(K.CPU_OP, CALL)
+    annotation = enclosing(K.ANNOTATION, ANNOTATION) if gpu else np.full(n, -1, dtype=np.int64)
     sources = [own_rec, annotation, params]
     arg_sources = [rec.args_of(s) for s in sources]
     seq, lower = rec.numbers["seq"], rec.numbers["seq_lower"]

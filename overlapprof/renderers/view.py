@@ -1,6 +1,6 @@
 """Starting TensorBoard on a run directory (or a folder of them), bound to 127.0.0.1.
 
-:func:`start` writes the missing overlap scalars (``overlapprof.tensorboard``), then starts
+:func:`start` writes the missing overlap scalars (``overlapprof.renderers.tensorboard``), then starts
 ``python -m tensorboard.main`` as a child process on a free port and returns a
 :class:`TensorBoardServer` once TensorBoard answers HTTP. The preferred port is used when free;
 a busy one gives way to a port the OS picks. The URL is read from TensorBoard's own start-up
@@ -166,11 +166,11 @@ def start(path: str | Path, port: int | None = None, *, scalars: bool = True, lo
     try:
         import tensorboard  # noqa: F401
     except ImportError:
-        from overlapprof.tensorboard import TensorBoardMissing
+        from overlapprof.renderers.tensorboard import TensorBoardMissing
 
         raise TensorBoardMissing("TensorBoard is not installed: pip install 'overlapprof[tensorboard]'") from None
     if scalars:
-        from overlapprof.tensorboard import ensure_scalars
+        from overlapprof.renderers.tensorboard import ensure_scalars
 
         for folder in ensure_scalars(path, log=log):
             if log:

@@ -40,7 +40,7 @@ def analyze_runs(runs, on_report=None, log=None, scalars: bool = True) -> AfterR
     TensorBoard is missing, which is noted once) and compare the variants."""
     from overlapprof.analysis import analyze
     from overlapprof.compare import compare
-    from overlapprof.tensorboard import TensorBoardMissing, write_scalars
+    from overlapprof.renderers.tensorboard import TensorBoardMissing, write_scalars
 
     result = AfterRun()
 

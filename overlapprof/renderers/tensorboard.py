@@ -45,17 +45,28 @@ import time
 from pathlib import Path
 
 from overlapprof.errors import OverlapprofError
+from overlapprof.report import StepMetrics
 from overlapprof.report.exposure import CAUSES
+from overlapprof.report.labels import Label, labelled, of_rows
 
 SCALAR_DIR = "scalars"
-TAGS = {
-    "overlap/ratio": ("overlap_ratio", "overlapped / comm (fraction)"),
-    "overlap/exposed_comm_us": ("exposed_comm_us", "communication not under compute, µs"),
-    "overlap/overlapped_us": ("overlapped_us", "communication under compute, µs"),
-    "overlap/comm_us": ("comm_us", "union of communication, µs"),
-    "overlap/compute_us": ("compute_us", "union of compute, µs"),
-    "overlap/step_us": ("step_us", "step wall span, µs"),
-    "overlap/exposed_share": ("exposed_share", "exposed_comm_us / step_us (fraction)"),
+
+
+def tags(labels: tuple[Label, ...] | None = None) -> dict[str, tuple[str, str]]:
+    """{tag: (field, description)}: a step's labelled fields (``labels``; default StepMetrics',
+    :mod:`overlapprof.report.labels`) under ``overlap/``, then the partition, the causes and the
+    bounds."""
+    labels = labelled(StepMetrics) if labels is None else labels
+    return {**{f"overlap/{label.tag}": (label.name, f"{label.description}, {label.unit}") for label in labels},
+            **_MORE_TAGS}
+
+
+def report_tags(report) -> dict[str, tuple[str, str]]:
+    """The :func:`tags` of ``report``'s steps (StepMetrics, or a subclass with more labelled fields)."""
+    return tags(of_rows([s for r in report.ranks for s in r.steps], StepMetrics))
+
+
+_MORE_TAGS = {
     # The step partition (report.Partition): the four parts sum to the step time.
     "partition/compute_us": ("partition.compute_us", "|U(compute) ∩ step|, µs"),
     "partition/exposed_comm_us": ("partition.exposed_comm_us", "|U(comm) \\ U(compute) ∩ step|, µs"),
@@ -67,6 +78,7 @@ TAGS = {
     "bounds/comm_free_bound_us": ("comm_free_bound_us", "step − exposed communication, µs"),
     "bounds/overlap_bound_us": ("overlap_bound_us", "the shortest step overlap could give, µs"),
 }
+TAGS = tags()
 
 
 def _value(m, attr: str):
@@ -92,11 +104,11 @@ def as_float32(value: float) -> float:
 def scalar_points(report) -> dict[int, list[tuple[int, dict[str, float]]]]:
     """{rank: [(step, {tag: value})]}: what :func:`write_scalars` writes, each value the report's
     rounded to float32 (what TensorBoard serves back)."""
-    points = {}
+    points, shown = {}, report_tags(report)
     for r in report.ranks:
         rows = [(s.step, s) for s in r.steps] or [(0, r.metrics)]
         points[r.rank] = [
-            (step, {tag: as_float32(float(v)) for tag, (attr, _) in TAGS.items() if (v := _value(m, attr)) is not None})
+            (step, {tag: as_float32(float(v)) for tag, (attr, _) in shown.items() if (v := _value(m, attr)) is not None})
             for step, m in rows
         ]
     return points
@@ -124,7 +136,7 @@ def write_scalars(report, run_dir: str | Path) -> Path | None:
     shutil.rmtree(tmp, ignore_errors=True)
     scalar_shape = shape_pb2.TensorShapeProto()
     metas = {tag: metadata.create_summary_metadata(display_name=tag, description=desc)
-             for tag, (_, desc) in TAGS.items()}
+             for tag, (_, desc) in report_tags(report).items()}
     wall = time.time()
     try:
         for rank, rows in scalar_points(report).items():
@@ -149,7 +161,8 @@ def write_scalars(report, run_dir: str | Path) -> Path | None:
 def run_dirs_under(path: str | Path) -> list[Path]:
     """``overlapprof run`` directories (holding a run.json) at or below ``path`` (hidden folders
     skipped)."""
-    from overlapprof.trace.discover import RUN_FILE, search
+    from overlapprof.rundir import RUN_FILE
+    from overlapprof.trace.discover import search
 
     path = Path(path)
     return [path] if (path / RUN_FILE).is_file() else search(path)[0]
@@ -158,7 +171,8 @@ def run_dirs_under(path: str | Path) -> list[Path]:
 def trace_folders_under(path: str | Path) -> dict[Path, list[Path]]:
     """{folder: its trace files} of the folders at or below ``path`` that hold traces outside a
     run directory (a ``tensorboard_trace_handler`` folder: one file per process and cycle)."""
-    from overlapprof.trace.discover import RUN_FILE, search
+    from overlapprof.rundir import RUN_FILE
+    from overlapprof.trace.discover import search
 
     path = Path(path)
     if (path / RUN_FILE).is_file():
