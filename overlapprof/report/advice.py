@@ -8,13 +8,13 @@ and read by :mod:`overlapprof.renderers.advice_text`; saves to and loads from JS
 - :class:`Item`, ranked: each a change the replay predicts will help. Savings are **joint**: item
   k is replayed with items 1..k applied together (``joint_change``, the whatif change string of
   all of them, joined by commas), so ``step_us`` is the predicted step after the first k changes,
-  and ``saving_us`` = the step after the first k − 1 (the traced step for the first) −
+  and ``saving_us`` = the step after the first k − 1 (the unchanged replay for the first) −
   ``step_us``: the saving *on top of* the items above, never counted twice. ``low_us``/``high_us``
-  is the replay's interval of ``step_us`` (:mod:`overlapprof.report.whatif`), and the saving's
-  interval ``[saving_low_us, saving_high_us]`` = the step before − ``[high_us, low_us]``. An
+  is the replay's interval of ``step_us`` (:mod:`overlapprof.report.whatif`). An
   item is listed only when ``saving_us`` is at least :data:`MIN_SAVING` of the traced step and
-  above the width it must clear (the step before − ``high_us`` > 0 or, where the traced steps'
-  own spread makes that interval wide, at least MIN_SAVING).
+  ``saving_low_us`` > −``saving_us``: the saving's interval is *paired*, the 2.5th-97.5th
+  percentiles of the per-(rank, step) savings (each traced step replayed with and without the
+  change), and no replayed step may lose more than the median one gains.
 - :class:`Hint`: a change that cannot be modelled from this trace (or a cause no change here
   removes), named with what to look at, and no number.
 - ``verdict``: one line when there is nothing to advise (no communication, nothing exposed,

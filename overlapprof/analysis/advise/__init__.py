@@ -1,0 +1,75 @@
+"""``advise(paths) -> Advice``: what to change first and what it buys.
+
+From a run's causes of exposure (:mod:`.facts`), the rules make candidate changes, each with the
+values of its knob to search (:mod:`.rules`); the what-if replay, read once (:mod:`.replayer`),
+predicts them, ranked greedily by their joint prediction (:mod:`.ranking`); each is said in the
+user's terms (:mod:`.terms`). docs/advise.md describes each rule.
+"""
+
+from __future__ import annotations
+
+from overlapprof import __version__
+from overlapprof.analysis.advise import facts as _facts
+from overlapprof.analysis.advise import terms
+from overlapprof.analysis.advise.ranking import bandwidth_hint, ranked
+from overlapprof.analysis.advise.replayer import Replayer
+from overlapprof.analysis.advise.rules import candidates
+from overlapprof.report.advice import MIN_SAVING, Advice
+
+
+def advise(paths, top: int | None = None, workers: int | None = None,
+           reference_bandwidth: str | None = None) -> Advice:
+    """The Advice for the traced run of ``paths`` (a run directory or traces); ``top``: at most
+    that many items."""
+    paths = [str(p) for p in paths]
+    rp = Replayer(paths, workers=workers, reference_bandwidth=reference_bandwidth)
+    report = rp.report
+    traced = rp.traced_step_us or 0.0
+    f = _facts.read(report, rp.tr, traced)
+    out = Advice(version=__version__, inputs=paths, traced_step_us=rp.traced_step_us,
+                 replayed_step_us=rp.base.prediction.step_us, workload=f.workload)
+    if rp.traced_step_us and rp.base.prediction.step_us:
+        err = rp.base.prediction.step_us / rp.traced_step_us - 1
+        if abs(err) > 0.01:
+            out.notes.append(f"the replay with nothing changed gives {rp.base.prediction.step_us / 1000:.3f} ms, "
+                             f"{100 * err:+.1f}% off the traced step: every prediction carries that error")
+    if not f.kinds or report.summary.comm_us <= 0:
+        out.verdict = "no communication in this run: nothing for overlap to hide, nothing to change"
+        return out
+    if f.exposed_us < MIN_SAVING * traced:
+        out.verdict = (f"communication exposed {f.exposed_us / 1000:.3f} ms a step, "
+                       f"{100 * f.share(f.exposed_us):.1f}% of the {traced / 1000:.3f} ms step: nothing worth changing")
+        return out
+    f.said = terms.prepare(rp, f)
+    cpu = any(r.mode == "cpu" for r in report.ranks)
+    cands, hints = candidates(f, rp.tr, rp.model.fits, cpu)
+    items, rejected, unmodelled = ranked(rp, cands, top)
+    out.items, out.rejected = items, rejected
+    out.hints = unmodelled + hints
+    if (h := bandwidth_hint(rp, items)) is not None:
+        out.hints.append(h)
+    if not items:
+        out.verdict = (f"nothing the replay predicts saves {100 * MIN_SAVING:.0f}% or more of the "
+                       f"{traced / 1000:.3f} ms step ({f.exposed_us / 1000:.3f} ms of it is exposed communication)")
+    return out
+
+
+__all__ = ["advise", "own_job"]
+
+
+def own_job(advice: Advice, run: str, top: int = 1):
+    """The Verification of a user's own job (not a run of ``overlapprof run``, so nothing to rerun
+    here): the exact change to make, and the commands that check it after."""
+    from overlapprof.report.advice import Verification
+
+    items = advice.items[:max(top, 1)]
+    if not items:
+        return Verification(traced_step_us=advice.traced_step_us,
+                            note="nothing to verify: the advice has no change to make")
+    joint = items[-1].joint_change
+    lines = ["this run is not one of `overlapprof run`: make the change in your job, then profile it again",
+             *[f"  change {i.rank}: {i.action}" for i in items],
+             "profile it again with overlapprof.profile (the same schedule) into NEW, then check the prediction:",
+             f"  overlapprof whatif {run} --set {joint} --check NEW",
+             f"  overlapprof compare {run} NEW"]
+    return Verification(traced_step_us=advice.traced_step_us, note="\n".join(lines))

@@ -1,0 +1,90 @@
+"""The what-if replay, loaded once and asked many times: an adapter over
+:mod:`overlapprof.analysis.replay` for the advice's search.
+
+``whatif(paths, changes)`` reads the traces on every call; the search replays tens of change
+sets of one run, so :class:`Replayer` reads them once and runs the same steps ``whatif`` runs per
+change (:func:`~overlapprof.analysis.replay.changes.rewrite`, then
+:func:`~overlapprof.analysis.replay.engine.replay`, the link floor, and the prediction with its
+interval, all the replay's own functions). It also keeps each prediction's per-(rank, step)
+values, so that the saving of a change over another is *paired*: the same traced step replayed
+both ways (:meth:`Replayer.saving`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from overlapprof.analysis.exposure import resources
+from overlapprof.analysis.replay import predict as _replay
+from overlapprof.analysis.replay.changes import Context, Unmodelled, link_floor, parse, rewrite
+from overlapprof.analysis.replay.engine import replay
+from overlapprof.analysis.replay.transfer import fit, interference
+from overlapprof.analysis.stats import median, percentile
+from overlapprof.report.whatif import Prediction
+
+
+@dataclass
+class Outcome:
+    """One change set replayed: the Prediction (as ``whatif`` gives it) and its (rank, step
+    index) -> replayed step (µs), floored by the link as the prediction is."""
+
+    prediction: Prediction
+    pairs: dict[tuple[int, int], float]
+
+
+class Replayer:
+    """The traced run of ``paths``, read once; :meth:`predict` replays a change set."""
+
+    def __init__(self, paths: list[str], workers: int | None = None, reference_bandwidth: str | None = None):
+        options = {"workers": workers} if workers else {}
+        if reference_bandwidth is not None:
+            options["reference_bandwidth"] = reference_bandwidth
+        self.analyzed, self.tr = _replay._load(list(paths), **options)
+        self.report = self.analyzed.report
+        res, _, sharing = resources(self.report.run, None)
+        ref = self.report.options.reference_bandwidth
+        self.model = fit(self.tr, ref / 1e6 if ref else None, res.link_bytes_per_us, sharing)
+        cpu = any(r.mode == "cpu" for r in self.report.ranks)
+        cost, self.interference_notes = interference(self.tr, cpu)
+        self.ctx = Context(self.model, res.link_bytes_per_us, cost)
+        traced = [v for lane in self.tr.lanes.values() for v in lane.measured_steps]
+        self.traced_step_us = median(traced) if traced else None
+        self._cache: dict[str, Outcome] = {}
+        self.base = self.predict("")
+
+    def predict(self, change: str) -> Outcome:
+        """``change`` (whatif's ``name=value[,name=value]``; "" for nothing changed) replayed;
+        InputError on a malformed change, an Outcome with ``modelled`` False when the trace
+        cannot model it."""
+        if change in self._cache:
+            return self._cache[change]
+        try:
+            new = rewrite(self.tr, parse(change) if change else [], self.ctx)
+        except Unmodelled as exc:
+            out = Outcome(Prediction(change=change, modelled=False, reason=str(exc)), {})
+        except (ValueError, IndexError, KeyError, StopIteration) as exc:  # a combination the rewrites do not take
+            out = Outcome(Prediction(change=change, modelled=False,
+                                     reason=f"{change}: the replay cannot combine these changes ({type(exc).__name__}: "
+                                            f"{str(exc).splitlines()[0] if str(exc) else 'no message'})"), {})
+        else:
+            replayed = replay(new.traced)
+            floor = link_floor(new.traced, new.link_bytes_per_us) if new.link_bytes_per_us else None
+            p = _replay._prediction(change, replayed, new.traced, floor, self.traced_step_us, new.notes)
+            pairs = {}
+            for r, rs in replayed.ranks.items():
+                for k, (number, us) in enumerate(zip(new.traced.lanes[r].steps, rs.step_us)):
+                    pairs[(r, k)] = max(us, floor.get(number, 0.0) if floor else 0.0)
+            out = Outcome(p, pairs)
+        self._cache[change] = out
+        return out
+
+    def saving(self, before: Outcome, after: Outcome) -> tuple[float, float, float]:
+        """The saving of ``after`` over ``before`` (µs): the difference of their medians, and the
+        2.5th-97.5th percentiles of the paired per-(rank, step) savings (the same traced step
+        replayed both ways)."""
+        keys = [k for k in before.pairs if k in after.pairs]
+        diffs = [before.pairs[k] - after.pairs[k] for k in keys]
+        mid = before.prediction.step_us - after.prediction.step_us
+        if not diffs:
+            return mid, mid, mid
+        return mid, percentile(diffs, 2.5), percentile(diffs, 97.5)
