@@ -275,3 +275,26 @@ def test_a_real_ddp_run_with_one_bucket_gets_smaller_buckets(one_bucket_run):
     assert hint.action.startswith("rerun with --opt bucket_cap_mb=") and hint.action.endswith("(was 100)")
     assert "8.02 MiB" in hint.why
     assert f"- {hint.action}: " in got.stdout
+
+
+def test_the_analyze_text_and_the_html_report_lead_with_the_advice(tmp_path):
+    """A run directory the replay reads: `analyze` starts with what to change first and what it
+    buys; the saved report holds it and loads back; a report saved without it still loads."""
+    from overlapprof.report import Report
+
+    run = _plain(tmp_path, "run", run={"options": {}})
+    got = overlapprof_here("analyze", run, "--workers", 1, "--json", tmp_path / "r.json")
+    assert got.exit_code == 0, got.output
+    first = got.stdout.splitlines()[0]
+    assert first.startswith("advice: first, wait for all_reduce #1") and "0.300 ms a step less" in first
+    report = Report.load(tmp_path / "r.json")
+    assert report.advice is not None and report.advice.items[0].step_us == pytest.approx(700)
+    old = json.loads((tmp_path / "r.json").read_text())
+    del old["advice"]
+    assert Report.from_json(json.dumps(old)).advice is None
+    traces = _plain(tmp_path, "traces")  # not a run directory: no advice, the table first
+    assert not overlapprof_here("analyze", traces, "--workers", 1).stdout.startswith("advice")
+    page = overlapprof_here("report", run, "-o", tmp_path / "r.html", "-q")
+    assert page.exit_code == 0, page.output
+    html = (tmp_path / "r.html").read_text()
+    assert '<section id="advice"><h2>What to change first</h2>' in html and "0.300 ms a step less" in html

@@ -87,4 +87,8 @@ def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, mem
                 workers=workers, progress=progress, dask_scheduler=cluster))
         finally:
             progress.close()
+        if cluster is None and report.run is not None:
+            from overlapprof.analysis.advise import for_report
+
+            report.advice = for_report(report, workers=workers)  # the text leads with it
     emit_outputs(outputs, report, quiet, report.warnings, by=by)

@@ -27,12 +27,13 @@ def _item(i: Item) -> list[str]:
 def lead(a: Advice) -> list[str]:
     """The first lines of a report: the top item and what all of them buy, or the verdict."""
     if a.verdict and not a.items:
-        return [f"advice: {a.verdict}"]
+        hint = [f"        hint (not predicted): {a.hints[0].action}"] if a.hints and a.hints[0].rule != "bandwidth" else []
+        return [f"advice: {a.verdict}", *hint]
     if not a.items:
         return []
     first = a.items[0]
     lines = [f"advice: first, {first.action}: {ms(first.saving_us)} ms a step less "
-             f"(step {ms(first.step_us)} ms [{ms(first.low_us)}-{ms(first.high_us)}], traced {ms(a.traced_step_us)})"]
+             f"(step {ms(first.step_us)} ms [{ms(first.low_us)}-{ms(first.high_us)}], traced {ms(a.traced_step_us)} ms)"]
     if len(a.items) > 1:
         last = a.items[-1]
         lines.append(f"        all {len(a.items)} changes together: step {ms(last.step_us)} ms "

@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import msgspec
 
-from overlapprof.report.document import decode, load, save, to_json
+from pathlib import Path
+
+from overlapprof.errors import ReportError
 
 SCHEMA = "overlapprof.advice/1"
 MIN_SAVING = 0.01  # an item must save at least this share of the traced step
@@ -142,14 +144,31 @@ class Advice(msgspec.Struct, kw_only=True):
         """The items' whatif change strings, in rank order (what ``--verify`` reruns)."""
         return [i.change for i in self.items]
 
-    to_json = to_json
-    save = save
-    load = classmethod(load)
+    def to_json(self, indent: int = 2) -> str:
+        return msgspec.json.format(msgspec.json.encode(self), indent=indent).decode()
+
+    def save(self, path) -> None:
+        Path(path).write_text(self.to_json() + "\n")
 
     @classmethod
     def from_json(cls, text: str | bytes, source: str = "advice") -> Advice:
-        """An Advice from JSON text; ReportError (one line) when it is not one."""
-        return decode(cls, text, source, SCHEMA, "advice")
+        """An Advice from JSON text; ReportError (one line) when it is not one. (Not through
+        :mod:`overlapprof.report.document`, which holds an Advice in its Report.)"""
+        try:
+            out = msgspec.json.decode(text, type=cls)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise ReportError(f"{source}: not an overlapprof advice ({exc})") from None
+        if out.schema != SCHEMA:
+            raise ReportError(f"{source}: not an overlapprof advice (schema {out.schema!r}, expected {SCHEMA!r})")
+        return out
+
+    @classmethod
+    def load(cls, path) -> Advice:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise ReportError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        return cls.from_json(data, source=str(path))
 
 
 __all__ = ["Advice", "Hint", "Item", "MIN_SAVING", "Rejected", "SCHEMA", "TriedSet", "Verification"]

@@ -73,3 +73,19 @@ def own_job(advice: Advice, run: str, top: int = 1):
              f"  overlapprof whatif {run} --set {joint} --check NEW",
              f"  overlapprof compare {run} NEW"]
     return Verification(traced_step_us=advice.traced_step_us, note="\n".join(lines))
+
+
+def for_report(report, workers: int | None = None) -> Advice | None:
+    """The Advice of an analyzed run directory (``report.run`` set, one input, with steps and
+    communication), to lead its report; None where there is none to give (traces that are not
+    a run directory, no ProfilerStep, nothing the replay can read). It reads the traces again."""
+    from overlapprof.errors import OverlapprofError
+
+    if report.run is None or len(report.inputs) != 1 or not any(r.steps for r in report.ranks):
+        return None
+    if report.summary.comm_us <= 0:
+        return None
+    try:
+        return advise(report.inputs, workers=workers)
+    except OverlapprofError:
+        return None
