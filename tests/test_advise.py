@@ -157,7 +157,7 @@ def test_a_straggler_is_named_with_what_it_was_doing(tmp_path):
     a = advise([path], workers=1)
     item = next(i for i in a.items if i.rule == "no_straggler")
     assert item.change == "no_straggler=1"
-    assert item.action.startswith("rank 1 is late by 0.200 ms a step, 0.200 ms of it in compute")
+    assert item.action.startswith("rank 1 is late by 0.200 ms a step, 0.200 ms of it in compute: it computes longer")
     assert "others wait 0.200 ms a step for rank 1" in item.cause
 
 

@@ -45,7 +45,7 @@ def advise(paths, top: int | None = None, workers: int | None = None,
     cands, hints = candidates(f, rp.tr, rp.model.fits, cpu)
     items, rejected, unmodelled = ranked(rp, cands, top)
     out.items, out.rejected = items, rejected
-    out.hints = unmodelled + hints
+    out.hints = unmodelled + hints + _unlisted_straggler(cands, items, rejected)
     if (h := bandwidth_hint(rp, items)) is not None:
         out.hints.append(h)
     if not items:
@@ -55,6 +55,23 @@ def advise(paths, top: int | None = None, workers: int | None = None,
 
 
 __all__ = ["advise", "own_job"]
+
+
+def _unlisted_straggler(cands, items, rejected) -> list:
+    """A straggler the replay does not shorten (its lateness lies outside the work in its traced
+    steps: between them, or in transfers) is still named, as a hint without a number."""
+    from overlapprof.report.advice import Hint
+
+    out = []
+    for c in cands:
+        if c.rule == "no_straggler" and not any(i.rule == c.rule for i in items):
+            r = next((r for r in rejected if r.rule == c.rule), None)
+            said = f" (replayed: {(r.step_us or 0) / 1000:.3f} ms, {r.why})" if r is not None and r.step_us else ""
+            out.append(Hint(rule=c.rule, change=c.values[0], action=c.action(c.values[0]),
+                            why=f"{c.cause}, but removing its extra work inside its traced steps does not shorten the "
+                                f"step{said}: what makes it late lies outside them (between its steps, or in its "
+                                "transfers)"))
+    return out
 
 
 def own_job(advice: Advice, run: str, top: int = 1):
@@ -88,4 +105,7 @@ def for_report(report, workers: int | None = None) -> Advice | None:
     try:
         return advise(report.inputs, workers=workers)
     except OverlapprofError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - the report must not fail for its advice: said, not raised
+        report.warnings.append(f"advice not computed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         return None

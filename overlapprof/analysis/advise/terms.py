@@ -126,7 +126,8 @@ def straggler(facts: Facts, rank: int, late_us: float) -> str:
     top = max(act, key=act.get) if act else "other"
     part = late_us * act.get(top, 1.0)
     what = {"other": "outside compute and communication: look at its data loading and host code",
-            "compute": "in compute: it has more work, or a slower device, than the others (balance the batches)",
+            "compute": "in compute: it computes longer than the others (more work, a slower device, or fewer free "
+                       "cores: balance the batches, check its device)",
             "comm": "in other communication: look at what it exchanges besides this"}[top]
     words = f"rank {rank} is late by {_ms(late_us)} a step, {_ms(part)} of it {what}"
     o = facts.options
