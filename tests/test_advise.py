@@ -185,6 +185,7 @@ def test_two_causes_ranked_by_joint_prediction(tmp_path):
     assert a.replayed_step_us - alone == pytest.approx(100)  # alone it would claim 100: counted once here
     assert first.saving_us + second.saving_us == pytest.approx(a.replayed_step_us - whatif(
         [path], ["async=all_reduce,no_straggler=1"], workers=1).predictions[0].step_us)
+    assert advise([path], top=1, workers=1).items == [first]  # --top K: the first K of the same ranking
 
 
 def test_nothing_to_change_and_no_communication_say_so_in_one_line(tmp_path):
@@ -227,10 +228,13 @@ def test_json_round_trip_and_cli(tmp_path):
 @pytest.mark.parametrize("args, words", [
     (["missing-dir"], "missing-dir: no such file or directory"),
     (["PLAIN", "--top", "0"], "--top"),
+    (["SAVED"], "a saved report or comparison holds no operations to replay"),
 ])
 def test_bad_input_is_one_error_line(tmp_path, args, words):
     path = _plain(tmp_path)
-    got = overlapprof_here("advise", *[path if a == "PLAIN" else a for a in args])
+    saved = tmp_path / "saved.json"
+    assert overlapprof_here("analyze", path, "--workers", 1, "--json", saved, "-q").exit_code == 0
+    got = overlapprof_here("advise", *[{"PLAIN": path, "SAVED": saved}.get(a, a) for a in args])
     assert got.exit_code == 2, got.output
     lines = got.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error:") and words in lines[0]
@@ -242,6 +246,31 @@ def test_verify_a_users_own_job_prints_the_change_and_the_command(tmp_path):
     assert got.exit_code == 0, got.output
     assert f"overlapprof whatif {path} --set async=all_reduce --check NEW" in got.stdout
     assert "change 1: wait for all_reduce #1" in got.stdout
+
+
+def test_a_verification_gets_its_predictions_and_prints_against_them(tmp_path):
+    """What --verify does after the reruns: each tried set's prediction is the replay of its
+    changes together, ``within`` says whether the realized median lies in its interval, and the
+    text prints predicted against realized."""
+    from overlapprof.analysis.advise import predicted
+    from overlapprof.renderers.advice_text import render
+    from overlapprof.report.advice import TriedSet, Verification
+
+    path = _plain(tmp_path)
+    v = Verification(sets=[TriedSet(changes=["async=all_reduce"], realized_step_us=720.0, realized_low_us=690.0,
+                                    realized_high_us=750.0, speedup=1000 / 720, speedup_low=1.3, speedup_high=1.45),
+                           TriedSet(changes=["bandwidth=x2", "async=all_reduce"], realized_step_us=700.0)])
+    predicted([path], v, workers=1)
+    one, both = v.sets
+    assert (one.predicted_step_us, one.within) == (pytest.approx(700), False)
+    assert both.predicted_step_us == pytest.approx(whatif([path], ["bandwidth=x2,async=all_reduce"],
+                                                          workers=1).predictions[0].step_us)
+    a = advise([path], workers=1)
+    a.verification = v
+    assert Advice.from_json(a.to_json()) == a
+    text = render(a)
+    assert ("async=all_reduce: predicted 0.700 ms [0.700-0.700], realized 0.720 ms [0.690-0.750], speedup 1.39x "
+            "[1.30-1.45]; realized OUTSIDE the prediction") in text
 
 
 @pytest.mark.skipif(importlib.util.find_spec("overlapprof.launch.verify") is not None,

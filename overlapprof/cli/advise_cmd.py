@@ -29,22 +29,27 @@ def advise(run, json_out, top, verify, reference_bandwidth, workers, quiet):
     """
     from pathlib import Path
 
-    from overlapprof.analysis.advise import advise as make, own_job
+    from overlapprof.analysis.advise import advise as make, own_job, predicted
+    from overlapprof.report.advice import Verification
     from overlapprof.renderers.advice_text import render
 
     check_output(json_out, "json")
     unwind_on_sigterm()
     result = make([run], top=top, workers=workers, reference_bandwidth=reference_bandwidth)
     if verify:
-        if result.workload is None:
+        if not result.items:
+            result.verification = Verification(traced_step_us=result.traced_step_us,
+                                               note="nothing to verify: the advice has no change to make")
+        elif result.workload is None:
             result.verification = own_job(result, run, top or 1)
-        elif result.items:
+        else:
             try:
                 from overlapprof.launch.verify import verify as rerun
             except ImportError:
                 fail("--verify needs overlapprof.launch.verify, which this install does not have yet")
             result.verification = rerun(Path(run), result.changes(), top=top or 1, out=None,
                                         progress=lambda line: note(line, quiet))
+            predicted([run], result.verification, workers)
     if json_out:
         emit(result.to_json() + "\n", json_out, "json", quiet)
     if json_out != "-":

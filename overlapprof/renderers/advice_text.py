@@ -42,7 +42,7 @@ def lead(a: Advice) -> list[str]:
 
 
 def verification(v: Verification) -> list[str]:
-    lines = ["", "verified (reruns against the traced run):"]
+    lines = ["", "verified (reruns against the traced run):" if v.sets else "verify:"]
     for s in v.sets:
         if s.realized_step_us is None:
             lines.append(f"  {', '.join(s.changes)}: not measured{': ' + s.note if s.note else ''}")

@@ -54,7 +54,7 @@ def advise(paths, top: int | None = None, workers: int | None = None,
     return out
 
 
-__all__ = ["advise", "own_job"]
+__all__ = ["advise", "for_report", "own_job", "predicted"]
 
 
 def _unlisted_straggler(cands, items, rejected) -> list:
@@ -109,3 +109,19 @@ def for_report(report, workers: int | None = None) -> Advice | None:
     except Exception as exc:  # noqa: BLE001 - the report must not fail for its advice: said, not raised
         report.warnings.append(f"advice not computed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         return None
+
+
+def predicted(paths, verification, workers: int | None = None) -> None:
+    """Fill in, in place, each tried set of ``verification`` that lacks its prediction: the replay
+    of its changes together (``whatif``), and ``within`` where the realized step is known."""
+    from overlapprof.analysis.replay.predict import whatif
+
+    missing = [s for s in verification.sets if s.predicted_step_us is None and s.changes]
+    if not missing:
+        return
+    result = whatif([str(p) for p in paths], [",".join(s.changes) for s in missing], workers=workers)
+    for s, p in zip(missing, result.predictions):
+        if p.modelled:
+            s.predicted_step_us, s.predicted_low_us, s.predicted_high_us = p.step_us, p.low_us, p.high_us
+            if s.realized_step_us is not None and s.within is None:
+                s.within = p.low_us <= s.realized_step_us <= p.high_us

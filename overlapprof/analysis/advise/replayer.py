@@ -62,9 +62,9 @@ class Replayer:
             new = rewrite(self.tr, parse(change) if change else [], self.ctx)
         except Unmodelled as exc:
             out = Outcome(Prediction(change=change, modelled=False, reason=str(exc)), {})
-        except (ValueError, IndexError, KeyError, StopIteration) as exc:  # a combination the rewrites do not take
+        except (ValueError, IndexError, KeyError, StopIteration) as exc:  # the rewrites' own failures
             out = Outcome(Prediction(change=change, modelled=False,
-                                     reason=f"{change}: the replay cannot combine these changes ({type(exc).__name__}: "
+                                     reason=f"{change}: the replay's rewrite failed on this trace ({type(exc).__name__}: "
                                             f"{str(exc).splitlines()[0] if str(exc) else 'no message'})"), {})
         else:
             replayed = replay(new.traced)

@@ -73,9 +73,9 @@ def _where(replayer, facts: Facts, kind: str, evs, shift) -> str:
     tr = replayer.tr
     try:
         lane = rewrite(tr, [("async", kind)], replayer.ctx).traced.lanes[rank]
-    except Unmodelled:
+        at = next(j for j, (k, r) in enumerate(zip(lane.kind, lane.ref)) if k == NEED and r == op.row)
+    except (Unmodelled, IndexError, StopIteration):  # the rewrite's own failures: said by the replayer too
         return f"issue {kind} #{op.ordinal} asynchronously and wait for it where its result is first used"
-    at = next(j for j, (k, r) in enumerate(zip(lane.kind, lane.ref)) if k == NEED and r == op.row)
     after = lane.kind[at + 1] if at + 1 < len(lane.kind) else None
     ref = lane.ref[at + 1] if after is not None else None
     before = (f"before {kind} #{op.ordinal + 1}" if after == ISSUE and ref is not None and
