@@ -18,11 +18,11 @@ from overlapprof.report.advice import MIN_SAVING, Advice
 
 
 def advise(paths, top: int | None = None, workers: int | None = None,
-           reference_bandwidth: str | None = None) -> Advice:
+           reference_bandwidth: str | None = None, analyzed=None) -> Advice:
     """The Advice for the traced run of ``paths`` (a run directory or traces); ``top``: at most
-    that many items."""
+    that many items; ``analyzed``: the run's Analyzed, when it was just analyzed (not read again)."""
     paths = [str(p) for p in paths]
-    rp = Replayer(paths, workers=workers, reference_bandwidth=reference_bandwidth)
+    rp = Replayer(paths, workers=workers, reference_bandwidth=reference_bandwidth, analyzed=analyzed)
     report = rp.report
     traced = rp.traced_step_us or 0.0
     f = _facts.read(report, rp.tr, traced)
@@ -92,10 +92,11 @@ def own_job(advice: Advice, run: str, top: int = 1):
     return Verification(traced_step_us=advice.traced_step_us, note="\n".join(lines))
 
 
-def for_report(report, workers: int | None = None) -> Advice | None:
+def for_report(report, workers: int | None = None, analyzed=None) -> Advice | None:
     """The Advice of an analyzed run directory (``report.run`` set, one input, with steps and
     communication), to lead its report; None where there is none to give (traces that are not
-    a run directory, no ProfilerStep, nothing the replay can read). It reads the traces again."""
+    a run directory, no ProfilerStep, nothing the replay can read). Without ``analyzed`` (the
+    Analyzed the report came from) it reads the traces again."""
     from overlapprof.errors import OverlapprofError
 
     if report.run is None or len(report.inputs) != 1 or not any(r.steps for r in report.ranks):
@@ -103,7 +104,7 @@ def for_report(report, workers: int | None = None) -> Advice | None:
     if report.summary.comm_us <= 0:
         return None
     try:
-        return advise(report.inputs, workers=workers)
+        return advise(report.inputs, workers=workers, analyzed=analyzed)
     except OverlapprofError:
         return None
     except Exception as exc:  # noqa: BLE001 - the report must not fail for its advice: said, not raised

@@ -18,6 +18,7 @@ from overlapprof.analysis.exposure import resources
 from overlapprof.analysis.replay import predict as _replay
 from overlapprof.analysis.replay.changes import Context, Unmodelled, link_floor, parse, rewrite
 from overlapprof.analysis.replay.engine import replay
+from overlapprof.analysis.replay.timeline import traced as traced_of
 from overlapprof.analysis.replay.transfer import fit, interference
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.report.whatif import Prediction
@@ -35,11 +36,18 @@ class Outcome:
 class Replayer:
     """The traced run of ``paths``, read once; :meth:`predict` replays a change set."""
 
-    def __init__(self, paths: list[str], workers: int | None = None, reference_bandwidth: str | None = None):
+    def __init__(self, paths: list[str], workers: int | None = None, reference_bandwidth: str | None = None,
+                 analyzed=None):
+        """``analyzed``: the run's :class:`~overlapprof.analysis.analyzer.Analyzed` when it was
+        just analyzed (``overlapprof analyze``): the traces are not read again."""
         options = {"workers": workers} if workers else {}
         if reference_bandwidth is not None:
             options["reference_bandwidth"] = reference_bandwidth
-        self.analyzed, self.tr = _replay._load(list(paths), **options)
+        if analyzed is not None and any(r.steps for r in analyzed.report.ranks):
+            self.analyzed = analyzed
+            self.tr = traced_of({r.rank: r for r in analyzed.report.ranks}, analyzed.inputs, analyzed.matching)
+        else:
+            self.analyzed, self.tr = _replay._load(list(paths), **options)
         self.report = self.analyzed.report
         res, _, sharing = resources(self.report.run, None)
         ref = self.report.options.reference_bandwidth
