@@ -327,3 +327,26 @@ def test_the_analyze_text_and_the_html_report_lead_with_the_advice(tmp_path):
     assert page.exit_code == 0, page.output
     html = (tmp_path / "r.html").read_text()
     assert '<section id="advice"><h2>What to change first</h2>' in html and "0.300 ms a step less" in html
+
+
+def test_the_words_of_a_run_of_overlapprof_run_name_its_options():
+    """For a run of `overlapprof run` the actions are its workload's options (prefetch from the
+    sync variant needs the async one; a slow rank and a host sync planted by options are named)."""
+    from overlapprof.analysis.advise import terms
+    from overlapprof.analysis.advise.facts import Facts
+
+    def facts(variant, **options):
+        return Facts(pairs=2, step_us=1000.0, exposed_us=100.0, cause_us={}, kind_cause_us={}, late_us={},
+                     late_activity={"other": 0.75, "compute": 0.25}, workload="w", variant=variant,
+                     options={"slow_rank": -1, "slow_ms": 0.0, **options})
+
+    assert terms.prefetch(facts("sync", prefetch=1), "prefetch=2") == (
+        "rerun with --variant async --opt prefetch=2 (was 0: 2 more units ahead)")
+    assert terms.prefetch(facts("async", prefetch=1), "prefetch=1") == "rerun with --opt prefetch=2 (was 1: 1 more unit ahead)"
+    late = terms.straggler(facts("async", slow_rank=1, slow_ms=20.0), 1, 20000.0)
+    assert late == ("rank 1 is late by 20.000 ms a step, 15.000 ms of it outside compute and communication: look at "
+                    "its data loading and host code (this run: --opt slow_ms=20 on rank 1: drop it)")
+    assert terms.host_sync(facts("async", host_sync=True)).endswith("(this run: --opt host_sync=true: drop it)")
+    own = facts("async")
+    own.workload = None
+    assert terms.bucket(own, "bucket_cap_mb=5") == "DistributedDataParallel(model, bucket_cap_mb=5)"
