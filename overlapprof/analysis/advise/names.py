@@ -13,7 +13,9 @@ import gzip
 from pathlib import Path
 
 import msgspec
+import numpy as np
 
+from overlapprof.analysis import intervals as iv
 from overlapprof.analysis.rank.classify import is_comm_call, is_host_sync
 
 _BACKENDS = ("gloo:", "nccl:", "mpi:", "ucc:", "record_param_comms")
@@ -50,15 +52,18 @@ def _is_compute_name(e: _Event) -> bool:
     return not (is_comm_call(e.name) or e.name.startswith(("ProfilerStep#", *_BACKENDS)) or is_host_sync(e.name))
 
 
-def compute_under(evs: list[_Event], lo: float, hi: float, most: int = 2) -> list[str]:
-    """The named compute in ``[lo, hi)`` (the rank's trace clock), by the time each covers there,
-    the most first: ``record_function`` ranges first, else cpu_ops; at most ``most`` names."""
+def compute_under(evs: list[_Event], lo: float, hi: float, compute=None, most: int = 2) -> list[str]:
+    """The named compute in ``[lo, hi)`` (the rank's trace clock), by the compute each covers
+    there (``compute``: the rank's compute union on that clock, so that a range named ``comm``
+    around a transfer does not count; None: its whole span), the most first: ``record_function``
+    ranges first, else cpu_ops; at most ``most`` names."""
     for cat in ("user_annotation", "cpu_op"):
         cover: dict[str, float] = {}
         for e in evs:
             if e.cat != cat or not _is_compute_name(e):
                 continue
-            d = min(hi, e.ts + e.dur) - max(lo, e.ts)
+            a, b = max(lo, e.ts), min(hi, e.ts + e.dur)
+            d = b - a if compute is None else float(iv.covered(compute, np.array([a]), np.array([b]))[0]) if b > a else 0
             if d > 0:
                 cover[e.name] = cover.get(e.name, 0.0) + d
         if cover:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
+
 from overlapprof.analysis.advise import names
 from overlapprof.analysis.advise.facts import Facts
 from overlapprof.analysis.replay.changes import Unmodelled, rewrite
@@ -48,6 +50,7 @@ def prepare(replayer, facts: Facts) -> dict[str, str]:
 
     for kind in sorted({b.kind for bl in facts.blocking.values() for b in bl}):
         said[f"async:{kind}"] = _where(replayer, facts, kind, evs, shift)
+        said[f"async:{kind}@end"] = _where(replayer, facts, kind, evs, shift, at_end=True)
     host_blocked = [(r.exposure.host_blocked_us, r.rank) for r in replayer.report.ranks if r.exposure]
     if host_blocked and max(host_blocked)[0] > 0:
         rank = max(host_blocked)[1]
@@ -62,7 +65,7 @@ def prepare(replayer, facts: Facts) -> dict[str, str]:
     return said
 
 
-def _where(replayer, facts: Facts, kind: str, evs, shift) -> str:
+def _where(replayer, facts: Facts, kind: str, evs, shift, at_end: bool = False) -> str:
     """"wait for KIND #k after `x`, before KIND #k+1, not right after issuing it", read from the
     rank with the longest blocking operations of the kind, in its middle step."""
     rank = max(facts.blocking, key=lambda r: sum(b.dur_us for b in facts.blocking[r] if b.kind == kind))
@@ -72,7 +75,7 @@ def _where(replayer, facts: Facts, kind: str, evs, shift) -> str:
     op = max((b for b in ops if b.step == mid), key=lambda b: b.dur_us)
     tr = replayer.tr
     try:
-        lane = rewrite(tr, [("async", kind)], replayer.ctx).traced.lanes[rank]
+        lane = rewrite(tr, [("async", f"{kind}@end" if at_end else kind)], replayer.ctx).traced.lanes[rank]
         at = next(j for j, (k, r) in enumerate(zip(lane.kind, lane.ref)) if k == NEED and r == op.row)
     except (Unmodelled, IndexError, StopIteration):  # the rewrite's own failures: said by the replayer too
         return f"issue {kind} #{op.ordinal} asynchronously and wait for it where its result is first used"
@@ -84,10 +87,12 @@ def _where(replayer, facts: Facts, kind: str, evs, shift) -> str:
         before = "at the step's end"
     sh = float(shift.get(rank, 0.0)) if hasattr(shift, "get") else 0.0
     lo, hi = float(tr.issue[op.row]) - sh, float(lane.t[at]) - sh
-    under = names.compute_under(evs(rank), lo, hi)
+    cs, ce = tr.compute.get(rank, (np.empty(0), np.empty(0)))
+    under = names.compute_under(evs(rank), lo, hi, (cs - sh, ce - sh))
     how = "isend/irecv, then .wait() there" if kind == "send_recv" else "async_op=True, then .wait() there"
-    return (f"wait for {kind} #{op.ordinal} ({_ms(op.dur_us)} on rank {rank}) after {_code(under)} ({before}), not "
-            f"right after issuing it ({how})")
+    every = f", and every blocking {kind} likewise" if at_end else ""
+    return (f"wait for {kind} #{op.ordinal} ({_ms(op.dur_us)} on rank {rank}) after {_code(under)} ({before}){every}, "
+            f"not right after issuing it ({how})")
 
 
 def _run(facts: Facts) -> bool:
@@ -115,7 +120,8 @@ def make_async(facts: Facts, kind: str, change: str) -> str:
     said = facts.said
     words = said.get(f"async:{kind}", f"issue {kind} asynchronously and wait where its result is first used")
     if change.endswith("@end"):
-        words = f"issue every blocking {kind} asynchronously and wait for them all at the step's end"
+        words = said.get(f"async:{kind}@end",
+                         f"issue every blocking {kind} asynchronously and wait for them all at the step's end")
     if _run(facts) and facts.variant == "sync" and said.get("async_variant"):
         words += " (this workload: --variant async)"
     return words
