@@ -81,3 +81,9 @@ def host_syncs(evs: list[_Event], lo: float, hi: float) -> dict[str, float]:
             if d > 0:
                 out[e.name] = out.get(e.name, 0.0) + d
     return out
+
+
+def first_named(evs: list[_Event], prefix: str, lo: float, hi: float) -> float | None:
+    """The start of the first event in ``[lo, hi)`` whose name starts with ``prefix`` (None: none)."""
+    starts = [e.ts for e in evs if lo <= e.ts < hi and e.name.startswith(prefix)]
+    return min(starts) if starts else None

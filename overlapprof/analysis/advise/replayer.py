@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from overlapprof.analysis.advise import names, onebucket
 from overlapprof.analysis.exposure import resources
 from overlapprof.analysis.replay import predict as _replay
 from overlapprof.analysis.replay.changes import Context, Unmodelled, link_floor, parse, rewrite
@@ -58,7 +59,26 @@ class Replayer:
         traced = [v for lane in self.tr.lanes.values() for v in lane.measured_steps]
         self.traced_step_us = median(traced) if traced else None
         self._cache: dict[str, Outcome] = {}
+        self._split = None  # DDP's single bucket split for the bucket_cap_mb rewrite (onebucket), once asked
         self.base = self.predict("")
+
+    def one_bucket(self):
+        """(Traced, Context) with DDP's single buckets split (:mod:`.onebucket`), or None where the
+        trace has not one all_reduce a step or backward's start is not in it."""
+        if self._split is None:
+            self._split = False
+            if onebucket.single(self.tr):
+                shift = self.analyzed.matching.shift if self.analyzed.matching is not None else {}
+                backward = {}
+                for r in self.report.ranks:
+                    if r.rank not in self.tr.lanes:
+                        continue
+                    evs, sh = names.events(r.files), float(shift.get(r.rank, 0.0))
+                    at = [names.first_named(evs, onebucket.BACKWARD, s.start_us, s.start_us + s.step_us)
+                          for s in r.steps]
+                    backward[r.rank] = [a + sh if a is not None else -1.0 for a in at]
+                self._split = onebucket.split(self.tr, self.ctx, backward) or False
+        return self._split or None
 
     def predict(self, change: str) -> Outcome:
         """``change`` (whatif's ``name=value[,name=value]``; "" for nothing changed) replayed;
@@ -66,8 +86,11 @@ class Replayer:
         cannot model it."""
         if change in self._cache:
             return self._cache[change]
+        tr, ctx = self.tr, self.ctx
+        if "bucket_cap_mb" in change and (one := self.one_bucket()) is not None:
+            tr, ctx = one
         try:
-            new = rewrite(self.tr, parse(change) if change else [], self.ctx)
+            new = rewrite(tr, parse(change) if change else [], ctx)
         except Unmodelled as exc:
             out = Outcome(Prediction(change=change, modelled=False, reason=str(exc)), {})
         except (ValueError, IndexError, KeyError, StopIteration) as exc:  # the rewrites' own failures

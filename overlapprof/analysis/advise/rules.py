@@ -2,7 +2,8 @@
 knob to search) and the hints (what the replay cannot model). One rule per cause or knob:
 
 - ``bucket_cap_mb`` (DDP's all_reduce exposed, the buckets issued asynchronously): bucket sizes
-  around the traced one;
+  around the traced one (one bucket a step: with backward's start from the trace,
+  :mod:`.onebucket`, else a hint);
 - ``prefetch`` (FSDP's all_gather exposed): 1 to 3 units more ahead;
 - ``async`` (an operation of a kind blocks, ``no_window``): made asynchronous, its wait moved to
   where its result is first needed, or to the step's end;
@@ -68,8 +69,10 @@ def _common(facts: Facts, cpu: bool) -> list[str]:
     return ["interference not modelled (a transfer keeps its traced time beside new compute)"] if cpu else []
 
 
-def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool) -> tuple[list[Candidate], list[Hint]]:
-    """The candidates and hints of a run (see the module docstring)."""
+def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
+               one_bucket: Callable[[], object] = lambda: None) -> tuple[list[Candidate], list[Hint]]:
+    """The candidates and hints of a run (see the module docstring); ``one_bucket``: the
+    replayer's split of DDP's single buckets (:mod:`.onebucket`; None: it cannot split them)."""
     out: list[Candidate] = []
     hints: list[Hint] = []
     floor = MIN_SAVING * facts.step_us
@@ -78,22 +81,28 @@ def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool) -> 
     if "all_reduce" in facts.kinds and sum(ar.values()) >= floor and (
             "bucket_cap_mb" in facts.options or not ar_blocking):
         values, one, total = _bucket_values(facts, tr)
+        spread = []
+        if one and one_bucket() is not None:
+            values, one = _bucket_values(facts, tr, single=False)[0], False
+            spread = ["one traced bucket: gradients taken as produced evenly over backward, from its first autograd "
+                      "function to the bucket's issue (advise's adapter: `whatif --set` of this change does not split "
+                      "the bucket, and predicts otherwise)"]
         if one:
             hints.append(Hint(
                 rule="bucket_cap_mb", change=f"bucket_cap_mb={_nice(total / 4)}",
                 action=terms.bucket(facts, f"bucket_cap_mb={_nice(total / 4)}"),
                 why=f"one all_reduce a step: a single bucket holds all {total:.3g} MiB of gradients, reduced when "
                     f"backward ends (all_reduce exposed {_ms(sum(ar.values()))} a step); smaller buckets would start "
-                    "during backward, but where each gradient is produced is not in this trace's operations, so the "
-                    "replay cannot place them"))
+                    "during backward, but the trace names no autograd function to place backward by, so the replay "
+                    "cannot place them"))
         elif values:
             out.append(Candidate(
                 "bucket_cap_mb", values,
                 f"all_reduce exposed {_ms(sum(ar.values()))} a step (window_short {_ms(ar.get('window_short', 0))}: "
                 f"the last bucket reduced after backward ends; no_window {_ms(ar.get('no_window', 0))})",
                 lambda v: terms.bucket(facts, v),
-                [_transfer_words(fits, "all_reduce"), "gradients taken as produced evenly between the traced buckets",
-                 *_common(facts, cpu)]))
+                [_transfer_words(fits, "all_reduce"),
+                 *(spread or ["gradients taken as produced evenly between the traced buckets"]), *_common(facts, cpu)]))
     ag = facts.kind_cause_us.get("all_gather", {})
     if "all_gather" in facts.kinds and sum(ag.values()) >= floor:
         out.append(Candidate(
@@ -137,7 +146,7 @@ def _nice(mb: float) -> str:
     return f"{max([v for v in LADDER if v <= mb] or [LADDER[0]]):g}"
 
 
-def _bucket_values(facts: Facts, tr: Traced) -> tuple[list[str], bool, float]:
+def _bucket_values(facts: Facts, tr: Traced, single: bool = True) -> tuple[list[str], bool, float]:
     """Bucket sizes from the ladder around the traced all_reduces' bytes a step: at least a
     sixteenth of them, at most one size above them all (one bucket), the traced cap left out;
     whether there is one all_reduce a (rank, step) (a single bucket: nothing to regroup from);
@@ -149,7 +158,7 @@ def _bucket_values(facts: Facts, tr: Traced) -> tuple[list[str], bool, float]:
     keys = [(int(tr.rank[r]), int(tr.step[r])) for r in rows.tolist()]
     steps = max(1, len(set(keys)))
     total = float(np.nansum(sizes)) / steps / MIB
-    if len(keys) == steps:
+    if single and len(keys) == steps:
         return [], True, total
     current = facts.options.get("bucket_cap_mb")
     out = []
