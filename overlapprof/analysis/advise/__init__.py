@@ -68,9 +68,9 @@ def _unlisted_straggler(cands, items, rejected) -> list:
             r = next((r for r in rejected if r.rule == c.rule), None)
             said = f" (replayed: {(r.step_us or 0) / 1000:.3f} ms, {r.why})" if r is not None and r.step_us else ""
             out.append(Hint(rule=c.rule, change=c.values[0], action=c.action(c.values[0]),
-                            why=f"{c.cause}, but removing its extra work inside its traced steps does not shorten the "
-                                f"step{said}: what makes it late lies outside them (between its steps, or in its "
-                                "transfers)"))
+                            why=f"{c.cause}, but removing its extra work inside its traced steps is not predicted to "
+                                f"save reliably{said}: what makes it late may lie outside them (between its steps, or "
+                                "in its transfers)"))
     return out
 
 

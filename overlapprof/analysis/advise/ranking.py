@@ -17,6 +17,8 @@ from overlapprof.analysis.advise.replayer import Outcome, Replayer
 from overlapprof.analysis.advise.rules import Candidate
 from overlapprof.report.advice import MIN_SAVING, Hint, Item, Rejected
 
+TIE = 1e-3  # values of a knob whose steps differ by less than this share are as good as each other
+
 
 def _best(replayer: Replayer, applied: list[str], c: Candidate):
     """(value, outcome, tried, reason): the value of ``c`` whose joint step is shortest."""
@@ -28,8 +30,10 @@ def _best(replayer: Replayer, applied: list[str], c: Candidate):
             reason = reason or o.prediction.reason
             continue
         tried[v] = o.prediction.step_us
-        if best is None or o.prediction.step_us < best[1].prediction.step_us:
+        if best is None or o.prediction.step_us < best[1].prediction.step_us - TIE * abs(best[1].prediction.step_us):
             best = (v, o)
+        elif c.prefer_last and o.prediction.step_us <= best[1].prediction.step_us + TIE * abs(best[1].prediction.step_us):
+            best = (v, o)  # as good: the later value (for buckets, the larger: fewer operations)
     return (best[0], best[1], tried, reason) if best else (None, None, tried, reason)
 
 

@@ -48,6 +48,7 @@ class Candidate:
     cause: str
     action: Callable[[str], str]
     confidence: list[str] = field(default_factory=list)
+    prefer_last: bool = False  # among values as good as each other, the last (the largest bucket)
 
 
 def _ms(us: float) -> str:
@@ -102,7 +103,8 @@ def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
                 f"the last bucket reduced after backward ends; no_window {_ms(ar.get('no_window', 0))})",
                 lambda v: terms.bucket(facts, v),
                 [_transfer_words(fits, "all_reduce"),
-                 *(spread or ["gradients taken as produced evenly between the traced buckets"]), *_common(facts, cpu)]))
+                 *(spread or ["gradients taken as produced evenly between the traced buckets"]), *_common(facts, cpu)],
+                prefer_last=True))
     ag = facts.kind_cause_us.get("all_gather", {})
     if "all_gather" in facts.kinds and sum(ag.values()) >= floor:
         out.append(Candidate(
