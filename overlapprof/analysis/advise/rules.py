@@ -88,7 +88,7 @@ def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
             spread = ["one traced bucket: gradients taken as produced evenly over backward, from its first autograd "
                       "function to the bucket's issue (advise's adapter: `whatif --set` of this change does not split "
                       "the bucket, and predicts otherwise)"]
-        if one:
+        if one and "bucket_cap_mb" in facts.options:  # without the option or autograd names: not DDP's bucket
             hints.append(Hint(
                 rule="bucket_cap_mb", change=f"bucket_cap_mb={_nice(total / 4)}",
                 action=terms.bucket(facts, f"bucket_cap_mb={_nice(total / 4)}"),
