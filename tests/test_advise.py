@@ -388,3 +388,17 @@ def test_one_bucket_with_backward_in_the_trace_is_split_and_searched(tmp_path):
     assert item.tried["bucket_cap_mb=0.5"] == pytest.approx(1100, abs=2)
     assert any("one traced bucket" in c for c in item.confidence)
     assert item.step_us == Replayer([path], workers=1).predict(item.joint_change).prediction.step_us
+
+
+def test_a_straggler_late_outside_its_steps_is_a_hint_naming_it(tmp_path):
+    """Rank 1 does the same work as rank 0 in its step, but starts it 300 µs later (it slept
+    before its ProfilerStep): rank 0 waits 300 µs a step for it. Removing rank 1's extra work
+    inside its steps removes nothing, so the straggler is a hint, named, with no number."""
+    fast = [S.step(1, 0, 1300), *_compute("layer3", 0, 400), S.cpu_op("c10d::allreduce_", 400, 600),
+            S.annotation("gloo:all_reduce", 400, 600), *_compute("layer4", 1000, 300)]
+    late = [S.step(1, 300, 1000), *_compute("layer3", 300, 400), *_blocking(700, 300), *_compute("layer4", 1000, 300)]
+    a = advise([_write(tmp_path / "outside", {0: fast, 1: late})], workers=1)
+    assert not any(i.rule == "no_straggler" for i in a.items)
+    hint = next(h for h in a.hints if h.rule == "no_straggler")
+    assert hint.action.startswith("rank 1 is late by 0.300 ms a step") and hint.change == "no_straggler=1"
+    assert "not predicted to save reliably" in hint.why
