@@ -32,12 +32,12 @@ def report(paths, output, labels, quiet, **kw):
     dest = output if named else Path(DEFAULT_OUT)
     check_output(dest, "report", named)
     comparison = load_comparison(paths, labels, quiet, analyze_options(kw))
+    for warning in comparison.warnings:
+        note(f"warning: {warning}", quiet)
+    note("drawing the plots", quiet)
     from overlapprof.analysis.advise import for_report
 
     for r in comparison.reports:  # the page leads with what to change first, per run the replay reads
         if r.advice is None:
             r.advice = for_report(r, workers=kw.get("workers"))
-    for warning in comparison.warnings:
-        note(f"warning: {warning}", quiet)
-    note("drawing the plots", quiet)
     emit(get("html", "comparison")().render(comparison), dest, "report", quiet, named)

@@ -3,9 +3,10 @@
 
 ``whatif(paths, changes)`` reads the traces on every call; the search replays tens of change
 sets of one run, so :class:`Replayer` reads them once and runs the same steps ``whatif`` runs per
-change (:func:`~overlapprof.analysis.replay.changes.rewrite`, then
-:func:`~overlapprof.analysis.replay.engine.replay`, the link floor, and the prediction with its
-interval, all the replay's own functions). It also keeps each prediction's per-(rank, step)
+change (:func:`~overlapprof.analysis.replay.changes.rewrite`, the slowdown charge where the replay has
+it, then :func:`~overlapprof.analysis.replay.engine.replay`, the link floor, and the prediction
+with its interval, all the replay's own functions; ``_load`` and ``_prediction`` are private to
+:mod:`~overlapprof.analysis.replay.predict` and used as they are). It also keeps each prediction's per-(rank, step)
 values, so that the saving of a change over another is *paired*: the same traced step replayed
 both ways (:meth:`Replayer.saving`).
 """
@@ -23,6 +24,11 @@ from overlapprof.analysis.replay.timeline import traced as traced_of
 from overlapprof.analysis.replay.transfer import fit, interference
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.report.whatif import Prediction
+
+try:  # the replay's charge for compute slowed beside communication, where the replay has it (whatif2)
+    from overlapprof.analysis.replay.slowdown import rank_factors, slow
+except ImportError:  # pragma: no cover - before it is merged
+    rank_factors = slow = None
 
 
 @dataclass
@@ -58,6 +64,7 @@ class Replayer:
         self.ctx = Context(self.model, res.link_bytes_per_us, cost)
         traced = [v for lane in self.tr.lanes.values() for v in lane.measured_steps]
         self.traced_step_us = median(traced) if traced else None
+        self.factors = rank_factors(self.report) if rank_factors is not None else {}
         self._cache: dict[str, Outcome] = {}
         self._split = None  # DDP's single bucket split for the bucket_cap_mb rewrite (onebucket), once asked
         self.base = self.predict("")
@@ -98,6 +105,8 @@ class Replayer:
                                      reason=f"{change}: the replay's rewrite failed on this trace ({type(exc).__name__}: "
                                             f"{str(exc).splitlines()[0] if str(exc) else 'no message'})"), {})
         else:
+            if slow is not None and change:
+                new.notes += slow(self.tr, new.traced, self.factors)  # as whatif does, so the numbers agree
             replayed = replay(new.traced)
             floor = link_floor(new.traced, new.link_bytes_per_us) if new.link_bytes_per_us else None
             p = _replay._prediction(change, replayed, new.traced, floor, self.traced_step_us, new.notes)
