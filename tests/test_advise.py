@@ -259,9 +259,11 @@ def test_a_verification_gets_its_predictions_and_prints_against_them(tmp_path):
     path = _plain(tmp_path)
     v = Verification(sets=[TriedSet(changes=["async=all_reduce"], realized_step_us=720.0, realized_low_us=690.0,
                                     realized_high_us=750.0, speedup=1000 / 720, speedup_low=1.3, speedup_high=1.45),
-                           TriedSet(changes=["bandwidth=x2", "async=all_reduce"], realized_step_us=700.0)])
+                           TriedSet(changes=["bandwidth=x2", "async=all_reduce"], realized_step_us=700.0),
+                           TriedSet(changes=[], realized_step_us=1010.0, predicted_step_us=1000.0)])
     predicted([path], v, workers=1)
-    one, both = v.sets
+    one, both, unchanged = v.sets
+    assert unchanged.predicted_step_us == 1000.0 and unchanged.within is None  # a rerun of the traced run: left as given
     assert (one.predicted_step_us, one.within) == (pytest.approx(700), False)
     assert both.predicted_step_us == pytest.approx(whatif([path], ["bandwidth=x2,async=all_reduce"],
                                                           workers=1).predictions[0].step_us)
@@ -271,6 +273,7 @@ def test_a_verification_gets_its_predictions_and_prints_against_them(tmp_path):
     text = render(a)
     assert ("async=all_reduce: predicted 0.700 ms [0.700-0.700], realized 0.720 ms [0.690-0.750], speedup 1.39x "
             "[1.30-1.45]; realized OUTSIDE the prediction") in text
+    assert "  unchanged (the traced configuration, rerun): predicted 1.000 ms" in text
 
 
 @pytest.mark.skipif(importlib.util.find_spec("overlapprof.launch.verify") is not None,

@@ -44,8 +44,9 @@ def lead(a: Advice) -> list[str]:
 def verification(v: Verification) -> list[str]:
     lines = ["", "verified (reruns against the traced run):" if v.sets else "verify:"]
     for s in v.sets:
+        name = ", ".join(s.changes) or "unchanged (the traced configuration, rerun)"
         if s.realized_step_us is None:
-            lines.append(f"  {', '.join(s.changes)}: not measured{': ' + s.note if s.note else ''}")
+            lines.append(f"  {name}: not measured{': ' + s.note if s.note else ''}")
             continue
         spd = f", speedup {s.speedup:.2f}x" if s.speedup else ""
         if s.speedup_low is not None and s.speedup_high is not None:
@@ -54,7 +55,7 @@ def verification(v: Verification) -> list[str]:
                 if s.predicted_step_us is not None else "no prediction")
         within = "" if s.within is None else ("; realized within the prediction" if s.within else
                                               "; realized OUTSIDE the prediction")
-        lines.append(f"  {', '.join(s.changes)}: {pred}, realized {ms(s.realized_step_us)} ms "
+        lines.append(f"  {name}: {pred}, realized {ms(s.realized_step_us)} ms "
                      f"[{ms(s.realized_low_us)}-{ms(s.realized_high_us)}]{spd}{within}"
                      + (f" ({s.run})" if s.run else ""))
         if s.note:
