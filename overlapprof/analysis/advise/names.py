@@ -33,11 +33,17 @@ class _File(msgspec.Struct):
     traceEvents: list[_Event] = []  # noqa: N815 - Kineto's key
 
 
+MAX_BYTES = 256 << 20  # a file larger than this is not read again for names: the words go without them
+
+
 def events(files: list[str]) -> list[_Event]:
-    """The complete (``ph: X``) host events of the files; [] when they cannot be read."""
+    """The complete (``ph: X``) host events of the files; [] when they cannot be read or are
+    larger than :data:`MAX_BYTES` (the analysis read them once already)."""
     out: list[_Event] = []
     for f in files:
         try:
+            if Path(f).stat().st_size > MAX_BYTES:
+                continue
             data = Path(f).read_bytes()
             if data[:2] == b"\x1f\x8b":
                 data = gzip.decompress(data)
