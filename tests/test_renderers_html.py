@@ -65,7 +65,7 @@ def test_page_renders_in_chromium(report_html, tmp_path):
     assert all(i["src"].startswith("data:image/svg+xml;base64") for i in facts["imgs"])
     assert facts["ranks"] == [{"variant": "sync", "rows": ["0", "1"]}, {"variant": "async", "rows": ["0", "1"]}]
     assert [c.split()[0] for c in facts["compare"]] == ["sync", "async"]
-    assert facts["h2"][:3] == ["Variants compared", "sync", "async"]
+    assert facts["h2"][:4] == ["What to change first", "Variants compared", "sync", "async"]  # the advice leads
     # The async card shows both speedups, each with its interval: profiled, and unprofiled (host).
     assert [s["kind"] for s in facts["speedups"]] == ["profiled", "unprofiled"]
     # a factor the machine's load explains is "not trusted (load)" instead (the load rule, tested on its own)

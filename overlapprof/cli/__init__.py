@@ -21,6 +21,7 @@ _COMMANDS = {
     "export": ("overlapprof.cli.export_cmd", "export", "All ranks on one timeline: a Chrome trace JSON for Perfetto."),
     "view": ("overlapprof.cli.view_cmd", "view", "TensorBoard on run directories: traces and overlap scalars."),
     "whatif": ("overlapprof.cli.whatif_cmd", "whatif", "Predict a changed run's step by replaying this run's traces."),
+    "advise": ("overlapprof.cli.advise_cmd", "advise", "What to change first and what it buys, predicted by the replay."),
 }
 
 

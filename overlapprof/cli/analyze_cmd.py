@@ -76,15 +76,20 @@ def analyze(paths, by, json_out, csv_out, comm_backends, comm_ops, like_hta, mem
     if len(paths) == 1 and Path(paths[0]).is_file() and is_saved_report(Path(paths[0])):
         report = Report.load(paths[0])
     else:
-        from overlapprof.analysis import analyze as run_analysis
+        from overlapprof.analysis.analyzer import analyze_with_inputs
 
         cluster = _cluster(dask_scheduler, dask_scheduler_file, dask_timeout, workers)
         unwind_on_sigterm()
         progress = ProgressBar("analyzing ranks", quiet)
         try:
-            report = run_analysis(list(paths), analyze_options(
+            analyzed = analyze_with_inputs(list(paths), analyze_options(
                 kw, comm_backends=comm_backends, like_hta=like_hta, comm_ops=comm_ops, memory_budget=memory_budget,
                 workers=workers, progress=progress, dask_scheduler=cluster))
         finally:
             progress.close()
+        report = analyzed.report
+        if cluster is None and report.run is not None:
+            from overlapprof.analysis.advise import for_report
+
+            report.advice = for_report(report, workers=workers, analyzed=analyzed)  # the text leads with it
     emit_outputs(outputs, report, quiet, report.warnings, by=by)

@@ -35,4 +35,9 @@ def report(paths, output, labels, quiet, **kw):
     for warning in comparison.warnings:
         note(f"warning: {warning}", quiet)
     note("drawing the plots", quiet)
+    from overlapprof.analysis.advise import for_report
+
+    for r in comparison.reports:  # the page leads with what to change first, per run the replay reads
+        if r.advice is None:
+            r.advice = for_report(r, workers=kw.get("workers"))
     emit(get("html", "comparison")().render(comparison), dest, "report", quiet, named)

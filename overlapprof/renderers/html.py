@@ -111,6 +111,23 @@ def _header(page: Page) -> str:
             f'<div class="chips">{chips}</div><div class="cards">{"".join(cards)}</div></header>')
 
 
+def _advice(page: Page) -> str | None:
+    """What to change first and what it buys, per run the replay read (``Report.advice``)."""
+    from overlapprof.renderers.advice_text import lead
+    from overlapprof.renderers.advice_text import ms as ams  # no "-0.000"
+
+    parts = []
+    for label, report in page.runs:
+        a = report.advice
+        if a is None or not (lines := lead(a)):
+            continue
+        items = "".join(f"<li>{_e(i.action)}: <b>{ams(i.saving_us)} ms</b> a step less [{ams(i.saving_low_us)}-"
+                        f"{ams(i.saving_high_us)}], step {ams(i.step_us)} ms</li>" for i in a.items)
+        parts.append(f'<p data-advice><b>{_e(label)}</b>: {_e(" ".join(x.strip() for x in lines).removeprefix("advice: "))}</p>'
+                     + (f"<ol>{items}</ol>" if len(a.items) > 1 else ""))
+    return _section("What to change first", "".join(parts), "advice") if parts else None
+
+
 def _comparison(page: Page) -> str | None:
     c = page.comparison
     if len(c.variants) < 2:
@@ -340,7 +357,7 @@ def _variant_metrics(page: Page) -> str | None:
 PageSection = Callable[[Page], "str | None"]
 RunSection = Callable[[Page, str, Report], "str | None"]
 
-PAGE_SECTIONS: list[PageSection] = [_header, _comparison, _variant_metrics, _runs, _definitions]
+PAGE_SECTIONS: list[PageSection] = [_header, _advice, _comparison, _variant_metrics, _runs, _definitions]
 RUN_SECTIONS: list[RunSection] = [_rank_table, _causes, _partition, _timeline, _exposure, _stragglers, _workload_metrics,
                                   _run_metadata]
 

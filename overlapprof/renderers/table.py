@@ -7,6 +7,7 @@ as percentages, a missing value as ``-``).
 
 from __future__ import annotations
 
+from overlapprof.renderers import advice_text
 from overlapprof.renderers import causes_table
 from overlapprof.renderers import collectives_table as ct
 from overlapprof.renderers import interference_lines
@@ -154,6 +155,8 @@ def render(report: Report, by: str = "rank") -> str:
                   "duration inside / outside communication (OVERLAP.md section 6.4); net gain = overlapped - slowed\n"
                   + slowed)
     head = [line] if (line := unmeasured_devices(report)) else []
+    if report.advice is not None and (first := advice_text.lead(report.advice)):
+        head = [*first, "", *head]  # what to change first leads (a run directory the replay read)
     return "\n".join([*head, table, "", *summary_lines(report)]) + "\n"
 
 

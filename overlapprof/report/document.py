@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from overlapprof.errors import ReportError
+from overlapprof.report.advice import Advice
 from overlapprof.report.crossrank import CrossRank
 from overlapprof.report.metrics import RankReport, Summary, by_rank
 from overlapprof.report.workload import WorkloadMetric
@@ -101,7 +102,9 @@ class Report(msgspec.Struct, kw_only=True):
     ``run`` is the ``run.json`` of an ``overlapprof run`` directory, when one was analyzed, and
     ``workload_metrics`` the workload's ``ctx.metric`` values from it. ``exposure_notes`` say
     what the causes and bounds could not see (no windows, an unknown link or core count, one
-    rank only) and how they fell back.
+    rank only) and how they fell back. ``advice``: what to change first and what it buys
+    (:mod:`overlapprof.report.advice`), when the input was a run directory the replay could read
+    (``overlapprof analyze``); None otherwise, and in reports saved before it existed.
     """
 
     schema: str = SCHEMA
@@ -116,6 +119,7 @@ class Report(msgspec.Struct, kw_only=True):
     crossrank: CrossRank | None = msgspec.field(default=None, name="comms")
     workload_metrics: list[WorkloadMetric] = []
     exposure_notes: list[str] = []
+    advice: Advice | None = None
 
     def rank(self, rank: int) -> RankReport:
         """The RankReport of ``rank`` (KeyError if absent)."""

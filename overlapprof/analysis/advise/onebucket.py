@@ -1,0 +1,107 @@
+"""An adapter for DDP's single bucket: where one all_reduce a (rank, step) holds every gradient,
+the replay's ``bucket_cap_mb`` rewrite (:mod:`overlapprof.analysis.replay.buckets`) cannot tell
+where backward produced them (it reads the gradients' pace from the gap between two traced
+buckets, and there is one). Backward's start is in the trace by name: the step's first autograd
+function (``autograd::engine::evaluate_function: ...``). This adapter gives the rewrite that pace:
+it splits each single bucket into two traced halves, the first issued halfway between backward's
+start and the bucket's issue, the second where the bucket was, each moving half of its bytes in
+``latency + (transfer − latency) / 2``, one after the other, both waited where the bucket was.
+The rewrite then spreads the gradients evenly over ``[backward's start, the issue]``, which is
+what it assumes between two traced buckets. The halves are only ever an input to the rewrite
+(it replaces them with the new buckets); the unchanged replay keeps the traced bucket.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import numpy as np
+
+from overlapprof.analysis.replay import buckets as _buckets
+from overlapprof.analysis.replay.changes import Context
+from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
+
+BACKWARD = "autograd::engine::evaluate_function"
+
+
+def single(tr: Traced) -> bool:
+    """One all_reduce in every (rank, step) that has any, on every rank."""
+    per = [_buckets._step_buckets(tr, lane) for lane in tr.lanes.values()]
+    return bool(per) and any(per) and all(len(rows) == 1 for b in per for rows in b.values())
+
+
+def _position(lane, step: int, at: float) -> float | None:
+    """The lane's work position (µs of work since step ``step`` began) at time ``at`` (its clock)."""
+    pos = _buckets._positions(lane)
+    start = next(j for j, (k, r) in enumerate(zip(lane.kind, lane.ref)) if k == BOUND and r == 2 * step)
+    if at < lane.t[start]:
+        return None
+    for j in range(start, len(lane.t)):
+        if lane.kind[j] == BOUND and lane.ref[j] == 2 * step + 1:
+            return None
+        nxt = lane.t[j + 1] if j + 1 < len(lane.t) else float("inf")
+        if lane.t[j] <= at < nxt:
+            return pos[j] + min(at - lane.t[j], lane.work[j])
+    return None
+
+
+def split(tr: Traced, ctx: Context, backward: dict[int, list[float]]) -> tuple[Traced, Context] | None:
+    """``tr`` with each single bucket split in two (module docstring), and the context extended to
+    the new instances; ``backward``: rank -> the start (its lane's clock) of each step's backward.
+    None where a step's backward is not found on a rank, or it does not start before the issue."""
+    tr = copy.deepcopy(tr)
+    per = {r: _buckets._step_buckets(tr, lane) for r, lane in tr.lanes.items()}
+    steps = sorted({k for b in per.values() for k in b})
+    n0, i0 = tr.rank.size, len(tr.members)
+    latency = ctx.model.latency
+    new: list[dict] = []
+    transfer, lat_new = [], []
+    for m, k in enumerate(steps):
+        rows = {r: b[k][0] for r, b in per.items() if k in b}
+        inst = int(tr.inst[next(iter(rows.values()))])
+        if inst < 0 or any(int(tr.inst[v]) != inst for v in rows.values()):
+            return None
+        lat = float(min(latency[inst], tr.transfer[inst])) if inst < latency.size else 0.0
+        half = lat + (float(tr.transfer[inst]) - lat) / 2
+        for r, v in rows.items():
+            lane = tr.lanes[r]
+            starts = backward.get(r, [])
+            q = _position(lane, k, starts[k]) if k < len(starts) else None
+            pos = _buckets._positions(lane)
+            j_issue = next(j for j, (kk, ref) in enumerate(zip(lane.kind, lane.ref)) if kk == ISSUE and ref == v)
+            j_need = next(j for j, (kk, ref) in enumerate(zip(lane.kind, lane.ref)) if kk == NEED and ref == v)
+            if q is None or q >= pos[j_issue]:
+                return None
+            row = n0 + len(new)
+            s = float(tr.start[v])
+            new.append(dict(rank=r, nbytes=tr.nbytes[v] / 2, inst=i0 + m, lead=float(tr.lead[v]), step=int(tr.step[v]),
+                            group_size=int(tr.group_size[v]), start=s, end=s + half, issue=float(tr.issue[v])))
+            tr.nbytes[v] /= 2
+            tr.start[v] = s + half  # one after the other: the rewrite runs its buckets as the traced ones ran
+            need_at = pos[j_need]
+            _buckets._insert(lane, k, (q + pos[j_issue]) / 2, ISSUE, row)
+            _buckets._insert(lane, k, need_at, NEED, row)
+        tr.members.append(np.array([n0 + len(new) - len(rows) + i for i in range(len(rows))]))
+        tr.transfer[inst] = half
+        transfer.append(half)
+        lat_new.append(lat)
+    _append(tr, new)
+    tr.transfer = np.append(tr.transfer, transfer)
+    tr.warm = np.append(tr.warm, np.zeros(len(transfer), dtype=bool))
+    model = replace(ctx.model, latency=np.append(latency, lat_new))
+    cost = np.append(ctx.interference, np.zeros(len(transfer))) if ctx.interference.size else ctx.interference
+    return tr, Context(model, ctx.link_bytes_per_us, cost)
+
+
+def _append(tr: Traced, rows: list[dict]) -> None:
+    n = len(rows)
+    col = {name: np.array([r[name] for r in rows]) for name in rows[0]} if rows else {}
+    for name in ("rank", "step", "inst", "group_size"):
+        setattr(tr, name, np.append(getattr(tr, name), col.get(name, [])).astype(np.int64))
+    tr.kind = np.append(tr.kind, np.full(n, _buckets.ALL_REDUCE)).astype(np.int64)
+    for name in ("issue", "start", "end", "nbytes", "lead"):
+        setattr(tr, name, np.append(getattr(tr, name), col.get(name, [])))
+    tr.dur = np.append(tr.dur, np.zeros(n))
+    tr.tail = np.append(tr.tail, np.zeros(n))
+    tr.prev = np.append(tr.prev, np.full(n, -1)).astype(np.int64)

@@ -1,0 +1,175 @@
+"""The rules: from a run's causes of exposure, the candidate changes (each with the values of its
+knob to search) and the hints (what the replay cannot model). One rule per cause or knob:
+
+- ``bucket_cap_mb`` (DDP's all_reduce exposed, the buckets issued asynchronously): bucket sizes
+  around the traced one (one bucket a step: with backward's start from the trace,
+  :mod:`.onebucket`, else a hint);
+- ``prefetch`` (FSDP's all_gather exposed): 1 to 3 units more ahead;
+- ``async`` (an operation of a kind blocks, ``no_window``): made asynchronous, its wait moved to
+  where its result is first needed, or to the step's end;
+- ``no_straggler`` (``late_peer``): the most waited-for rank's extra work removed, when it is waited
+  for at least :data:`STRAGGLER_RATIO` times as long as the next (ranks that take turns being late
+  are noise, not a straggler);
+- ``host_sync`` (``host_blocked``) and ``queued``: hints, the replay does not model them;
+- ``bandwidth`` (a faster link): a hint with its replayed number, added after the ranking
+  (:mod:`.ranking`): hardware, not a setting.
+
+A rule fires when its cause is at least :data:`~overlapprof.report.advice.MIN_SAVING` of the
+step; the words of each action are in :mod:`.terms`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from overlapprof.analysis.advise import terms
+from overlapprof.analysis.advise.facts import Facts
+from overlapprof.analysis.rank.classify import KINDS
+from overlapprof.analysis.replay.timeline import Traced
+from overlapprof.report.advice import MIN_SAVING, Hint
+from overlapprof.report.whatif import TransferFit
+
+MIB = 1 << 20
+LADDER = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 25.0, 50.0, 100.0, 200.0)  # bucket sizes tried, MiB
+PREFETCH = (1, 2, 3)
+STRAGGLER_RATIO = 2.0  # a straggler is waited for at least this many times as long as the next rank
+
+
+@dataclass
+class Candidate:
+    """One rule's change: ``values`` the change strings of its knob to search, ``action`` one of
+    them in the user's terms, ``cause`` what it removes, ``confidence`` what its model assumes."""
+
+    rule: str
+    values: list[str]
+    cause: str
+    action: Callable[[str], str]
+    confidence: list[str] = field(default_factory=list)
+    prefer_last: bool = False  # among values as good as each other, the last (the largest bucket)
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.3f} ms"
+
+
+def _transfer_words(fits: list[TransferFit], kind: str) -> str:
+    for f in fits:
+        if f.kind == kind:
+            if f.source == "fit":
+                return f"transfer model: {kind} fitted on {f.sizes} sizes"
+            if f.source in ("reference", "link"):
+                return f"transfer model: {kind} at the {'reference bandwidth' if f.source == 'reference' else 'run link'}"
+            return f"transfer model: {kind} none (one size, no reference: the traced time per byte kept)"
+    return f"transfer model: no {kind} fit"
+
+
+def _common(facts: Facts, cpu: bool) -> list[str]:
+    return ["interference not modelled (a transfer keeps its traced time beside new compute)"] if cpu else []
+
+
+def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
+               one_bucket: Callable[[], object] = lambda: None) -> tuple[list[Candidate], list[Hint]]:
+    """The candidates and hints of a run (see the module docstring); ``one_bucket``: the
+    replayer's split of DDP's single buckets (:mod:`.onebucket`; None: it cannot split them)."""
+    out: list[Candidate] = []
+    hints: list[Hint] = []
+    floor = MIN_SAVING * facts.step_us
+    ar = facts.kind_cause_us.get("all_reduce", {})
+    ar_blocking = any(b.kind == "all_reduce" for bl in facts.blocking.values() for b in bl)
+    if "all_reduce" in facts.kinds and sum(ar.values()) >= floor and (
+            "bucket_cap_mb" in facts.options or not ar_blocking):
+        values, one, total = _bucket_values(facts, tr)
+        spread = []
+        if one and one_bucket() is not None:
+            values, one = _bucket_values(facts, tr, single=False)[0], False
+            spread = ["one traced bucket: gradients taken as produced evenly over backward, from its first autograd "
+                      "function to the bucket's issue (advise's adapter: `whatif --set` of this change does not split "
+                      "the bucket, and predicts otherwise)"]
+        if one and "bucket_cap_mb" in facts.options:  # without the option or autograd names: not DDP's bucket
+            hints.append(Hint(
+                rule="bucket_cap_mb", change=f"bucket_cap_mb={_nice(total / 4)}",
+                action=terms.bucket(facts, f"bucket_cap_mb={_nice(total / 4)}"),
+                why=f"one all_reduce a step: a single bucket holds all {total:.3g} MiB of gradients, reduced when "
+                    f"backward ends (all_reduce exposed {_ms(sum(ar.values()))} a step); smaller buckets would start "
+                    "during backward, but the trace names no autograd function to place backward by, so the replay "
+                    "cannot place them"))
+        elif values:
+            out.append(Candidate(
+                "bucket_cap_mb", values,
+                f"all_reduce exposed {_ms(sum(ar.values()))} a step (window_short {_ms(ar.get('window_short', 0))}: "
+                f"the last bucket reduced after backward ends; no_window {_ms(ar.get('no_window', 0))})",
+                lambda v: terms.bucket(facts, v),
+                [_transfer_words(fits, "all_reduce"),
+                 *(spread or ["gradients taken as produced evenly between the traced buckets"]), *_common(facts, cpu)],
+                prefer_last=True))
+    ag = facts.kind_cause_us.get("all_gather", {})
+    if "all_gather" in facts.kinds and sum(ag.values()) >= floor:
+        out.append(Candidate(
+            "prefetch", [f"prefetch={n}" for n in PREFETCH],
+            f"all_gather exposed {_ms(sum(ag.values()))} a step (no_window {_ms(ag.get('no_window', 0))}, "
+            f"window_short {_ms(ag.get('window_short', 0))}, queued {_ms(ag.get('queued', 0))})",
+            lambda v: terms.prefetch(facts, v),
+            ["the memory of more gathered units is not checked", *_common(facts, cpu)]))
+    for kind in KINDS:
+        if kind in ("barrier", "other"):
+            continue
+        blocked = facts.kind_cause_us.get(kind, {}).get("no_window", 0.0)
+        if blocked >= floor and any(b.kind == kind for bl in facts.blocking.values() for b in bl):
+            out.append(Candidate(
+                "async", [f"async={kind}", f"async={kind}@end"],
+                f"{kind} blocking: no_window {_ms(blocked)} a step (nothing computes beside it)",
+                lambda v, kind=kind: terms.make_async(facts, kind, v),
+                ["its result taken as first needed at the next such operation after some compute, else the "
+                 "step's end (the trace does not say which tensor the program reads next)", *_common(facts, cpu)]))
+    late = sorted(facts.late_us.items(), key=lambda kv: -kv[1])
+    for rank, us in late[:1]:  # one straggler: the most waited-for rank, at least twice the next one
+        clear = len(late) < 2 or us >= STRAGGLER_RATIO * late[1][1]
+        if us >= floor and clear and rank in tr.lanes and len(tr.lanes) > 1:
+            out.append(Candidate(
+                "no_straggler", [f"no_straggler={rank}"], f"late_peer: the others wait {_ms(us)} a step for rank {rank}",
+                lambda v, rank=rank, us=us: terms.straggler(facts, rank, us),
+                ["the rank's extra work brought down to the other ranks' median; what made it late is not modelled"]))
+    if facts.cause_us.get("host_blocked", 0.0) >= floor:
+        hints.append(Hint(rule="host_sync", action=terms.host_sync(facts),
+                          why=f"host_blocked {_ms(facts.cause_us['host_blocked'])} a step: the replay does not model "
+                              "host synchronizations (moving one changes what the host launches when)"))
+    if facts.cause_us.get("queued", 0.0) >= floor:
+        hints.append(Hint(rule="queued", action=terms.queued(facts),
+                          why=f"queued {_ms(facts.cause_us['queued'])} a step: another process group or stream is not "
+                              "in the trace's operations, so the replay cannot place the operations on it"))
+    return out, hints
+
+
+def _nice(mb: float) -> str:
+    """The ladder's size nearest ``mb`` (at most it)."""
+    return f"{max([v for v in LADDER if v <= mb] or [LADDER[0]]):g}"
+
+
+def _bucket_values(facts: Facts, tr: Traced, single: bool = True) -> tuple[list[str], bool, float]:
+    """Bucket sizes from the ladder around the traced all_reduces' bytes a step: at least a
+    sixteenth of them, at most one size above them all (one bucket), the traced cap left out;
+    whether there is one all_reduce a (rank, step) (a single bucket: nothing to regroup from);
+    the bytes a step in MiB."""
+    rows = np.flatnonzero(tr.kind == KINDS.index("all_reduce"))
+    sizes = tr.nbytes[rows]
+    if not rows.size or np.isnan(sizes).all():
+        return [], False, 0.0
+    keys = [(int(tr.rank[r]), int(tr.step[r])) for r in rows.tolist()]
+    steps = max(1, len(set(keys)))
+    total = float(np.nansum(sizes)) / steps / MIB
+    if single and len(keys) == steps:
+        return [], True, total
+    current = facts.options.get("bucket_cap_mb")
+    out = []
+    for v in LADDER:
+        if v < total / 16:
+            continue
+        if current is not None and abs(float(current) - v) < 1e-9:
+            continue
+        out.append(f"bucket_cap_mb={v:g}")
+        if v >= total:
+            break
+    return out, False, total

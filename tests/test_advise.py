@@ -1,0 +1,407 @@
+"""``overlapprof advise`` (issue 37): each rule on a hand-made trace whose right advice is known,
+the joint ranking of two causes (the second saving on top of the first), no advice where there
+is nothing to change, a hint without a number for what the replay cannot model, the JSON round
+trip, the CLI's one-line errors and --verify for a user's own job; and one real DDP run whose
+single bucket holds every gradient."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from overlapprof.analysis.advise import advise
+from overlapprof.analysis.replay.predict import whatif
+from overlapprof.report.advice import Advice
+
+import synthetic as S
+from conftest import REPO, SHORT_SCHEDULE, _overlapprof, overlapprof_here
+
+MIB = 1 << 20
+
+
+def _blocking(at, dur, numel=None):
+    """A blocking all_reduce on the main thread (its size in the annotation when given)."""
+    args = {"Input Dims": [[numel]], "Input type": ["float"]} if numel else None
+    return [S.cpu_op("c10d::allreduce_", at, dur), S.annotation("gloo:all_reduce", at, dur, args=args)]
+
+
+def _async(at, dur, numel, kind="all_reduce", call="allreduce_"):
+    """An async operation: a 1 µs c10d call, its span on gloo's worker thread."""
+    return [S.cpu_op(f"c10d::{call}", at, 1),
+            S.annotation(f"gloo:{kind}", at, dur, tid=200, args={"Input Dims": [[numel]], "Input type": ["float"]})]
+
+
+def _compute(name, at, dur):
+    """``dur`` µs of compute inside a ``record_function(name)`` range."""
+    return [S.annotation(name, at, dur), S.cpu_op("aten::mm", at, dur)]
+
+
+def _write(folder, ranks, run=None):
+    folder.mkdir()
+    for rank, events in ranks.items():
+        S.write(folder / f"rank{rank}.1.pt.trace.json", S.trace(events, rank=rank, world_size=len(ranks),
+                                                                backend="gloo"))
+    if run is not None:
+        record = {"schema_version": 1, "world_size": len(ranks), "device": "cpu",
+                  "ranks": {str(r): {"rank": r, "traces": [f"rank{r}.1.pt.trace.json"]} for r in ranks}, **run}
+        (folder / "run.json").write_text(json.dumps(record))
+    return str(folder)
+
+
+def _plain_step(base, before=400, after=300):
+    """compute ``layer3`` (before), a blocking 300 µs all_reduce, compute ``layer4`` (after)."""
+    return [*_compute("layer3", base, before), *_blocking(base + before, 300),
+            *_compute("layer4", base + before + 300, after)]
+
+
+def _plain(tmp_path, name="plain", run=None):
+    events = [S.step(1, 0, 1000), S.step(2, 1000, 1000), *_plain_step(0), *_plain_step(1000)]
+    return _write(tmp_path / name, {0: events, 1: events}, run)
+
+
+def _joint_ok(path, a: Advice):
+    """Every item's step is the replay of its joint change, and the savings add up to it."""
+    before = a.replayed_step_us
+    for item in a.items:
+        got = whatif([path], [item.joint_change], workers=1).predictions[0]
+        assert item.step_us == pytest.approx(got.step_us) and (item.low_us, item.high_us) == pytest.approx(
+            (got.low_us, got.high_us))
+        assert item.saving_us == pytest.approx(before - item.step_us)
+        before = item.step_us
+
+
+def test_a_blocking_operation_is_made_async_and_its_wait_named(tmp_path):
+    """400 µs of layer3, a blocking 300 µs all_reduce, 300 µs of layer4: made async and waited at
+    the step's end, layer4 hides it: 700 µs, 0.3 ms saved."""
+    path = _plain(tmp_path)
+    a = advise([path], workers=1)
+    assert a.verdict is None and [i.change for i in a.items] == ["async=all_reduce"]
+    item = a.items[0]
+    assert item.step_us == pytest.approx(700) and item.saving_us == pytest.approx(300)
+    assert item.saving_low_us == pytest.approx(300) and item.speedup == pytest.approx(1000 / 700)
+    assert "wait for all_reduce #1" in item.action and "after `layer4`" in item.action
+    assert "not right after issuing it" in item.action and "async_op=True" in item.action
+    assert "no_window 0.300 ms a step" in item.cause
+    assert any("interference not modelled" in c for c in item.confidence)
+    assert item.tried == {"async=all_reduce": pytest.approx(700), "async=all_reduce@end": pytest.approx(700)}
+    _joint_ok(path, a)
+
+
+def _buckets(base, sizes, compute_after):
+    """DDP-like backward: ``layer`` compute, then each bucket issued as its gradients are
+    produced (400 µs of compute apart), ``compute_after`` µs of compute, the wait."""
+    events, t = [], base
+    for k, numel in enumerate(sizes):
+        events += _compute(f"layer{len(sizes) - k}", t, 400)
+        t += 400
+        events += _async(t, 600, numel)
+        t += 1
+    events += _compute("optimizer", t, compute_after)
+    return events
+
+
+def test_bucket_size_is_searched_and_the_best_kept(tmp_path):
+    """Two 1 MiB buckets of 600 µs each, issued at 400 and 801, the second waited at 1401 after
+    100 µs of compute: exposed window_short. Smaller buckets start earlier: the replay's best
+    of the ladder is kept, and its action is DDP's argument (not a run of `overlapprof run`)."""
+    events = [S.step(1, 0, 1401), *_buckets(0, [MIB // 4, MIB // 4], 100)]
+    path = _write(tmp_path / "ddp", {0: events, 1: events})
+    a = advise([path], workers=1)
+    assert a.items and a.items[0].rule == "bucket_cap_mb", a
+    item = a.items[0]
+    mb = item.change.split("=")[1]
+    assert set(item.tried) == {"bucket_cap_mb=0.25", "bucket_cap_mb=0.5", "bucket_cap_mb=1", "bucket_cap_mb=2"}
+    assert item.step_us == min(item.tried.values()) < a.replayed_step_us
+    assert float(mb) < 1 and item.action == f"DistributedDataParallel(model, bucket_cap_mb={mb})"
+    assert "window_short" in item.cause
+    _joint_ok(path, a)
+
+
+def test_one_bucket_a_step_is_a_hint_without_a_number(tmp_path):
+    """One all_reduce a step holds every gradient: where each is produced is not in the trace, so
+    smaller buckets are a hint (no number), with the workload option of a run of `overlapprof run`."""
+    events = [S.step(1, 0, 1001), S.step(2, 1001, 1001)]
+    for base in (0, 1001):
+        events += [*_compute("backward", base, 400), *_async(base + 400, 600, 2 * MIB // 4)]
+    run = {"workload": {"name": "ddp", "path": str(REPO / "workloads/ddp.py")}, "variant": "async",
+           "options": {"bucket_cap_mb": 100.0, "slow_rank": -1, "slow_ms": 0.0}}
+    a = advise([_write(tmp_path / "one", {0: events, 1: events}, run)], workers=1)
+    hint = next(h for h in a.hints if h.rule == "bucket_cap_mb")
+    assert hint.action == "rerun with --opt bucket_cap_mb=0.5 (was 100)" and "one all_reduce a step" in hint.why
+    assert not any(i.rule == "bucket_cap_mb" for i in a.items) and a.workload == "ddp"
+
+
+def test_prefetch_deeper_for_fsdp_all_gathers(tmp_path):
+    """FSDP-like forward (test_analysis_replay's): g3 issued when unit 2 starts, needed 100 µs
+    before it ends: prefetch=1 hides it, 1200 -> 1100 µs."""
+    g = lambda at, dur: _async(at, dur, 1000, "all_gather", "allgather_")  # noqa: E731
+    events = [S.step(1, 0, 1200), *g(0, 200), *g(200, 200), *_compute("unit1", 201, 299),
+              *g(500, 400), *_compute("unit2", 501, 299), *_compute("unit3", 900, 300)]
+    path = _write(tmp_path / "fsdp", {0: events, 1: events})
+    a = advise([path], workers=1)
+    item = next(i for i in a.items if i.rule == "prefetch")
+    assert item.change == "prefetch=1" and item.tried["prefetch=1"] == pytest.approx(1100)
+    assert "set_modules_to_forward_prefetch" in item.action
+    assert any("memory" in c for c in item.confidence)
+    _joint_ok(path, a)
+
+
+def test_a_straggler_is_named_with_what_it_was_doing(tmp_path):
+    """Rank 1 computes 600 µs, not 400, before the all_reduce: rank 0 waits 200 µs a step for it."""
+    fast = [S.step(1, 0, 1200), *_compute("layer3", 0, 400), S.cpu_op("c10d::allreduce_", 400, 500),
+            S.annotation("gloo:all_reduce", 400, 500), *_compute("layer4", 900, 300)]
+    slow = [S.step(1, 0, 1200), *_compute("layer3", 0, 600), *_blocking(600, 300), *_compute("layer4", 900, 300)]
+    path = _write(tmp_path / "late", {0: fast, 1: slow})
+    a = advise([path], workers=1)
+    item = next(i for i in a.items if i.rule == "no_straggler")
+    assert item.change == "no_straggler=1"
+    assert item.action.startswith("rank 1 is late by 0.200 ms a step, 0.200 ms of it in compute: it computes longer")
+    assert "others wait 0.200 ms a step for rank 1" in item.cause
+
+
+def test_two_causes_ranked_by_joint_prediction(tmp_path):
+    """Rank 1 computes 500 µs, rank 0 400, before a blocking all_reduce (300 µs once both are in),
+    then 600 µs of layer4: 1400 µs a step, rank 0 waiting 100 µs for rank 1 (late_peer), both
+    blocked 300 µs (no_window). Async alone: rank 0 1000 µs, rank 1 1100 (median 1050: saves
+    350); the straggler alone saves 100; both: 1000. Ranked async first, the straggler second
+    saves 50 on top of it, not the 100 it saves alone: the savings add up to the joint step."""
+    def step(base, before, wait):
+        return [*_compute("layer3", base, before), *_blocking(base + before, 300 + wait),
+                *_compute("layer4", base + 800, 600)]
+
+    fast = [S.step(1, 0, 1400), S.step(2, 1400, 1400), *step(0, 400, 100), *step(1400, 400, 100)]
+    slow = [S.step(1, 0, 1400), S.step(2, 1400, 1400), *step(0, 500, 0), *step(1400, 500, 0)]
+    path = _write(tmp_path / "two", {0: fast, 1: slow})
+    a = advise([path], workers=1)
+    assert [i.change for i in a.items] == ["async=all_reduce", "no_straggler=1"], a.items
+    first, second = a.items
+    assert second.joint_change == "async=all_reduce,no_straggler=1"
+    assert (first.step_us, first.saving_us) == pytest.approx((1050, 350))
+    assert (second.step_us, second.saving_us) == pytest.approx((1000, 50))
+    _joint_ok(path, a)
+    alone = whatif([path], ["no_straggler=1"], workers=1).predictions[0].step_us
+    assert a.replayed_step_us - alone == pytest.approx(100)  # alone it would claim 100: counted once here
+    assert first.saving_us + second.saving_us == pytest.approx(a.replayed_step_us - whatif(
+        [path], ["async=all_reduce,no_straggler=1"], workers=1).predictions[0].step_us)
+    assert advise([path], top=1, workers=1).items == [first]  # --top K: the first K of the same ranking
+
+
+def test_nothing_to_change_and_no_communication_say_so_in_one_line(tmp_path):
+    hidden = [S.step(1, 0, 1000), *_async(100, 300, 1000), *_compute("layer", 101, 899)]
+    a = advise([_write(tmp_path / "hidden", {0: hidden, 1: hidden})], workers=1)
+    assert not a.items and not a.hints  # the 1 µs c10d call before compute starts is all that is exposed
+    assert a.verdict == "communication exposed 0.001 ms a step, 0.1% of the 1.000 ms step: nothing worth changing"
+    alone = [S.step(1, 0, 1000), *_compute("layer", 0, 1000)]
+    b = advise([_write(tmp_path / "alone", {0: alone, 1: alone})], workers=1)
+    assert not b.items and b.verdict == "no communication in this run: nothing for overlap to hide, nothing to change"
+    text = overlapprof_here("advise", tmp_path / "alone", "--workers", 1)
+    assert text.exit_code == 0 and text.stdout.splitlines()[1] == f"{b.verdict}"
+
+
+def test_a_host_synchronization_is_a_hint_naming_it(tmp_path):
+    """An async all_reduce in flight while the main thread sits in a barrier (the ring's
+    ``--opt host_sync`` on CPUs): host_blocked, which the replay does not model: a hint, no
+    number, naming the call; nothing the replay can predict is listed."""
+    events = [S.step(1, 0, 1000), *_compute("layer3", 0, 400), *_async(400, 300, 1000),
+              S.cpu_op("c10d::barrier", 401, 299), S.annotation("gloo:barrier", 401, 299),
+              *_compute("layer4", 700, 300)]
+    a = advise([_write(tmp_path / "sync", {0: events, 1: events})], workers=1)
+    hint = next(h for h in a.hints if h.rule == "host_sync")
+    assert "`c10d::barrier` 0.299 ms a step" in hint.action and "host_blocked 0.299 ms a step" in hint.why
+    assert not a.items and a.verdict.startswith("nothing the replay predicts saves 1% or more")
+    assert "does not model" in hint.why and not hint.change
+
+
+def test_json_round_trip_and_cli(tmp_path):
+    path = _plain(tmp_path)
+    got = overlapprof_here("advise", path, "--json", tmp_path / "a.json", "--workers", 1, "-q")
+    assert got.exit_code == 0, got.output
+    loaded = Advice.load(tmp_path / "a.json")
+    assert loaded == Advice.from_json(loaded.to_json()) and loaded.items[0].change == "async=all_reduce"
+    assert "1. wait for all_reduce #1" in got.stdout and "saves 0.300 ms a step" in got.stdout
+    only = overlapprof_here("advise", path, "--json", "--workers", 1)
+    assert Advice.from_json(only.stdout).items[0].step_us == pytest.approx(700)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["missing-dir"], "missing-dir: no such file or directory"),
+    (["PLAIN", "--top", "0"], "--top"),
+    (["SAVED"], "a saved report or comparison holds no operations to replay"),
+])
+def test_bad_input_is_one_error_line(tmp_path, args, words):
+    path = _plain(tmp_path)
+    saved = tmp_path / "saved.json"
+    assert overlapprof_here("analyze", path, "--workers", 1, "--json", saved, "-q").exit_code == 0
+    got = overlapprof_here("advise", *[{"PLAIN": path, "SAVED": saved}.get(a, a) for a in args])
+    assert got.exit_code == 2, got.output
+    lines = got.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:") and words in lines[0]
+
+
+def test_verify_a_users_own_job_prints_the_change_and_the_command(tmp_path):
+    path = _plain(tmp_path)
+    got = overlapprof_here("advise", path, "--verify", "--workers", 1)
+    assert got.exit_code == 0, got.output
+    assert f"overlapprof whatif {path} --set async=all_reduce --check NEW" in got.stdout
+    assert "change 1: wait for all_reduce #1" in got.stdout
+
+
+def test_a_verification_gets_its_predictions_and_prints_against_them(tmp_path):
+    """What --verify does after the reruns: each tried set's prediction is the replay of its
+    changes together, ``within`` says whether the realized median lies in its interval, and the
+    text prints predicted against realized."""
+    from overlapprof.analysis.advise import predicted
+    from overlapprof.renderers.advice_text import render
+    from overlapprof.report.advice import TriedSet, Verification
+
+    path = _plain(tmp_path)
+    v = Verification(sets=[TriedSet(changes=["async=all_reduce"], realized_step_us=720.0, realized_low_us=690.0,
+                                    realized_high_us=750.0, speedup=1000 / 720, speedup_low=1.3, speedup_high=1.45),
+                           TriedSet(changes=["bandwidth=x2", "async=all_reduce"], realized_step_us=700.0),
+                           TriedSet(changes=[], realized_step_us=1010.0, predicted_step_us=1000.0)])
+    predicted([path], v, workers=1)
+    one, both, unchanged = v.sets
+    assert unchanged.predicted_step_us == 1000.0 and unchanged.within is None  # a rerun of the traced run: left as given
+    assert (one.predicted_step_us, one.within) == (pytest.approx(700), False)
+    assert both.predicted_step_us == pytest.approx(whatif([path], ["bandwidth=x2,async=all_reduce"],
+                                                          workers=1).predictions[0].step_us)
+    a = advise([path], workers=1)
+    a.verification = v
+    assert Advice.from_json(a.to_json()) == a
+    text = render(a)
+    assert ("async=all_reduce: predicted 0.700 ms [0.700-0.700], realized 0.720 ms [0.690-0.750], speedup 1.39x "
+            "[1.30-1.45]; realized OUTSIDE the prediction") in text
+    assert "  unchanged (the traced configuration, rerun): predicted 1.000 ms" in text
+
+
+@pytest.mark.skipif(importlib.util.find_spec("overlapprof.launch.verify") is not None,
+                    reason="overlapprof.launch.verify is here: --verify reruns instead")
+def test_verify_without_the_rerun_module_is_one_error_line(tmp_path):
+    run = {"workload": {"name": "ring", "path": str(REPO / "workloads/ring.py")}, "variant": "sync",
+           "options": {"slow_rank": -1, "slow_ms": 0.0}}
+    got = overlapprof_here("advise", _plain(tmp_path, run=run), "--verify", "--workers", 1)
+    assert got.exit_code == 2 and got.stderr.strip().splitlines() == [
+        "Error: --verify needs overlapprof.launch.verify, which this install does not have yet"]
+
+
+@pytest.fixture(scope="module")
+def one_bucket_run(tmp_path_factory):
+    """A real 2-rank DDP run whose bucket (100 MiB) holds all 8 MiB of gradients."""
+    root = tmp_path_factory.mktemp("advise_ddp")
+    proc = _overlapprof("run", REPO / "workloads/ddp.py", "--nproc", 2, "--variant", "async", "--opt",
+                        "bucket_cap_mb=100", "--run-id", "big", "--out", root, "--no-analyze", *SHORT_SCHEDULE,
+                        timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return root / "big-async"
+
+
+def test_a_real_ddp_run_with_one_bucket_gets_smaller_buckets(one_bucket_run):
+    """One 100 MiB bucket holds the 8 MiB of gradients: the trace's autograd functions place
+    backward, smaller buckets are replayed (not a hint), start during backward and leave less
+    exposed at its end; listed or not (the saving on this loaded machine varies), the bucket
+    sizes are in the output with the workload's option."""
+    from overlapprof.analysis.advise.replayer import Replayer
+
+    out = one_bucket_run.parent / "advice.json"
+    got = overlapprof_here("advise", one_bucket_run, "--workers", 1, "--json", out)
+    assert got.exit_code == 0, got.output
+    a = Advice.load(out)
+    assert a.workload == "ddp" and a.traced_step_us and a.replayed_step_us == pytest.approx(a.traced_step_us, rel=0.05)
+    assert not any(h.rule == "bucket_cap_mb" for h in a.hints)
+    rp = Replayer([str(one_bucket_run)], workers=1)
+    assert rp.one_bucket() is not None
+    smaller = rp.predict("bucket_cap_mb=2").prediction
+    assert "8 buckets in all" in smaller.notes[0]  # 4 of 2 MiB a step (of 8.02 MiB), 2 profiled steps
+    assert smaller.exposure.window_short_us < rp.base.prediction.exposure.window_short_us
+    item = next((i for i in a.items if i.rule == "bucket_cap_mb"), None)
+    if item is not None:
+        assert item.action == f"rerun with --opt {item.change} (was 100)" and "bucket_cap_mb=2" in item.tried
+        assert item.step_us == rp.predict(item.joint_change).prediction.step_us
+        assert f"--opt {item.change}" in got.stdout
+    else:
+        assert any(r.rule == "bucket_cap_mb" for r in a.rejected) and "bucket_cap_mb=" in got.stdout
+
+
+def test_the_analyze_text_and_the_html_report_lead_with_the_advice(tmp_path):
+    """A run directory the replay reads: `analyze` starts with what to change first and what it
+    buys; the saved report holds it and loads back; a report saved without it still loads."""
+    from overlapprof.report import Report
+
+    run = _plain(tmp_path, "run", run={"options": {}})
+    got = overlapprof_here("analyze", run, "--workers", 1, "--json", tmp_path / "r.json")
+    assert got.exit_code == 0, got.output
+    first = got.stdout.splitlines()[0]
+    assert first.startswith("advice: first, wait for all_reduce #1") and "0.300 ms a step less" in first
+    report = Report.load(tmp_path / "r.json")
+    assert report.advice is not None and report.advice.items[0].step_us == pytest.approx(700)
+    old = json.loads((tmp_path / "r.json").read_text())
+    del old["advice"]
+    assert Report.from_json(json.dumps(old)).advice is None
+    traces = _plain(tmp_path, "traces")  # not a run directory: no advice, the table first
+    assert not overlapprof_here("analyze", traces, "--workers", 1).stdout.startswith("advice")
+    page = overlapprof_here("report", run, "-o", tmp_path / "r.html", "-q")
+    assert page.exit_code == 0, page.output
+    html = (tmp_path / "r.html").read_text()
+    assert '<section id="advice"><h2>What to change first</h2>' in html and "0.300 ms a step less" in html
+
+
+def test_the_words_of_a_run_of_overlapprof_run_name_its_options():
+    """For a run of `overlapprof run` the actions are its workload's options (prefetch from the
+    sync variant needs the async one; a slow rank and a host sync planted by options are named)."""
+    from overlapprof.analysis.advise import terms
+    from overlapprof.analysis.advise.facts import Facts
+
+    def facts(variant, **options):
+        return Facts(pairs=2, step_us=1000.0, exposed_us=100.0, cause_us={}, kind_cause_us={}, late_us={},
+                     late_activity={"other": 0.75, "compute": 0.25}, workload="w", variant=variant,
+                     options={"slow_rank": -1, "slow_ms": 0.0, **options})
+
+    assert terms.prefetch(facts("sync", prefetch=1), "prefetch=2") == (
+        "rerun with --variant async --opt prefetch=2 (was 0: 2 more units ahead)")
+    assert terms.prefetch(facts("async", prefetch=1), "prefetch=1") == "rerun with --opt prefetch=2 (was 1: 1 more unit ahead)"
+    late = terms.straggler(facts("async", slow_rank=1, slow_ms=20.0), 1, 20000.0)
+    assert late == ("rank 1 is late by 20.000 ms a step, 15.000 ms of it outside compute and communication: look at "
+                    "its data loading and host code (this run: --opt slow_ms=20 on rank 1: drop it)")
+    assert terms.host_sync(facts("async", host_sync=True)).endswith("(this run: --opt host_sync=true: drop it)")
+    own = facts("async")
+    own.workload = None
+    assert terms.bucket(own, "bucket_cap_mb=5") == "DistributedDataParallel(model, bucket_cap_mb=5)"
+
+
+def test_one_bucket_with_backward_in_the_trace_is_split_and_searched(tmp_path):
+    """The same single 1 MiB bucket (600 µs, issued at 800 when backward ends, waited after 100
+    µs more compute: 1401 µs a step), now with backward's autograd functions named from 0: the
+    gradients are spread over [0, 800), so 0.25 MiB buckets go at 200, 400, 600 and 800 (150 µs
+    each, one at a time): the last ends at 950, and the step is 950 µs."""
+    from overlapprof.analysis.advise.replayer import Replayer
+
+    events = [S.step(1, 0, 1401), S.step(2, 1401, 1401)]
+    for base in (0, 1401):
+        events += [S.cpu_op("autograd::engine::evaluate_function: AddmmBackward0", base, 400),
+                   S.cpu_op("autograd::engine::evaluate_function: AddmmBackward0", base + 400, 400),
+                   *_async(base + 800, 600, MIB // 4), *_compute("optimizer", base + 801, 100)]
+    path = _write(tmp_path / "one", {0: events, 1: events})
+    a = advise([path], workers=1)
+    assert not any(h.rule == "bucket_cap_mb" for h in a.hints)
+    item = a.items[0]
+    assert item.rule == "bucket_cap_mb" and item.change == "bucket_cap_mb=0.25"
+    assert item.step_us == pytest.approx(950, abs=2) and a.replayed_step_us == pytest.approx(1401)
+    assert item.tried["bucket_cap_mb=0.5"] == pytest.approx(1100, abs=2)
+    assert any("one traced bucket" in c for c in item.confidence)
+    assert item.step_us == Replayer([path], workers=1).predict(item.joint_change).prediction.step_us
+
+
+def test_a_straggler_late_outside_its_steps_is_a_hint_naming_it(tmp_path):
+    """Rank 1 does the same work as rank 0 in its step, but starts it 300 µs later (it slept
+    before its ProfilerStep): rank 0 waits 300 µs a step for it. Removing rank 1's extra work
+    inside its steps removes nothing, so the straggler is a hint, named, with no number."""
+    fast = [S.step(1, 0, 1300), *_compute("layer3", 0, 400), S.cpu_op("c10d::allreduce_", 400, 600),
+            S.annotation("gloo:all_reduce", 400, 600), *_compute("layer4", 1000, 300)]
+    late = [S.step(1, 300, 1000), *_compute("layer3", 300, 400), *_blocking(700, 300), *_compute("layer4", 1000, 300)]
+    a = advise([_write(tmp_path / "outside", {0: fast, 1: late})], workers=1)
+    assert not any(i.rule == "no_straggler" for i in a.items)
+    hint = next(h for h in a.hints if h.rule == "no_straggler")
+    assert hint.action.startswith("rank 1 is late by 0.300 ms a step") and hint.change == "no_straggler=1"
+    assert "not predicted to save reliably" in hint.why
