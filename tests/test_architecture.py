@@ -127,3 +127,22 @@ def test_no_import_circle():
 def test_report_imports_only_itself_and_errors():
     for path in sorted((PACKAGE / "report").glob("*.py")):
         assert {m.split(".")[1] for m in _imports(path)} <= {"report", "errors"}, path
+
+
+# How the analysis runs (analysis/engine/: the pools, the parallel read, the store) is handed to
+# what measures by the orchestration, never imported by it (issue 36).
+ENGINE = "overlapprof.analysis.engine"
+ORCHESTRATION = {"overlapprof.analysis.analyzer"}
+
+
+def test_nothing_that_measures_imports_the_engine():
+    paths = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    measuring = [n for n in paths if n.startswith("overlapprof.analysis")
+                 and not n.startswith(ENGINE) and n not in ORCHESTRATION]
+    assert "overlapprof.analysis.rank.read" in measuring and "overlapprof.analysis.like_hta" in measuring
+    crossing = [f"{name} imports {m}" for name in sorted(measuring)
+                for m in sorted(_runtime_imports(paths[name], name, set(paths))) if m.startswith(ENGINE)]
+    assert not crossing, crossing
