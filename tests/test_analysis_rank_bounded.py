@@ -15,13 +15,19 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import overlapprof
+from overlapprof.analysis import analyzer
+from overlapprof.analysis.engine import store as ST
+from overlapprof.analysis.options import AnalyzeOptions
 from overlapprof.analysis.rank import spilled, unions
-from overlapprof.analysis.rank import parallel_scan as PS
+from overlapprof.analysis.engine import parallel as PS
 from overlapprof.analysis.rank import parts
 from overlapprof.analysis.spill import Sample
 from overlapprof.errors import OverlapprofError
+from overlapprof.trace.discover import discover
 
 import real_data
 import synthetic as S
@@ -344,3 +350,92 @@ def test_compare_report_and_plot_take_the_flag(runs, tmp_path):
         got = _cli(cmd, runs.ring["async"], "--memory-budget", 0, "-o", out, "-q")
         assert got.returncode == 0 and out.stat().st_size > 0, got.stderr
     assert "--memory-budget" not in _cli("export", "--help").stdout
+
+
+def _stream_wait(ts, stream, record_corr, corr):
+    """Kineto's record of cudaStreamWaitEvent under enable_cuda_sync_events (cat cuda_sync)."""
+    return {"ph": "X", "cat": "cuda_sync", "name": "Stream Wait Event", "pid": 0, "tid": stream, "ts": ts, "dur": 1,
+            "args": {"correlation": corr, "wait_on_cuda_event_record_corr_id": record_corr, "wait_on_stream": 20,
+                     "stream": stream, "cuda_sync_kind": "Stream Wait Event"}}
+
+
+def _cuda_sync_trace(rng: random.Random, steps=4) -> list[dict]:
+    """Steps of NCCL all-reduces on stream 20, each followed by a cudaEventRecord and, mostly, a
+    wait of stream 7 on it, with matmuls on stream 7 before and after: their windows come
+    from the sync events (OVERLAP.md section 1), in shuffled file order."""
+    events, t, corr = [], 0.0, 10_000
+    for n in range(steps):
+        events.append(S.step(n, t, 2000))
+        at = t + 10
+        for _ in range(rng.randint(5, 15)):
+            events += S.launched("ncclDevKernel_AllReduce_Sum_f32_RING_LL", at, at + rng.uniform(5, 40),
+                                 rng.uniform(20, 200), stream=20)
+            corr += 2
+            events.append(S.runtime(at + 2, 1, corr, name="cudaEventRecord"))
+            for _ in range(rng.randint(0, 2)):  # compute launched before the wait
+                events += S.launched("ampere_sgemm_128x64_nn", at + 3, at + rng.uniform(5, 60), rng.uniform(5, 90),
+                                     stream=7)
+            if rng.random() < 0.8:
+                events += [S.runtime(at + 6, 1, corr + 1, name="cudaStreamWaitEvent"),
+                           _stream_wait(at + 6, 7, corr, corr + 1)]
+            events += S.launched("ampere_sgemm_128x64_nn", at + 7, at + rng.uniform(8, 300), rng.uniform(5, 90),
+                                 stream=7)
+            at += rng.uniform(20, 120)
+        t += 2000
+    rng.shuffle(events)
+    return events
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cuda_sync_windows_on_disk(tmp_path, small_pieces, seed):
+    """A GPU trace with NCCL and CUDA sync events (enable_cuda_sync_events): on disk the
+    operations get the need times, windows and causes they get in memory (they were NaN when
+    the records were read again without the sync rows)."""
+    rng = random.Random(seed)
+    paths = [S.write(tmp_path / f"rank{r}.pt.trace.json", S.trace(_cuda_sync_trace(rng), rank=r, world_size=2))
+             for r in range(2)]
+    memory = overlapprof.analyze(paths, workers=1, **IN_MEMORY, comm_ops=True)
+    on_disk = overlapprof.analyze(paths, workers=1, **ON_DISK, comm_ops=True)
+    waited = [op for r in memory.ranks for op in r.operations if op.need_us < op.end_us]
+    assert len(waited) > 5  # needed before they ended: from the sync events
+    _assert_same(_whole(memory), _whole(on_disk))
+
+
+def _rank_reports(folder, budget, **kw) -> list[dict]:
+    """Each rank of ``folder`` measured with its rows in a store of ``budget`` bytes."""
+    options = AnalyzeOptions(**kw).recorded(bounded_memory=True)
+    out = []
+    for group in discover([folder]).groups:
+        r = analyzer.analyze_group([str(f) for f in group.files], options, budget=budget)
+        assert r.error is None, r.error
+        out.append(msgspec.to_builtins(r.report))
+    return out
+
+
+@pytest.mark.parametrize("folder", [d for d in REAL if d.name != "mtia"], ids=real_data.name)
+def test_store_budgets_give_one_report(folder, tmp_path, monkeypatch):
+    """The rows in memory (no budget: nothing written), all on disk (0), or some of each: the
+    same report, float for float."""
+    made = []
+    real = ST.new_folder
+    monkeypatch.setattr(ST, "new_folder", lambda: made.append(1) or real())
+    kw = {"comm_ops": True}
+    whole = _rank_reports(folder, None, **kw)
+    assert not made  # the store wrote nothing
+    _assert_same(whole, _rank_reports(folder, 0, **kw))
+    assert made
+    _assert_same(whole, _rank_reports(folder, 1 << 16, **kw))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), gpu=st.booleans(), budget=st.sampled_from([0, 1 << 12, 1 << 16]),
+       sync=st.booleans())
+def test_random_traces_one_report_whatever_the_budget(tmp_path_factory, seed, gpu, budget, sync):
+    """Random GPU (with CUDA sync events or not) and CPU traces: the rank measured with its rows
+    in a store of no limit, of ``budget`` bytes, the same report, float for float."""
+    rng = random.Random(seed)
+    folder = tmp_path_factory.mktemp("random")
+    make = (_cuda_sync_trace if sync else _random_gpu_trace) if gpu else _random_cpu_trace
+    for r in range(2):
+        S.write(folder / f"rank{r}.pt.trace.json", S.trace(make(rng, steps=3), rank=r, world_size=2))
+    _assert_same(_rank_reports(folder, None, comm_ops=True), _rank_reports(folder, budget, comm_ops=True))

@@ -144,3 +144,22 @@ def test_the_records_and_the_rank_share_the_vocabulary_not_each_other():
                 for module in _imports(path) if module.startswith("overlapprof.analysis.rank")]
     assert not crossing, crossing
     assert not [m for m in _imports(PACKAGE / "analysis" / "vocabulary.py")]
+
+
+# How the analysis runs (analysis/engine/: the pools, the parallel read, the store) is handed to
+# what measures by the orchestration, never imported by it (issue 36).
+ENGINE = "overlapprof.analysis.engine"
+ORCHESTRATION = {"overlapprof.analysis.analyzer"}
+
+
+def test_nothing_that_measures_imports_the_engine():
+    paths = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    measuring = [n for n in paths if n.startswith("overlapprof.analysis")
+                 and not n.startswith(ENGINE) and n not in ORCHESTRATION]
+    assert "overlapprof.analysis.rank.read" in measuring and "overlapprof.analysis.like_hta" in measuring
+    crossing = [f"{name} imports {m}" for name in sorted(measuring)
+                for m in sorted(_runtime_imports(paths[name], name, set(paths))) if m.startswith(ENGINE)]
+    assert not crossing, crossing

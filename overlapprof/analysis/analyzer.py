@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -98,28 +97,37 @@ def _window(bounds: tuple[float, float] | None, base_ns: int | None) -> tuple[fl
 
 
 def analyze_group(files: list[str], options: Options, decode_workers: int = 1, range_pool=None,
-                  ends: dict | None = None) -> RankResult:
+                  ends: dict | None = None, budget: int | None = 0) -> RankResult:
     """Decode, classify and measure one rank's files (a large file in ``decode_workers``
-    processes: forked here, or ``range_pool``'s, see :func:`~overlapprof.analysis.rank.parallel_scan.read`).
+    processes: forked here, or ``range_pool``'s, see :class:`~overlapprof.analysis.engine.parallel.Reader`).
     ``ends``: the absolute path of a rank's first file -> the sends whose communication ends at
-    their partner's receive (:func:`~overlapprof.analysis.rank.events.ends_at_peer`). Errors come
+    their partner's receive (:func:`~overlapprof.analysis.rank.events.ends_at_peer`). ``budget``:
+    with the events on disk (``options.bounded_memory``), the bytes of rows the rank's
+    :class:`~overlapprof.analysis.engine.store.Store` keeps in memory (None: all). Errors come
     back in ``error``."""
     result = RankResult(files=[str(f) for f in files])
     ends = ends.get(os.path.abspath(files[0])) if ends else None
     label = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} files)"
     comm_re, comm_ann = compile_comm_kernels(options.comm_kernels), compile_comm_annotations(options.comm_backends)
     exports = any(nsys.is_sqlite(f) for f in files)
+    parallel = None
+    if decode_workers > 1:
+        from overlapprof.analysis.engine.parallel import Reader  # a small rank needs no pool
+
+        parallel = Reader(decode_workers, range_pool)
     try:
         if exports and options.like_hta:
             raise InputError(f"{files[0]}: --like-hta reads Kineto traces only, not Nsight Systems exports")
         if options.bounded_memory and not exports:  # an export's rows are read by SQLite, in memory
+            from overlapprof.analysis.engine.store import Store
             from overlapprof.analysis.rank import bounded
 
-            ev = bounded.measure([str(f) for f in files], comm_re, comm_ann, options, label, decode_workers, ends)
+            with Store(budget, label) as store:
+                ev = bounded.measure([str(f) for f in files], comm_re, comm_ann, options, label, store, parallel, ends)
         else:
             ev = rank_events(files, comm_re, records=options.comm_records or options.crossrank,
-                             record_own_args=options.comm_records, comm_ann=comm_ann, workers=decode_workers,
-                             range_pool=range_pool, ends=ends, step_range=options.step_range,
+                             record_own_args=options.comm_records, comm_ann=comm_ann, parallel=parallel,
+                             ends=ends, step_range=options.step_range,
                              rank_map=options.rank_map)
             result.warnings += ev.notes
         infos = [t.distributedInfo for t in ev.headers if t.distributedInfo is not None]
@@ -168,8 +176,10 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
             report.lanes = rank_lanes(unions, report.steps, base)
         if options.like_hta:  # the rank's numbers as HolisticTraceAnalysis 0.5.0 computes them
             from overlapprof.analysis import like_hta
+            from overlapprof.analysis.engine.store import Store
 
-            report.metrics, result.hta_steps = like_hta.rank_metrics(files, on_disk=options.bounded_memory)
+            with Store(budget if options.bounded_memory else None, label) as store:
+                report.metrics, result.hta_steps = like_hta.rank_metrics(files, store=store)
         report.world_size, report.backend = result.world_size, result.backend
         if ev.unclassified and ev.mode == "cpu":
             report.device_not_measured = dict(sorted(ev.unclassified.items()))
@@ -187,12 +197,12 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
 
 def _run_groups(
     groups: list[TraceGroup], options: Options, workers: int | None, progress, warnings: list[str],
-    dask_scheduler=None, ends: dict | None = None,
+    dask_scheduler=None, ends: dict | None = None, budget: int | None = 0,
 ) -> list[RankResult]:
     """Analyze each group: on a Dask cluster when a scheduler is given, else in worker
     processes when there are several and it pays; a single group decodes a large file in
-    ``workers`` processes (``ends``: see :func:`analyze_group`)."""
-    work = functools.partial(analyze_group, ends=ends) if ends else analyze_group
+    ``workers`` processes (``ends``, ``budget``: see :func:`analyze_group`)."""
+    work = functools.partial(analyze_group, ends=ends, budget=budget)
     total = len(groups)
     sizes = [g.size for g in groups]
     if workers is None:
@@ -208,7 +218,7 @@ def _run_groups(
             progress(done, total, jobs[k][0])
 
     if dask_scheduler is not None:
-        from overlapprof.analysis.executors import run_on_dask
+        from overlapprof.analysis.engine.pool import run_on_dask
 
         # The workers get absolute paths (their working folder is not this one); the report
         # names the files as they were given.
@@ -222,15 +232,14 @@ def _run_groups(
                     (options,), as_given, ranges=True)
         return results
     if workers > 1 and total > 1 and sum(sizes) >= PARALLEL_MIN_BYTES:
-        import multiprocessing  # here: process pools cost import time that one rank does not need
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from concurrent.futures import as_completed  # here: process pools cost import time that one rank does not need
         from concurrent.futures.process import BrokenProcessPool
 
-        # fork: no re-import of the caller's main module (spawn needs an importable one); workers
-        # only decode and compute, so they do not depend on the parent's threads.
-        context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+        from overlapprof.analysis.engine.pool import forked
+
+        # workers only decode and compute, so they do not depend on the parent's threads
         try:
-            with ProcessPoolExecutor(max_workers=min(workers, total), mp_context=context) as pool:
+            with forked(min(workers, total)) as pool:
                 order = sorted(range(total), key=lambda k: -sizes[k])  # largest first: none starts last
                 futures = {pool.submit(work, jobs[k], options): k for k in order}
                 for future in as_completed(futures):
@@ -366,7 +375,8 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
     warnings: list[str] = list(inputs.notes)
     if _over_budget(inputs.groups, workers, asked, warnings):
         recorded = asked.recorded(bounded_memory=True)
-    results = _run_groups(inputs.groups, recorded, workers, progress, warnings, dask_scheduler)
+    budget = asked.budget_bytes() or 0  # the store's, when the ranks are measured on disk
+    results = _run_groups(inputs.groups, recorded, workers, progress, warnings, dask_scheduler, budget=budget)
     warnings += [w for r in results for w in r.warnings]
     warnings = list(dict.fromkeys(warnings))  # the ranks of one export say the same of it
     good = [(r, g) for r, g in zip(results, inputs.groups) if r.error is None]
@@ -386,11 +396,14 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
     matching = []
     crossrank = _cross_rank(results, recorded, matching)
     if matching:
-        crossrank = _ends_from_peers(results, groups, recorded, matching, crossrank, workers, warnings, dask_scheduler)
+        crossrank = _ends_from_peers(results, groups, recorded, matching, crossrank, workers, warnings, dask_scheduler,
+                                     budget)
     if recorded.like_hta:
         from overlapprof.analysis import like_hta
+        from overlapprof.analysis.engine.store import Store
 
-        like_hta.settle(results, on_disk=recorded.bounded_memory)
+        with Store(budget if recorded.bounded_memory else None, "the ranks (--like-hta)") as store:
+            like_hta.settle(results, store=store)
     ranks = sorted((r.report for r in results), key=lambda r: r.rank)
     run, metrics = None, []
     if inputs.run:
@@ -433,7 +446,7 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
 
 
 def _ends_from_peers(results: list[RankResult], groups: list[TraceGroup], options: Options, matching: list, crossrank,
-                     workers, warnings: list[str], dask_scheduler):
+                     workers, warnings: list[str], dask_scheduler, budget: int | None = 0):
     """OVERLAP.md section 1: an async send matched to a receive its thread waited for ends by the
     receive's end. The ranks whose sends that cuts are measured again with those ends (so every metric is still
     computed once, from the classified intervals), and the cross-rank section is built again from
@@ -448,7 +461,7 @@ def _ends_from_peers(results: list[RankResult], groups: list[TraceGroup], option
     if again:
         ends = {os.path.abspath(results[k].files[0]): found.ends[results[k].report.rank] for k in again}
         # (no progress: the ranks were counted once)
-        fresh = _run_groups([groups[k] for k in again], options, workers, None, warnings, dask_scheduler, ends)
+        fresh = _run_groups([groups[k] for k in again], options, workers, None, warnings, dask_scheduler, ends, budget)
         for k, new in zip(again, fresh):
             if new.error is not None:
                 raise new.error

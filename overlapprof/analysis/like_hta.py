@@ -35,7 +35,6 @@ HTA cannot read) is the concatenation of its files.
 from __future__ import annotations
 
 import math
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,6 @@ import msgspec
 import numpy as np
 
 from overlapprof.analysis.rank.unions import hold, merged
-from overlapprof.analysis.spill import SpillFile, spill_folder
 from overlapprof.errors import InputError
 from overlapprof.report import Metrics
 from overlapprof.trace.discover import text_head
@@ -131,12 +129,13 @@ def _chunk_rows(events: list, names: _Names, steps: set) -> tuple[bool, np.ndarr
 
 
 class _RankRows:
-    """A rank's kept events, file by file, a chunk at a time: in memory, or with ``folder`` in a
-    file per trace file there (:class:`~overlapprof.analysis.spill.SpillFile`)."""
+    """A rank's kept events, file by file, a chunk at a time: in memory, or with ``store`` in a
+    bin per trace file there (an :class:`~overlapprof.analysis.engine.store.Store`: in memory up
+    to its budget, on disk past it)."""
 
-    def __init__(self, folder: str | None):
-        self.folder = folder
-        self.files: list = []  # per trace file: a list of row arrays, or a SpillFile
+    def __init__(self, store=None):
+        self.store = store
+        self.files: list = []  # per trace file: a list of row arrays, or a store's bin
         self.rounding: list[bool] = []
 
     def read(self, path: str, names: _Names, steps: set) -> None:
@@ -144,7 +143,7 @@ class _RankRows:
             raise InputError(f"{path}: not a trace HolisticTraceAnalysis can read (the JSON Array Format: "
                              "no traceEvents)")
         for generic in (False, True):
-            store = [] if self.folder is None else SpillFile(os.path.join(self.folder, f"file{len(self.files)}"), _ROW)
+            store = [] if self.store is None else self.store.file(f"hta{len(self.files)}", _ROW)
             rounding = False
             try:
                 for chunk in TraceReader(path, _CHUNK_DECODER).chunks(generic=generic):
@@ -153,7 +152,7 @@ class _RankRows:
                     store.append(rows)
                 break
             except LayoutError:
-                if self.folder is not None:
+                if self.store is not None:
                     store.remove()
         self.files.append(store)
         self.rounding.append(rounding)
@@ -222,23 +221,28 @@ def _member(values: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
     return sorted_set[at] == values
 
 
-def rank_metrics(files: list[str | Path], window_on: bool | None = None,
-                 on_disk: bool = False) -> tuple[Metrics, frozenset[str]]:
+def rank_metrics(files: list[str | Path], window_on: bool | None = None, store=None) -> tuple[Metrics, frozenset[str]]:
     """HTA 0.5.0's get_comm_comp_overlap for one rank (module docstring), as Metrics (µs), and
     the rank's step names (HTA applies its window when all ranks together have two or more:
     :func:`settle`). ``window_on``: force the window on or off (None: this rank's names decide).
-    ``on_disk``: keep the events' rows (34 bytes each) on disk (past the memory budget).
+    ``store``: where the events' rows (34 bytes each) wait (an
+    :class:`~overlapprof.analysis.engine.store.Store`; None: in memory).
 
     The files are decoded once, a chunk at a time, into rows; the rows are then read three times:
     for the earliest start and the window's cutoff, for the correlations of the CPU events the
     window keeps, and for each class's merged intervals, merged a window of rows at a time (HTA's
     merge of merged groups is the merge of their events: the same groups, the same floats)."""
-    with spill_folder(str(files[0]), on_disk) as folder:
-        return _rank_metrics([str(f) for f in files], window_on, folder)
+    rank = _RankRows(store)
+    try:
+        return _rank_metrics([str(f) for f in files], window_on, rank)
+    finally:
+        for rows in rank.files:
+            if not isinstance(rows, list):
+                rows.remove()
 
 
-def _rank_metrics(files: list[str], window_on: bool | None, folder: str | None) -> tuple[Metrics, frozenset[str]]:
-    names, steps, rank = _Names(), set(), _RankRows(folder)
+def _rank_metrics(files: list[str], window_on: bool | None, rank: _RankRows) -> tuple[Metrics, frozenset[str]]:
+    names, steps = _Names(), set()
     for path in files:
         rank.read(path, names, steps)
     first, last_step = np.inf, -np.inf  # on the absolute clock, after rounding
@@ -285,17 +289,17 @@ def _rank_metrics(files: list[str], window_on: bool | None, folder: str | None) 
     ), frozenset(steps)
 
 
-def settle(results, on_disk: bool = False) -> None:
+def settle(results, store=None) -> None:
     """HTA decides on its window from the step names of all ranks together: a rank with fewer
     than two of its own is measured again with the window on when the ranks have two or more.
     ``results``: objects with ``files``, ``report`` and ``hta_steps`` (the analyzer's RankResult);
-    ``on_disk``: see :func:`rank_metrics`."""
+    ``store``: see :func:`rank_metrics`."""
     pooled = frozenset().union(*(r.hta_steps for r in results if r.hta_steps is not None))
     if len(pooled) < 2:
         return
     for r in results:
         if r.hta_steps is not None and len(r.hta_steps) < 2:
-            r.report.metrics = rank_metrics(r.files, window_on=True, on_disk=on_disk)[0]
+            r.report.metrics = rank_metrics(r.files, window_on=True, store=store)[0]
 
 
 def hta_percent(ratio: float | None) -> float | None:

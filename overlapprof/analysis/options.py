@@ -18,7 +18,7 @@ from overlapprof.errors import InputError
 from overlapprof.report import Options
 
 if TYPE_CHECKING:
-    from overlapprof.analysis.executors import DaskScheduler
+    from overlapprof.analysis.engine.pool import DaskScheduler
 
 
 @dataclass(frozen=True)
@@ -72,11 +72,12 @@ class AnalyzeOptions:
     memory_budget: int | str | None = None
     """Memory the traces' events may take while they are measured: bytes, or a size as text
     (``"4GB"``, ``"512MiB"``; ``--memory-budget``). When the largest ranks measured at once would
-    need more (about 0.4 bytes per byte of JSON), each rank is measured with its events on disk (in
-    ``$TMPDIR``, about 15% of the JSON's size), a time bucket at a time: the same report, slower,
-    in memory that grows with the operations, not the events. 0: always on disk. Default None: 80%
-    of the memory available (with a warning when it is passed; never on a Dask cluster, whose
-    workers' memory is not known here)."""
+    need more (about 0.4 bytes per byte of JSON), each rank is measured a time bucket at a time,
+    its rows in a store that keeps them in memory up to this many bytes per rank process and
+    writes the rest to ``$TMPDIR`` (about 15% of the JSON's size), a bucket at a time: the same
+    report, slower, in memory that grows with the operations, not the events. 0: always on disk.
+    Default None: 80% of the memory available (with a warning when it is passed; never on a Dask
+    cluster, whose workers' memory is not known here), the store then keeping nothing in memory."""
     reference_bandwidth: str | float | None = None
     """The bus bandwidth a rank's transfer should reach: a rate as text (``"25GB/s"``,
     ``"2gbit"``) or bytes/s; transfer time beyond it is slow transfer (``--reference-bandwidth``).

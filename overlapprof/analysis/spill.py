@@ -2,17 +2,15 @@
 back whole or a window at a time (:class:`SpillFile`), and files that rows are routed to by a
 bucket number (:class:`Buckets`).
 
-What the bounded-memory analysis (:mod:`overlapprof.analysis.rank.bounded`) keeps of a trace
-while it reads it: memory then holds a chunk and each open file's write buffer, whatever the
-trace's size. The files are read with plain reads, not mapped (the pages of a mapped file count
-in a process's resident memory), into arrays that are let go of once used.
+What a :class:`~overlapprof.analysis.engine.store.Store` writes past its budget: memory then
+holds a chunk and each open file's write buffer, whatever the trace's size. The files are read
+with plain reads, not mapped (the pages of a mapped file count in a process's resident memory),
+into arrays that are let go of once used.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-from contextlib import contextmanager
 
 import numpy as np
 
@@ -30,26 +28,9 @@ def new_folder() -> str:
     return tempfile.mkdtemp(prefix="overlapprof-", dir=os.environ.get("TMPDIR") or None)
 
 
-@contextmanager
-def spill_folder(label: str, wanted: bool = True):
-    """A :func:`new_folder` for ``label``'s files on disk (None when not ``wanted``), removed at
-    the end. When the folder cannot be made, or its files written or read back
-    (:class:`SpillFailed`), the machine is at fault: :class:`~overlapprof.errors.SpillError`
-    says so in one line; other errors pass through as they are."""
-    try:
-        folder = new_folder() if wanted else None
-    except OSError as exc:
-        raise _spill_error(label, exc) from None
-    try:
-        yield folder
-    except SpillFailed as exc:
-        raise _spill_error(label, exc.error) from None
-    finally:
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def _spill_error(label: str, error: OSError) -> SpillError:
+def spill_error(label: str, error: OSError) -> SpillError:
+    """The one line that says the files of ``label``'s rows could not be made, written or read
+    back: the machine is at fault (:class:`~overlapprof.analysis.engine.store.Store`)."""
     base = os.environ.get("TMPDIR") or "/tmp"
     return SpillError(f"past the memory budget: cannot keep the events of {label} on disk in {base} "
                       f"({error.strerror or error}); set TMPDIR to a folder with room")

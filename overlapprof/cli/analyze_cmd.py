@@ -15,7 +15,7 @@ def _cluster(address, scheduler_file, timeout, workers):
     """The DaskScheduler of the --dask-* options, or None (raises InputError on a bad combination)."""
     if address is None and scheduler_file is None:
         return None
-    from overlapprof.analysis.executors import DaskScheduler
+    from overlapprof.analysis.engine.pool import DaskScheduler
     from overlapprof.errors import InputError
 
     if address is not None and scheduler_file is not None:

@@ -138,7 +138,7 @@ def split(probe_: Probe, count: int, skip_cost: float = 0.0) -> list[tuple[int, 
 
 class Kept:
     """gzip text inflated on the way to a range and kept for another reader: the text of each
-    window ``(lo, hi)`` of offsets (work stealing, :mod:`overlapprof.analysis.rank.parallel_scan`:
+    window ``(lo, hi)`` of offsets (work stealing, :mod:`overlapprof.analysis.engine.parallel`:
     the end of a range the pool reads, where a thief of it begins). A thief that begins in a
     window reads from memory instead of inflating the whole stream up to it (mtia: 20 ms of
     inflation for 15 ms of decoding). The windows are filled by the text :func:`text_stream`
@@ -191,7 +191,7 @@ class RangeText:
     texts (:meth:`pieces`); ``tail`` is set when the range holds the file's last event start.
 
     ``claim`` lets another reader take the end of the range while it is read (work stealing,
-    :mod:`overlapprof.analysis.rank.parallel_scan`): before each piece, holding the event starts
+    :mod:`overlapprof.analysis.engine.parallel`): before each piece, holding the event starts
     up to offset ``hi``, is given out, ``claim(hi)`` records it as read and returns the range's
     end then (``b``, or lower once a thief took ``[end, b)``); the piece is cut there, and the
     range ends. A range with a thief always has a ``b``, so it never holds the tail."""

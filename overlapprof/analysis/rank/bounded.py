@@ -1,22 +1,26 @@
 """One rank measured in bounded memory (``analyze``, when its traces need more than the memory
 budget: ``--memory-budget``): the same numbers as
 :mod:`~overlapprof.analysis.rank.events` and :mod:`~overlapprof.analysis.rank.metrics` give,
-with the per-event data on disk.
+with the per-event data in a store (:class:`~overlapprof.analysis.engine.store.Store`, handed in:
+in memory up to its budget, on disk past it, a bin at a time).
 
 1. Each file is read (by several processes when it is large) into
-   :class:`~overlapprof.analysis.rank.spilled.SpilledRows`: the steps in memory, the rest on disk.
+   :class:`~overlapprof.analysis.rank.spilled.SpilledRows`: the steps in memory, the rest in the store.
 2. The steps come from the rows kept in memory and, in CPU mode, so does the communication
    (classified by :func:`~overlapprof.analysis.rank.events.extract` on a scan of those rows).
 3. GPU mode: each GPU event joined to its launch, a correlation bucket at a time, then each time
    bucket with every call that overlaps it, classified by ``extract`` as a whole file is. CPU
-   mode: the CPU ops a window at a time against the calls.
+   mode: the CPU ops a window at a time against the calls. With the records asked for, the
+   GPU events of each bucket also measure when the communication's results were needed
+   (:class:`~overlapprof.analysis.rank.waits.NeedTimes`, from the CUDA sync events).
 4. Each bucket's classified intervals go, filtered, to the rank's
    :class:`~overlapprof.analysis.rank.unions.UnionsBuilder`, which keeps their unions (whole rank,
    per step, per kind): the union of the buckets' unions is the union of every interval, so
    :mod:`~overlapprof.analysis.rank.metrics` measures them as it measures a rank read in memory,
    to the same floats.
 5. For the cross-rank section and ``--comm-ops``, the files are read again for the rows the
-   communication records need (:mod:`overlapprof.analysis.rank.bounded_records`).
+   communication records need (:mod:`overlapprof.analysis.rank.bounded_records`), with the need
+   times of step 3 (that read keeps no CUDA sync row).
 
 Memory holds a chunk, one bucket or window, the unions' runs (on an operation-dense trace about a
 run per operation and set) and what is per step (and in CPU mode per operation); nothing per
@@ -25,7 +29,7 @@ event. The records are per operation, as the cross-rank section is.
 
 from __future__ import annotations
 
-import os
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,10 +41,11 @@ from overlapprof.analysis.rank.events import (EventSet, Steps, extract, inside_c
 from overlapprof.analysis.rank.scan import Scan
 from overlapprof.analysis.rank import spilled
 from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, read_spilled
-from overlapprof.analysis.spill import Sample, spill_folder
-from overlapprof.analysis.intervals import Intervals, union
+from overlapprof.analysis.spill import Sample
+from overlapprof.analysis.intervals import Intervals, event_ends, union
 from overlapprof.analysis.interference import InterferenceBuilder, spill_folder_of
 from overlapprof.analysis.rank.unions import COMM, COMPUTE, MEMORY, RankUnions, UnionsBuilder, hold, merged
+from overlapprof.analysis.rank.waits import NeedTimes
 from overlapprof.analysis.records.table import CommTable
 
 
@@ -85,10 +90,13 @@ class _Feed:
             self.interference.add(s)
 
 
-def _classify_gpu(f: SpilledFile, comm_re, comm_ann, names: list[str], feed: _Feed, edges: np.ndarray, folder: str):
+def _classify_gpu(f: SpilledFile, comm_re, comm_ann, names: list[str], feed: _Feed, edges: np.ndarray, store,
+                  needs: NeedTimes | None = None):
     """The GPU events of a time bucket with the calls around it, classified as a whole file is:
-    a small scan of the calls, a runtime row per launch found, and the events."""
-    joined, calls = joined_by_time(f, edges, folder), calls_by_time(f, edges, folder)
+    a small scan of the calls, a runtime row per launch found, and the events. ``needs``: where
+    the communication events' need times are measured (the records asked for)."""
+    wait_id = names.index(C.STREAM_WAIT) if needs is not None and C.STREAM_WAIT in names else -1
+    joined, calls = joined_by_time(f, edges, store, needs, wait_id), calls_by_time(f, edges, store)
     for events, around in zip(joined, calls):
         ev, c = events.read(), around.read()
         events.remove()
@@ -109,13 +117,20 @@ def _classify_gpu(f: SpilledFile, comm_re, comm_ann, names: list[str], feed: _Fe
         launch = np.full(ev.size, -1, dtype=np.int64)
         launch[found] = n_calls + np.arange(n_launch)
         corr = ev["corr"]
+        if needs is not None:
+            needs.add_gpu(ev["thread"][found], ev["launch_ts"][found], event_ends(ev["ts"][found], ev["dur"][found]))
+            joined_rows = ev[["ts", "launch_ts", "launch_thread"]].copy()
         del ev, c
         scan = Scan.of_columns(f.path, cols, launch)
         del cols
         sets, _, _, comm_rows, _, lookalikes = extract(scan, True, comm_re, comm_ann, names, None)
         feed.lookalikes.append(lookalikes)
+        mine = comm_rows - n_calls - n_launch
         if feed.comm_corr is not None:  # what the communication records are read again for
-            feed.comm_corr.append(np.unique(corr[comm_rows - n_calls - n_launch]))
+            feed.comm_corr.append(np.unique(corr[mine]))
+        if needs is not None:
+            j = joined_rows[mine]
+            needs.add_comm(corr[mine], j["ts"], j["launch_thread"], j["launch_ts"])
         for cls, s in zip((COMM, COMPUTE, MEMORY), sets):
             feed.add(s, cls)
 
@@ -144,24 +159,18 @@ def _classify_cpu_ops(f: SpilledFile, names: list[str], feed: _Feed, thread_base
     return merged(reach, thread_reach)
 
 
-def measure(files: list[str], comm_re, comm_ann, options, label: str, workers: int = 1, ends=None) -> BoundedRank:
+def measure(files: list[str], comm_re, comm_ann, options, label: str, store, parallel=None, ends=None) -> BoundedRank:
     """Read, classify and measure one rank's files in bounded memory (see the module
     docstring); the report is :func:`~overlapprof.analysis.rank.metrics.rank_report`'s of the
     same files, float for float. ``options``: the analysis options (their two filters);
-    ``workers``: processes that read a large file (the result is the same with any number);
+    ``store``: where the rows wait (an :class:`~overlapprof.analysis.engine.store.Store`: in
+    memory up to its budget, on disk past it; the same report whatever its budget);
+    ``parallel``: reads a large file in several processes (the result is the same with any
+    number; see :func:`~overlapprof.analysis.rank.read.read_file`);
     ``ends``: CPU mode, the sends whose communication ends at their partner's receive
     (:func:`~overlapprof.analysis.rank.events.ends_at_peer`)."""
-    with spill_folder(label) as folder:
-        for k in range(len(files)):
-            os.mkdir(os.path.join(folder, f"file{k}"))
-        return _measure(files, comm_re, comm_ann, options, label, folder, workers, ends)
-
-
-def _measure(files, comm_re, comm_ann, options, label, folder, workers, ends) -> BoundedRank:
     names = Index()
-    read = []
-    for k, path in enumerate(files):
-        read.append(read_spilled(path, names, comm_ann, os.path.join(folder, f"file{k}"), workers))
+    read = [read_spilled(path, names, comm_ann, store, parallel) for path in files]
     gpu = any(f.rows.kernels for f in read)
     order = names.order
     few_sets, step_parts = [], []
@@ -176,18 +185,22 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers, ends) ->
     sample = Sample()
     for f in read:
         sample.add(f.rows.sample.values)
-    interference = InterferenceBuilder(steps, not gpu, spill_folder_of(folder),
-                                       InterferenceBuilder.bucket_edges(sample.values))
+    # the compute spans: in memory when the store has no limit, else on disk
+    spans = spill_folder_of(store.path("spans")) if math.isfinite(store.budget) else None
+    interference = InterferenceBuilder(steps, not gpu, spans, InterferenceBuilder.bucket_edges(sample.values))
     feed = _Feed(steps, options.require_launch and gpu, cutoff, interference)
     comm_corr = [] if records and gpu else None
+    needs = [] if records and gpu else None  # per file: its communication events' need times
     activity = [] if records and not gpu else None
     for k, (f, comm) in enumerate(zip(read, few_sets)):
         if gpu:
             feed.comm_corr = [] if records else None
             buckets = sample.quantiles(len(f.rows.gpu))
-            _classify_gpu(f, comm_re, comm_ann, order, feed, buckets, os.path.join(folder, f"file{k}"))
+            waits = NeedTimes() if records else None
+            _classify_gpu(f, comm_re, comm_ann, order, feed, buckets, store, waits)
             if records:
                 comm_corr.append(np.concatenate([np.empty(0), *feed.comm_corr]))
+                needs.append(waits.result())
         else:
             feed.add(comm, COMM)
             reach = _classify_cpu_ops(f, order, feed, k << 16)
@@ -202,7 +215,7 @@ def _measure(files, comm_re, comm_ann, options, label, folder, workers, ends) ->
         from overlapprof.analysis.rank.bounded_records import comm_table
 
         table = comm_table([f.path for f in read], gpu, comm_re, comm_ann, options.comm_records, comm_corr, all_steps,
-                           workers, activity, ends)
+                           parallel, activity, ends, needs)
     files = [f.path for f in read]
     host_sync = union(*(np.concatenate(times) for times in zip(*[f.rows.host_syncs(gpu) for f in read])))
     return BoundedRank(

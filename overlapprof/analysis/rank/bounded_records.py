@@ -14,12 +14,16 @@ activity is no record's (:meth:`~overlapprof.analysis.records.recorder.Records.d
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.rank.events import Steps, extract, place_in_steps
 from overlapprof.analysis.rank.read import read_file
+from overlapprof.analysis.rank.chunk_args import IS_CORRELATED
 from overlapprof.analysis.rank.scan import IS_GPU, SCAN_COLUMNS, launch_rows, Scan
+from overlapprof.analysis.rank.waits import lookup
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
 from overlapprof.analysis.records.table import CommTable
@@ -56,27 +60,41 @@ class KeepRecordRows:
 
 
 def comm_table(files: list[str], gpu: bool, comm_re, comm_ann, own: bool, comm_corr: list[np.ndarray] | None,
-               steps: Steps, workers: int = 1, activity: list | None = None, ends=None) -> CommTable:
+               steps: Steps, parallel=None, activity: list | None = None, ends=None,
+               needs: list[dict] | None = None) -> CommTable:
     """The rank's CommTable, its files read again (see the module docstring). ``comm_corr``:
     per file, the correlations of its communication GPU events (None: CPU mode); ``own``: keep
     the events' own fields (``--comm-ops``); ``steps``: the rank's, before any filter;
-    ``workers``: processes that read a large file; ``activity``: CPU mode, per file, the host
+    ``parallel``: reads a large file (see :func:`~overlapprof.analysis.rank.read.read_file`); ``activity``: CPU mode, per file, the host
     activity of its compute cpu_ops (what the second read leaves out); ``ends``: see
-    :func:`~overlapprof.analysis.rank.events.ends_at_peer`."""
+    :func:`~overlapprof.analysis.rank.events.ends_at_peer`; ``needs``: GPU mode, per file, the
+    need times the first pass measured from the CUDA sync events
+    (:meth:`~overlapprof.analysis.rank.waits.NeedTimes.result`: this read keeps no sync row)."""
     values = Values()
     names = values.index
     tables = []
     for k, path in enumerate(files):
         keep = KeepRecordRows(comm_re, comm_corr[k] if comm_corr is not None else np.empty(0))
-        arrays, _, _, threads, recorder = read_file(path, names, CommRecorder(comm_re, values, own), workers,
+        arrays, _, _, threads, recorder = read_file(path, names, CommRecorder(comm_re, values, own), parallel,
                                                     keep=keep)
         if arrays is None:  # no row kept
             arrays = {k: np.empty(0, dtype) for k, dtype in {**SCAN_COLUMNS, "corr": np.float64}.items()}
-        launch = launch_rows(arrays["codes"], arrays.pop("corr"))
+        corr = arrays.pop("corr")
+        launch = launch_rows(arrays["codes"], corr)
+        waited = None
+        if needs is not None:
+            row_corr = np.full(arrays["ts"].size, np.nan)
+            row_corr[IS_CORRELATED[arrays["codes"]]] = corr
+            waited = partial(_waited, needs[k], row_corr, arrays["ts"])
         records = recorder.records(arrays["thread"], list(threads))
         scan = Scan.of_columns(path, arrays, launch, records)
         tables.append(extract(scan, gpu, comm_re, comm_ann, names.order, values,
-                              activity[k] if activity is not None else None, ends)[2])
+                              activity[k] if activity is not None else None, ends, waited)[2])
     table = CommTable.concat(tables)
     place_in_steps(table, steps)
     return table
+
+
+def _waited(needs: dict, corr: np.ndarray, ts: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The need times of the communication GPU events ``rows`` (see :func:`comm_table`'s ``needs``)."""
+    return lookup(needs, corr[rows], ts[rows])

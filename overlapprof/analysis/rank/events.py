@@ -334,14 +334,16 @@ def ends_at_peer(scan: Scan, rows: np.ndarray, ends: tuple[np.ndarray, np.ndarra
 
 
 def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: Values | None, activity=None,
-            ends=None):
+            ends=None, waited=None):
     """Classify one file's complete events (the scan's thread, collective and launch columns
     are dropped once read). Returns (EventSets, steps arrays, CommTable or None, the rows of
     the comm EventSet, the union of the host synchronizations, the compute kernels whose names
     look like communication: name -> count, see :func:`comm_lookalikes`). ``activity``: CPU mode, the
     host activity of the file's compute cpu_ops as (thread, start, end), when the scan does not
     hold them (default: the scan's; see :func:`need_times`). ``ends``: CPU mode, the sends whose
-    communication ends at their partner's receive (see :func:`ends_at_peer`).
+    communication ends at their partner's receive (see :func:`ends_at_peer`). ``waited(rows)``:
+    GPU mode, the need times of the communication rows ``rows``, when the scan does not hold
+    what measures them (default: :func:`_waited_for` on the scan's CUDA sync events).
 
     Rows are picked with masks over the file's rows and per-name tables (one lookup per row),
     and the launch and anchor of GPU events are kept per GPU event (the CommTable takes its
@@ -430,7 +432,8 @@ def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: 
         host_thread = rec.thread_of(np.where(launched, launch, rows))
         if gpu:
             issue_ts = np.where(launched, launch_ts, ts[rows])
-            need_ts = _waited_for(scan, names, gpu_rows, scan_launch, rows, launch)
+            need_ts = (_waited_for(scan, names, gpu_rows, scan_launch, rows, launch) if waited is None
+                       else waited(rows))
         else:  # a span on a worker thread was issued by its c10d call (gloo's FIFO); one on the
             # calling thread opens inside its call, whose overhead before it is not a wait
             holder = holders[ops]
@@ -504,7 +507,7 @@ def place_in_steps(table: CommTable | None, steps: Steps) -> None:
 
 
 def rank_events(files: list[str | Path], comm_re, records: bool = False, record_own_args: bool = False,
-                comm_ann=None, workers: int = 1, range_pool=None, ends=None, step_range: str | None = None,
+                comm_ann=None, parallel=None, ends=None, step_range: str | None = None,
                 rank_map: dict | None = None) -> RankEvents:
     """Read and classify the complete events of one rank's trace files (one or several
     profiler cycles).
@@ -514,9 +517,8 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
     rank's :class:`~overlapprof.analysis.records.table.CommTable` (``RankEvents.comm_records``;
     None otherwise), with the events' own args when ``record_own_args`` (for CommRecord
     structs). The files' top levels (``distributedInfo`` ...) are in ``RankEvents.headers``.
-    ``workers``: processes that decode one large file (the result is the same with any number);
-    ``range_pool``: where the processes beyond this one come from (None: forked here; see
-    :func:`overlapprof.analysis.rank.parallel_scan.read`); ``ends``: see :func:`ends_at_peer`.
+    ``parallel``: reads one large file in several processes (the result is the same with any
+    number; see :func:`~overlapprof.analysis.rank.read.read_file`); ``ends``: see :func:`ends_at_peer`.
     ``step_range``: in an Nsight Systems export, the NVTX range that marks a step (None:
     ``ProfilerStep#N``); ``rank_map``: its processes' ranks by pid.
     """
@@ -524,8 +526,8 @@ def rank_events(files: list[str | Path], comm_re, records: bool = False, record_
     values = Values() if records else None
     names = values.index if values is not None else Index()
     notes: list[str] = []
-    scans = [read_scan(path, names, CommRecorder(comm_re, values, record_own_args) if records else None, workers,
-                       range_pool, notes, step_range, rank_map) for path in files]
+    scans = [read_scan(path, names, CommRecorder(comm_re, values, record_own_args) if records else None, parallel,
+                       notes, step_range, rank_map) for path in files]
     gpu = any(bool((s.codes == C.KERNEL).any()) for s in scans)
     unclassified = merged_counts([s.unclassified for s in scans])
     events = sum(s.events for s in scans)

@@ -1,5 +1,5 @@
 """What one process reads of a large file read in parallel, and how the parts come together
-(:mod:`overlapprof.analysis.rank.parallel_scan` hands out the ranges).
+(:mod:`overlapprof.analysis.engine.parallel` hands out the ranges).
 
 A :class:`Job` is a byte range of the file's text (or one JSON array of events); :func:`read_part`
 reads it as :mod:`overlapprof.analysis.rank.scan` reads a file, with tables of its own, into a
@@ -16,12 +16,10 @@ import os
 import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 
 from overlapprof.analysis.columns import Index
-from overlapprof.analysis.rank.claims import Claims
 from overlapprof.analysis.rank.scan import FileColumns, Problems, read_chunks, Threads, rows_hint
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
@@ -64,34 +62,25 @@ class Job:
     bytes: int = 0  # about how much text the range holds (reserves room for its columns)
     number: int = 0  # its place in file order
     spool: str | None = None  # a folder for the parts read in the pool (see pool_read)
-    slot: int | None = None  # its place in the shared Claims, when a thief may take its end
+    slot: int | None = None  # its place in the shared claims (engine.claims), when a thief may take its end
+    claims: str | None = None  # ... the path of their file
     kept: TR.Kept | None = None  # gzip text kept on the way (this process's ranges only: never sent)
     header: bytes | None = None  # the text before the first event: a range that holds the tail reads it
-    keep: bool = False  # only the rows KEEP keeps
-
-
-_CLAIMS: Claims | None = None  # in a pool process: the shared claims
-KEEP = None  # the rows a read keeps (scan.read_chunks' keep), set before the pool is forked: never sent
-
-
-def share_claims(claims: Claims | None) -> None:
-    """The pool's initializer."""
-    global _CLAIMS
-    _CLAIMS = claims
+    keep: object = None  # only the rows it keeps (scan.read_chunks' keep; sent with the job: picklable)
 
 
 SUBPART_BYTES = 64 << 20  # text per part a pool process sends back as it goes (see pool_read)
 
 
-def pool_read(job: Job, between=None) -> Part:
+def pool_read(job: Job, between=None, claim=None) -> Part:
     """:func:`read_part` in a pool process. With ``job.spool``, the parts go through files there
     and only their names through the pool's pipe: this process reads the pipe only between its
     own pieces, and a part written to the pipe would hold the pool's process until then. A range
     goes back as a part per :data:`SUBPART_BYTES` of text, each written as soon as it is read:
     written at the end, the 1 GB range of the 2 GB trace took the pool's process 0.45 s after its
-    last piece, while this process waited for it."""
+    last piece, while this process waited for it. ``claim``: see :func:`read_part`."""
     if job.spool is None:
-        return read_part(job, between)
+        return read_part(job, between, claim=claim)
     paths = []
 
     def spool(part: Part) -> None:
@@ -99,7 +88,7 @@ def pool_read(job: Job, between=None) -> Part:
         with open(paths[-1], "wb") as f:
             pickle.dump(part, f, protocol=pickle.HIGHEST_PROTOCOL)
 
-    last = read_part(job, between, flush=spool)
+    last = read_part(job, between, flush=spool, claim=claim)
     if last.failed:
         return last
     spool(last)
@@ -119,12 +108,13 @@ def unspool(part: Part) -> Iterator[Part]:
         yield got
 
 
-def read_part(job: Job, between=None, flush=None) -> Part:
+def read_part(job: Job, between=None, flush=None, claim=None) -> Part:
     """Read one range or piece as scan.py reads a file, with tables of its own; ``between()``
     is called before each piece of text is decoded. With ``flush``, the events are read in parts
     of about :data:`SUBPART_BYTES` of text, each with tables of its own, and each but the last
-    given to ``flush`` as soon as it is read; the last is returned."""
-    claim = partial(_CLAIMS.claim, job.slot) if job.slot is not None and _CLAIMS is not None else None
+    given to ``flush`` as soon as it is read; the last is returned. ``claim(hi)``: records the
+    text below ``hi`` as read and gives the range's end (its thief may have moved it; None: no
+    thief, see :class:`~overlapprof.analysis.engine.claims.Claims`)."""
     source = TR.RangeText(job.path, job.a, job.b, claim=claim, kept=job.kept) if job.text is None else None
     texts = iter(source.pieces() if source is not None else [job.text])
     budget = SUBPART_BYTES if flush is not None else None
@@ -156,7 +146,7 @@ def read_part(job: Job, between=None, flush=None) -> Part:
         try:
             rows = rows_hint(min(len(job.text) if job.text is not None else job.bytes, budget or 1 << 62))
             arrays, part.unclassified, problems = read_chunks(job.path, chunks(part), names, recorder, threads, rows,
-                                                               keep=KEEP if job.keep else None)
+                                                               keep=job.keep)
         except (LayoutError, OverlapprofError, OSError):
             return Part(failed=True)
         if problems != Problems():  # a missing or odd time: worded by one process
@@ -192,7 +182,8 @@ def read_tail(job: Job, header: bytes, tail: bytes) -> tuple[D.TraceFile, Part |
     if not raws:
         return top, None
     text = b"[" + b",".join(raws) + b"]"
-    last = read_part(Job(**{**job.__dict__, "a": 0, "b": None, "text": text, "header": None, "slot": None, "kept": None}))
+    last = read_part(Job(**{**job.__dict__, "a": 0, "b": None, "text": text, "header": None, "slot": None,
+                            "claims": None, "kept": None}))
     return (top, last) if not last.failed else None
 
 

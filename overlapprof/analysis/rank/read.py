@@ -1,7 +1,7 @@
 """A trace file read into a :class:`~overlapprof.analysis.rank.scan.Scan`: by several processes
-when it is large (:mod:`overlapprof.analysis.rank.parallel_scan`), else, or when they give up,
-by this one (:mod:`overlapprof.analysis.rank.scan`). Above both, so neither imports the other's
-caller."""
+when it is large and the caller hands a parallel reader (``parallel``, an
+:class:`overlapprof.analysis.engine.parallel.Reader`), else, or when they give up, by this one
+(:mod:`overlapprof.analysis.rank.scan`)."""
 
 from __future__ import annotations
 
@@ -15,15 +15,14 @@ from overlapprof.errors import TraceError
 from overlapprof.trace import nsys
 
 
-def read_file(path, names: Index, recorder: CommRecorder | None, workers: int = 1, range_pool=None, sink=None,
-              keep=None):
+def read_file(path, names: Index, recorder: CommRecorder | None, parallel=None, sink=None, keep=None):
     """:func:`~overlapprof.analysis.rank.scan.read_serially`'s result, the file read by
-    ``workers`` processes when it is large (:func:`~overlapprof.analysis.rank.parallel_scan.read`,
-    which checked every time: no problem to raise), else, or when they give up, by this one."""
-    if workers > 1:
-        from overlapprof.analysis.rank import parallel_scan  # a small file's analysis needs no pool
-
-        got = parallel_scan.read(path, names, recorder, workers, pool=range_pool, sink=sink, keep=keep)
+    ``parallel(path, names, recorder, sink, keep)`` when it is given (several processes when the
+    file is large: :class:`~overlapprof.analysis.engine.parallel.Reader`, which checked every
+    time: no problem to raise; None when it did not read it), else, or when they give up, by
+    this one."""
+    if parallel is not None:
+        got = parallel(path, names, recorder, sink, keep)
         if got is not None:
             arrays, unclassified, header, threads = got
             return arrays, unclassified, header, threads, recorder
@@ -32,11 +31,10 @@ def read_file(path, names: Index, recorder: CommRecorder | None, workers: int = 
     return S.read_serially(path, names, recorder, sink, keep)
 
 
-def read_scan(path, names: Index, recorder: CommRecorder | None = None, workers: int = 1, range_pool=None,
+def read_scan(path, names: Index, recorder: CommRecorder | None = None, parallel=None,
               notes: list | None = None, step_range: str | None = None, rank_map: dict | None = None) -> S.Scan:
-    """Read a file's events chunk by chunk (:mod:`overlapprof.trace.reader`) into a scan; with
-    ``workers`` > 1, a large file in that many processes (``range_pool``: where the other
-    processes come from, None: forked here). An Nsight Systems export (or one rank of it) is
+    """Read a file's events chunk by chunk (:mod:`overlapprof.trace.reader`) into a scan; a
+    large file by ``parallel`` (see :func:`read_file`). An Nsight Systems export (or one rank of it) is
     read by :mod:`overlapprof.analysis.rank.nsys_scan` (its notes appended to ``notes``;
     ``step_range``: the NVTX range that is a step, ``rank_map``: pid -> rank)."""
     if nsys.is_sqlite(path):
@@ -46,7 +44,7 @@ def read_scan(path, names: Index, recorder: CommRecorder | None = None, workers:
         if notes is not None:
             notes += said
         return scan
-    arrays, unclassified, header, threads, recorder = read_file(path, names, recorder, workers, range_pool)
+    arrays, unclassified, header, threads, recorder = read_file(path, names, recorder, parallel)
     if arrays is None:
         raise TraceError(path, "no complete ('X') events: nothing to measure")
     negative = int(np.count_nonzero(arrays["dur"] < 0))

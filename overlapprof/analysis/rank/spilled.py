@@ -1,9 +1,11 @@
-"""A trace file read into files on disk, for :mod:`overlapprof.analysis.rank.bounded`.
+"""A trace file read into a store (in memory up to its budget, on disk past it), for
+:mod:`overlapprof.analysis.rank.bounded`.
 
 :class:`SpilledRows` takes the place of the in-memory columns while a file is read (the
 ``sink`` of :func:`~overlapprof.analysis.rank.scan.read_chunks`, in this process or from the
 parts of a parallel read): in memory it keeps only the ``ProfilerStep#N`` spans and, until a
-kernel is seen (CPU mode), the communication calls and annotations; on disk the GPU activity
+kernel is seen (CPU mode), the communication calls and annotations; in the store (the
+:class:`~overlapprof.analysis.engine.store.Store` it is handed) the GPU activity
 and runtime calls in buckets of correlation id (:data:`BUCKET_ROWS` rows each, about), the
 communication calls in file order and the CPU ops that may be compute. :func:`joined_by_time`
 then joins each GPU event to its launch a correlation bucket at a time and puts the result in
@@ -12,7 +14,7 @@ buckets of time; :func:`calls_by_time` puts each call in every time bucket it ov
 
 from __future__ import annotations
 
-import os
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +25,7 @@ from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.rank.events import step_number
 from overlapprof.analysis.rank.read import read_file
 from overlapprof.analysis.rank.scan import IS_CORRELATED, IS_GPU, SCAN_COLUMNS, launch_rows, Scan, file_rows_hint
-from overlapprof.analysis.spill import Buckets, Sample, SpillFailed, SpillFile
+from overlapprof.analysis.spill import Sample
 from overlapprof.errors import TraceError
 
 # GPU events and runtime calls joined and classified at once (a bucket), and CPU ops (a window).
@@ -36,7 +38,7 @@ _GPU_ROW = np.dtype([("corr", "<f8"), ("ts", "<f8"), ("dur", "<f8"), ("codes", "
 _CPU_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("thread", "<i4"), ("name_ids", "<i4")])
 _CALL_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("thread", "<i4"), ("name_ids", "<i4"), ("collective", "i1")])
 _JOINED_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("codes", "i1"), ("name_ids", "<i4"), ("launch_ts", "<f8"),
-                        ("launch_thread", "<i4"), ("corr", "<f8")])
+                        ("launch_thread", "<i4"), ("corr", "<f8"), ("thread", "<i4")])
 # Roles of a name, for the few rows and the CPU ops kept (bits).
 _CALL, _STEP, _COMM_ANN, _CPU_COMPUTE, _SYNC = 1, 2, 4, 8, 16
 
@@ -53,17 +55,17 @@ class SpilledRows:
     order), ``gpu`` (GPU events and runtime calls, bucket ``corr mod len(gpu)``, row order within
     a bucket; no correlation: bucket 0) and ``cpu`` (CPU ops that may be compute)."""
 
-    def __init__(self, folder: str, buckets: int, names: Index, comm_ann):
-        self.folder, self.names, self.comm_ann = folder, names, comm_ann
+    def __init__(self, store, buckets: int, names: Index, comm_ann):
+        self.names, self.comm_ann = names, comm_ann
         self.size = self.negative = 0
         self.kernels = False
         self.roles = np.zeros(0, dtype=np.int8)
         self.few = GrowingColumns(SCAN_COLUMNS, 1 << 12)
         # host synchronizations: runtime calls and CPU ops (those GPU mode reads: communication calls)
         self.syncs = GrowingColumns({"ts": np.float64, "end": np.float64, "read_in_gpu_mode": np.bool_}, 1 << 8)
-        self.gpu = Buckets(folder, "gpu", _GPU_ROW, buckets)
-        self.cpu = SpillFile(os.path.join(folder, "cpu"), _CPU_ROW)
-        self.calls = SpillFile(os.path.join(folder, "calls"), _CALL_ROW)
+        self.gpu = store.buckets("gpu", _GPU_ROW, buckets)
+        self.cpu = store.file("cpu", _CPU_ROW)
+        self.calls = store.file("calls", _CALL_ROW)
         self.sample = Sample()  # of the times kept on disk: where the time buckets are cut
 
     def append(self, columns: dict, corr: np.ndarray) -> None:
@@ -151,40 +153,44 @@ def _buckets(path) -> int:
     return int(min(MAX_BUCKETS, max(1, -(-file_rows_hint(path) // BUCKET_ROWS))))
 
 
-def read_spilled(path: str, names: Index, comm_ann, folder: str, workers: int) -> SpilledFile:
-    """A file read into :class:`SpilledRows`: by ``workers`` processes when it is large
-    (:func:`~overlapprof.analysis.rank.parallel_scan.read`), else by this one."""
+def read_spilled(path: str, names: Index, comm_ann, store, parallel=None) -> SpilledFile:
+    """A file read into :class:`SpilledRows` in ``store``: by ``parallel`` when it is given and
+    the file is large (see :func:`~overlapprof.analysis.rank.read.read_file`), else by this one."""
     made: list[SpilledRows] = []
 
     def sink():
         for old in made:  # read again (not the line layout): what was kept goes
             old.remove()
-        sub = os.path.join(folder, str(len(made)))
-        try:
-            os.mkdir(sub)
-        except OSError as exc:
-            raise SpillFailed(sub, exc) from None
-        made.append(SpilledRows(sub, _buckets(path), names, comm_ann))
+        # rows that fit (a store without a limit) are one bucket: classified at once, as in memory
+        made.append(SpilledRows(store, _buckets(path) if math.isfinite(store.budget) else 1, names, comm_ann))
         return made[-1]
 
-    rows, unclassified, header, _, _ = read_file(path, names, None, workers, sink=sink)
+    rows, unclassified, header, _, _ = read_file(path, names, None, parallel, sink=sink)
     if rows is None:
         raise TraceError(path, "no complete ('X') events: nothing to measure")
     return SpilledFile(str(path), rows, header, unclassified)
 
 
-def joined_by_time(f: SpilledFile, edges: np.ndarray, folder: str) -> Buckets:
+def joined_by_time(f: SpilledFile, edges: np.ndarray, store, needs=None, wait_id: int = -1):
     """The file's GPU events with their launch (time and thread, NaN and -1: none), in buckets of
     the time that places them among the calls (the launch's, else their own start): each
-    correlation bucket holds every event with its runtime call, so the join is exact."""
-    out = Buckets(folder, "joined", _JOINED_ROW, edges.size + 1)
+    correlation bucket holds every event with its runtime call, so the join is exact; so does
+    it each CUDA sync event with the ``cudaEventRecord`` call it waits on: with ``needs`` (a
+    :class:`~overlapprof.analysis.rank.waits.NeedTimes`), the waits (name id ``wait_id``) go there."""
+    out = store.buckets("joined", _JOINED_ROW, edges.size + 1)
     for bucket in f.rows.gpu:
         rec = bucket.read()
         bucket.remove()
         launch = launch_rows(rec["codes"], rec["corr"])  # rows of rec, for its GPU rows
+        if needs is not None and (is_sync := rec["codes"] == C.SYNC).any():
+            record = launch_rows(rec["codes"], rec["corr"], of=(C.SYNC,))  # of the sync rows, in row order
+            sync = rec[is_sync]
+            wait = (sync["name_ids"] == wait_id) & (record >= 0)
+            at = record[wait]
+            needs.add_waits(sync["thread"][wait], sync["ts"][wait], rec["thread"][at], rec["ts"][at])
         gpu = rec[IS_GPU[rec["codes"]]]
         joined = np.empty(gpu.size, dtype=_JOINED_ROW)
-        for k in ("ts", "dur", "codes", "name_ids", "corr"):
+        for k in ("ts", "dur", "codes", "name_ids", "corr", "thread"):
             joined[k] = gpu[k]
         found = launch >= 0
         joined["launch_ts"] = np.where(found, rec["ts"][np.maximum(launch, 0)], np.nan)
@@ -194,9 +200,9 @@ def joined_by_time(f: SpilledFile, edges: np.ndarray, folder: str) -> Buckets:
     return out
 
 
-def calls_by_time(f: SpilledFile, edges: np.ndarray, folder: str) -> Buckets:
+def calls_by_time(f: SpilledFile, edges: np.ndarray, store):
     """The file's communication calls, each in every time bucket it overlaps (in file order)."""
-    out = Buckets(folder, "calls", _CALL_ROW, edges.size + 1)
+    out = store.buckets("calls", _CALL_ROW, edges.size + 1)
     for rec in f.rows.calls.windows(BUCKET_ROWS):
         first = np.searchsorted(edges, rec["ts"], "right")
         last = np.searchsorted(edges, rec["ts"] + np.maximum(rec["dur"], 0), "right")

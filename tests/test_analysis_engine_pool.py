@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import overlapprof
-from overlapprof.analysis.executors import DaskScheduler
+from overlapprof.analysis.engine.pool import DaskScheduler
 
 import synthetic as S
 

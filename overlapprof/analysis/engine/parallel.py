@@ -19,10 +19,11 @@ How the text reaches the workers:
 This process reads ranges too. They are handed out from both ends (:class:`_Schedule`): the
 pool's processes take them from the front, one at a time, and this process from the back; once
 all are handed out, this process takes the unread end of a range the pool is reading (work
-stealing, :class:`~overlapprof.analysis.rank.claims.Claims`). The pool is the stdlib's process
-pool, forked from this process; a pool process's part comes back through a file of a private
-temporary folder (:func:`~overlapprof.analysis.rank.parts.pool_read`), and only the file's name
-through the pool's pipe, so the process never waits for this one to read it.
+stealing, :class:`~overlapprof.analysis.engine.claims.Claims`, whose file each pool task opens
+by the path its job carries). The pool is the stdlib's process pool
+(:func:`~overlapprof.analysis.engine.pool.forked`); a pool process's part comes back through a
+file of a private temporary folder (:func:`~overlapprof.analysis.rank.parts.pool_read`), and only
+the file's name through the pool's pipe, so the process never waits for this one to read it.
 
 Memory: each worker holds a piece of text and its decoded events, plus the arrays of its range;
 the parent, the columns of the file (as when reading it alone,
@@ -40,9 +41,8 @@ import os
 from functools import partial
 
 from overlapprof.analysis.columns import Index
-from overlapprof.analysis.rank.claims import Claims, can_share
-from overlapprof.analysis.rank import parts
-from overlapprof.analysis.rank.parts import Job, Merge, Part, pool_read, read_part, read_tail, share_claims, unspool
+from overlapprof.analysis.engine.claims import Claims, can_share
+from overlapprof.analysis.rank.parts import Job, Merge, Part, pool_read, read_part, read_tail, unspool
 from overlapprof.analysis.rank.scan import rows_hint
 from overlapprof.analysis.records.recorder import CommRecorder
 from overlapprof.analysis.spill import new_folder
@@ -129,7 +129,7 @@ class _Schedule:
             if self.claims is not None and job.b is not None and job.number < len(self.claims.slots) // 2:
                 job.slot = job.number
                 self.claims.open(job.slot, job.a, job.b)
-            self.results[self.front] = self.pool.submit(pool_read, job)
+            self.results[self.front] = self.pool.submit(read_range, job)
             self.front += 1
 
     def steal(self, head: int) -> bool:
@@ -187,6 +187,31 @@ def _running(result) -> bool:
     return result is not None and not isinstance(result, Part) and not result.done()
 
 
+def read_range(job: Job) -> Part:
+    """A pool's task: :func:`~overlapprof.analysis.rank.parts.pool_read` of ``job``, claiming
+    its pieces in the claims its job names (a thief may take its end)."""
+    if job.slot is None or job.claims is None:
+        return pool_read(job)
+    claims = Claims.attach(job.claims)
+    try:
+        return pool_read(job, claim=partial(claims.claim, job.slot))
+    finally:
+        claims.close()
+
+
+class Reader:
+    """How a rank's files are read: a large one by ``workers`` processes (this one and ``workers
+    - 1`` of ``pool``), see :meth:`__call__`. The measuring code is handed one (``parallel``, see
+    :func:`overlapprof.analysis.rank.read.read_file`) and never imports this module."""
+
+    def __init__(self, workers: int, pool=None):
+        self.workers, self.pool = workers, pool
+
+    def __call__(self, path, names: Index, recorder: CommRecorder | None, sink=None, keep=None):
+        """:func:`read` with this reader's workers and pool."""
+        return read(path, names, recorder, self.workers, pool=self.pool, sink=sink, keep=keep)
+
+
 def read(path, names: Index, recorder: CommRecorder | None, workers: int, pool=None, sink=None, keep=None):
     """``(arrays, unclassified, header, threads)`` of the file as :func:`scan.read_chunks`
     gives them (and its top level, and the keys of its thread codes), read by ``workers``
@@ -195,38 +220,27 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, pool=N
     reads it in this process).
 
     ``pool``: where the ``workers - 1`` other processes come from: None, forked here
-    (``concurrent.futures.ProcessPoolExecutor``); else a callable that makes a pool of them
-    (``pool(processes)``: a context manager with ``submit(fn, *args)``, whose tasks have
-    ``done()`` and ``result()``, and ``shutdown()``), such as
-    :class:`~overlapprof.analysis.executors.DaskRanges`, whose processes may be on other
+    (:func:`~overlapprof.analysis.engine.pool.forked`); else a callable that makes a
+    :class:`~overlapprof.analysis.engine.pool.Pool` of them (``pool(processes)``), such as
+    :class:`~overlapprof.analysis.engine.pool.DaskRanges`, whose processes may be on other
     machines: then the ranges are read as plain ranges, their parts come back as
     results, and nothing is shared (no work stealing). ``sink``: makes where the columns go
     (see :func:`scan.read_chunks`; its ``result()`` is the first item), and then this process's
     own parts wait in files as the pool's do. ``keep``: only the rows it keeps (see
-    :func:`scan.read_chunks`; the forked pool inherits it: not with ``pool``)."""
-    parts.KEEP = keep  # before the pool is forked, so that its processes have it
-    try:
-        return _read(path, names, recorder, workers, pool, sink, keep)
-    finally:
-        parts.KEEP = None
-
-
-def _read(path, names, recorder, workers, pool, sink, keep):
+    :func:`scan.read_chunks`; sent with each job)."""
     try:
         probe = TR.probe(path)
     except (LayoutError, OverlapprofError, OSError):
         return None
     if probe.size - probe.first < PARALLEL_MIN_TEXT or (pool is None and not can_share()):
         return None
-    if keep is not None and pool is not None:
-        return None  # a keep is inherited by forked processes, not sent
-    import multiprocessing  # a small file needs no pool
-    import shutil
-    from concurrent.futures import ProcessPoolExecutor
+    import shutil  # a small file needs no pool
     from concurrent.futures.process import BrokenProcessPool
 
+    from overlapprof.analysis.engine.pool import forked
+
     base = Job(str(path), recorder is not None, recorder.comm_re if recorder else None,
-                recorder.own if recorder else False, header=probe.header, keep=keep is not None)
+                recorder.own if recorder else False, header=probe.header, keep=keep)
     merged = Merge(names, recorder, rows_hint(probe.size - probe.first), sink() if sink is not None else None)
     jobs = _jobs_of_ranges(probe, workers, base)
     tail, claims, top, last, spool = None, None, None, None, None
@@ -239,9 +253,9 @@ def _read(path, names, recorder, workers, pool, sink, keep):
         make_pool = pool
         if make_pool is None:
             claims = Claims(spool, len(jobs))
-            # forked: the processes inherit the claims' mapping and KEEP, which are never sent
-            make_pool = partial(ProcessPoolExecutor, mp_context=multiprocessing.get_context("fork"),
-                                initializer=share_claims, initargs=(claims,))
+            for job in jobs:
+                job.claims = claims.path
+            make_pool = partial(forked, method="fork")  # where claims can be shared (can_share): POSIX
         with make_pool(workers - 1) as pool:
             schedule = _Schedule(jobs, pool, workers - 1, claims, SKIP_COST if probe.gzip else 0.0, sink is not None)
             for part in schedule.parts():

@@ -1,5 +1,5 @@
 """The shared record of how far each range of a parallel read is read, for work stealing
-(:mod:`overlapprof.analysis.rank.parallel_scan`)."""
+(:mod:`overlapprof.analysis.engine.parallel`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def can_share() -> bool:
 class Claims:
     """Work stealing between this process and the pool's: for each range handed to the pool,
     its end and how far its reader has given out pieces (``claimed``), in a file of the spool
-    folder that every process maps (the pool's inherit it when they are forked). The reader
+    folder that every process maps (a pool's task opens it by its path, :meth:`attach`). The reader
     claims each piece before it decodes it (:meth:`claim`, through
     :class:`~overlapprof.trace.ranges.RangeText`); this process, with no range of its own left,
     takes the second half of what is not claimed yet (:meth:`steal`), so that a dense range
@@ -28,13 +28,27 @@ class Claims:
     dies) makes claim and steal atomic."""
 
     def __init__(self, folder: str, count: int):
+        size = 16 * max(count, 1)  # [end, claimed] per range
+        self.path = os.path.join(folder, "claims")
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.ftruncate(fd, size)
+        self._open(fd, size)
+
+    def _open(self, fd: int, size: int) -> None:
         import mmap
 
-        size = 16 * max(count, 1)  # [end, claimed] per range
-        self.fd = os.open(os.path.join(folder, "claims"), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        os.ftruncate(self.fd, size)
-        self._map = mmap.mmap(self.fd, size)
+        self.fd = fd
+        self._map = mmap.mmap(fd, size)
         self.slots = memoryview(self._map).cast("q")
+
+    @classmethod
+    def attach(cls, path: str) -> Claims:
+        """The claims another process made at ``path`` (a task of its pool); :meth:`close` it."""
+        self = cls.__new__(cls)
+        self.path = path
+        fd = os.open(path, os.O_RDWR)
+        self._open(fd, os.fstat(fd).st_size)
+        return self
 
     def close(self) -> None:
         self.slots.release()

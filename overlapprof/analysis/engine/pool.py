@@ -1,4 +1,10 @@
-"""Where the per-rank work runs when it leaves this machine: a Dask distributed cluster.
+"""Where work runs beyond this process: the stdlib's process pool, forked here
+(:func:`forked`), or a Dask distributed cluster (:func:`run_on_dask`, :class:`DaskRanges`).
+
+Both are a :class:`Pool`: ``submit(fn, *args)`` gives a task with ``done()`` and ``result()``,
+``shutdown()`` cancels what has not started, and the pool is a context manager. The parallel
+read of one file (:mod:`overlapprof.analysis.engine.parallel`) takes either; every argument a
+task needs travels with it (nothing is inherited through ``fork``).
 
 The analyzer's per-rank work (:func:`overlapprof.analysis.analyzer.analyze_group`: decode,
 classify and measure one rank's files) is independent across ranks and returns a small
@@ -21,7 +27,7 @@ scheduler cancels the tasks, which is one error line too.
 
 A rank whose file is large, on a cluster with worker threads to spare (more than one per rank),
 has its file's byte ranges read as tasks of the cluster too (:class:`DaskRanges`, given to
-:func:`overlapprof.analysis.rank.parallel_scan.read`): its task reads some ranges itself, other
+:func:`overlapprof.analysis.engine.parallel.read`): its task reads some ranges itself, other
 workers the rest, and their arrays come back to it to be merged, so the report is the one a
 single process gives. A range task that fails past Dask's retries makes the rank's task read
 the whole file itself.
@@ -40,8 +46,42 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from overlapprof.errors import ClusterError, InputError
+
+
+
+class Task(Protocol):
+    def done(self) -> bool: ...
+
+    def result(self): ...
+
+
+class Pool(Protocol):
+    """Processes that run tasks: ``concurrent.futures.ProcessPoolExecutor`` is one, and so is
+    :class:`DaskRanges`."""
+
+    def submit(self, fn, *args) -> Task: ...
+
+    def shutdown(self) -> None: ...
+
+    def __enter__(self) -> Pool: ...
+
+    def __exit__(self, kind, exc, tb) -> None: ...
+
+
+def forked(processes: int, method: str | None = None) -> Pool:
+    """The stdlib's pool of ``processes`` processes, forked from this one on Linux (no re-import
+    of the caller's main module), spawned elsewhere, or started by ``method``. Their tasks get
+    what they need as arguments."""
+    import multiprocessing  # here: a process pool costs import time that one rank does not need
+    import sys
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context(method or ("fork" if sys.platform == "linux" else "spawn"))
+    return ProcessPoolExecutor(max_workers=processes, mp_context=context)
+
 
 # Seconds to wait for the scheduler to answer, and then for its first worker to join.
 DEFAULT_TIMEOUT_S = 30.0
@@ -255,7 +295,7 @@ def _collect(future, k: int, jobs, where: str, distributed, finish) -> None:
 
 
 class DaskRanges:
-    """The pool that reads a large file's byte ranges (:func:`overlapprof.analysis.rank.parallel_scan.read`)
+    """The pool that reads a large file's byte ranges (:func:`overlapprof.analysis.engine.parallel.read`)
     when its rank's analysis runs as a task of a Dask cluster: each range is another task of that
     cluster, on whichever worker is free, which opens the trace at its path and sends back the
     range's arrays. Runs on a Dask worker (``get_client``: the cluster of the running task).

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import overlapprof
-from overlapprof.analysis.rank import parallel_scan as P
+from overlapprof.analysis.engine import parallel as P
 from overlapprof.analysis.rank import parts as PR
 from overlapprof.analysis.columns import Index
-from overlapprof.analysis.rank.claims import Claims
+from overlapprof.analysis.engine.claims import Claims
 from overlapprof.errors import TraceError
 from overlapprof.renderers import json as json_renderer
 from overlapprof.trace import decode as D
@@ -226,10 +226,10 @@ def test_a_worker_killed_mid_read_leaves_one_process_to_read(tmp_path, monkeypat
     parent = os.getpid()
     real = PR.read_part
 
-    def killed(job, between=None, flush=None):
+    def killed(job, between=None, flush=None, claim=None):
         if os.getpid() != parent:
             os.kill(os.getpid(), signal.SIGKILL)
-        return real(job, between, flush)
+        return real(job, between, flush, claim)
 
     monkeypatch.setattr(PR, "read_part", killed)
     assert P.read(path, Index(), None, 2) is None
@@ -304,10 +304,9 @@ def test_schedule_steals_from_the_pool(tmp_path, small):
     merged = PR.Merge(names, None, 1 << 16)
     spool = tmp_path / "spool"
     spool.mkdir()
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"), initializer=PR.share_claims,
-                             initargs=(claims,)) as pool:
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
         for job in jobs:
-            job.spool = str(spool)
+            job.spool, job.claims = str(spool), claims.path
         schedule = P._Schedule(jobs, pool, 1, claims)
         for part in schedule.parts():
             assert not part.failed

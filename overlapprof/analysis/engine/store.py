@@ -1,0 +1,174 @@
+"""Rows kept in memory up to a budget and on disk past it (issue 36).
+
+A :class:`Store` holds *bins*: records of one numpy dtype appended a batch at a time and read
+back whole or a window at a time (:meth:`Store.file`), and sets of bins that rows are routed to
+by a bucket number (:meth:`Store.buckets`). Every bin starts in memory; when the bytes held in
+memory pass the budget, the largest bin in memory goes to a file of the store's folder (and
+what is appended to it after goes there too), again until the store is under its budget: a bin
+at a time, so what fits is never written, and what does not is written once and read once. The
+folder (``$TMPDIR/overlapprof-*``) is made only when a first bin goes to disk (with a budget of
+0, when the store opens), and removed when the store closes. With no budget (None) nothing is written.
+
+The measuring code is handed a store (:func:`overlapprof.analysis.rank.bounded.measure`,
+:func:`overlapprof.analysis.like_hta.rank_metrics`); the bins have the interface of
+:class:`~overlapprof.analysis.spill.SpillFile` and :class:`~overlapprof.analysis.spill.Buckets`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+
+import numpy as np
+
+from overlapprof.analysis.spill import SpillFailed, SpillFile, new_folder, spill_error
+
+
+class Store:
+    """Bins of rows, in memory up to ``budget`` bytes (None: no limit; 0: every bin on disk),
+    the rest in files; ``label`` names what is stored in the one-line error when the disk
+    fails. A context manager: its folder goes at the end, and a failure to make, write or read
+    it is :class:`~overlapprof.errors.SpillError`."""
+
+    def __init__(self, budget: int | None, label: str = "the trace"):
+        self.budget = math.inf if budget is None else budget
+        self.label = label
+        self.held = 0  # bytes of the bins in memory
+        self.bins: list[Bin] = []
+        self.folder: str | None = None
+        self.spilled = 0  # bins sent to disk (tests read it)
+
+    def __enter__(self) -> Store:
+        if self.budget == 0:  # everything goes to disk: the folder at once, as the work starts
+            try:
+                self.path("")
+            except SpillFailed as exc:
+                raise spill_error(self.label, exc.error) from None
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        self.close()
+        if isinstance(exc, SpillFailed):
+            raise spill_error(self.label, exc.error) from None
+
+    def close(self) -> None:
+        for b in self.bins:
+            b.remove()
+        self.bins = []
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+    def file(self, name: str, dtype) -> Bin:
+        """A new bin of records of ``dtype`` (``name``: its file's, should it go to disk)."""
+        b = Bin(self, f"{len(self.bins)}.{name}", np.dtype(dtype))
+        self.bins.append(b)
+        if self.budget == 0:
+            b.spill()
+        return b
+
+    def buckets(self, name: str, dtype, count: int) -> Buckets:
+        """``count`` new bins that :meth:`Buckets.route` sends records to by bucket number."""
+        return Buckets([self.file(f"{name}.{k}", dtype) for k in range(count)])
+
+    def path(self, name: str) -> str:
+        """Where a bin named ``name`` is written (the folder made now, if it is not yet)."""
+        if self.folder is None:
+            try:
+                self.folder = new_folder()
+            except OSError as exc:
+                raise SpillFailed(os.environ.get("TMPDIR") or "/tmp", exc) from None
+        return os.path.join(self.folder, name)
+
+    def _grew(self, nbytes: int) -> None:
+        self.held += nbytes
+        while self.held > self.budget:
+            largest = max((b for b in self.bins if b.file is None), key=lambda b: b.bytes, default=None)
+            if largest is None or largest.bytes == 0:
+                return
+            largest.spill()
+
+
+class Bin:
+    """Records of one dtype, appended in order: in memory (a list of arrays) until the store
+    sends it to disk (:meth:`spill`)."""
+
+    def __init__(self, store: Store, name: str, dtype: np.dtype):
+        self.store, self.name, self.dtype = store, name, dtype
+        self.parts: list[np.ndarray] = []
+        self.bytes = self.rows = 0
+        self.file: SpillFile | None = None
+
+    def append(self, records: np.ndarray) -> None:
+        if records.size == 0:
+            return
+        self.rows += records.size
+        if self.file is not None:
+            self.file.append(records)
+            return
+        records = np.array(records, dtype=self.dtype)  # a copy: a view would hold its whole base
+        self.parts.append(records)
+        self.bytes += records.nbytes
+        self.store._grew(records.nbytes)
+
+    def spill(self) -> None:
+        """Send the records to a file, and what comes after."""
+        self.file = SpillFile(self.store.path(self.name), self.dtype)
+        for part in self.parts:
+            self.file.append(part)
+        self.store.held -= self.bytes
+        self.store.spilled += 1
+        self.parts, self.bytes = [], 0
+
+    def read(self) -> np.ndarray:
+        """Every record (the bin stays)."""
+        if self.file is not None:
+            return self.file.read()
+        if len(self.parts) > 1:
+            self.parts = [np.concatenate(self.parts)]
+        return self.parts[0] if self.parts else np.empty(0, dtype=self.dtype)
+
+    def windows(self, rows: int):
+        """The records, at most ``rows`` at a time, in order."""
+        if self.file is not None:
+            yield from self.file.windows(rows)
+            return
+        whole = self.read()
+        for at in range(0, whole.size, rows):
+            yield whole[at : at + rows]
+
+    def remove(self) -> None:
+        if self.file is not None:
+            self.file.remove()
+            self.file = None
+        self.store.held -= self.bytes
+        self.parts, self.bytes = [], 0
+
+
+class Buckets:
+    """Bins that :meth:`route` sends each record to by its bucket number, keeping the records'
+    order within a bucket."""
+
+    def __init__(self, bins: list[Bin]):
+        self.files = bins
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __iter__(self):
+        return iter(self.files)
+
+    def route(self, bucket: np.ndarray, records: np.ndarray) -> None:
+        if len(self.files) == 1:
+            self.files[0].append(records)
+            return
+        order = np.argsort(bucket, kind="stable")
+        bounds = np.searchsorted(bucket[order], np.arange(len(self.files) + 1))
+        records = records[order]
+        for k in np.flatnonzero(np.diff(bounds)).tolist():
+            self.files[k].append(records[bounds[k] : bounds[k + 1]])
+
+    def remove(self) -> None:
+        for f in self.files:
+            f.remove()

@@ -1,0 +1,63 @@
+"""The store (issue 36): rows in memory up to the budget, a bin at a time on disk past it, the
+same rows back whatever the budget; nothing written when they fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from overlapprof.analysis.engine import store as ST
+from overlapprof.errors import SpillError
+
+ROW = np.dtype([("ts", "<f8"), ("k", "<i4")])
+
+
+def _rows(n, at=0):
+    r = np.empty(n, dtype=ROW)
+    r["ts"], r["k"] = np.arange(at, at + n, dtype=np.float64), np.arange(at, at + n) % 7
+    return r
+
+
+def _fill(store):
+    single = store.file("one", ROW)
+    buckets = store.buckets("b", ROW, 4)
+    for at in range(0, 4000, 500):
+        single.append(_rows(500, at))
+        rows = _rows(500, at)
+        buckets.route(rows["k"] % 4, rows)
+    return single, buckets
+
+
+@pytest.mark.parametrize("budget", [None, 0, 10_000, 40_000])
+def test_the_same_rows_whatever_the_budget(tmp_path, monkeypatch, budget):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    with ST.Store(budget) as store:
+        single, buckets = _fill(store)
+        assert store.held <= (budget if budget is not None else np.inf)
+        assert np.array_equal(single.read(), _rows(4000))
+        assert np.array_equal(np.concatenate(list(single.windows(300))), _rows(4000))
+        got = np.concatenate([b.read() for b in buckets])
+        want = _rows(4000)
+        want = np.concatenate([want[want["k"] % 4 == k] for k in range(4)])  # file order within a bucket
+        assert np.array_equal(got, want)
+        on_disk = [b for b in store.bins if b.file is not None]
+        if budget is None:
+            assert store.spilled == 0 and store.folder is None and not list(tmp_path.iterdir())
+        elif budget == 0:
+            assert len(on_disk) == len(store.bins) == 5
+        else:  # some in memory, the largest on disk
+            assert 0 < len(on_disk) < len(store.bins)
+            assert max(b.rows for b in on_disk) >= max(b.rows for b in store.bins if b.file is None)
+        buckets.remove()
+        single.remove()
+        assert store.held == 0
+    assert not list(tmp_path.iterdir())  # the folder goes with the store
+
+
+def test_a_folder_that_cannot_be_made_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "missing"))
+    with pytest.raises(SpillError, match="cannot keep the events of rank 3 on disk"):
+        with ST.Store(0, "rank 3") as store:
+            store.file("x", ROW).append(_rows(10))
+    with ST.Store(None, "rank 3") as store:  # nothing written: no folder needed
+        store.file("x", ROW).append(_rows(10))
