@@ -158,7 +158,7 @@ NPROC = 3
 def _run(out, run_id, slow_ms):
     proc = subprocess.run(
         [sys.executable, "-m", "overlapprof", "run", REPO / "workloads/allreduce.py", "--nproc", str(NPROC),
-         "--variant", "sync", "--run-id", run_id, "--out", out, "--no-analyze", "--active", "3",
+         "--variant", "sync", "--run-id", run_id, "--out", out, "--no-analyze", "--active", "3", "--warmup-steps", "1", "--wait", "0",
          "--opt", "slow_rank=1", "--opt", f"slow_ms={slow_ms}"],  # 3 steps: every one is checked below
         capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
