@@ -171,7 +171,7 @@ JOB = textwrap.dedent("""
             with overlapprof.profile(out=out, run_id="taken") as prof:
                 prof.step()
         except RunDirError as exc:
-            os.write(1, f"rank {rank}: {exc}\n".encode())
+            os.write(1, f"rank {rank}: {exc}\\n".encode())
     if "outer" in which:   # a second profile() inside the first is refused; the first goes on
         with overlapprof.profile(run_id="outer", **settings) as prof:
             step(prof)
