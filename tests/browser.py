@@ -99,16 +99,6 @@ class Page:
             raise RuntimeError(f"evaluate: {result['exceptionDetails']}")
         return result["result"].get("value")
 
-    def poll(self, expression: str, timeout: float = 10.0, every: float = 0.05):
-        """``evaluate(expression)`` until it is truthy or ``timeout`` seconds pass (then its last
-        value): waits as long as the page needs, instead of a fixed sleep."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = self.evaluate(expression)
-            if value or time.monotonic() > deadline:
-                return value
-            time.sleep(every)
-
     def errors(self) -> list[str]:
         """Console errors, uncaught exceptions and browser log errors seen so far."""
         out = []
