@@ -76,6 +76,7 @@ def test_declared_variants_are_the_tested_ones():
 
     for name, variants in WORKLOAD_VARIANTS.items():
         assert tuple(load(REPO / "workloads" / f"{name}.py").variants) == variants
+        assert set(variants_run(name, 2)) | set(variants_run(name, 4)) == set(variants), name  # each run somewhere
 
 
 @parametrize_case
