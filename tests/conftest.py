@@ -224,12 +224,22 @@ TORCH_FIXTURES = TORCH_FIXTURES | {"own_job", "handler_cycles"}
 
 
 # -- a run on a loaded machine (test_compare.py, test_profiling.py): CPU burners (other
-# processes) take most of the machine while the run's steps are measured. They start once the
-# ranks have started up (``ready()``), not before: under 4 burners a core, the ranks' start-up
-# (importing torch, the profiler's) took several times as long, and its load is not judged.
+# processes) take most of the machine while the run's steps are measured.
+# - Each burner runs in a session of its own, as each rank does (torchelastic starts ranks with
+#   start_new_session): where the kernel shares the CPU between sessions first (autogroup, on here),
+#   burners in one session were one group beside each rank's, and took only about a third of an
+#   idle 2-core machine (0.27-0.42 measured), less on a machine others load; one group each, 2 a
+#   core take about 2/3 of it, with autogroup or without.
+# - They start once the ranks have started up (``ready()``), not before: the launcher shares the
+#   test's session, and under the burners its start-up (importing torch) took several times as
+#   long; the load of the start-up is not judged.
+BURNERS_PER_CORE = 2
+
+
 def loaded_run(command, ready, out_dir, timeout=300, env=None):
     """Run ``command`` (a list) from the repository; once ``ready()`` (polled) or the command has
-    ended, start 4 x cores busy-looping Python processes until it ends. A CompletedProcess."""
+    ended, start BURNERS_PER_CORE x cores busy-looping Python processes, each in its own session,
+    until it ends. A CompletedProcess."""
     import os as _os
     import time as _time
 
@@ -241,8 +251,8 @@ def loaded_run(command, ready, out_dir, timeout=300, env=None):
             deadline = _time.monotonic() + timeout
             while proc.poll() is None and not ready() and _time.monotonic() < deadline:
                 _time.sleep(0.05)
-            burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                       for _ in range(4 * (_os.cpu_count() or 1))]
+            burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+                       for _ in range(BURNERS_PER_CORE * (_os.cpu_count() or 1))]
             proc.wait(timeout=max(1.0, deadline - _time.monotonic()))
         finally:
             for b in burners:

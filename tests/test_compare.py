@@ -275,7 +275,8 @@ def test_a_comparison_the_machines_load_explains_is_not_trusted(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     load = json.loads((loaded / "run.json").read_text())["ranks"]["0"]["machine_load"]
     assert load["cores"] == os.cpu_count() and len(load["load_average"]) == 2
-    # others' share of the profiled steps: 0.27-0.42 measured on the 2-core CI machine (8 burners)
+    # others' share of the profiled steps: 0.27-0.42 measured on the 2-core CI machine (8 burners in
+    # the test's session); each in a session of its own now (conftest.loaded_run): 2/3 expected, not yet measured idle
     assert load["other_share"]["profiled"] >= 0.2 and load["ticks"]["profiled"] >= 50, load
     assert json.loads((loaded / "run.json").read_text())["ranks"]["1"]["machine_load"] is None  # one per node
 

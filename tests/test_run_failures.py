@@ -224,8 +224,8 @@ def test_overlapprofs_own_time_is_not_the_workloads(tmp_path):
     torch._dynamo and torch._inductor, seconds per rank when ranks share cores), saving each
     cycle's trace (--repeat 2) and the ranks meeting are overlapprof's time, not the workload's;
     before, the run failed blaming the workload 'in its own code'. -q: no rank's ok line on the
-    console (each is in its log). The async variant only: the sync one's 6 more ranks showed nothing more."""
-    proc = _overlapprof("run", "workloads/ring.py", "--nproc", 6, "--timeout", 2, "--repeat", 2, "--variant", "async",
+    console (each is in its log)."""
+    proc = _overlapprof("run", "workloads/ring.py", "--nproc", 6, "--timeout", 2, "--repeat", 2,
                         "--out", tmp_path, "--run-id", "t", "-q", "--no-analyze", *SHORT_SCHEDULE,
                         "--opt", "size=64", "--opt", "chunk=1024", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
