@@ -229,7 +229,8 @@ TORCH_FIXTURES = TORCH_FIXTURES | {"own_job", "handler_cycles"}
 #   start_new_session): where the kernel shares the CPU between sessions first (autogroup, on here),
 #   burners in one session were one group beside each rank's, and took only about a third of an
 #   idle 2-core machine (0.27-0.42 measured), less on a machine others load; one group each, 2 a
-#   core take about 2/3 of it, with autogroup or without.
+#   core beside 2 ranks should take about 2/3 of it, with autogroup or without (not yet measured
+#   idle; loaded by others, 2026-12-06 18:32 UTC, load 10: 0.75 against 0.46-0.55 quiet).
 # - They start once the ranks have started up (``ready()``), not before: the launcher shares the
 #   test's session, and under the burners its start-up (importing torch) took several times as
 #   long; the load of the start-up is not judged.
