@@ -28,9 +28,9 @@ REPO = Path(__file__).resolve().parent.parent
 # Long enough that the sleep dominates the peer's late window: its own step compute, which a
 # loaded machine stretches, stays a small share of it (at 30 ms, 'other' was 79.7% once, 80% asked;
 # at 60 ms and the ring's default size, a loaded machine (load 6 on 2 cores, 2026-12-06 17:44 UTC)
-# made the median wait 79.5 ms, past 1.3 x 60: its compute and the rounds after the sleep add a load-sized absolute
-# amount, so the sleep is 150 ms and the sleeper's ring is small (size 320: 1/8 of the default's
-# matmul flops), each step's extra then a small share of the sleep).
+# made the median wait 79.5 ms, past 1.3 x 60: its compute and the rounds after the sleep add a
+# load-sized absolute amount, so the sleep is 150 ms and the sleeper's ring is small (size 320: 1/8
+# of the default's matmul flops), each step's extra then a small share of the sleep).
 SLOW_MS = 150.0
 SLOW_SIZE = 320
 STEPS = 4
