@@ -55,11 +55,18 @@ WORKLOAD_VARIANTS = {  # checked against the files by tests/test_run_workloads.p
 # (0-1, 2-3) and scatter's list of world-size chunks. The other variants' 4-rank runs would repeat
 # their 2-rank ones (each variant's launch costs ~6 s of rank start-up).
 FOUR_RANK_VARIANTS = {"ring": ("sync", "async"), "collectives": ("sync", "async", "scatter")}
+# Collectives' 4-rank variants are not run again on 2 ranks: their 2-rank runs showed nothing the
+# 4-rank ones do not (the same calls, one pair fewer), and cost ~5 s of CPU each. The ring's 2-rank
+# variants stay: they are the ``runs`` fixture's, which costs nothing more.
+TWO_RANK_ONLY = {"collectives": tuple(v for v in WORKLOAD_VARIANTS["collectives"]
+                                      if v not in FOUR_RANK_VARIANTS["collectives"])}
 
 
 def variants_run(name, nproc):
     """The variants ``workload_runs(name, nproc)`` runs (none: that pair is not run)."""
-    return WORKLOAD_VARIANTS[name] if nproc == 2 else FOUR_RANK_VARIANTS.get(name, ())
+    if nproc == 2:
+        return TWO_RANK_ONLY.get(name, WORKLOAD_VARIANTS[name])
+    return FOUR_RANK_VARIANTS.get(name, ())
 
 
 @dataclass(frozen=True)
@@ -214,3 +221,64 @@ def overlapprof_here(*args):
 # -- issue 39: a user's own job under torch.distributed.run (test_profiling.py) and a
 # tensorboard_trace_handler folder of 2 ranks x 2 cycles (test_handler_cycles.py), made per module.
 TORCH_FIXTURES = TORCH_FIXTURES | {"own_job", "handler_cycles"}
+
+
+# -- a run on a loaded machine (test_compare.py, test_profiling.py): CPU burners (other
+# processes) take most of the machine while the run's steps are measured.
+# - Each burner runs in a session of its own, as each rank does (torchelastic starts ranks with
+#   start_new_session): where the kernel shares the CPU between sessions first (autogroup, on here),
+#   burners in one session were one group beside each rank's, and took only about a third of an
+#   idle 2-core machine (0.27-0.42 measured), less on a machine others load; one group each, 2 a
+#   core beside 2 ranks should take about 2/3 of it, with autogroup or without (not yet measured
+#   idle; loaded by others, 2026-12-06 18:32 UTC, load 10: 0.75 against 0.46-0.55 quiet).
+# - They start once the ranks have started up (``ready()``), not before: the launcher shares the
+#   test's session, and under the burners its start-up (importing torch) took several times as
+#   long; the load of the start-up is not judged.
+BURNERS_PER_CORE = 2
+
+
+def loaded_run(command, ready, out_dir, timeout=300, env=None):
+    """Run ``command`` (a list) from the repository; once ``ready()`` (polled) or the command has
+    ended, start BURNERS_PER_CORE x cores busy-looping Python processes, each in its own session,
+    until it ends. A CompletedProcess."""
+    import os as _os
+    import time as _time
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "loaded.stdout", "w+") as stdout, open(out_dir / "loaded.stderr", "w+") as stderr:
+        proc = subprocess.Popen(list(map(str, command)), stdout=stdout, stderr=stderr, text=True, cwd=REPO, env=env)
+        burners = []
+        try:
+            deadline = _time.monotonic() + timeout
+            while proc.poll() is None and not ready() and _time.monotonic() < deadline:
+                _time.sleep(0.05)
+            burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+                       for _ in range(BURNERS_PER_CORE * (_os.cpu_count() or 1))]
+            proc.wait(timeout=max(1.0, deadline - _time.monotonic()))
+        finally:
+            for b in burners:
+                b.kill()
+                b.wait()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        stdout.seek(0)
+        stderr.seek(0)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, stdout.read(), stderr.read())
+
+
+def ranks_started(run_dir, nproc=2):
+    """Whether every rank of an ``overlapprof run`` in ``run_dir`` has started up: its log has
+    Kineto's first profiler_stop (torch imported, the profiler's start-up done), or, where Kineto
+    logs nothing, its progress file names a step."""
+    import json as _json
+
+    def started(rank):
+        try:
+            if "profiler_stop" in (run_dir / "logs" / f"rank{rank}.stderr.log").read_text():
+                return True
+            return _json.loads((run_dir / "progress" / f"rank{rank}.json").read_text()).get("step") is not None
+        except (OSError, ValueError):
+            return False
+
+    return lambda: all(started(r) for r in range(nproc))

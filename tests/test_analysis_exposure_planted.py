@@ -26,8 +26,13 @@ import overlapprof
 
 REPO = Path(__file__).resolve().parent.parent
 # Long enough that the sleep dominates the peer's late window: its own step compute, which a
-# loaded machine stretches, stays a small share of it (at 30 ms, 'other' was 79.7% once, 80% asked).
-SLOW_MS = 60.0
+# loaded machine stretches, stays a small share of it (at 30 ms, 'other' was 79.7% once, 80% asked;
+# at 60 ms and the ring's default size, a loaded machine (load 6 on 2 cores, 2026-12-06 17:44 UTC)
+# made the median wait 79.5 ms, past 1.3 x 60: its compute and the rounds after the sleep add a
+# load-sized absolute amount, so the sleep is 150 ms and the sleeper's ring is small (size 320: 1/8
+# of the default's matmul flops), each step's extra then a small share of the sleep).
+SLOW_MS = 150.0
+SLOW_SIZE = 320
 STEPS = 4
 # Over an emulated 1 Gbit/s link a transfer lasts long enough (8 ms a ring round) for a host sync
 # or a collective in front of it to matter; on plain loopback it is over in a fraction of a ms.
@@ -49,7 +54,7 @@ def _run(out: Path, workload: str, variant: str, run_id: str, *opts: str, link=(
 def planted(tmp_path_factory):
     out = tmp_path_factory.mktemp("planted")
     return {
-        "slow": _run(out, "ring", "async", "slow", "slow_rank=1", f"slow_ms={SLOW_MS}"),
+        "slow": _run(out, "ring", "async", "slow", "slow_rank=1", f"slow_ms={SLOW_MS}", f"size={SLOW_SIZE}"),
         "host_sync": _run(out, "ring", "async", "hostsync", "host_sync=true", link=LINK),
         "extra": _run(out, "allreduce", "async", "extra", "extra_numel=262144", link=LINK),
         "plain": _run(out, "allreduce", "async", "plain", link=LINK),

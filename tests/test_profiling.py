@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 import overlapprof
-from conftest import overlapprof_here, torchrun
+from conftest import REPO, loaded_run, overlapprof_here, torchrun
 from overlapprof.errors import ProfileError
 
 
@@ -136,27 +136,13 @@ def test_partial_loops_and_refusals(tmp_path):
     assert not (tmp_path / "fresh").exists()
 
 
-def test_existing_run_refused_on_every_rank(tmp_path):
-    """Two ranks under torch.distributed.run: rank 0 finds the directory taken and says why; rank 1
-    learns it from rank 0's broadcast; nothing in the directory changes."""
-    taken = tmp_path / "taken"
-    taken.mkdir()
-    (taken / "run.json").write_text("{}")
-    script = tmp_path / "job.py"
-    script.write_text(textwrap.dedent("""
-        import sys, torch.distributed as dist, overlapprof
-        from overlapprof.errors import RunDirError
-        dist.init_process_group("gloo")
-        try:
-            with overlapprof.profile(out=sys.argv[1], run_id="taken") as prof:
-                prof.step()
-        except RunDirError as exc:
-            print(f"rank {dist.get_rank()}: {exc}", flush=True)
-        dist.destroy_process_group()
-    """))
-    proc = torchrun("--nproc-per-node", 2, script, tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    said = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank "))
+def test_existing_run_refused_on_every_rank(own_job):
+    """Two ranks under torch.distributed.run (the module's job, whose first block asks for a run
+    directory that exists): rank 0 finds the directory taken and says why; rank 1 learns it from
+    rank 0's broadcast; nothing in the directory changes."""
+    root, proc = own_job
+    taken = root / "taken"
+    said = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank ") and "exists" in line)
     assert said == [f"rank 0: overlapprof.profile: run directory {taken} exists; runs are never overwritten",
                     f"rank 1: overlapprof.profile: rank 0 could not create the run directory: run directory {taken} "
                     "exists; runs are never overwritten"]
@@ -179,6 +165,13 @@ JOB = textwrap.dedent("""
         dist.all_reduce(torch.ones(4096))
         prof.step()
 
+    if "taken" in which:   # a run directory that exists: refused on every rank (one write: the ranks share the pipe)
+        from overlapprof.errors import RunDirError
+        try:
+            with overlapprof.profile(out=out, run_id="taken") as prof:
+                prof.step()
+        except RunDirError as exc:
+            os.write(1, f"rank {rank}: {exc}\\n".encode())
     if "outer" in which:   # a second profile() inside the first is refused; the first goes on
         with overlapprof.profile(run_id="outer", **settings) as prof:
             step(prof)
@@ -206,14 +199,17 @@ def own_job(tmp_path_factory):
     root = tmp_path_factory.mktemp("own_job")
     script = root / "job.py"
     script.write_text(JOB)
-    proc = torchrun("--nproc-per-node", 2, script, root, "outer,short")
+    taken = root / "taken"  # (was a torchrun of its own: one launch of 2 ranks fewer)
+    taken.mkdir()
+    (taken / "run.json").write_text("{}")
+    proc = torchrun("--nproc-per-node", 2, script, root, "taken,outer,short")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return root, proc
 
 
 def test_a_second_profiler_is_refused_and_the_first_finishes(own_job):
     root, proc = own_job
-    said = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank "))
+    said = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank ") and "exists" not in line)
     refused = ("overlapprof.profile: another overlapprof.profile block is recording in this process (into "
                f"{root / 'outer'}): one at a time, so end it before entering another")
     assert said == [f"rank 0: {refused}", f"rank 1: {refused}"]
@@ -264,13 +260,11 @@ def test_machine_load_is_recorded_and_judged(own_job):
     load = quiet["0"]["machine_load"]
     assert load["cores"] == os.cpu_count() and len(load["load_average"]) == 2 and quiet["1"]["machine_load"] is None
     assert set(load["seconds"]) == {"unprofiled", "profiled"} and load["ticks"]["profiled"] >= 50, load
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4 * (os.cpu_count() or 1))]
-    try:
-        proc = torchrun("--nproc-per-node", 2, root / "job.py", root, "loaded")
-    finally:
-        for b in burners:
-            b.kill()
-            b.wait()
+    # the burners start once the job has entered its profile() block (its run directory exists):
+    # torch imported, the process group made (conftest.loaded_run)
+    proc = loaded_run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", 2,
+                       root / "job.py", root, "loaded"], (root / "loaded").exists, root / "console",
+                      env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     loaded = json.loads((root / "loaded" / "run.json").read_text())["ranks"]["0"]["machine_load"]
     assert loaded["other_share"]["profiled"] >= 0.2, loaded
