@@ -192,6 +192,9 @@ def test_verify_reruns_the_baseline_and_the_change_and_compares(verified, traced
     assert changed.within == (changed.predicted_low_us <= changed.realized_step_us <= changed.predicted_high_us)
     assert changed.speedup_low <= changed.speedup <= changed.speedup_high
     assert changed.speedup == pytest.approx(base.realized_step_us / changed.realized_step_us)
+    predicted = result.traced_step_us / changed.predicted_step_us
+    inside = changed.speedup_low <= predicted <= changed.speedup_high
+    assert f"predicted speedup {predicted:.2f}x: {'inside' if inside else 'outside'}" in changed.note, changed.note
     options = {Path(t.run).name: json.loads((Path(t.run) / "run.json").read_text())["options"] for t in (base, changed)}
     assert options[Path(base.run).name]["wait_early"] is True and options[Path(changed.run).name]["wait_early"] is False
     assert any("[1/2] baseline: running" in ln for ln in lines) and any("[2/2] async=all_reduce@end: done" in ln

@@ -353,7 +353,7 @@ def verify(run_dir: Path, changes: list[str], *, top: int, out: Path | None,
         try:
             rerun = _rerun(requests[k], run_ids[k], label, f"[{n}/{len(order)}]", progress)
         except _Failed as exc:
-            tried[k].note = "; ".join(filter(None, [tried[k].note, f"rerun failed: {exc}"]))
+            _note(tried[k], f"rerun failed: {exc}")
             result.sets = tried
             _save(result, out)
             raise VerifyFailed(f"--verify: the rerun of {label} failed: {exc}; what was measured before is in "
@@ -368,22 +368,45 @@ def verify(run_dir: Path, changes: list[str], *, top: int, out: Path | None,
             if t.predicted_low_us is not None and t.predicted_high_us is not None:
                 t.within = t.predicted_low_us <= t.realized_step_us <= t.predicted_high_us
         if 0 in reports:
+            if k == 0:
+                _drift(tried[0], result.traced_step_us)
             for j in [j for j in reports if j != 0 and tried[j].speedup is None]:
-                _against(tried[j], reports[0], reports[j], compare)
+                _against(tried[j], reports[0], reports[j], compare, result.traced_step_us)
         result.sets = tried
         _save(result, out)
     return result
 
 
-def _against(t: TriedSet, base_report, report, compare) -> None:
-    """The speedup of ``report``'s steps against the baseline rerun's, as ``compare`` gives it."""
+def _note(t: TriedSet, line: str) -> None:
+    t.note = "; ".join(filter(None, [t.note, line]))
+
+
+DRIFT = 0.10  # a baseline rerun this far from the traced step says the machine changed between them
+
+
+def _drift(base: TriedSet, traced_us: float | None) -> None:
+    """Say when the baseline's rerun is far from the traced step: the predicted steps (from the
+    traced run) then cannot match the reruns' steps, and the speedups are what to judge."""
+    if traced_us and base.realized_step_us and abs(base.realized_step_us / traced_us - 1) > DRIFT:
+        _note(base, f"the rerun took {base.realized_step_us / traced_us:.2f}x the traced step: the machine (its load) "
+                    "changed since the trace; judge the changes by their speedups against this rerun")
+
+
+def _against(t: TriedSet, base_report, report, compare, traced_us: float | None) -> None:
+    """The speedup of ``report``'s steps against the baseline rerun's, as ``compare`` gives it,
+    and whether the predicted speedup (traced step / predicted step) lies in its interval."""
     v = compare([base_report, report], labels=["baseline", "changed"]).variants[1]
     t.speedup = v.speedup
     if v.speedup_ci is not None:
         t.speedup_low, t.speedup_high = v.speedup_ci
+        if traced_us and t.predicted_step_us:
+            predicted = traced_us / t.predicted_step_us
+            inside = t.speedup_low <= predicted <= t.speedup_high
+            _note(t, f"predicted speedup {predicted:.2f}x: {'inside' if inside else 'outside'} the realized one's "
+                     f"interval")
     if "speedup" in v.not_trusted:
-        t.note = "; ".join(filter(None, [t.note, "speedup not trusted: the machine's load moved enough between the "
-                                                "baseline's rerun and this one to explain it"]))
+        _note(t, "speedup not trusted: the machine's load moved enough between the baseline's rerun and this one "
+                 "to explain it")
 
 
 def _save(result: Verification, out: Path) -> None:
