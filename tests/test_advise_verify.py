@@ -107,6 +107,7 @@ def test_async_is_the_workloads_async_variant_or_its_option(traced, tmp_path):
     assert request.variants == ["async"] and request.options["wait_early"] is False
     sync = _copy(traced, tmp_path / "ring", workload="ring", variant="sync")
     assert change_to_request(sync, "async=send_recv").variants == ["async"]
+    assert change_to_request(sync, "async=send_recv@end").variants == ["async"]  # its note says it waits earlier
     coll = _copy(traced, tmp_path / "coll", workload="collectives", variant="all_reduce")
     request = change_to_request(coll, "async=all_reduce")
     assert request.variants == ["all_reduce"] and request.options["overlap"] is True
@@ -145,6 +146,7 @@ def test_changes_combine(traced, tmp_path):
     ("bucket_cap_mb=8", "has no bucket_cap_mb option"),
     ("prefetch=1", "has no prefetch option"),
     ("async=send_recv", "no variant or option of workload allreduce"),
+    ("async=all_gather", "no variant or option of workload allreduce"),
     ("link_rate=2gbit", "had no --link-rate link"),
     ("bandwidth=x2", "had no --link-rate link"),
     ("no_straggler=1", "is not this run's slow rank"),
@@ -178,13 +180,14 @@ def test_verify_refuses_an_unrunnable_change_before_any_rerun(traced, tmp_path):
 def verified(traced, tmp_path_factory):
     lines = []
     out = tmp_path_factory.mktemp("verified")
-    return verify(traced, ["async=all_reduce@end"], top=1, out=out, progress=lines.append), lines, out
+    return verify(traced, ["async=all_reduce"], top=1, out=out, progress=lines.append), lines, out
 
 
 def test_verify_reruns_the_baseline_and_the_change_and_compares(verified, traced):
     result, lines, out = verified
     base, changed = result.sets
-    assert base.changes == [] and changed.changes == ["async=all_reduce@end"]
+    assert base.changes == [] and changed.changes == ["async=all_reduce"]
+    assert "the rerun waits at the step's end (what async=all_reduce@end replays)" in changed.note
     assert result.traced_step_us > 0 and base.predicted_step_us == result.traced_step_us
     assert changed.predicted_low_us <= changed.predicted_step_us <= changed.predicted_high_us
     for t in (base, changed):
@@ -197,7 +200,7 @@ def test_verify_reruns_the_baseline_and_the_change_and_compares(verified, traced
     assert f"predicted speedup {predicted:.2f}x: {'inside' if inside else 'outside'}" in changed.note, changed.note
     options = {Path(t.run).name: json.loads((Path(t.run) / "run.json").read_text())["options"] for t in (base, changed)}
     assert options[Path(base.run).name]["wait_early"] is True and options[Path(changed.run).name]["wait_early"] is False
-    assert any("[1/2] baseline: running" in ln for ln in lines) and any("[2/2] async=all_reduce@end: done" in ln
+    assert any("[1/2] baseline: running" in ln for ln in lines) and any("[2/2] async=all_reduce: done" in ln
                                                                        for ln in lines), lines
     saved = msgspec.json.decode((out / RESULT).read_bytes(), type=Verification)
     assert saved == result

@@ -55,24 +55,20 @@ from overlapprof.rundir import directory
 COMPUTE = {"ring": ("size", 3), "collectives": ("size", 3), "allreduce": ("batch", 1), "ddp": ("batch", 1),
            "fsdp": ("batch", 1)}
 
-# async=KIND: per bundled workload, (traced variant, KIND) -> (variant, options, note). "@end" is
-# said where the workload waits at its step's end, which is what async=KIND@end replays.
+# async=KIND: per bundled workload, (traced variant, KIND) -> (variant, options, where it waits): "use" where
+# the result is first used (what async=KIND replays), "end" at the step's end (async=KIND@end). Either
+# form of the change reruns the same; a form the workload does not wait as is said in the note.
 ASYNC = {
-    "ring": {("sync", "send_recv"): ("async", {}, "")},
-    "pipeline": {("sync", "send_recv"): ("async", {}, "")},
-    "collectives": {("sync", "send_recv"): ("async", {}, ""),
-                    **{(v, v): (v, {"overlap": True}, "") for v in ("broadcast", "all_reduce")}},
-    "allreduce": {("sync", "all_reduce"): ("async", {}, "the async variant waits for every bucket at the step's end "
-                                                         "(what async=all_reduce@end replays)"),
-                  ("sync", "all_reduce@end"): ("async", {}, ""),
-                  ("async", "all_reduce"): ("async", {"wait_early": False, "host_sync": False},
-                                            "the rerun waits for every bucket at the step's end "
-                                            "(what async=all_reduce@end replays)"),
-                  ("async", "all_reduce@end"): ("async", {"wait_early": False, "host_sync": False}, "")},
-    "ddp": {("sync", "all_reduce"): ("async", {}, "DDP's async variant also splits the gradients into buckets "
-                                                  "(bucket_cap_mb), which the replay of one all_reduce made "
-                                                  "asynchronous does not")},
+    "ring": {("sync", "send_recv"): ("async", {}, "use")},
+    "pipeline": {("sync", "send_recv"): ("async", {}, "use")},
+    "collectives": {("sync", "send_recv"): ("async", {}, "end"),
+                    **{(v, v): (v, {"overlap": True}, "end") for v in ("broadcast", "all_reduce")}},
+    "allreduce": {("sync", "all_reduce"): ("async", {}, "end"),
+                  ("async", "all_reduce"): ("async", {"wait_early": False, "host_sync": False}, "end")},
+    "ddp": {("sync", "all_reduce"): ("async", {}, "end")},
 }
+_ASYNC_NOTE = {"ddp": "DDP's async variant also splits the gradients into buckets (bucket_cap_mb), which the replay "
+                      "of one all_reduce made asynchronous does not"}
 RESULT = "verification.json"
 
 
@@ -170,17 +166,22 @@ def _apply(plan: _Plan, name: str, value: str) -> str | None:
         plan.notes.append(f"prefetch={value}: rerun with --opt prefetch={traced + int(value)} "
                           f"(the traced {traced} + {value})")
     elif name == "async":
+        kind, _, at = value.strip().lower().partition("@")
         table = ASYNC.get(workload, {})
-        made = table.get((req.variants[0], value.strip().lower()))
+        made = table.get((req.variants[0], kind))
         if made is None:
             said = ", ".join(f"async={k} from {v}" for v, k in table) or "none"
             return (f"no variant or option of workload {workload} makes it from its {req.variants[0]} variant "
                     f"(what reruns make: {said})")
-        variant, options, note = made
+        variant, options, waits = made
         req.variants = [variant]
         opts.update({k: v for k, v in options.items() if k in opts})
-        if note:
-            plan.notes.append(f"async={value}: {note}")
+        if (at == "end") != (waits == "end"):
+            where = "at the step's end" if waits == "end" else "where each result is first used"
+            plan.notes.append(f"async={value}: the rerun waits {where} (what async={kind}"
+                              f"{'@end' if waits == 'end' else ''} replays)")
+        if workload in _ASYNC_NOTE:
+            plan.notes.append(f"async={value}: {_ASYNC_NOTE[workload]}")
     elif name in ("link_rate", "bandwidth"):
         return _link(plan, name, value)
     elif name == "no_straggler":
