@@ -161,13 +161,15 @@ class Runner:
             return self.dirs[config]
         from overlapprof.launch import launcher, netns
         from overlapprof.launch.verify import command
+        from overlapprof.rundir.schedule import ProfilerSchedule
 
         workload, variant, rate, options = config
         loaded = _workload(workload)
         request = launcher.RunRequest(workload=loaded, variants=[variant],
                                       options=loaded.resolve_options([f"{k}={v}" for k, v in options]),
                                       nproc=2, device="cpu", backend="gloo", out=self.out, quiet=True,
-                                      link=netns.link_for(rate) if rate else None, **SCHEDULE)
+                                      link=netns.link_for(rate) if rate else None,
+                                      schedule=ProfilerSchedule(**SCHEDULE))
         self.count += 1
         run_id = f"{self.tag}-{self.count:03d}-{workload}"
         proc = subprocess.run(command(request, run_id), capture_output=True, text=True)

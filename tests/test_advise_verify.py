@@ -90,7 +90,7 @@ def test_bucket_cap_mb_sets_ddps_option(traced, tmp_path):
     run = _copy(traced, tmp_path / "ddp", workload="ddp")
     request = change_to_request(run, "bucket_cap_mb=8")
     assert request.options["bucket_cap_mb"] == 8.0 and request.variants == ["async"]
-    assert request.workload.name == "ddp" and request.nproc == 2 and request.active == 3
+    assert request.workload.name == "ddp" and request.nproc == 2 and request.schedule.active == 3
     assert "bucket_cap_mb=8.0" in command(request, "x")
 
 

@@ -48,6 +48,7 @@ from overlapprof.errors import LaunchError, OverlapprofError
 from overlapprof.launch import launcher, netns
 from overlapprof.report.advice import TriedSet, Verification
 from overlapprof.rundir import directory
+from overlapprof.rundir.schedule import ProfilerSchedule
 
 # compute=xF: the option of a bundled workload whose value scales its compute alone, and the power
 # the compute grows with (a matmul's side: its cube; rows of a batch: linearly). The pipeline's
@@ -109,8 +110,9 @@ def baseline_request(run_dir: Path) -> launcher.RunRequest:
     return launcher.RunRequest(
         workload=loaded, variants=loaded.check_variants([run.variant]), options=options,
         nproc=run.nproc_per_node or run.world_size or 1, device=run.device or "auto", backend=run.backend or "auto",
-        timeout_s=timeout, warmup_steps=p.warmup_steps, wait=p.wait, warmup=p.warmup, active=p.active,
-        repeat=p.repeat, with_stack=p.with_stack, gzip=p.gzip, out=Path(run_dir).parent, link=link, quiet=True)
+        timeout_s=timeout, schedule=ProfilerSchedule(warmup_steps=p.warmup_steps, wait=p.wait, warmup=p.warmup,
+                                                     active=p.active, repeat=p.repeat),
+        with_stack=p.with_stack, gzip=p.gzip, out=Path(run_dir).parent, link=link, quiet=True)
 
 
 def change_to_request(run_dir: Path, change: str) -> launcher.RunRequest | str:
@@ -259,8 +261,9 @@ def command(request: launcher.RunRequest, run_id: str) -> list[str]:
     r = request
     cmd = [sys.executable, "-m", "overlapprof", "run", str(r.workload.path), "--nproc", str(r.nproc),
            "--device", r.device, "--backend", r.backend, "--timeout", f"{r.timeout_s:g}",
-           "--warmup-steps", str(r.warmup_steps), "--wait", str(r.wait), "--warmup", str(r.warmup),
-           "--active", str(r.active), "--repeat", str(r.repeat), "--variant", r.variants[0], "--run-id", run_id,
+           "--warmup-steps", str(r.schedule.warmup_steps), "--wait", str(r.schedule.wait), "--warmup",
+           str(r.schedule.warmup), "--active", str(r.schedule.active), "--repeat", str(r.schedule.repeat),
+           "--variant", r.variants[0], "--run-id", run_id,
            "--out", str(r.out), "--no-analyze", "-q"]
     cmd += ["--gzip"] if r.gzip else []
     cmd += ["--with-stack"] if r.with_stack else []
