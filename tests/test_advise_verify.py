@@ -119,7 +119,9 @@ def test_link_rate_and_bandwidth_are_the_link(traced, tmp_path):
     assert request.link["bits_per_s"] == 2e9 and request.link["latency_ms"] == netns.LATENCY_MS
     cmd = command(request, "x")
     assert cmd[cmd.index("--link-rate") + 1] == "2gbit"
-    assert change_to_request(run, "bandwidth=x4").link["bits_per_s"] == 4e9
+    assert change_to_request(run, "bandwidth=x4").link["rate"] == "4gbit"
+    assert change_to_request(run, "bandwidth=x0.5").link["rate"] == "500mbit"
+    assert change_to_request(run, "bandwidth=x1.0000001").link["rate"] == "1000000100bit"
 
 
 def test_no_straggler_drops_the_slow_rank_options(traced, tmp_path):

@@ -221,7 +221,7 @@ def _link(plan: _Plan, name: str, value: str) -> str | None:
             k = factor(name, value)
         except OverlapprofError as exc:
             return str(exc).removeprefix("--set ")
-        rate = f"{int(round(req.link['bits_per_s'] * k))}bit"
+        rate = _rate(req.link["bits_per_s"] * k)
     traced_default = req.link["burst_bytes"] == netns.default_burst(req.link["bits_per_s"])
     try:
         bits = netns.parse_rate(rate)
@@ -230,6 +230,15 @@ def _link(plan: _Plan, name: str, value: str) -> str | None:
         return str(exc)
     plan.notes.append(f"{name}={value}: rerun with --link-rate {rate} ({bits / 1e9:g} Gbit/s)")
     return None
+
+
+def _rate(bits: float) -> str:
+    """tc's spelling of ``bits`` per second: ``4gbit``, ``500mbit``, else whole bits."""
+    bits = int(round(bits))
+    for unit, n in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
+        if bits % n == 0:
+            return f"{bits // n}{unit}"
+    return f"{bits}bit"
 
 
 def _compute(plan: _Plan, value: str) -> str | None:
