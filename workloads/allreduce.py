@@ -11,6 +11,13 @@ the first bucket's (blocking in sync, async in async, waited with the buckets): 
 all-reduces queue behind it (gloo runs a group's collectives on its worker threads, two by
 default, in order). analyze names that time queued.
 
+Two planted mistakes of the async variant (benchmarks/advise_bench.py plants them):
+--opt wait_early=true waits for each bucket's all_reduce right after issuing it, before the next
+bucket's compute: nothing overlaps it (analyze names that time no_window), as if async_op=True had
+not been asked for. --opt host_sync=true puts a host synchronization right after each issue,
+inside the window (CUDA: torch.cuda.synchronize(); CPU: dist.barrier(), which gloo runs after
+the group's pending all_reduces, so the host waits for them): analyze names it host_blocked.
+
 A bucket is the weight gradient of one layer, dY^T @ X: (width x width) floats, computed with
 2 * batch * width^2 flops. On CUDA the all_reduce is issued from ctx.comm_stream after it has
 waited for the compute stream (the bucket is written), and `work.wait()` makes the compute stream
@@ -33,6 +40,9 @@ OPTIONS = {
     "width": (128, "layer width: a bucket holds width^2 float32 values"),
     "batch": (4096, "rows of the activations: compute per bucket is 2*batch*width^2 flops"),
     "extra_numel": (0, "an extra all_reduce of this many float32 just before the first bucket's (0: none)"),
+    "wait_early": (False, "async: wait for each bucket's all_reduce right after issuing it (nothing overlaps)"),
+    "host_sync": (False, "async: a host synchronization right after each issue, in the window (CUDA "
+                         "torch.cuda.synchronize(), CPU dist.barrier())"),
 }
 
 
@@ -75,6 +85,14 @@ def step_async(ctx, s):
             if s.extra.numel() and layer == ctx.opts.buckets - 1:
                 works.append(dist.all_reduce(s.extra, async_op=True))
             works.append(dist.all_reduce(s.grads[layer], async_op=True))
+        if ctx.opts.wait_early:
+            with ctx.phase("wait"):
+                for work in works:
+                    work.wait()
+            works = []
+        elif ctx.opts.host_sync:
+            with ctx.phase("host_sync"):
+                torch.cuda.synchronize(ctx.device) if ctx.is_cuda else dist.barrier()
     with ctx.phase("wait"):
         for work in works:
             work.wait()  # CUDA: the compute stream waits for the reductions; CPU: the host blocks

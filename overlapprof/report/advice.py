@@ -21,9 +21,9 @@ and read by :mod:`overlapprof.renderers.advice_text`; saves to and loads from JS
   nothing predicted to help).
 - :class:`Verification` (``--verify``): per tried change set (:class:`TriedSet`), the predicted
   step with its interval, the realized step of a rerun with its interval, the realized speedup
-  against the traced run with its bootstrap interval (as ``compare``), and whether the realized
-  median lies in the predicted interval. ``note``: for a user's own job (not a run of
-  ``overlapprof run``), the exact change to make and the command to check it after.
+  against the traced configuration's rerun with its bootstrap interval (as ``compare``), and
+  whether the realized median lies in the predicted interval. ``note``: for a user's own job
+  (not a run of ``overlapprof run``), the exact change to make and the command to check it after.
 """
 
 from __future__ import annotations
@@ -92,9 +92,9 @@ class Rejected(msgspec.Struct, kw_only=True, omit_defaults=True):
 class TriedSet(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One set of changes rerun by ``--verify``: the predicted step (µs) with its interval, the
     realized step (median over the rerun's (rank, step) pairs) with its 2.5-97.5th percentiles,
-    the realized speedup against the traced run (traced step / realized step) with its bootstrap
-    interval, and ``within``: the realized median lies in the predicted interval. ``run``: the
-    rerun's run directory."""
+    the realized speedup against the traced configuration's rerun (the set with no change: its
+    step / realized step) with its bootstrap interval, and ``within``: the realized median lies in
+    the predicted interval. ``run``: the rerun's run directory."""
 
     changes: list[str]
     predicted_step_us: float | None = None

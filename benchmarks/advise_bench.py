@@ -1,0 +1,384 @@
+"""Planted misconfigurations with a known best (issue 37): does ``overlapprof advise`` find it?
+
+Each case plants a configuration of a workload here (a bucket far too large or far too small,
+prefetch off, a wait right after the issue, a host synchronization in the window, a slow rank
+asleep or computing, two causes at once, and configurations where nothing should change) and
+names the grid of options around it. Per case and repeat (2 gloo ranks, a short schedule):
+
+1. run the planted configuration (``overlapprof run``), then ``overlapprof advise RUN --json``;
+2. run every configuration of the grid (the brute-force ground truth, on the same machine);
+3. run the configuration each listed change leads to (``joint_change``, mapped onto the workload's
+   options by :func:`overlapprof.launch.verify.change_to_request`), unless the grid ran it.
+
+A configuration's step is the median over its ranks' profiled steps (host times, run.json), and a
+configuration is run once per repeat however many cases name it, in an order that alternates with
+the repeat. Per case it prints the planted step, the grid's best, the top suggestion's step, its
+predicted saving (the traced step − the item's step, from advise) against the realized one (the
+planted step − the step it led to), and the slowest any listed change made the step; then the
+four targets' shares:
+
+- **top**: the top suggestion's step within 5% of the grid's best (no suggestion counts when the
+  planted configuration is itself within 5%), in >= 80% of cases;
+- **saving**: the predicted saving within ±25% of the realized one, in >= 80% of the cases with
+  a suggestion;
+- **slower**: no listed change makes the step more than 2% slower than the planted one;
+- **quiet**: no advice at all where the grid finds nothing better than 3%, in every such case;
+
+with ``uptime``'s load at the start and the end: quote idle runs only. ``--dry-run`` prints the
+plan (cases, grid, runs, time estimate) and runs nothing.
+
+    python benchmarks/advise_bench.py --dry-run
+    python benchmarks/advise_bench.py                             # every case, once
+    python benchmarks/advise_bench.py --only ddp --repeat 2 --out /tmp/ab
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+SCHEDULE = {"warmup_steps": 1, "wait": 0, "warmup": 1, "active": 4}
+SECONDS_PER_RUN = 9.0  # a 2-rank run of these sizes, start to end (launch and torch's import most of it)
+SECONDS_PER_ADVICE = 12.0  # overlapprof advise on one of them
+# Sizes that keep a step to tens of milliseconds on 2 cores.
+DDP = {"layers": 6, "width": 256, "batch": 128}  # 6 layers of 0.25 MiB: 1.5 MiB of gradients
+FSDP = {"layers": 6, "width": 256, "batch": 128}
+ALLREDUCE = {"buckets": 4, "width": 128, "batch": 2048}
+RING = {"rounds": 2}  # 640-side matmuls, 512 KiB sends: a round's compute about its time on 1 Gbit/s
+PIPELINE = {"layers": 2, "width": 256, "batch": 256, "micro_batches": 4}
+SLOW = {"slow_rank": 1, "slow_ms": 12.0}
+
+
+@dataclass
+class Case:
+    """A planted configuration and its grid: ``grid`` maps an option (or ``variant``) to the values
+    tried, every combination once, the other options as planted."""
+
+    name: str
+    workload: str
+    variant: str
+    options: dict
+    grid: dict
+    rate: str | None = None
+    what: str = ""
+    expected: str = ""  # the change that should come first ("" for none), for the reader
+
+
+CASES = [
+    Case("ddp-bucket-large", "ddp", "async", {**DDP, "bucket_cap_mb": 25.0}, {"bucket_cap_mb": [0.05, 0.25, 0.5, 1.0, 25.0]},
+         what="one bucket: the whole all_reduce after backward", expected="bucket_cap_mb smaller"),
+    Case("ddp-bucket-small", "ddp", "async", {**DDP, "bucket_cap_mb": 0.01}, {"bucket_cap_mb": [0.01, 0.25, 0.5, 1.0, 25.0]},
+         what="a bucket per tensor: latency-bound", expected="bucket_cap_mb larger"),
+    Case("ddp-bucket-fine", "ddp", "async", {**DDP, "bucket_cap_mb": 0.5}, {"bucket_cap_mb": [0.05, 0.25, 0.5, 1.0, 25.0]},
+         what="DDP's buckets near their best", expected=""),
+    Case("ddp-sync", "ddp", "sync", dict(DDP), {"variant": ["sync", "async"]},
+         what="all gradients reduced after backward", expected="async=all_reduce"),
+    Case("ddp-link-large", "ddp", "async", {**DDP, "bucket_cap_mb": 25.0}, {"bucket_cap_mb": [0.25, 0.5, 25.0]},
+         rate="2gbit", what="one bucket over a 2 Gbit/s link", expected="bucket_cap_mb smaller"),
+    Case("fsdp-prefetch-off", "fsdp", "async", {**FSDP, "prefetch": 0}, {"prefetch": [0, 1, 2]},
+         what="no all-gather issued ahead", expected="prefetch=1"),
+    Case("fsdp-sync", "fsdp", "sync", dict(FSDP), {"variant": ["sync", "async"]},
+         what="every all-gather issued where needed", expected="prefetch=1"),
+    Case("fsdp-fine", "fsdp", "async", {**FSDP, "prefetch": 1}, {"prefetch": [0, 1, 2]},
+         what="prefetching one layer ahead", expected=""),
+    Case("allreduce-wait-early", "allreduce", "async", {**ALLREDUCE, "wait_early": True}, {"wait_early": [True, False]},
+         what="each all_reduce waited right after its issue", expected="async=all_reduce"),
+    Case("allreduce-host-sync", "allreduce", "async", {**ALLREDUCE, "host_sync": True}, {"host_sync": [True, False]},
+         what="a barrier after each issue, in the window", expected="(a hint: remove the host sync)"),
+    Case("allreduce-sync", "allreduce", "sync", dict(ALLREDUCE), {"variant": ["sync", "async"]},
+         what="blocking all_reduce per bucket", expected="async=all_reduce"),
+    Case("allreduce-slow", "allreduce", "async", {**ALLREDUCE, **SLOW}, {"slow_ms": [12.0, 0.0]},
+         what="rank 1 sleeps 12 ms a step", expected="no_straggler=1"),
+    Case("allreduce-extra-work", "allreduce", "async", {**ALLREDUCE, **SLOW, "slow_compute": True}, {"slow_ms": [12.0, 0.0]},
+         what="rank 1 computes 12 ms more a step", expected="no_straggler=1"),
+    Case("allreduce-two", "allreduce", "async", {**ALLREDUCE, **SLOW, "wait_early": True},
+         {"wait_early": [True, False], "slow_ms": [12.0, 0.0]},
+         what="waits right after the issue and a slow rank", expected="no_straggler=1, async=all_reduce"),
+    Case("allreduce-fine", "allreduce", "async", dict(ALLREDUCE), {"wait_early": [True, False], "variant": ["sync", "async"]},
+         what="the async variant as written", expected=""),
+    Case("ring-sync", "ring", "sync", dict(RING), {"variant": ["sync", "async"]}, rate="1gbit",
+         what="blocking send/recv over a 1 Gbit/s link", expected="async=send_recv"),
+    Case("ring-host-sync", "ring", "async", {**RING, "host_sync": True}, {"host_sync": [True, False]}, rate="1gbit",
+         what="a barrier inside each round's window", expected="(a hint: remove the host sync)"),
+    Case("ring-slow", "ring", "async", {**RING, **SLOW}, {"slow_ms": [12.0, 0.0]}, rate="1gbit",
+         what="rank 1 sleeps 12 ms a step", expected="no_straggler=1"),
+    Case("ring-two", "ring", "sync", {**RING, **SLOW, "slow_compute": True},
+         {"variant": ["sync", "async"], "slow_ms": [12.0, 0.0]}, rate="1gbit",
+         what="blocking ring and a rank with extra compute", expected="no_straggler=1, async=send_recv"),
+    Case("ring-fine", "ring", "async", dict(RING), {"variant": ["sync", "async"]}, rate="1gbit",
+         what="the async ring as written", expected=""),
+    Case("pipeline-sync", "pipeline", "sync", dict(PIPELINE), {"variant": ["sync", "async"]}, rate="1gbit",
+         what="blocking send/recv between stages", expected="async=send_recv"),
+    Case("pipeline-fine", "pipeline", "async", dict(PIPELINE), {"variant": ["sync", "async"]}, rate="1gbit",
+         what="micro-batches overlapped", expected=""),
+]
+
+
+def _key(workload: str, variant: str, rate: str | None, options: dict) -> tuple:
+    return (workload, variant, rate, tuple(sorted(options.items())))
+
+
+def grid_configs(case: Case) -> list[tuple]:
+    """Every configuration of the case's grid, the planted one first, each with all its workload's
+    options (as :func:`config_of` gives them)."""
+    names = list(case.grid)
+    out = [_full(_key(case.workload, case.variant, case.rate, case.options))]
+    for values in itertools.product(*(case.grid[n] for n in names)):
+        options, variant = dict(case.options), case.variant
+        for name, value in zip(names, values):
+            if name == "variant":
+                variant = value
+            else:
+                options[name] = value
+        out.append(_full(_key(case.workload, variant, case.rate, options)))
+    return list(dict.fromkeys(out))
+
+
+@dataclass
+class Runner:
+    """Runs configurations once per repeat (``overlapprof run`` through verify.command), keeps
+    their run directories and steps."""
+
+    out: Path
+    tag: str
+    dirs: dict = field(default_factory=dict)
+    steps: dict = field(default_factory=dict)
+    count: int = 0
+
+    def run(self, config: tuple, like: Path | None = None) -> Path:
+        if config in self.dirs:
+            return self.dirs[config]
+        from overlapprof.launch import launcher, netns
+        from overlapprof.launch.verify import command
+        from overlapprof.rundir.schedule import ProfilerSchedule
+
+        workload, variant, rate, options = config
+        loaded = _workload(workload)
+        request = launcher.RunRequest(workload=loaded, variants=[variant],
+                                      options=loaded.resolve_options([f"{k}={v}" for k, v in options]),
+                                      nproc=2, device="cpu", backend="gloo", out=self.out, quiet=True,
+                                      link=netns.link_for(rate) if rate else None,
+                                      schedule=ProfilerSchedule(**SCHEDULE))
+        self.count += 1
+        run_id = f"{self.tag}-{self.count:03d}-{workload}"
+        proc = subprocess.run(command(request, run_id), capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"advise_bench: {run_id} ({_describe(config)}) failed:\n{proc.stderr[-3000:]}")
+        run_dir = self.out / f"{run_id}-{variant}"
+        self.dirs[config], self.steps[config] = run_dir, step_ms(run_dir)
+        return run_dir
+
+
+def step_ms(run_dir: Path) -> float:
+    """The median of every rank's profiled host step times (run.json), ms."""
+    run = json.loads((run_dir / "run.json").read_text())
+    return statistics.median(t for r in run["ranks"].values() for t in r["step_times_ms"].get("profiled", []))
+
+
+def config_of(run_dir: Path, change: str) -> tuple | str:
+    """The configuration ``change`` leads to from the run ``run_dir``, or why none does."""
+    from overlapprof.launch.verify import change_to_request
+
+    request = change_to_request(run_dir, change)
+    if isinstance(request, str):
+        return request
+    rate = request.link["rate"] if request.link else None
+    defaults = {k: o.default for k, o in request.workload.options.items()}
+    return _key(request.workload.name, request.variants[0], rate, {k: v for k, v in request.options.items()
+                                                                   if k in defaults})
+
+
+_LOADED: dict = {}
+
+
+def _workload(name: str):
+    from overlapprof.launch import launcher
+
+    if name not in _LOADED:
+        _LOADED[name] = launcher.load_workload(REPO / "workloads" / f"{name}.py", 300)
+    return _LOADED[name]
+
+
+def _full(config: tuple) -> tuple:
+    """A configuration with every option of its workload (defaults filled in), as config_of gives it."""
+    workload, variant, rate, options = config
+    loaded = _workload(workload)
+    options = dict(options)
+    if options.get("slow_ms", 0) <= 0:  # no slow rank, however it is said: the same configuration
+        options.update({k: loaded.options[k].default for k in ("slow_rank", "slow_ms", "slow_compute")})
+    return _key(workload, variant, rate, loaded.resolve_options([f"{k}={v}" for k, v in options.items()]))
+
+
+def _describe(config: tuple) -> str:
+    workload, variant, rate, options = config
+    return f"{workload}/{variant}{' ' + rate if rate else ''} " + " ".join(f"{k}={v}" for k, v in options)
+
+
+def advise_available() -> str | None:
+    """None when ``overlapprof advise`` is here, else why not."""
+    proc = subprocess.run([sys.executable, "-m", "overlapprof", "advise", "--help"], capture_output=True, text=True)
+    return None if proc.returncode == 0 else (proc.stderr.strip().splitlines() or ["no output"])[-1]
+
+
+def advise(run_dir: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "overlapprof", "advise", str(run_dir), "--json", "-q",
+                           "--workers", "1"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"advise_bench: overlapprof advise {run_dir} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout)
+
+
+def _uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "uptime: not available"
+
+
+def plan(cases: list[Case], repeat: int) -> None:
+    configs = {c.name: grid_configs(c) for c in cases}
+    unique = {k for ks in configs.values() for k in ks}
+    print(f"{len(cases)} cases, {repeat} repeat(s); 2 gloo ranks; schedule {SCHEDULE}")
+    for c in cases:
+        grid = ", ".join(f"{n} in {v}" for n, v in c.grid.items())
+        print(f"  {c.name:<22} {_describe(_key(c.workload, c.variant, c.rate, c.options))}")
+        print(f"  {'':<22} planted: {c.what}; grid: {grid} ({len(configs[c.name])} runs); expected first: "
+              f"{c.expected or 'nothing'}")
+    runs = len(unique) * repeat
+    extra = len(cases) * repeat  # about one configuration a suggestion leads to, outside its grid
+    seconds = (runs + extra) * SECONDS_PER_RUN + len(cases) * repeat * SECONDS_PER_ADVICE
+    print(f"runs: {len(unique)} distinct configurations x {repeat} = {runs}, up to ~{extra} more for suggestions "
+          f"outside the grids; {len(cases) * repeat} advise calls; about {seconds / 60:.0f} min on 2 idle cores "
+          f"({SECONDS_PER_RUN:g} s a run, {SECONDS_PER_ADVICE:g} s an advice)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", help="cases whose name starts with this (repeatable): " +
+                        ", ".join(c.name for c in CASES))
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=None, help="keep the run directories here")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
+    args = parser.parse_args()
+    cases = [c for c in CASES if not args.only or any(c.name.startswith(o) for o in args.only)]
+    if not cases:
+        sys.exit(f"advise_bench: no case starts with {args.only}")
+    if args.dry_run:
+        plan(cases, args.repeat)
+        return
+    missing = advise_available()
+    if missing is not None:
+        print(f"advise_bench: skipped: `overlapprof advise` is not in this checkout ({missing}); it comes with "
+              "the advise branch (issue 37)")
+        return
+    out = args.out or Path(tempfile.mkdtemp(prefix="advise-bench-"))
+    out.mkdir(parents=True, exist_ok=True)
+    start = _uptime()
+    print(f"start: {time.strftime('%H:%M:%S', time.gmtime())} UTC; {start}; runs in {out}")
+    print(f"{'case':<22} {'rep':>3} {'planted':>8} {'best':>8} {'top change':<28} {'its ms':>8} {'5%':>4} "
+          f"{'pred sav':>8} {'real sav':>8} {'25%':>4} {'worst':>7} {'quiet':>5}")
+    rows = []
+    for rep in range(args.repeat):
+        runner = Runner(out, f"r{rep}")
+        for case in (cases if rep % 2 == 0 else cases[::-1]):
+            rows.append(_case(case, rep, runner))
+    _summary(rows)
+    print(f"end: {time.strftime('%H:%M:%S', time.gmtime())} UTC; {_uptime()}")
+
+
+def _case(case: Case, rep: int, runner: Runner) -> dict:
+    grid = grid_configs(case)
+    planted_dir = runner.run(grid[0])
+    advice = advise(planted_dir)
+    for k in grid[1:]:
+        runner.run(k)
+    steps = {k: runner.steps[k] for k in grid}
+    planted = runner.steps[grid[0]]
+    best = min(steps.values())
+    items, led = advice.get("items", []), []
+    for item in items:
+        config = config_of(planted_dir, item["joint_change"])
+        if isinstance(config, str):
+            led.append((item, None, config))
+            continue
+        config = _full(config)
+        if config not in steps:
+            runner.run(config)
+            steps[config] = runner.steps[config]
+        led.append((item, steps[config], ""))
+    row = {"case": case.name, "rep": rep, "planted": planted, "best": best, "items": len(items),
+           "nothing_better": best >= 0.97 * planted}
+    top = led[0] if led else None
+    if top is None:
+        row["top_ok"] = planted <= 1.05 * best
+    else:
+        item, ms, why = top
+        row["top"], row["top_ms"] = item["change"], ms
+        row["top_ok"] = ms is not None and ms <= 1.05 * best
+        predicted = item["saving_us"] / 1e3
+        row["pred"] = predicted
+        if ms is not None:
+            realized = planted - ms
+            row["real"] = realized
+            row["saving_ok"] = abs(predicted - realized) <= 0.25 * abs(realized)
+        row["why"] = why
+    slowest = [ms / planted - 1 for _, ms, _ in led if ms is not None]
+    row["worst"] = max(slowest) if slowest else None
+    row["quiet_ok"] = not items if row["nothing_better"] else None
+    _print(row)
+    return row
+
+
+def _fmt(value, spec) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _yes(value) -> str:
+    return "-" if value is None else "yes" if value else "NO"
+
+
+def _print(r: dict) -> None:
+    print(f"{r['case']:<22} {r['rep']:>3} {r['planted']:>8.2f} {r['best']:>8.2f} {r.get('top', '(none)')[:28]:<28} "
+          f"{_fmt(r.get('top_ms'), '8.2f'):>8} {_yes(r['top_ok']):>4} {_fmt(r.get('pred'), '8.2f'):>8} "
+          f"{_fmt(r.get('real'), '8.2f'):>8} {_yes(r.get('saving_ok')):>4} "
+          f"{'-' if r['worst'] is None else format(100 * r['worst'], '+.1f') + '%':>7} {_yes(r['quiet_ok']):>5}"
+          + (f"  ({r['why']})" if r.get("why") else ""), flush=True)
+
+
+def _share(values: list) -> tuple[float | None, str]:
+    judged = [v for v in values if v is not None]
+    return (sum(judged) / len(judged) if judged else None), f"{sum(judged)}/{len(judged)}"
+
+
+def _summary(rows: list[dict]) -> None:
+    top, top_n = _share([r["top_ok"] for r in rows])
+    saving, saving_n = _share([r.get("saving_ok") for r in rows])
+    slower = [r for r in rows if r["worst"] is not None and r["worst"] > 0.02]
+    quiet, quiet_n = _share([r["quiet_ok"] for r in rows])
+
+    def verdict(share, target):
+        return "n/a" if share is None else "PASS" if share >= target else "FAIL"
+
+    print(f"\ntop suggestion within 5% of the grid's best: {top_n} = {_fmt(top and 100 * top, '.0f')}% (target >= 80%: "
+          f"{verdict(top, 0.8)})")
+    print(f"predicted saving within ±25% of realized: {saving_n} = {_fmt(saving and 100 * saving, '.0f')}% "
+          f"(target >= 80%: {verdict(saving, 0.8)})")
+    print(f"a suggestion more than 2% slower: {len(slower)} ({', '.join(r['case'] for r in slower) or 'none'}; "
+          f"target 0: {'PASS' if not slower else 'FAIL'})")
+    print(f"no advice where the grid finds nothing better than 3%: {quiet_n} = {_fmt(quiet and 100 * quiet, '.0f')}% "
+          f"(target 100%: {verdict(quiet, 1.0)})")
+
+
+if __name__ == "__main__":
+    main()
