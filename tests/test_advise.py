@@ -276,16 +276,6 @@ def test_a_verification_gets_its_predictions_and_prints_against_them(tmp_path):
     assert "  unchanged (the traced configuration, rerun): predicted 1.000 ms" in text
 
 
-@pytest.mark.skipif(importlib.util.find_spec("overlapprof.launch.verify") is not None,
-                    reason="overlapprof.launch.verify is here: --verify reruns instead")
-def test_verify_without_the_rerun_module_is_one_error_line(tmp_path):
-    run = {"workload": {"name": "ring", "path": str(REPO / "workloads/ring.py")}, "variant": "sync",
-           "options": {"slow_rank": -1, "slow_ms": 0.0}}
-    got = overlapprof_here("advise", _plain(tmp_path, run=run), "--verify", "--workers", 1)
-    assert got.exit_code == 2 and got.stderr.strip().splitlines() == [
-        "Error: --verify needs overlapprof.launch.verify, which this install does not have yet"]
-
-
 @pytest.fixture(scope="module")
 def one_bucket_run(tmp_path_factory):
     """A real 2-rank DDP run whose bucket (100 MiB) holds all 8 MiB of gradients."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from overlapprof.cli.common import check_output, command, emit, fail, note, unwind_on_sigterm
+from overlapprof.cli.common import check_output, command, emit, note, unwind_on_sigterm
 
 
 @command("advise")
@@ -43,10 +43,8 @@ def advise(run, json_out, top, verify, reference_bandwidth, workers, quiet):
         elif result.workload is None:
             result.verification = own_job(result, run, top or 1)
         else:
-            try:
-                from overlapprof.launch.verify import verify as rerun
-            except ImportError:
-                fail("--verify needs overlapprof.launch.verify, which this install does not have yet")
+            from overlapprof.launch.verify import verify as rerun
+
             result.verification = rerun(Path(run), result.changes(), top=top or 1, out=None,
                                         progress=lambda line: note(line, quiet))
             predicted([run], result.verification, workers)

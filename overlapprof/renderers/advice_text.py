@@ -42,7 +42,7 @@ def lead(a: Advice) -> list[str]:
 
 
 def verification(v: Verification) -> list[str]:
-    lines = ["", "verified (reruns against the traced run):" if v.sets else "verify:"]
+    lines = ["", "verified (each rerun against a rerun of the traced configuration):" if v.sets else "verify:"]
     for s in v.sets:
         name = ", ".join(s.changes) or "unchanged (the traced configuration, rerun)"
         if s.realized_step_us is None:
