@@ -254,3 +254,55 @@ def test_compute_also_shrinks_what_compute_beside_a_transfer_cost_it(tmp_path):
     assert any("transfer = 100 us + 0.250 x the compute beside it (r = 1.00, 8 instances)" in n for n in result.notes)
     expected = sorted(1 + (100 + 0.25 * c) + 50 for c in cs)
     assert result.predictions[0].step_us == pytest.approx((expected[3] + expected[4]) / 2)
+
+
+SHAPES = {"Input Dims": [[1000]], "Input type": ["float"]}
+
+
+def _p2p(kind, at, dur, peer):
+    """A blocking gloo send or receive of 4000 bytes to or from ``peer``: its c10d call and span."""
+    call = "c10d::send" if kind == "send" else "c10d::recv_"
+    return [S.cpu_op(call, at, dur, args={"Concrete Inputs": ["", "", str(peer), "0"]}),
+            S.annotation(f"gloo:{kind}", at, dur, args=dict(SHAPES))]
+
+
+def _pipeline(tmp_path):
+    """A GPipe step of 2 micro-batches on 2 stages, blocking sends and receives of 100 µs, every
+    forward and backward 200 µs. Stage 0: forward 0, send 0 [200, 300), forward 1, send 1 [500,
+    600), receive grad 1 (issued 600, done 1100), backward 1, receive grad 0 [1300, 1400), backward
+    0: 1600. Stage 1: receive 0 [0, 300), forward 0, receive 1 [500, 600), forward 1 and backward
+    1, send grad 1 [1000, 1100), backward 0, send grad 0 [1300, 1400): 1400."""
+    mm = lambda at: S.cpu_op("aten::mm", at, 200)  # noqa: E731
+    stage0 = [S.step(1, 0, 1600), mm(0), *_p2p("send", 200, 100, 1), mm(300), *_p2p("send", 500, 100, 1),
+              *_p2p("recv", 600, 500, 1), mm(1100), *_p2p("recv", 1300, 100, 1), mm(1400)]
+    stage1 = [S.step(1, 0, 1400), *_p2p("recv", 0, 300, 0), mm(300), *_p2p("recv", 500, 100, 0), mm(600), mm(800),
+              *_p2p("send", 1000, 100, 0), mm(1100), *_p2p("send", 1300, 100, 0)]
+    return _write(tmp_path, {0: stage0, 1: stage1})
+
+
+def test_micro_batches_cuts_the_pipeline_step_finer_or_coarser(tmp_path):
+    """Steps of 1600 and 1400 µs (median 1500). One micro-batch: stage 0 forwards 400 µs, its one
+    send moves twice the bytes (200 µs), stage 1 computes 800 µs and sends back (200 µs), stage 0
+    backwards 400: 400 + 200 + 800 + 200 + 400 = 2000 on stage 0, 1600 on stage 1 (1800). Four:
+    pieces of 100 µs and transfers of 50, stage 1 starting after the first quarter: 1400 and 1300
+    (1350), the bubble shrunk."""
+    got = _predict(_pipeline(tmp_path), "micro_batches=2", "micro_batches=1", "micro_batches=4")
+    assert got["micro_batches=2"].step_us == pytest.approx(1500)
+    assert got["micro_batches=2"].ranks == {0: pytest.approx(1600), 1: pytest.approx(1400)}
+    assert got["micro_batches=1"].ranks == {0: pytest.approx(2000), 1: pytest.approx(1600)}
+    assert got["micro_batches=4"].ranks == {0: pytest.approx(1400), 1: pytest.approx(1300)}
+    assert got["micro_batches=4"].speedup == pytest.approx(1500 / 1350)
+    assert "the traced 2 micro-batches a step cut into 4" in got["micro_batches=4"].notes[0]
+
+
+def test_micro_batches_is_refused_where_the_trace_is_not_a_pipeline(tmp_path):
+    """A ring's hops alternate a send and a receive with the same peer: not a forward then a backward."""
+    hop = lambda at, peer: [*_p2p("send", at, 100, peer), *_p2p("recv", at + 100, 100, peer)]  # noqa: E731
+    r0 = [S.step(1, 0, 800), *hop(0, 1), S.cpu_op("aten::mm", 200, 200), *hop(400, 1), S.cpu_op("aten::mm", 600, 200)]
+    r1 = [S.step(1, 0, 800), *_p2p("recv", 0, 100, 0), *_p2p("send", 100, 100, 0), S.cpu_op("aten::mm", 200, 200),
+          *_p2p("recv", 400, 100, 0), *_p2p("send", 500, 100, 0), S.cpu_op("aten::mm", 600, 200)]
+    p = _predict(_write(tmp_path, {0: r0, 1: r1}), "micro_batches=4")["micro_batches=4"]
+    assert not p.modelled and p.step_us is None
+    assert p.reason.startswith("micro_batches=4: rank 0, step 1: ") and "alternate" in p.reason
+    with pytest.raises(InputError, match="micro_batches=0"):
+        whatif([str(tmp_path)], ["micro_batches=0"], workers=1)
