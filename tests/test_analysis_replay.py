@@ -306,3 +306,22 @@ def test_micro_batches_is_refused_where_the_trace_is_not_a_pipeline(tmp_path):
     assert p.reason.startswith("micro_batches=4: rank 0, step 1: ") and "alternate" in p.reason
     with pytest.raises(InputError, match="micro_batches=0"):
         whatif([str(tmp_path)], ["micro_batches=0"], workers=1)
+
+
+def test_compute_moved_beside_communication_is_slowed_by_the_measured_factor(tmp_path):
+    """Per step: an async all_reduce A (its span [1, 301)) with five 60 µs matmuls beside it, five
+    40 µs matmuls alone: the matmul's factor is 60 / 40 = 1.5. Then a blocking all_reduce B of
+    150 µs at 501 and 200 µs of compute: 851 µs. B made async: the 200 µs run beside its 150 µs
+    transfer, which costs (1 − 1/1.5) × 150 = 50 µs more: 501 + 250 = 751, not 701."""
+    events = [S.step(1, 0, 851), S.cpu_op("c10d::allreduce_", 0, 1),
+              S.annotation("gloo:all_reduce", 1, 300, tid=200),
+              *[S.cpu_op("aten::mm", 1 + 60 * k, 60) for k in range(5)],
+              *[S.cpu_op("aten::mm", 301 + 40 * k, 40) for k in range(5)], *_blocking(501, 150),
+              *[S.cpu_op("aten::mm", 651 + 40 * k, 40) for k in range(5)]]
+    result = whatif([_write(tmp_path, {0: events, 1: events})], ["compute=x1", "async=all_reduce"], workers=1)
+    got = {p.change: p for p in result.predictions}
+    assert result.replayed_step_us == pytest.approx(851)
+    assert got["compute=x1"].step_us == pytest.approx(851)
+    assert got["async=all_reduce"].step_us == pytest.approx(751)
+    assert any("1.50x as long beside communication" in n and "+0.050 ms a step" in n
+               for n in got["async=all_reduce"].notes)

@@ -17,6 +17,7 @@ from overlapprof.analysis.analyzer import analyze_with_inputs
 from overlapprof.analysis.exposure import resources
 from overlapprof.analysis.replay.changes import Context, Unmodelled, factor, link_floor, parse, rewrite
 from overlapprof.analysis.replay.engine import Replayed, replay
+from overlapprof.analysis.replay.slowdown import rank_factors, slow
 from overlapprof.analysis.replay.timeline import Traced, traced
 from overlapprof.analysis.replay.transfer import fit, interference
 from overlapprof.analysis.stats import median, percentile
@@ -149,12 +150,14 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
     cost, words = interference(tr, any(r.mode == "cpu" for r in report.ranks))
     result.notes += words
     ctx = Context(model, res.link_bytes_per_us, cost)
+    factors = rank_factors(report)
     for text, pairs in zip(changes, parsed):
         try:
             new = rewrite(tr, pairs, ctx)
         except Unmodelled as exc:
             result.predictions.append(Prediction(change=text, modelled=False, reason=str(exc)))
             continue
+        new.notes += slow(tr, new.traced, factors)
         out = replay(new.traced)
         floor = link_floor(new.traced, new.link_bytes_per_us) if new.link_bytes_per_us else None
         result.predictions.append(_prediction(text, out, new.traced, floor, traced_step, new.notes))
