@@ -28,7 +28,8 @@ from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
 
 def rank_factors(report) -> dict[int, float]:
     """Rank -> its factor ``Σ o_c / Σ (o_c / f_c)`` over its classes with a measured factor and
-    time under communication (ranks without one are left out)."""
+    time under communication; ranks without one, or whose factor is at most 1 (compute no slower
+    beside communication: nothing to charge), are left out."""
     out = {}
     for r in report.ranks:
         if r.interference is None:
@@ -36,7 +37,7 @@ def rank_factors(report) -> dict[int, float]:
         classes = [c for c in r.interference.classes if c.factor and c.overlapped_us > 0]
         o = sum(c.overlapped_us for c in classes)
         base = sum(c.overlapped_us / c.factor for c in classes)
-        if o > 0 and base > 0:
+        if o > 0 and base > 0 and o > base:  # a factor below 1 (faster beside communication) is noise
             out[r.rank] = o / base
     return out
 
@@ -80,8 +81,10 @@ def slow(traced: Traced, new: Traced, factors: dict[int, float]) -> list[str]:
         o_old, o_new = _per_step(old, beside(traced, old)), beside(new, lane)
         steps = _steps(lane)
         moved = 0.0
+        shift = 0.0
         for k in range(len(lane.steps)):
             keys = [j for j, s in enumerate(steps) if s == k]
+            shift += sum(o_new[j] for j in keys) - o_old[k]
             delta = (1 - 1 / f) * (sum(o_new[j] for j in keys) - o_old[k])
             if abs(delta) < 1e-9:
                 continue
@@ -97,7 +100,7 @@ def slow(traced: Traced, new: Traced, factors: dict[int, float]) -> list[str]:
         if abs(moved) > 1e-6:
             notes.append(f"interference: rank {r}'s compute runs {f:.2f}x as long beside communication (measured): "
                          f"{moved / len(lane.steps) / 1000:+.3f} ms a step for the compute this change moves "
-                         f"{'beside' if moved > 0 else 'away from'} it")
+                         f"{'beside' if shift > 0 else 'away from'} it")
     return notes
 
 
