@@ -125,3 +125,29 @@ def test_a_saved_report_is_refused_with_what_to_give(tmp_path):
     got = overlapprof_here("whatif", tmp_path / "r.json", "--set", "compute=x2")
     assert got.exit_code == 2 and got.stderr.count("\n") == 1
     assert "holds no operations to replay: give the run directory or the traces" in got.stderr
+
+
+def test_compare_and_report_show_a_saved_prediction_beside_the_measured_run(tmp_path):
+    """compute=x0.5 predicted from the traced run (650 µs), saved; compare and report the traced
+    run and the run that made the change with --prediction: the prediction beside the changed
+    run only (error 0), not beside the traced run it came from."""
+    traced, halved = _run(tmp_path / "a", 400), _run(tmp_path / "b", 200, 150)
+    saved = tmp_path / "w.json"
+    assert overlapprof_here("whatif", traced, "--set", "compute=x0.5", "--json", saved, "--workers", 1).exit_code == 0
+    got = overlapprof_here("compare", traced, halved, "--prediction", saved)
+    assert got.exit_code == 0, got.output
+    (line,) = [x for x in got.stdout.splitlines() if x.startswith("prediction ")]
+    assert line == (f"prediction compute=x0.5 (from {traced}) beside b: predicted 0.650 ms (0.650-0.650), measured "
+                    "0.650 ms: error +0.00%, within the predicted spread")
+    out = tmp_path / "c.json"
+    assert overlapprof_here("compare", traced, halved, "--prediction", saved, "--json", out).exit_code == 0
+    (row,) = json.loads(out.read_text())["predictions"]
+    assert (row["variant"], row["step_us"], row["measured_step_us"], row["error"]) == ("b", 650, 650, 0)
+    page = tmp_path / "r.html"
+    got = overlapprof_here("report", traced, halved, "--prediction", saved, "-o", page)
+    assert got.exit_code == 0, got.output
+    html = page.read_text()
+    assert "Predicted, then measured" in html and "compute=x0.5" in html and "+0.00%" in html
+    for args in ((traced, halved, "--prediction", tmp_path / "missing.json"), (traced, halved, "--prediction", traced)):
+        got = overlapprof_here("compare", *args)
+        assert got.exit_code == 2 and got.stderr.startswith("Error: --prediction ") and got.stderr.count("\n") == 1
