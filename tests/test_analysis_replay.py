@@ -15,6 +15,7 @@ from overlapprof.errors import InputError
 
 import real_data
 import synthetic as S
+from whatif_runs import WORKLOADS, whatif_runs  # noqa: F401  (the session fixture)
 
 REAL = real_data.jobs()
 TOLERANCE = 0.05  # issue 35: the unchanged replay within 5% of the traced step, per rank
@@ -36,18 +37,10 @@ def test_the_unchanged_replay_gives_the_traced_steps_of_real_traces(folder):
     _unchanged_ok(whatif([str(folder)], ["compute=x1"], workers=1))
 
 
-@pytest.mark.parametrize("name", ["ring", "allreduce", "collectives"])
-def test_the_unchanged_replay_gives_the_traced_steps_of_the_workloads(workload_runs, name):
-    run = workload_runs(name, 2)
-    assert run.proc.returncode == 0, run.proc.stderr[-2000:]
-    for variant, folder in run.dirs.items():
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_the_unchanged_replay_gives_the_traced_steps_of_the_workloads(whatif_runs, name):
+    for variant, folder in whatif_runs(name).items():
         _unchanged_ok(whatif([str(folder)], ["compute=x1"], workers=1))
-
-
-def test_the_unchanged_replay_gives_the_traced_steps_of_ddp_fsdp_pipeline(user_runs):
-    for (name, variant), folder in user_runs.dirs.items():
-        if name != "example":
-            _unchanged_ok(whatif([str(folder)], ["compute=x1"], workers=1))
 
 
 # -- hand-made traces: two gloo ranks, two steps of 1000 µs each

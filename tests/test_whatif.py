@@ -78,11 +78,12 @@ def test_bad_input_is_one_error_line(tmp_path, args, words):
 
 
 # -- predict, then run: the ring's blocking send/recv over an emulated link (2 ranks, a 64 x 64
-# matmul: the link sets the step), traced at 1 Gbit/s, predicted at 500 Mbit/s and 2 Gbit/s, then
-# run at them; and traced with rank 1 sleeping 10 ms a step, predicted and checked without it. TOLERANCE is what docs/whatif.md measured on this 2-core machine under load, with
+# matmul: the link sets the step), traced at 1 Gbit/s, predicted at 2 Gbit/s, then run at it (the
+# halved rate is the benchmark's); and traced with rank 1 sleeping 10 ms a step, predicted and
+# checked without it. TOLERANCE is what docs/whatif.md measured on this 2-core machine under load, with
 # margin; the direction (a faster link is faster) must hold outright.
 LINKED = ("--nproc", 2, "--variant", "sync", "--no-analyze", "-q", "--warmup-steps", 1, "--wait", 0, "--warmup", 1,
-          "--active", 4, "--", "--size", 64)
+          "--active", 3, "--", "--size", 64)
 TOLERANCE = 0.35
 
 
@@ -91,23 +92,19 @@ def test_predict_then_run_the_ring_at_other_link_rates(tmp_path):
     from conftest import REPO, _overlapprof
 
     dirs = {}
-    for name, rate, extra in (("1gbit", "1gbit", ()), ("500mbit", "500mbit", ()), ("2gbit", "2gbit", ()),
+    for name, rate, extra in (("1gbit", "1gbit", ()), ("2gbit", "2gbit", ()),
                               ("slow", "1gbit", ("--slow_rank", 1, "--slow_ms", 10))):
         proc = _overlapprof("run", REPO / "workloads/ring.py", "--link-rate", rate, "--run-id", name, "--out", tmp_path,
                             *LINKED, *extra, timeout=400)
         assert proc.returncode == 0, proc.stderr[-3000:]
         dirs[name] = tmp_path / f"{name}-sync"
-    checked = {}
-    for rate in ("500mbit", "2gbit"):
-        got = overlapprof_here("whatif", dirs["1gbit"], "--set", f"link_rate={rate}", "--check", dirs[rate],
-                               "--json", tmp_path / f"{rate}.json")
-        assert got.exit_code == 0, got.output
-        checked[rate] = WhatIf.load(tmp_path / f"{rate}.json")
-    traced = checked["2gbit"].traced_step_us
-    slow, fast = checked["500mbit"].predictions[0], checked["2gbit"].predictions[0]
-    assert slow.step_us > traced > fast.step_us and slow.check.measured_step_us > fast.check.measured_step_us
-    for p in (slow, fast):
-        assert abs(p.check.error) <= TOLERANCE, (p.change, p.step_us, p.check)
+    got = overlapprof_here("whatif", dirs["1gbit"], "--set", "link_rate=2gbit", "--check", dirs["2gbit"],
+                           "--json", tmp_path / "2gbit.json")
+    assert got.exit_code == 0, got.output
+    checked = WhatIf.load(tmp_path / "2gbit.json")
+    fast = checked.predictions[0]
+    assert checked.traced_step_us > fast.step_us and checked.traced_step_us > fast.check.measured_step_us
+    assert abs(fast.check.error) <= TOLERANCE, (fast.change, fast.step_us, fast.check)
     # rank 1 sleeps 10 ms a step: predict the ring without it, check against the run without it
     got = overlapprof_here("whatif", dirs["slow"], "--set", "no_straggler=1", "--check", dirs["1gbit"], "--json",
                            tmp_path / "straggler.json")
@@ -151,3 +148,34 @@ def test_compare_and_report_show_a_saved_prediction_beside_the_measured_run(tmp_
     for args in ((traced, halved, "--prediction", tmp_path / "missing.json"), (traced, halved, "--prediction", traced)):
         got = overlapprof_here("compare", *args)
         assert got.exit_code == 2 and got.stderr.startswith("Error: --prediction ") and got.stderr.count("\n") == 1
+
+
+# -- predict, then run: the pipeline traced with 8 micro-batches, then run with 4 by `overlapprof
+# run --predict-from`, which predicts before the run and checks after. The smallest sizes that
+# keep a pipeline's shape (2 layers of 256 a stage, 256 rows). MICRO_TOLERANCE: these runs measured
+# +16% on 2026-12-06 18:14 UTC (load 13); benchmarks/whatif_bench.py's pipeline-micro pairs, at the
+# default sizes under load 12-16, -13% to +79% for 8 -> 4: the spread of a loaded machine, with margin.
+PIPE = ("--nproc", 2, "--variant", "sync", "--no-analyze", "-q", "--warmup-steps", 1, "--wait", 0, "--warmup", 1,
+        "--active", 3)
+PIPE_OPTS = ("--width", 256, "--batch", 256, "--layers", 2)
+MICRO_TOLERANCE = 0.9  # above the +79% of the loaded bench
+
+
+def test_run_predicts_micro_batches_before_running_and_checks_after(tmp_path):
+    from conftest import REPO, _overlapprof
+
+    proc = _overlapprof("run", REPO / "workloads/pipeline.py", "--run-id", "m8", "--out", tmp_path, *PIPE, "--",
+                        *PIPE_OPTS, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    traced = tmp_path / "m8-sync"
+    proc = _overlapprof("run", REPO / "workloads/pipeline.py", "--run-id", "m4", "--out", tmp_path, *PIPE,
+                        "--predict-from", traced, "--set", "micro_batches=4", "--", *PIPE_OPTS, "--micro_batches", 4,
+                        timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert out.startswith("prediction, before the run:") and "micro_batches=4: the traced 8 micro-batches" in out
+    (line,) = [x for x in out.splitlines() if x.startswith("check micro_batches=4 against ")]
+    error = float(line.split("error ")[1].split("%")[0]) / 100
+    assert abs(error) <= MICRO_TOLERANCE, line
+    got = overlapprof_here("run", REPO / "workloads/pipeline.py", "--predict-from", traced)
+    assert got.exit_code == 2 and "go together" in got.stderr
