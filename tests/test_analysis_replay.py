@@ -86,6 +86,9 @@ def test_each_change_on_a_hand_made_trace(tmp_path):
         assert p.speedup == pytest.approx(1000 / p.step_us)
     assert got["bandwidth=x2"].exposure.no_window_us == pytest.approx(150)
     assert got["async=all_reduce"].exposure.total_us() == pytest.approx(0)
+    # no compute ran beside communication in this trace: its slowdown is not measured, and said
+    assert any("measures no slowdown" in n and "the 0.300 ms a step this change moves beside it are not charged" in n
+               for n in got["async=all_reduce"].notes)
 
 
 def test_the_transfer_model_says_when_it_has_nothing_to_fit(tmp_path):
