@@ -152,15 +152,17 @@ def test_compare_and_report_show_a_saved_prediction_beside_the_measured_run(tmp_
 
 # -- predict, then run: the pipeline traced with 8 micro-batches, then run with 4 by `overlapprof
 # run --predict-from`, which predicts before the run and checks after. The smallest sizes that
-# keep a pipeline's shape (2 layers of 256 a stage, 256 rows). MICRO_TOLERANCE: these runs measured
-# +2.1% (8 -> 4) and +0.5% (4 -> 8) on 2026-12-06 18:14-18:30 UTC (load 13), but -69.6% at 18:31
-# (load 16: the traced run's steps ~20 ms, the checked run's 24-69 ms); benchmarks/whatif_bench.py's
-# sync pipeline-micro pairs at the default sizes, under load 12-16, -33% to +51%. 5 steps a run for
-# steadier medians; the tolerance is a loaded machine's spread, with margin (measure it idle).
+# keep a pipeline's shape (2 layers of 256 a stage, 256 rows), 5 steps a run. Measured on
+# 2026-12-06 under load 13-16: +2.1% (compute ratio 0.76), then -69.6% and +188% (the traced run's
+# steps 20 and 40 ms, the checked run's 13-69 ms: the load, not the model). So the accuracy is
+# asserted where the check says the machine left compute alone between the runs (its compute
+# ratio within COMPUTE_STEADY), with MICRO_TOLERANCE (the bench's loaded sync pairs erred -33% to
+# +51%); otherwise the check must say the machine moved it.
 PIPE = ("--nproc", 2, "--variant", "sync", "--no-analyze", "-q", "--warmup-steps", 1, "--wait", 0, "--warmup", 1,
         "--active", 5)
 PIPE_OPTS = ("--width", 256, "--batch", 256, "--layers", 2)
-MICRO_TOLERANCE = 0.75
+MICRO_TOLERANCE = 0.6
+COMPUTE_STEADY = (0.75, 1.33)
 
 
 def test_run_predicts_micro_batches_before_running_and_checks_after(tmp_path):
@@ -169,7 +171,7 @@ def test_run_predicts_micro_batches_before_running_and_checks_after(tmp_path):
     proc = _overlapprof("run", REPO / "workloads/pipeline.py", "--run-id", "m8", "--out", tmp_path, *PIPE, "--",
                         *PIPE_OPTS, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    traced = tmp_path / "m8-sync"
+    traced, changed = tmp_path / "m8-sync", tmp_path / "m4-sync"
     proc = _overlapprof("run", REPO / "workloads/pipeline.py", "--run-id", "m4", "--out", tmp_path, *PIPE,
                         "--predict-from", traced, "--set", "micro_batches=4", "--", *PIPE_OPTS, "--micro_batches", 4,
                         timeout=400)
@@ -177,7 +179,13 @@ def test_run_predicts_micro_batches_before_running_and_checks_after(tmp_path):
     out = proc.stdout
     assert out.startswith("prediction, before the run:") and "micro_batches=4: the traced 8 micro-batches" in out
     (line,) = [x for x in out.splitlines() if x.startswith("check micro_batches=4 against ")]
-    error = float(line.split("error ")[1].split("%")[0]) / 100
-    assert abs(error) <= MICRO_TOLERANCE, line
+    got = overlapprof_here("whatif", traced, "--set", "micro_batches=4", "--check", changed, "--json", tmp_path / "w.json")
+    assert got.exit_code == 0, got.output
+    p = WhatIf.load(tmp_path / "w.json").predictions[0]
+    assert f"error {100 * p.check.error:+.2f}%" in line  # the same check as whatif --check
+    if COMPUTE_STEADY[0] <= p.check.compute_ratio <= COMPUTE_STEADY[1]:
+        assert abs(p.check.error) <= MICRO_TOLERANCE, (line, p.check)
+    else:
+        assert "the checked run's compute a step was" in out, out
     got = overlapprof_here("run", REPO / "workloads/pipeline.py", "--predict-from", traced)
     assert got.exit_code == 2 and "go together" in got.stderr
