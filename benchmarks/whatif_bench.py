@@ -1,20 +1,24 @@
 """Predict, then run (issue 35): trace one configuration, predict others with ``overlapprof
 whatif``, run them, compare.
 
-Each case names a traced configuration (workload, variant, link rate, workload options), a
-change (``--set``) and the configuration that makes it. Per repeat, every configuration the
-selected cases need is run once (``overlapprof run --no-analyze``, CPU/gloo, 2 ranks unless the
-case says), in an order that alternates with the repeat, so the load moves all of them alike;
-then each prediction is checked against its run. It prints a row per (case, repeat): predicted
+Each case names a traced configuration (workload, variant, link rate, workload options, ranks),
+a change (``--set``) and the configuration that makes it; a family of configurations is
+predicted each from the other where a change says how they differ (1 Gbit/s from 2 and 2 from
+1), so 51 pairs over ring, allreduce, ddp, fsdp and pipeline (2, 3 and 4 ranks) take 43 runs a
+repeat. Per repeat, every configuration the selected cases need is run once (``overlapprof run
+--no-analyze``, CPU/gloo, 2 ranks unless the case says), in an order that alternates with the
+repeat, so the load moves all of them alike; then each prediction is checked against its run. It prints a row per (case, repeat): predicted
 and measured step (medians over (rank, step) pairs, ms), error = predicted / measured − 1,
 whether the measured median is in the predicted interval, whether the direction (faster or
 slower than the traced step) is right, and the run's compute a step against what the change
 predicts from the traced run's (far from 1: the machine or interference moved it); then the
 median and 90th percentile of |error|, the share of right directions, and the pairs predicted
 more than 5% faster that ran slower, against issue 35's targets (median ≤ 10%, p90 ≤ 20%,
-direction ≥ 90%, none), with the load average at the start and the end: quote idle runs only.
+direction ≥ 90%, none) as PASS/FAIL lines, with the load average at the start and the end:
+quote idle runs only. A run that fails is said and its pairs left out.
 
-    python benchmarks/whatif_bench.py                       # every case, 3 repeats
+    python benchmarks/whatif_bench.py --dry-run             # the plan: pairs, runs, time
+    python benchmarks/whatif_bench.py                       # every pair, 3 repeats (~30 min idle)
     python benchmarks/whatif_bench.py --only ring-link --repeat 1 --out /tmp/wb
 """
 
@@ -31,21 +35,80 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-SCHEDULE = ["--warmup-steps", "1", "--wait", "0", "--warmup", "1", "--active", "4"]
-SMALL_RING = ("--size", "64")  # the link sets the step
-# (group, traced config, change, changed config); a config is (workload, variant, rate, options, nproc)
+SCHEDULE = ["--warmup-steps", "1", "--wait", "0", "--warmup", "1", "--active", "3"]
+# seconds a run and a prediction take on 2 idle cores, for --dry-run's estimate (a run of 2 ranks
+# took 25-30 s at load 6-13 on 2026-12-06; idle, about a third of that: see docs/whatif.md)
+SECONDS_A_RUN = {2: 10.0, 3: 14.0, 4: 18.0}
+SECONDS_A_PREDICTION = 3.0
+
+
+def C(workload, variant="async", rate=None, nproc=2, **opts):
+    """A configuration: (workload, variant, link rate or None, workload options, ranks)."""
+    flat = tuple(x for k, v in sorted(opts.items()) for x in (f"--{k}", str(v)))
+    return (workload, variant, rate, flat, nproc)
+
+
+def _both_ways(group, configs):
+    """Every pair of configurations of a family predicted from each other: (name, change from a
+    to b) for each ordered pair whose change the family can say."""
+    out = []
+    for a, change_ab, b, change_ba in configs:
+        out.append((group, a, change_ab, b))
+        if change_ba:
+            out.append((group, b, change_ba, a))
+    return out
+
+
+SMALL = {"size": 64}  # the ring with a 64 x 64 matmul: the link sets the step
+RING = dict(size=640)
 CASES = [
-    ("ring-link", ("ring", "sync", "1gbit", SMALL_RING, 2), "link_rate=500mbit", ("ring", "sync", "500mbit", SMALL_RING, 2)),
-    ("ring-link", ("ring", "sync", "1gbit", SMALL_RING, 2), "link_rate=2gbit", ("ring", "sync", "2gbit", SMALL_RING, 2)),
-    ("ring-link", ("ring", "async", "1gbit", SMALL_RING, 2), "bandwidth=x2", ("ring", "async", "2gbit", SMALL_RING, 2)),
-    ("ring-async", ("ring", "sync", "2gbit", (), 2), "async=send_recv", ("ring", "async", "2gbit", (), 2)),
-    ("ring-compute", ("ring", "async", "2gbit", (), 2), "compute=x0.5", ("ring", "async", "2gbit", ("--size", "508"), 2)),
-    ("ring-4", ("ring", "sync", "2gbit", SMALL_RING, 4), "link_rate=4gbit", ("ring", "sync", "4gbit", SMALL_RING, 4)),
-    ("allreduce-async", ("allreduce", "sync", None, (), 2), "async=all_reduce@end", ("allreduce", "async", None, (), 2)),
-    ("straggler", ("allreduce", "async", None, ("--slow_rank", "1", "--slow_ms", "20"), 2), "no_straggler=1",
-     ("allreduce", "async", None, (), 2)),
-    ("ddp-buckets", ("ddp", "async", None, (), 2), "bucket_cap_mb=0.5", ("ddp", "async", None, ("--bucket_cap_mb", "0.5"), 2)),
-    ("ddp-buckets", ("ddp", "async", None, (), 2), "bucket_cap_mb=8", ("ddp", "async", None, ("--bucket_cap_mb", "8"), 2)),
+    # the link's rate, halved and doubled: 2, 3 and 4 ranks
+    *_both_ways("ring-link", [
+        (C("ring", "sync", "1gbit", **SMALL), "link_rate=500mbit", C("ring", "sync", "500mbit", **SMALL), "link_rate=1gbit"),
+        (C("ring", "sync", "1gbit", **SMALL), "link_rate=2gbit", C("ring", "sync", "2gbit", **SMALL), "link_rate=1gbit"),
+        (C("ring", "async", "1gbit", **SMALL), "bandwidth=x2", C("ring", "async", "2gbit", **SMALL), "bandwidth=x0.5")]),
+    *_both_ways("ring-link-3", [
+        (C("ring", "sync", "1gbit", 3, **SMALL), "link_rate=2gbit", C("ring", "sync", "2gbit", 3, **SMALL), "link_rate=1gbit")]),
+    *_both_ways("ring-link-4", [
+        (C("ring", "sync", "2gbit", 4, **SMALL), "link_rate=4gbit", C("ring", "sync", "4gbit", 4, **SMALL), "link_rate=2gbit")]),
+    # async vs sync, compute up and down, a slow rank removed
+    ("ring-async", C("ring", "sync", "2gbit", **RING), "async=send_recv", C("ring", "async", "2gbit", **RING)),
+    ("ring-async", C("ring", "sync", "1gbit", **RING), "async=send_recv", C("ring", "async", "1gbit", **RING)),
+    *_both_ways("ring-compute", [
+        (C("ring", "async", "2gbit", **RING), "compute=x0.5", C("ring", "async", "2gbit", size=508), "compute=x2"),
+        (C("ring", "async", "2gbit", **RING), "compute=x2", C("ring", "async", "2gbit", size=806), "compute=x0.5")]),
+    ("ring-straggler", C("ring", "sync", "1gbit", slow_rank=1, slow_ms=10, **SMALL), "no_straggler=1",
+     C("ring", "sync", "1gbit", **SMALL)),
+    # the all-reduce: async, compute (rows), a slow rank removed, 2 and 4 ranks
+    ("allreduce-async", C("allreduce", "sync"), "async=all_reduce@end", C("allreduce", "async")),
+    ("allreduce-async", C("allreduce", "sync", nproc=4), "async=all_reduce@end", C("allreduce", "async", nproc=4)),
+    *_both_ways("allreduce-compute", [
+        (C("allreduce"), "compute=x0.5", C("allreduce", batch=2048), "compute=x2"),
+        (C("allreduce"), "compute=x2", C("allreduce", batch=8192), "compute=x0.5")]),
+    ("allreduce-straggler", C("allreduce", slow_rank=1, slow_ms=20), "no_straggler=1", C("allreduce")),
+    ("allreduce-straggler", C("allreduce", "sync", slow_rank=1, slow_ms=20), "no_straggler=1", C("allreduce", "sync")),
+    ("allreduce-straggler", C("allreduce", nproc=4, slow_rank=1, slow_ms=20), "no_straggler=1", C("allreduce", nproc=4)),
+    # DDP: bucket size every way, compute, a slow rank
+    *_both_ways("ddp-buckets", [
+        (C("ddp"), "bucket_cap_mb=0.5", C("ddp", bucket_cap_mb=0.5), "bucket_cap_mb=2"),
+        (C("ddp"), "bucket_cap_mb=8", C("ddp", bucket_cap_mb=8), "bucket_cap_mb=2"),
+        (C("ddp", bucket_cap_mb=0.5), "bucket_cap_mb=8", C("ddp", bucket_cap_mb=8), "bucket_cap_mb=0.5")]),
+    *_both_ways("ddp-compute", [(C("ddp"), "compute=x2", C("ddp", batch=512), "compute=x0.5")]),
+    ("ddp-straggler", C("ddp", slow_rank=1, slow_ms=20), "no_straggler=1", C("ddp")),
+    # FSDP: prefetch depth, compute, a slow rank
+    ("fsdp-prefetch", C("fsdp", prefetch=0), "prefetch=1", C("fsdp", prefetch=1)),
+    ("fsdp-prefetch", C("fsdp", prefetch=0), "prefetch=2", C("fsdp", prefetch=2)),
+    ("fsdp-prefetch", C("fsdp", prefetch=1), "prefetch=1", C("fsdp", prefetch=2)),
+    *_both_ways("fsdp-compute", [(C("fsdp"), "compute=x2", C("fsdp", batch=512), "compute=x0.5")]),
+    ("fsdp-straggler", C("fsdp", slow_rank=1, slow_ms=20), "no_straggler=1", C("fsdp")),
+    # the pipeline: micro-batches every way, sync and async; async; a slow rank
+    *_both_ways("pipeline-micro", [
+        (C("pipeline", "sync"), "micro_batches=4", C("pipeline", "sync", micro_batches=4), "micro_batches=8"),
+        (C("pipeline", "sync"), "micro_batches=16", C("pipeline", "sync", micro_batches=16), "micro_batches=8"),
+        (C("pipeline"), "micro_batches=4", C("pipeline", micro_batches=4), "micro_batches=8"),
+        (C("pipeline"), "micro_batches=16", C("pipeline", micro_batches=16), "micro_batches=8")]),
+    ("pipeline-async", C("pipeline", "sync"), "async=send_recv", C("pipeline")),
+    ("pipeline-straggler", C("pipeline", slow_rank=1, slow_ms=20), "no_straggler=1", C("pipeline")),
 ]
 
 
@@ -54,7 +117,8 @@ def _name(config) -> str:
     return "-".join([workload, variant, rate or "lo", str(nproc), *[o.lstrip("-") for o in opts]]).replace(".", "p")
 
 
-def launch(config, out: Path, tag: str) -> Path:
+def launch(config, out: Path, tag: str) -> Path | None:
+    """Run one configuration; its run directory, or None (said) when it failed."""
     workload, variant, rate, opts, nproc = config
     run_id = f"{tag}-{_name(config)}"
     command = [sys.executable, "-m", "overlapprof", "run", str(REPO / "workloads" / f"{workload}.py"), "--nproc",
@@ -65,36 +129,74 @@ def launch(config, out: Path, tag: str) -> Path:
         command += ["--", *opts]
     proc = subprocess.run(command, capture_output=True, text=True)
     if proc.returncode != 0:
-        sys.exit(f"whatif_bench: {run_id} failed:\n{proc.stderr[-3000:]}")
+        print(f"whatif_bench: {run_id} failed (its pairs are left out):\n{proc.stderr[-1500:]}", file=sys.stderr)
+        return None
     return out / f"{run_id}-{variant}"
+
+
+def plan(cases, repeat: int) -> list[str]:
+    """--dry-run's lines: the pairs per group, the runs, and the time they should take idle."""
+    configs = list(dict.fromkeys([c[1] for c in cases] + [c[3] for c in cases]))
+    lines = []
+    for group in dict.fromkeys(c[0] for c in cases):
+        mine = [c for c in cases if c[0] == group]
+        lines.append(f"{group}: {len(mine)} pairs: " + "; ".join(f"{_name(c[1])} --set {c[2]} -> {_name(c[3])}"
+                                                                  for c in mine))
+    runs = sum(SECONDS_A_RUN.get(c[4], 5.0 * c[4]) for c in configs)
+    seconds = repeat * (runs + len(cases) * SECONDS_A_PREDICTION)
+    lines.append(f"{len(cases)} pairs over {len({c[1][0] for c in cases})} workloads from {len(configs)} runs a repeat "
+                 f"(traced runs shared); {repeat} repeats, interleaved: {repeat * len(configs)} runs and "
+                 f"{repeat * len(cases)} predictions, about {seconds / 60:.0f} min on 2 idle cores")
+    return lines
+
+
+def _targets(rows) -> list[str]:
+    errors = sorted(abs(e) for e, _, _ in rows)
+    p90 = errors[min(len(errors) - 1, int(round(0.9 * (len(errors) - 1))))]
+    med = statistics.median(errors)
+    share = sum(r for _, r, _ in rows) / len(rows)
+    worse = sum(w for _, _, w in rows)
+    verdict = lambda ok: "PASS" if ok else "FAIL"  # noqa: E731
+    return [f"{len(rows)} pairs",
+            f"{verdict(med <= 0.10)} median |error| {100 * med:.1f}% (target <= 10%)",
+            f"{verdict(p90 <= 0.20)} p90 |error| {100 * p90:.1f}% (target <= 20%)",
+            f"{verdict(share >= 0.9)} direction right {100 * share:.0f}% (target >= 90%)",
+            f"{verdict(worse == 0)} predicted >5% faster but ran slower: {worse} (target 0)"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", action="append", help="case groups to run (repeatable): " +
-                        ", ".join(sorted({c[0] for c in CASES})))
+                        ", ".join(dict.fromkeys(c[0] for c in CASES)))
     parser.add_argument("--out", type=Path, default=None, help="keep the run directories here")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan, the runs and the time, run nothing")
     args = parser.parse_args()
-    from overlapprof.analysis.replay.predict import whatif
-
     cases = [c for c in CASES if not args.only or c[0] in args.only]
     if not cases:
         sys.exit(f"whatif_bench: no case in {args.only}")
+    if args.dry_run:
+        print("\n".join(plan(cases, args.repeat)))
+        return
+    from overlapprof.analysis.replay.predict import whatif
+
     out = args.out or Path(tempfile.mkdtemp(prefix="whatif-bench-"))
     start_load = os.getloadavg()
     configs = list(dict.fromkeys([c[1] for c in cases] + [c[3] for c in cases]))
-    rows = []
-    print(f"load average at the start: {start_load[0]:.2f}; {len(cases)} cases x {args.repeat} repeats; runs in {out}")
+    rows, groups = [], {}
+    print(f"load average at the start: {start_load[0]:.2f}; {len(cases)} pairs x {args.repeat} repeats; runs in {out}")
     print(f"{'case':<44} {'rep':>3} {'predicted ms':>12} {'measured ms':>11} {'error':>8} {'within':>6} {'direction':>9} "
           f"{'compute ratio':>13}")
     for rep in range(args.repeat):
         order = configs if rep % 2 == 0 else configs[::-1]
         dirs = {config: launch(config, out, f"r{rep}") for config in order}
         for group, traced, change, changed in cases:
+            label = f"{group}: {change}"
+            if dirs[traced] is None or dirs[changed] is None:
+                print(f"{label:<44} {rep:>3} a run failed")
+                continue
             result = whatif([str(dirs[traced])], [change], check=str(dirs[changed]), workers=1)
             p = result.predictions[0]
-            label = f"{group}: {change}"
             if not p.modelled:
                 print(f"{label:<44} {rep:>3} not modelled: {p.reason}")
                 continue
@@ -103,20 +205,14 @@ def main() -> None:
                                                                     and abs(measured / base - 1) < 0.02)
             wrong_way = p.step_us < 0.95 * base and measured > base
             rows.append((p.check.error, right, wrong_way))
+            groups.setdefault(group, []).append(abs(p.check.error))
             print(f"{label:<44} {rep:>3} {p.step_us / 1e3:>12.3f} {measured / 1e3:>11.3f} {100 * p.check.error:>+7.2f}% "
                   f"{'yes' if p.check.within else 'no':>6} {'right' if right else 'WRONG':>9} "
-                  f"{p.check.compute_ratio or float('nan'):>13.2f}")
+                  f"{p.check.compute_ratio or float('nan'):>13.2f}", flush=True)
     if not rows:
         return
-    errors = sorted(abs(e) for e, _, _ in rows)
-    p90 = errors[min(len(errors) - 1, int(round(0.9 * (len(errors) - 1))))]
-    share = sum(r for _, r, _ in rows) / len(rows)
-    worse = sum(w for _, _, w in rows)
-    print(f"\n{len(rows)} pairs: median |error| {100 * statistics.median(errors):.1f}% (target <= 10%: "
-          f"{'PASS' if statistics.median(errors) <= 0.10 else 'FAIL'}), p90 {100 * p90:.1f}% (target <= 20%: "
-          f"{'PASS' if p90 <= 0.20 else 'FAIL'}), direction right {100 * share:.0f}% (target >= 90%: "
-          f"{'PASS' if share >= 0.9 else 'FAIL'}), predicted >5% faster but ran slower: {worse} (target 0: "
-          f"{'PASS' if worse == 0 else 'FAIL'})")
+    print("\nmedian |error| per group: " + ", ".join(f"{g} {100 * statistics.median(v):.1f}%" for g, v in groups.items()))
+    print("\n".join(_targets(rows)))
     print(f"load average at the start {start_load[0]:.2f}, at the end {os.getloadavg()[0]:.2f}")
 
 

@@ -19,9 +19,11 @@ from overlapprof.cli.formats import emit_outputs, not_an_input, output_options, 
 @click.option("--csv", "csv_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
               callback=not_an_input,
               help="One row per variant as CSV, to FILE or (alone, or '-') to stdout instead of the table.")
+@click.option("--prediction", type=click.Path(path_type=str), default=None, metavar="FILE",
+              help="A prediction saved by `whatif --json FILE`: shown next to each variant that is not its traced run.")
 @output_options("comparison")
 @analysis_options
-def compare(paths, json_out, csv_out, labels, quiet, **kw):
+def compare(paths, json_out, csv_out, prediction, labels, quiet, **kw):
     """Compare runs: step time, communication, exposed communication, overlap ratio and compute
     per variant, and against the first (the baseline): speedup, exposed communication saved,
     compute slowdown. Each variant has two bounds: the comm-free bound (step - exposed
@@ -39,5 +41,18 @@ def compare(paths, json_out, csv_out, labels, quiet, **kw):
     if len(paths) < 2 and not (Path(paths[0]).is_file() and is_saved_comparison(Path(paths[0]))):
         fail("give at least two runs to compare (the first is the baseline)")
     outputs = planned_outputs("comparison", json_out, csv_out, kw.pop("fmt"), kw.pop("output"))  # a refused path costs nothing
+    saved = None
+    if prediction is not None:
+        from overlapprof.analysis.replay.predict import load_prediction
+
+        saved = load_prediction(prediction)
     comparison = load_comparison(paths, labels, quiet, analyze_options(kw))
+    if saved is not None:
+        from overlapprof.analysis.replay.predict import beside
+
+        comparison.predictions = beside(saved, comparison.variants)
     emit_outputs(outputs, comparison, quiet, comparison.warnings)
+    if comparison.predictions and not any(o.dest == "-" and o.renderer.name != "table" for o in outputs):
+        from overlapprof.renderers.whatif_table import beside as lines
+
+        click.echo(lines(comparison.predictions), nl=False)

@@ -90,12 +90,19 @@ def _nccl_debug(ctx, param, value):
 @click.option("--with-stack", is_flag=True,
               help="Record Python stacks in the traces (costly: off by default).")
 @click.option("--no-analyze", is_flag=True, help="Do not analyze the traces at the end.")
+@click.option("--predict-from", "predict_from", type=click.Path(path_type=str), default=None, metavar="RUN",
+              show_default=False,
+              help="Predict this run's step from the traced RUN with the change --set names, before running it "
+                   "(as `overlapprof whatif RUN --set CHANGE`), then check the prediction against it (as --check).")
+@click.option("--set", "changes", multiple=True, metavar="NAME=VALUE[,NAME=VALUE]",
+              help="With --predict-from: the change this run makes to RUN's configuration (one).")
 @click.option("-q", "--quiet", is_flag=True,
               help="No progress lines or heartbeat on stderr (errors and the ranks' own output "
                    "still show).")
 def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id, device,
         backend, link_rate, link_burst, link_latency, nccl_debug, timeout_s, warmup_steps, wait,
-        warmup, active, repeat, variants, list_variants, opts, out, gzip, with_stack, no_analyze, quiet):
+        warmup, active, repeat, variants, list_variants, opts, out, gzip, with_stack, no_analyze, predict_from, changes,
+        quiet):
     """Run WORKLOAD (a workload .py file) on --nproc ranks per node and record a profiler trace
     per rank, then print its overlap report. Workload options go after -- (e.g.
     `overlapprof run workloads/ring.py --nproc 4 -- --size 512`) or as --opt key=value.
@@ -109,6 +116,8 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         fail(f"--run-id {run_id!r}: use letters, digits, '.', '_' and '-'")
     if (link_burst or link_latency) and not link_rate:
         fail("--link-burst and --link-latency need --link-rate")
+    if bool(predict_from) != bool(changes) or len(changes) > 1:
+        fail("--predict-from RUN and --set CHANGE go together, one change: the one this run makes to RUN's")
     # Ctrl-C while torch is imported: some import swallows KeyboardInterrupt, so remember it
     interrupted = []
 
@@ -144,7 +153,10 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         request.link, code = netns.prepare(request, link_rate, sys.argv[1:], link_burst, link_latency)
         if code is not None:
             sys.exit(code)
+    predicted = _predict(predict_from, changes[0], quiet) if predict_from else None
     results = launcher.run(request, log=(lambda line: None) if quiet else None)
+    if predicted is not None:
+        _check(predicted, [r.run_dir for r in results if r.ok])
     if not no_analyze:  # tables, TensorBoard scalars, and the comparison of several variants
         _after_run([(r.variant, r.run_dir) for r in results if r.ok], quiet)
     failed = next((r for r in results if not r.ok), None)
@@ -162,6 +174,29 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         fail(f"{loaded.name}/{failed.variant} failed: {failed.failure_line()}; "
              f"{kept} kept in {failed.run_dir}", exit_code=1)
 
+
+
+def _predict(run_dir: str, change: str, quiet: bool):
+    """``overlapprof whatif RUN_DIR --set CHANGE``, printed before the run (its WhatIf)."""
+    from overlapprof.analysis.replay.predict import whatif
+    from overlapprof.renderers import whatif_table
+
+    note(f"predicting {change} from {run_dir}", quiet)
+    predicted = whatif([run_dir], [change])
+    click.echo(f"prediction, before the run:\n{whatif_table.render(predicted)}", nl=False)
+    if not predicted.predictions[0].modelled:
+        fail(predicted.predictions[0].reason)
+    return predicted
+
+
+def _check(predicted, run_dirs) -> None:
+    """The prediction against each run made (``whatif --check``)."""
+    from overlapprof.analysis.replay.predict import check_saved
+    from overlapprof.renderers.whatif_table import check_lines
+
+    for run_dir in run_dirs:
+        check_saved(predicted, str(run_dir))
+        click.echo(check_lines(predicted.predictions[0]), nl=False)
 
 
 def _after_run(runs, quiet: bool = False) -> None:

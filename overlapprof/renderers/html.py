@@ -357,7 +357,17 @@ def _variant_metrics(page: Page) -> str | None:
 PageSection = Callable[[Page], "str | None"]
 RunSection = Callable[[Page, str, Report], "str | None"]
 
-PAGE_SECTIONS: list[PageSection] = [_header, _advice, _comparison, _variant_metrics, _runs, _definitions]
+def _predictions(page: Page) -> str | None:
+    """`--prediction FILE`: a whatif prediction next to each measured variant."""
+    rows = [[_e(b.change), _e(", ".join(b.traced)), _e(b.variant), ms(b.step_us), f"{ms(b.low_us)}-{ms(b.high_us)}",
+             ms(b.measured_step_us), percent(b.error, signed=True), "yes" if b.within else "no"]
+            for b in page.comparison.predictions]
+    return _section("Predicted, then measured", table(
+        ["change", "predicted from", "measured run", "predicted ms", "95% of steps ms", "measured ms", "error",
+         "within"], rows), "predictions") if rows else None
+
+
+PAGE_SECTIONS: list[PageSection] = [_header, _advice, _comparison, _predictions, _variant_metrics, _runs, _definitions]
 RUN_SECTIONS: list[RunSection] = [_rank_table, _causes, _partition, _timeline, _exposure, _stragglers, _workload_metrics,
                                   _run_metadata]
 

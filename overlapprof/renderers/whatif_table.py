@@ -46,18 +46,31 @@ def render(w: WhatIf) -> str:
     for p in w.predictions:
         lines += list(p.notes)
         if p.check is not None:
-            c = p.check
-            verdict = "within" if c.within else "outside"
-            lines.append(f"check {p.change} against {c.run}: measured {ms(c.measured_step_us)} ms "
-                         f"({ms(c.measured_low_us)}-{ms(c.measured_high_us)}), predicted {ms(p.step_us)} ms: error "
-                         f"{percent(c.error, signed=True)}, {verdict} the predicted spread "
-                         f"({ms(p.low_us)}-{ms(p.high_us)} ms)")
-            if c.compute_ratio is not None and abs(c.compute_ratio - 1) > 0.1:
-                lines.append(f"  the checked run's compute a step was {c.compute_ratio:.2f}x what the change predicts "
-                             "from the traced run's: the machine (load, clocks) or the change's interference (communication "
-                             "threads beside compute) moved it, which the replay does not model")
+            lines += check_lines(p).splitlines()
     lines += [f"note: {n}" for n in w.notes]
     return "\n".join(lines) + "\n"
+
+
+def check_lines(p) -> str:
+    """A checked prediction's error, and whether the checked run's compute moved."""
+    c = p.check
+    verdict = "within" if c.within else "outside"
+    out = (f"check {p.change} against {c.run}: measured {ms(c.measured_step_us)} ms "
+           f"({ms(c.measured_low_us)}-{ms(c.measured_high_us)}), predicted {ms(p.step_us)} ms: error "
+           f"{percent(c.error, signed=True)}, {verdict} the predicted spread ({ms(p.low_us)}-{ms(p.high_us)} ms)\n")
+    if c.compute_ratio is not None and abs(c.compute_ratio - 1) > 0.1:
+        out += (f"  the checked run's compute a step was {c.compute_ratio:.2f}x what the change predicts from the "
+                "traced run's: the machine (load, clocks) or the change's interference (communication threads beside "
+                "compute) moved it, which the replay does not model\n")
+    return out
+
+
+def beside(rows) -> str:
+    """Predictions next to measured variants (``Comparison.predictions``), a line each."""
+    return "".join(
+        f"prediction {b.change} (from {', '.join(b.traced)}) beside {b.variant}: predicted {ms(b.step_us)} ms "
+        f"({ms(b.low_us)}-{ms(b.high_us)}), measured {ms(b.measured_step_us)} ms: error "
+        f"{percent(b.error, signed=True)}, {'within' if b.within else 'outside'} the predicted spread\n" for b in rows)
 
 
 class WhatIfTableRenderer(Renderer):

@@ -79,6 +79,7 @@ import msgspec
 
 from overlapprof.report.document import Report, decode, load, save, to_json
 from overlapprof.report.exposure import Exposure
+from overlapprof.report.whatif import Beside
 
 SCHEMA = "overlapprof.comparison/1"
 CI_LEVEL = 0.95
@@ -157,6 +158,7 @@ class Comparison(msgspec.Struct, kw_only=True):
     variants: list[VariantStats]
     warnings: list[str] = []
     reports: list[Report] = []
+    predictions: list[Beside] = []  # `--prediction FILE`: a whatif prediction next to each measured variant
 
     def variant(self, label: str) -> VariantStats:
         """The VariantStats of ``label`` (KeyError if absent)."""

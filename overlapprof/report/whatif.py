@@ -87,6 +87,23 @@ class Prediction(msgspec.Struct, kw_only=True, omit_defaults=True):
     check: Check | None = None
 
 
+class Beside(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A saved prediction next to a measured variant of ``compare``/``report --prediction``:
+    ``error`` = ``step_us / measured_step_us − 1`` (the measured step: the variant's median over
+    its (rank, step) pairs, as ``--check`` takes it); ``within`` whether it lies in the
+    prediction's ``[low_us, high_us]``."""
+
+    change: str
+    traced: list[str]  # the traced run the prediction was made from
+    variant: str  # the compared variant's label
+    step_us: float
+    low_us: float
+    high_us: float
+    measured_step_us: float
+    error: float
+    within: bool
+
+
 class WhatIf(msgspec.Struct, kw_only=True):
     """``overlapprof whatif``'s result (see the module docstring)."""
 
@@ -100,6 +117,7 @@ class WhatIf(msgspec.Struct, kw_only=True):
     transfer: list[TransferFit] = []
     predictions: list[Prediction] = []
     notes: list[str] = []
+    traced_compute_us: float | None = None  # the traced run's median compute a (rank, step), for a later check
 
     def to_json(self, indent: int = 2) -> str:
         return msgspec.json.format(msgspec.json.encode(self), indent=indent).decode()
@@ -116,4 +134,4 @@ class WhatIf(msgspec.Struct, kw_only=True):
         return cls.from_json(Path(path).read_bytes())
 
 
-__all__ = ["Check", "Prediction", "RankReplay", "TransferFit", "WhatIf"]
+__all__ = ["Beside", "Check", "Prediction", "RankReplay", "TransferFit", "WhatIf"]

@@ -191,6 +191,8 @@ def _append(tr: Traced, rows: list[dict]) -> None:
     tr.lead = np.append(tr.lead, col.get("lead", []))
     tr.tail = np.append(tr.tail, np.zeros(n))
     tr.prev = np.append(tr.prev, col.get("prev", [])).astype(np.int64)
+    tr.direction = np.append(tr.direction, np.zeros(n)).astype(np.int64)
+    tr.peer = np.append(tr.peer, np.full(n, -1)).astype(np.int64)
     for k in range(len(tr.members)):
         if tr.members[k] is None:
             tr.members[k] = np.flatnonzero(tr.inst[base:] == k) + base

@@ -23,8 +23,8 @@ A change is ``name=value``; several joined by commas are one combined change
 
 - ``prefetch=N``: each FSDP all_gather issued N all-gathers earlier (:mod:`.prefetch`).
 
-``micro_batches`` is named but not modelled: it says why (:class:`Unmodelled`), and no number
-is given.
+- ``micro_batches=N``: a pipeline's send/recv schedule cut into N micro-batches
+  (:mod:`.microbatch`).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import numpy as np
 
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.replay.buckets import Refused, regroup
+from overlapprof.analysis.replay.microbatch import micro_batches
 from overlapprof.analysis.replay.prefetch import prefetch
 from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
 from overlapprof.analysis.replay.transfer import Model, scaled
@@ -137,8 +138,8 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
                 raise Unmodelled(f"bucket_cap_mb={value}: {exc}") from None
             notes.append(f"bucket_cap_mb={value}: {made} bucket{'s' if made != 1 else ''} in all replace the traced "
                          "all_reduce operations")
-        else:
-            raise Unmodelled(_unmodelled(tr, name, value))
+        else:  # micro_batches
+            notes += _micro_batches(tr, value, ctx)
     return Rewritten(tr, link, notes)
 
 
@@ -275,11 +276,19 @@ def _first_use(tr: Traced, lane, row: int, code: int, at_end: bool) -> int:
     return len(lane.kind)
 
 
-def _unmodelled(tr: Traced, name: str, value: str) -> str:
-    if not (tr.kind == KINDS.index("send_recv")).any():
-        return f"micro_batches={value}: the trace has no send/recv between pipeline stages"
-    return (f"micro_batches={value}: not modelled: a pipeline's schedule for another number of micro-batches is "
-            "not in the trace's operations")
+def _micro_batches(tr: Traced, value: str, ctx: Context) -> list[str]:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise InputError(f"--set micro_batches={value}: how many micro-batches a step, a whole number of at least 1")
+    try:
+        m = micro_batches(tr, n, ctx.model.latency)
+    except Refused as exc:
+        raise Unmodelled(f"micro_batches={value}: {exc}") from None
+    return [f"micro_batches={value}: the traced {m} micro-batches a step cut into {n} (the same compute; each "
+            f"transfer's bytes x {m}/{n})"]
 
 
 def link_floor(tr: Traced, rate: float) -> dict[int, float]:

@@ -17,12 +17,13 @@ from overlapprof.analysis.analyzer import analyze_with_inputs
 from overlapprof.analysis.exposure import resources
 from overlapprof.analysis.replay.changes import Context, Unmodelled, factor, link_floor, parse, rewrite
 from overlapprof.analysis.replay.engine import Replayed, replay
+from overlapprof.analysis.replay.slowdown import rank_factors, slow
 from overlapprof.analysis.replay.timeline import Traced, traced
 from overlapprof.analysis.replay.transfer import fit, interference
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.errors import InputError
 from overlapprof.report import Exposure, Report
-from overlapprof.report.whatif import Check, Prediction, RankReplay, WhatIf
+from overlapprof.report.whatif import Beside, Check, Prediction, RankReplay, WhatIf
 from overlapprof.rundir.run_record import describe_link
 
 CAUSES = ("late_peer", "queued", "no_window", "window_short")
@@ -149,22 +150,71 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
     cost, words = interference(tr, any(r.mode == "cpu" for r in report.ranks))
     result.notes += words
     ctx = Context(model, res.link_bytes_per_us, cost)
+    factors = rank_factors(report)
     for text, pairs in zip(changes, parsed):
         try:
             new = rewrite(tr, pairs, ctx)
         except Unmodelled as exc:
             result.predictions.append(Prediction(change=text, modelled=False, reason=str(exc)))
             continue
+        new.notes += slow(tr, new.traced, factors)
         out = replay(new.traced)
         floor = link_floor(new.traced, new.link_bytes_per_us) if new.link_bytes_per_us else None
         result.predictions.append(_prediction(text, out, new.traced, floor, traced_step, new.notes))
+    result.traced_compute_us = _compute(report)
     if check is not None and result.predictions and result.predictions[0].modelled:
-        f = 1.0
-        for name, value in parsed[0]:
-            if name == "compute":
-                f *= factor(name, value)
-        result.predictions[0].check = checked(result.predictions[0], check, _compute(report) * f, workers)
+        check_saved(result, check, workers)
     return result
+
+
+def _compute_factor(change: str) -> float:
+    f = 1.0
+    for name, value in parse(change):
+        if name == "compute":
+            f *= factor(name, value)
+    return f
+
+
+def check_saved(result: WhatIf, path: str, workers: int | None = None) -> Check:
+    """The first prediction of ``result`` (a WhatIf, made now or loaded) against the run at
+    ``path``, as ``--check`` makes it; set on the prediction and returned. InputError when it
+    has no modelled prediction."""
+    p = result.predictions[0] if result.predictions else None
+    if p is None or not p.modelled:
+        raise InputError(f"no prediction to check against {path}: " + (p.reason if p is not None else "none was made"))
+    compute = result.traced_compute_us
+    p.check = checked(p, path, compute * _compute_factor(p.change) if compute else None, workers)
+    return p.check
+
+
+def load_prediction(path) -> WhatIf:
+    """A prediction saved by ``overlapprof whatif --json FILE``; InputError (one line) otherwise."""
+    import msgspec
+
+    try:
+        return WhatIf.load(path)
+    except OSError as exc:
+        raise InputError(f"--prediction {path}: cannot read it ({exc.strerror or exc})") from None
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise InputError(f"--prediction {path}: not a prediction saved by `overlapprof whatif --json FILE`") from None
+
+
+def beside(result: WhatIf, variants) -> list[Beside]:
+    """Each modelled prediction of ``result`` next to each of ``variants`` (a comparison's
+    VariantStats with a step) that is not the traced run itself (see :class:`Beside`)."""
+    from pathlib import Path
+
+    traced = {Path(p).resolve() for p in result.inputs}
+    out = []
+    for v in variants:
+        if v.step_us is None or v.step_us <= 0 or {Path(p).resolve() for p in v.inputs} & traced:
+            continue
+        for p in result.predictions:
+            if p.modelled:
+                out.append(Beside(change=p.change, traced=list(result.inputs), variant=v.label, step_us=p.step_us,
+                                  low_us=p.low_us, high_us=p.high_us, measured_step_us=v.step_us,
+                                  error=p.step_us / v.step_us - 1, within=p.low_us <= v.step_us <= p.high_us))
+    return out
 
 
 def _compute(report: Report) -> float | None:

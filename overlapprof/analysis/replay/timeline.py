@@ -87,6 +87,8 @@ class Traced:
     mode: str
     notes: list[str] = field(default_factory=list)
     compute: dict = field(default_factory=dict)  # rank -> its compute union on the common clock
+    direction: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # 0 none, 1 send, 2 recv
+    peer: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # send/recv's other rank, -1 unknown
 
 
 def _channels(ops, rows: np.ndarray, mode: str) -> np.ndarray:
@@ -160,7 +162,8 @@ def traced(reports, inputs, matching) -> Traced:
     return Traced(compute=compute, lanes=lanes, rank=ops.rank.copy(), kind=ops.kind.astype(np.int64), issue=issue, start=start,
                   end=end, dur=ops.dur.copy(), nbytes=ops.nbytes.copy(), group_size=ops.group_size.copy(),
                   step=ops.step.copy(), inst=inst, lead=lead, tail=tail, prev=prev, transfer=transfer,
-                  members=members, warm=np.asarray(x.warm, dtype=bool), mode=mode)
+                  members=members, warm=np.asarray(x.warm, dtype=bool), mode=mode,
+                  direction=ops.direction.astype(np.int64), peer=ops.peer.astype(np.int64))
 
 
 def _lane(rank: int, report, compute, shift: float, rows, issue, need, end) -> Lane:
