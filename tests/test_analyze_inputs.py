@@ -308,11 +308,11 @@ _PARENT = os.getpid()
 _REAL_GROUP = A.analyze_group
 
 
-def _dying_group(files, options):
+def _dying_group(files, options, *args, **kwargs):
     """analyze_group that kills the worker process it runs in (picklable: module level)."""
     if os.getpid() != _PARENT:
         os._exit(3)
-    return _REAL_GROUP(files, options)
+    return _REAL_GROUP(files, options, *args, **kwargs)
 
 
 def test_dead_worker_falls_back_to_this_process(monkeypatch):

@@ -331,7 +331,10 @@ class Profiler:
 
     def _say(self, line: str) -> None:
         if not self.config.quiet:
-            print(f"overlapprof.profile: {line}", file=sys.stderr, flush=True)
+            # one write with its newline: the other rank's kineto log shares the pipe, and print()'s
+            # separate end write let a fragment of it in before our newline
+            sys.stderr.write(f"overlapprof.profile: {line}\n")
+            sys.stderr.flush()
 
     def _say0(self, line: str) -> None:
         if self.rank == 0:
