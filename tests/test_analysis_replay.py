@@ -151,9 +151,12 @@ def test_bucket_cap_mb_regroups_the_all_reduces(tmp_path):
               S.cpu_op("aten::mm", 401, 399), *_async_bucket(800, 300), S.cpu_op("aten::mm", 801, 599)]
     path = _write(tmp_path, {0: events, 1: events})
     mib = 1 << 20
+    both = f"bucket_cap_mb={8000 / mib!r},bandwidth=x2"
     got = _predict(path, f"bucket_cap_mb={8000 / mib!r}", f"bucket_cap_mb={4000 / mib!r}",
-                   f"bucket_cap_mb={2000 / mib!r}", "prefetch=2")
+                   f"bucket_cap_mb={2000 / mib!r}", "prefetch=2", both)
     merged, same, split = (got[f"bucket_cap_mb={b / mib!r}"] for b in (8000, 4000, 2000))
+    # a bandwidth change after the regrouping scales the new bucket's transfer too: 300 µs, done at 1100
+    assert got[both].step_us == pytest.approx(1500)
     assert merged.step_us == pytest.approx(1800) and merged.exposure.window_short_us == pytest.approx(300)
     assert same.step_us == pytest.approx(1500) and same.exposure.total_us() == pytest.approx(0)
     assert split.step_us == pytest.approx(1500) and split.exposure.total_us() == pytest.approx(0)
@@ -321,3 +324,13 @@ def test_compute_moved_beside_communication_is_slowed_by_the_measured_factor(tmp
     assert got["async=all_reduce"].step_us == pytest.approx(751)
     assert any("1.50x as long beside communication" in n and "+0.050 ms a step" in n
                for n in got["async=all_reduce"].notes)
+
+
+def test_async_whose_first_use_is_past_the_lanes_last_key(tmp_path):
+    """A blocking all_reduce after the last step's end (nothing after it on the lane): made
+    async, its wait goes to the lane's end, not past it."""
+    events = [S.step(1, 0, 1000), S.cpu_op("aten::mm", 0, 400), *_sized(400, 300, 1000), S.cpu_op("aten::mm", 700, 300),
+              S.cpu_op("aten::mm", 1000, 100), *_sized(1100, 200, 1000)]
+    path = _write(tmp_path, {0: events, 1: events})
+    got = _predict(path, "async=all_reduce")["async=all_reduce"]
+    assert got.modelled and got.step_us == pytest.approx(700)

@@ -255,7 +255,7 @@ def _move_needs(tr: Traced, lane, code: int, at_end: bool) -> int:
         for name in ("t", "kind", "ref", "work", "compute"):
             del getattr(lane, name)[q]
         target = _first_use(tr, lane, row, code, at_end)
-        for name, v in (("t", lane.t[target]), ("kind", NEED), ("ref", row), ("work", 0.0), ("compute", 0.0)):
+        for name, v in (("t", lane.t[min(target, len(lane.t) - 1)]), ("kind", NEED), ("ref", row), ("work", 0.0), ("compute", 0.0)):
             getattr(lane, name).insert(target, v)
         moved += 1
     return moved

@@ -157,8 +157,10 @@ def interference(tr: Traced, mode_cpu: bool) -> tuple[np.ndarray, list[str]]:
 
 def scaled(tr: Traced, model: Model, factor: float) -> None:
     """Rewrite ``tr``'s transfers for a bandwidth ``factor`` times the traced one, in place:
-    instances ``latency + (x − latency) / factor``; unmatched operations likewise with no latency."""
-    lat = np.minimum(model.latency, tr.transfer)
+    instances ``latency + (x − latency) / factor``; unmatched operations likewise with no latency.
+    Instances a rewrite before it made (buckets, micro-batches) have no fitted latency: scaled whole."""
+    fitted = model.latency[:tr.transfer.size]
+    lat = np.minimum(np.pad(fitted, (0, tr.transfer.size - fitted.size)), tr.transfer)
     tr.transfer = lat + (tr.transfer - lat) / factor
     unmatched = tr.inst < 0
     tr.dur = np.where(unmatched, tr.dur / factor, tr.dur)
