@@ -20,6 +20,14 @@ quote idle runs only. A run that fails is said and its pairs left out.
     python benchmarks/whatif_bench.py --dry-run             # the plan: pairs, runs, time
     python benchmarks/whatif_bench.py                       # every pair, 3 repeats (~30 min idle)
     python benchmarks/whatif_bench.py --only ring-link --repeat 1 --out /tmp/wb
+    python benchmarks/whatif_bench.py --out /tmp/wb --reuse   # predict again from the runs kept there
+
+A ``compute=xF`` case pairs F with a workload option (the ring's matrix side x F^(1/3), the
+others' batch x F) that does not scale a CPU step's compute by F (per-operation overheads,
+caches, interference): the checked run's compute ratio says by how much it missed. Such a case
+is also predicted at the factor its run achieved (F x the ratio), in a last column: that error is
+the replay's own, given the compute change the run made; the second set of target lines counts
+it in place of the first.
 """
 
 from __future__ import annotations
@@ -117,10 +125,13 @@ def _name(config) -> str:
     return "-".join([workload, variant, rate or "lo", str(nproc), *[o.lstrip("-") for o in opts]]).replace(".", "p")
 
 
-def launch(config, out: Path, tag: str) -> Path | None:
-    """Run one configuration; its run directory, or None (said) when it failed."""
+def launch(config, out: Path, tag: str, reuse: bool = False) -> Path | None:
+    """Run one configuration; its run directory, or None (said) when it failed. ``reuse``: a
+    run directory of this name already in ``out`` is taken as it is."""
     workload, variant, rate, opts, nproc = config
     run_id = f"{tag}-{_name(config)}"
+    if reuse and (out / f"{run_id}-{variant}" / "run.json").is_file():
+        return out / f"{run_id}-{variant}"
     command = [sys.executable, "-m", "overlapprof", "run", str(REPO / "workloads" / f"{workload}.py"), "--nproc",
                str(nproc), "--variant", variant, "--run-id", run_id, "--out", str(out), "--no-analyze", "-q", *SCHEDULE]
     if rate:
@@ -164,12 +175,22 @@ def _targets(rows) -> list[str]:
             f"{verdict(worse == 0)} predicted >5% faster but ran slower: {worse} (target 0)"]
 
 
+def _at_the_runs_compute(whatif, traced: Path, changed: Path, change: str, ratio: float | None):
+    """A ``compute=xF`` case predicted again at the factor its checked run achieved, checked
+    against it; None for any other change."""
+    if not change.startswith("compute=x") or "," in change or not ratio:
+        return None
+    factor = float(change.removeprefix("compute=x")) * ratio
+    return whatif([str(traced)], [f"compute=x{factor:.3f}"], check=str(changed), workers=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", action="append", help="case groups to run (repeatable): " +
                         ", ".join(dict.fromkeys(c[0] for c in CASES)))
     parser.add_argument("--out", type=Path, default=None, help="keep the run directories here")
+    parser.add_argument("--reuse", action="store_true", help="take the runs already in --out instead of running them")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, the runs and the time, run nothing")
     args = parser.parse_args()
     cases = [c for c in CASES if not args.only or c[0] in args.only]
@@ -183,13 +204,13 @@ def main() -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="whatif-bench-"))
     start_load = os.getloadavg()
     configs = list(dict.fromkeys([c[1] for c in cases] + [c[3] for c in cases]))
-    rows, groups = [], {}
+    rows, groups, at_run = [], {}, []
     print(f"load average at the start: {start_load[0]:.2f}; {len(cases)} pairs x {args.repeat} repeats; runs in {out}")
     print(f"{'case':<44} {'rep':>3} {'predicted ms':>12} {'measured ms':>11} {'error':>8} {'within':>6} {'direction':>9} "
-          f"{'compute ratio':>13}")
+          f"{'compute ratio':>13} {'error at the run compute':>24}")
     for rep in range(args.repeat):
         order = configs if rep % 2 == 0 else configs[::-1]
-        dirs = {config: launch(config, out, f"r{rep}") for config in order}
+        dirs = {config: launch(config, out, f"r{rep}", args.reuse) for config in order}
         for group, traced, change, changed in cases:
             label = f"{group}: {change}"
             if dirs[traced] is None or dirs[changed] is None:
@@ -205,14 +226,25 @@ def main() -> None:
                                                                     and abs(measured / base - 1) < 0.02)
             wrong_way = p.step_us < 0.95 * base and measured > base
             rows.append((p.check.error, right, wrong_way))
+            achieved = _at_the_runs_compute(whatif, dirs[traced], dirs[changed], change, p.check.compute_ratio)
+            if achieved is None:
+                at_run.append((p.check.error, right, wrong_way))
+                tail = ""
+            else:
+                q = achieved.predictions[0]
+                a_right = (q.step_us - base) * (measured - base) > 0
+                at_run.append((q.check.error, a_right, q.step_us < 0.95 * base and measured > base))
+                tail = f" {q.change}: {100 * q.check.error:>+7.2f}%"
             groups.setdefault(group, []).append(abs(p.check.error))
             print(f"{label:<44} {rep:>3} {p.step_us / 1e3:>12.3f} {measured / 1e3:>11.3f} {100 * p.check.error:>+7.2f}% "
                   f"{'yes' if p.check.within else 'no':>6} {'right' if right else 'WRONG':>9} "
-                  f"{p.check.compute_ratio or float('nan'):>13.2f}", flush=True)
+                  f"{p.check.compute_ratio or float('nan'):>13.2f}{tail}", flush=True)
     if not rows:
         return
     print("\nmedian |error| per group: " + ", ".join(f"{g} {100 * statistics.median(v):.1f}%" for g, v in groups.items()))
     print("\n".join(_targets(rows)))
+    print("with each compute=xF case predicted at the compute factor its run achieved (F x its compute ratio):")
+    print("\n".join(_targets(at_run)))
     print(f"load average at the start {start_load[0]:.2f}, at the end {os.getloadavg()[0]:.2f}")
 
 

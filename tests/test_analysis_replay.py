@@ -334,3 +334,22 @@ def test_async_whose_first_use_is_past_the_lanes_last_key(tmp_path):
     path = _write(tmp_path, {0: events, 1: events})
     got = _predict(path, "async=all_reduce")["async=all_reduce"]
     assert got.modelled and got.step_us == pytest.approx(700)
+
+
+def test_a_bucket_waited_at_once_moves_at_the_unhindered_pace(tmp_path):
+    """Two traced steps of 4000-byte buckets taking 400 µs in all: 300 + 100 µs (the first slowed
+    by the compute beside it) or 200 + 200. Merged into one 8000-byte bucket at backward's end,
+    waited at once, nothing runs beside it: it moves at the least hindered traced pace, so the
+    first trace predicts a shorter step than the second; with the step's mean pace both were
+    the same."""
+    def steps(first, second):
+        return [S.step(1, 0, 1500), S.cpu_op("aten::mm", 0, 400), *_async_bucket(400, first),
+                S.cpu_op("aten::mm", 401, 399), *_async_bucket(800, second), S.cpu_op("aten::mm", 801, 599)]
+
+    mib = 1 << 20
+    change = f"bucket_cap_mb={8000 / mib!r}"
+    (tmp_path / "uneven").mkdir(); (tmp_path / "even").mkdir()
+    uneven = _predict(_write(tmp_path / "uneven", {0: steps(300, 100), 1: steps(300, 100)}), change)[change]
+    even = _predict(_write(tmp_path / "even", {0: steps(200, 200), 1: steps(200, 200)}), change)[change]
+    assert uneven.modelled and even.modelled
+    assert uneven.step_us < even.step_us - 25

@@ -7,8 +7,11 @@ buckets' issues (the first bucket's over as much work before it as its bytes nee
 second's pace), so the bytes ready by work position p are a piecewise-linear G(p) with
 ``G(p_j) = B_1 + ... + B_j``. New buckets close where DDP would close them (:func:`_bounds`:
 traced buckets merged until one holds N MiB, one above N split evenly), bucket m at G's position
-of its last byte; each moves ``latency + bytes × (Σ (x_j − latency) / Σ B_j)`` (the step's own
-time per byte, the transfer model's latency), at most as many run at once as the traced ones
+of its last byte; each moves ``latency + bytes × pace``: the step's own time per byte
+(``Σ (x_j − latency) / Σ B_j``, the transfer model's latency) for as much of it as its window
+(the work between its issue and the wait) holds, the least hindered traced pace (the 10th
+percentile over the trace's buckets: on CPU runs the compute beside a bucket stretches it several
+times over) for the rest, at most as many run at once as the traced ones
 did (gloo's worker threads), with the smallest traced lead, and all are waited where the last
 traced bucket was (DDP waits for every bucket when backward ends). The k-th new bucket of every
 rank is one instance.
@@ -113,6 +116,20 @@ def _in_flight(starts: np.ndarray, ends: np.ndarray) -> int:
     return max(1, int(np.max(np.cumsum(delta[order])))) if pos.size else 1
 
 
+def _unhindered_per_byte(tr: Traced, per_rank: dict, latency: np.ndarray) -> float:
+    """The traced buckets' time per byte when nothing slowed them: the 10th percentile over the
+    steps' matched buckets (warm-up left out). On CPU runs, compute beside a bucket (gloo's
+    threads share the cores) stretches it several times over; the least hindered show the link."""
+    rows = [r for b in per_rank.values() for v in b.values() for r in v]
+    rows = [r for r in rows if tr.inst[r] >= 0 and not tr.warm[tr.inst[r]] and tr.nbytes[r] > 0]
+    if not rows:
+        return math.inf
+    inst = tr.inst[rows]
+    lat = np.where(inst < latency.size, latency[np.minimum(inst, max(latency.size - 1, 0))], 0.0) \
+        if latency.size else np.zeros(inst.size)
+    return float(np.percentile(np.maximum(tr.transfer[inst] - lat, 0.0) / tr.nbytes[rows], 10))
+
+
 def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
     """Rewrite ``tr`` in place for buckets of ``cap_mb`` MiB (see the module docstring); the new
     buckets per step. Refused when the trace lacks what it needs."""
@@ -121,6 +138,7 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
     if not any(per_rank.values()):
         raise Refused("the trace has no all_reduce operations (DDP's gradient buckets) in its steps")
     steps = sorted({k for b in per_rank.values() for k in b})
+    unhindered = _unhindered_per_byte(tr, per_rank, latency)
     new_rows: list[dict] = []
     made = 0
     for k in steps:
@@ -136,9 +154,11 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
             raise Refused("the all_reduce operations' sizes are not in the trace")
         lat = float(np.min(latency[insts[0]])) if insts[0].size else 0.0
         per_byte = float(np.sum(np.maximum(tr.transfer[insts[0]] - lat, 0.0)) / np.sum(nbytes))
+        clean = min(per_byte, unhindered)
         total = float(np.sum(nbytes))
         bounds = _bounds(nbytes, cap)
         first_inst = len(tr.members)
+        windows: list[list[float]] = []
         for r, v in rows.items():
             lane = tr.lanes[r]
             pos = _positions(lane)
@@ -155,19 +175,26 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
                 for kind in (ISSUE, NEED):
                     _remove(lane, next(j for j, (kk, ref) in enumerate(zip(lane.kind, lane.ref))
                                        if kk == kind and ref == row))
+            issue_at = [float(np.interp(b, ys, xs)) for b in bounds]
+            windows.append([max(0.0, need_at - x) for x in issue_at])
             for m, b in enumerate(bounds):
                 row = tr.rank.size + len(new_rows)
                 new_rows.append(dict(rank=r, nbytes=(b - (bounds[m - 1] if m else 0.0)), inst=first_inst + m,
                                      lead=lead, prev=row - depth if m >= depth else -1, step=int(tr.step[v[-1]]),
                                      group_size=int(tr.group_size[v[-1]]), end=float(tr.end[v[-1]])))
-                _insert(lane, k, float(np.interp(b, ys, xs)), ISSUE, row)
+                _insert(lane, k, issue_at[m], ISSUE, row)
             for m in range(len(bounds)):
                 _insert(lane, k, need_at, NEED, tr.rank.size + len(new_rows) - len(bounds) + m)
             for row in np.flatnonzero(np.isin(tr.prev, v)).tolist():  # later ops queued behind the new last
                 tr.prev[row] = tr.rank.size + len(new_rows) - 1
         for m, b in enumerate(bounds):
             tr.members.append(None)
-            tr.transfer = np.append(tr.transfer, lat + per_byte * (b - (bounds[m - 1] if m else 0.0)))
+            size = b - (bounds[m - 1] if m else 0.0)
+            hindered = lat + per_byte * size
+            # the step's own pace for as much of the transfer as compute runs beside it (its window:
+            # the work between its issue and the wait), the unhindered pace for the rest
+            share = min(1.0, min(w[m] for w in windows) / hindered) if hindered > 0 else 1.0
+            tr.transfer = np.append(tr.transfer, lat + size * (clean + (per_byte - clean) * share))
             tr.warm = np.append(tr.warm, False)
         made += len(bounds)
     _append(tr, new_rows)
