@@ -353,3 +353,19 @@ def test_a_bucket_waited_at_once_moves_at_the_unhindered_pace(tmp_path):
     even = _predict(_write(tmp_path / "even", {0: steps(200, 200), 1: steps(200, 200)}), change)[change]
     assert uneven.modelled and even.modelled
     assert uneven.step_us < even.step_us - 25
+
+
+def test_a_step_without_buckets_on_one_rank_is_left_as_traced(tmp_path):
+    """Rank 1's trace has no bucket in its second step (cut short there): that step stays as
+    traced and the first is regrouped, instead of the change being refused."""
+    def step(n, at, buckets):
+        out = [S.step(n, at, 1500), S.cpu_op("aten::mm", at, 400), S.cpu_op("aten::mm", at + 401, 399),
+               S.cpu_op("aten::mm", at + 801, 599)]
+        return out + ([*_async_bucket(at + 400, 300), *_async_bucket(at + 800, 300)] if buckets else [])
+
+    mib = 1 << 20
+    change = f"bucket_cap_mb={8000 / mib!r}"
+    got = _predict(_write(tmp_path, {0: step(1, 0, True) + step(2, 1500, True),
+                                     1: step(1, 0, True) + step(2, 1500, False)}), change)[change]
+    assert got.modelled, got.reason
+    assert "1 bucket in all" in got.notes[0]
