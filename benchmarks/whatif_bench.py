@@ -18,7 +18,7 @@ direction ≥ 90%, none) as PASS/FAIL lines, with the load average at the start 
 quote idle runs only. A run that fails is said and its pairs left out.
 
     python benchmarks/whatif_bench.py --dry-run             # the plan: pairs, runs, time
-    python benchmarks/whatif_bench.py                       # every pair, 3 repeats (~30 min idle)
+    python benchmarks/whatif_bench.py                       # every pair, 3 repeats (~15 min idle)
     python benchmarks/whatif_bench.py --only ring-link --repeat 1 --out /tmp/wb
     python benchmarks/whatif_bench.py --out /tmp/wb --reuse   # predict again from the runs kept there
 
@@ -44,10 +44,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 SCHEDULE = ["--warmup-steps", "1", "--wait", "0", "--warmup", "1", "--active", "3"]
-# seconds a run and a prediction take on 2 idle cores, for --dry-run's estimate (a run of 2 ranks
-# took 25-30 s at load 6-13 on 2026-12-06; idle, about a third of that: see docs/whatif.md)
-SECONDS_A_RUN = {2: 10.0, 3: 14.0, 4: 18.0}
-SECONDS_A_PREDICTION = 3.0
+# seconds a run and a prediction take on 2 idle cores, for --dry-run's estimate: the whole grid,
+# 3 repeats, took 14 min 21 s idle at c0783fa (2026-12-06 18:58-19:12 UTC, benchmarks/RESULTS.md)
+SECONDS_A_RUN = {2: 4.5, 3: 6.0, 4: 7.5}
+SECONDS_A_PREDICTION = 1.5
 
 
 def C(workload, variant="async", rate=None, nproc=2, **opts):
