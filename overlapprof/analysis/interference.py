@@ -99,7 +99,7 @@ class InterferenceBuilder:
         self.steps, self.nest = steps, nest
         self.edges = np.empty(0) if edges is None else np.asarray(edges, dtype=np.float64)
         self.held: list[np.ndarray] = []
-        self.buckets = None if folder is None else Buckets(folder, "spans", _SPAN_ROW, self.edges.size + 1)
+        self.buckets = None if folder is None else Buckets.in_folder(folder, "spans", _SPAN_ROW, self.edges.size + 1)
 
     @staticmethod
     def bucket_edges(sample_values: np.ndarray) -> np.ndarray:

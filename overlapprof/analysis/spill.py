@@ -100,11 +100,17 @@ class SpillFile:
 
 
 class Buckets:
-    """``count`` spill files ``<name>.<k>`` in ``folder``; :meth:`route` sends each record to
-    the file of its bucket number, keeping the records' order within a bucket."""
+    """Bins (spill files, or the store's bins: anything with ``append`` and ``remove``);
+    :meth:`route` sends each record to the bin of its bucket number, keeping the records' order
+    within a bucket."""
 
-    def __init__(self, folder: str, name: str, dtype: np.dtype, count: int):
-        self.files = [SpillFile(os.path.join(folder, f"{name}.{k}"), dtype) for k in range(count)]
+    def __init__(self, files: list):
+        self.files = files
+
+    @classmethod
+    def in_folder(cls, folder: str, name: str, dtype: np.dtype, count: int) -> "Buckets":
+        """``count`` spill files ``<name>.<k>`` in ``folder``."""
+        return cls([SpillFile(os.path.join(folder, f"{name}.{k}"), dtype) for k in range(count)])
 
     def __len__(self) -> int:
         return len(self.files)

@@ -22,7 +22,7 @@ import shutil
 
 import numpy as np
 
-from overlapprof.analysis.spill import SpillFailed, SpillFile, new_folder, spill_error
+from overlapprof.analysis.spill import Buckets, SpillFailed, SpillFile, new_folder, spill_error
 
 
 class Store:
@@ -144,31 +144,3 @@ class Bin:
             self.file = None
         self.store.held -= self.bytes
         self.parts, self.bytes = [], 0
-
-
-class Buckets:
-    """Bins that :meth:`route` sends each record to by its bucket number, keeping the records'
-    order within a bucket."""
-
-    def __init__(self, bins: list[Bin]):
-        self.files = bins
-
-    def __len__(self) -> int:
-        return len(self.files)
-
-    def __iter__(self):
-        return iter(self.files)
-
-    def route(self, bucket: np.ndarray, records: np.ndarray) -> None:
-        if len(self.files) == 1:
-            self.files[0].append(records)
-            return
-        order = np.argsort(bucket, kind="stable")
-        bounds = np.searchsorted(bucket[order], np.arange(len(self.files) + 1))
-        records = records[order]
-        for k in np.flatnonzero(np.diff(bounds)).tolist():
-            self.files[k].append(records[bounds[k] : bounds[k + 1]])
-
-    def remove(self) -> None:
-        for f in self.files:
-            f.remove()
