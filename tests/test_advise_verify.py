@@ -189,7 +189,11 @@ def test_verify_reruns_the_baseline_and_the_change_and_compares(verified, traced
     result, lines, out = verified
     base, changed = result.sets
     assert base.changes == [] and changed.changes == ["async=all_reduce"]
-    assert "the rerun waits at the step's end (what async=all_reduce@end replays)" in changed.note
+    assert "the rerun waits at the step's end: predicted as async=all_reduce@end, what it makes" in changed.note
+    from overlapprof.analysis.replay.predict import whatif
+
+    as_rerun = whatif([str(traced)], ["async=all_reduce@end"], workers=1).predictions[0]
+    assert changed.predicted_step_us == pytest.approx(as_rerun.step_us)
     assert result.traced_step_us > 0 and base.predicted_step_us == result.traced_step_us
     assert changed.predicted_low_us <= changed.predicted_step_us <= changed.predicted_high_us
     for t in (base, changed):

@@ -83,6 +83,7 @@ class _Plan:
 
     request: launcher.RunRequest
     notes: list[str]
+    replayed: list[str] = dataclasses.field(default_factory=list)  # the changes as the rerun makes them, to predict
 
 
 _WORKLOADS: dict = {}
@@ -133,6 +134,7 @@ def _plan(run_dir: Path, change: str) -> _Plan | str:
     plan = _Plan(baseline_request(run_dir), [])
     plan.request.options = dict(plan.request.options)
     for name, value in pairs:
+        plan.replayed.append(f"{name}={value}")
         why = _apply(plan, name, value)
         if why:
             return _reason(f"{name}={value}", why)
@@ -180,8 +182,9 @@ def _apply(plan: _Plan, name: str, value: str) -> str | None:
         opts.update({k: v for k, v in options.items() if k in opts})
         if (at == "end") != (waits == "end"):
             where = "at the step's end" if waits == "end" else "where each result is first used"
-            plan.notes.append(f"async={value}: the rerun waits {where} (what async={kind}"
-                              f"{'@end' if waits == 'end' else ''} replays)")
+            plan.replayed[-1] = f"async={kind}{'@end' if waits == 'end' else ''}"
+            plan.notes.append(f"async={value}: the rerun waits {where}: predicted as {plan.replayed[-1]}, "
+                              "what it makes")
         if workload in _ASYNC_NOTE:
             plan.notes.append(f"async={value}: {_ASYNC_NOTE[workload]}")
     elif name in ("link_rate", "bandwidth"):
@@ -345,7 +348,7 @@ def verify(run_dir: Path, changes: list[str], *, top: int, out: Path | None,
     out = Path(out) if out is not None else run_dir.parent / f"{run_dir.name}-verify"
     out.mkdir(parents=True, exist_ok=True)
     progress(f"predicting {len(sets)} change set{'s' if len(sets) > 1 else ''} from {run_dir}")
-    predicted = whatif([str(run_dir)], [",".join(s) for s in sets], workers=1)
+    predicted = whatif([str(run_dir)], [",".join(plan.replayed) for plan in plans], workers=1)
     result = Verification(traced_step_us=predicted.traced_step_us)
     tried = [TriedSet(changes=[], predicted_step_us=predicted.traced_step_us,
                       note="the traced configuration, rerun: the baseline of the speedups")]
