@@ -24,6 +24,7 @@ JOB = textwrap.dedent("""
             torch.randn(256, 256) @ torch.randn(256, 256)
             dist.all_reduce(torch.ones(1024))
             prof.step()
+    dist.barrier()  # no rank tears gloo down while its peer still sends (a rank aborted once without it)
     dist.destroy_process_group()
 """)
 
