@@ -190,13 +190,19 @@ def _no_straggler(tr: Traced, value: str) -> list[str]:
             "the other ranks' median)"]
 
 
-def _prefetch(tr: Traced, value: str) -> list[str]:
+def _count(name: str, value: str, what: str) -> int:
+    """``value`` as a whole number of at least 1, else bad input naming ``what`` it counts."""
     try:
-        depth = int(value)
+        n = int(value)
     except ValueError:
-        depth = 0
-    if depth < 1:
-        raise InputError(f"--set prefetch={value}: how many units earlier, a whole number of at least 1")
+        n = 0
+    if n < 1:
+        raise InputError(f"--set {name}={value}: {what}, a whole number of at least 1")
+    return n
+
+
+def _prefetch(tr: Traced, value: str) -> list[str]:
+    depth = _count("prefetch", value, "how many units earlier")
     if not (tr.kind == KINDS.index("all_gather")).any():
         raise Unmodelled(f"prefetch={value}: the trace has no all_gather operations (FSDP's unit all-gathers) to "
                          "issue earlier")
@@ -277,12 +283,7 @@ def _first_use(tr: Traced, lane, row: int, code: int, at_end: bool) -> int:
 
 
 def _micro_batches(tr: Traced, value: str, ctx: Context) -> list[str]:
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise InputError(f"--set micro_batches={value}: how many micro-batches a step, a whole number of at least 1")
+    n = _count("micro_batches", value, "how many micro-batches a step")
     try:
         m = micro_batches(tr, n, ctx.model.latency)
     except Refused as exc:
