@@ -210,7 +210,7 @@ def test_a_host_synchronization_is_a_hint_naming_it(tmp_path):
     a = advise([_write(tmp_path / "sync", {0: events, 1: events})], workers=1)
     hint = next(h for h in a.hints if h.rule == "host_sync")
     assert "`c10d::barrier` 0.299 ms a step" in hint.action and "host_blocked 0.299 ms a step" in hint.why
-    assert not a.items and a.verdict.startswith("nothing the replay predicts saves 1% or more")
+    assert not a.items and a.verdict.startswith("nothing worth changing: no change is predicted to save 3% or more")
     assert "does not model" in hint.why and not hint.change
 
 

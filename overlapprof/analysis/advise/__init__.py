@@ -49,8 +49,9 @@ def advise(paths, top: int | None = None, workers: int | None = None,
     if (h := bandwidth_hint(rp, items)) is not None:
         out.hints.append(h)
     if not items:
-        out.verdict = (f"nothing the replay predicts saves {100 * MIN_SAVING:.0f}% or more of the "
-                       f"{traced / 1000:.3f} ms step ({f.exposed_us / 1000:.3f} ms of it is exposed communication)")
+        out.verdict = (f"nothing worth changing: no change is predicted to save {100 * MIN_SAVING:.0f}% or more of the "
+                       f"{traced / 1000:.3f} ms step clearly above the noise ({f.exposed_us / 1000:.3f} ms of it is "
+                       "exposed communication)")
     return out
 
 
