@@ -95,15 +95,13 @@ def _why_not(replayer: Replayer, before: Outcome, o: Outcome, floor: float) -> s
     (the demoted one for a change resting on an unmeasured slowdown), under the traced steps'
     spread, or its paired interval reaching a slower step."""
     saving, low, high = replayer.saving(before, o)
-    demoted = bool(replayer.unmeasured(before, o))
-    need = floor * (DEMOTED_MARGIN if demoted else 1.0)
-    share = 100 * MIN_SAVING * (DEMOTED_MARGIN if demoted else 1.0)
     if saving < 0:
         return "it makes the step slower"
-    if saving < need or saving <= 0:
-        unmeasured = (": its new overlap's slowdown is not measured on this trace, so it needs twice the minimum"
-                      if demoted else "")
-        return f"it saves {saving / 1000:.3f} ms, under {share:.0f}% of the step{unmeasured}"
+    if saving < floor or saving <= 0:
+        return f"it saves {saving / 1000:.3f} ms, under {100 * MIN_SAVING:.0f}% of the step"
+    if saving < DEMOTED_MARGIN * floor and replayer.unmeasured(before, o):
+        return (f"it saves {saving / 1000:.3f} ms, under {100 * MIN_SAVING * DEMOTED_MARGIN:.0f}% of the step: its new "
+                "overlap's slowdown is not measured on this trace, so it needs twice the minimum")
     if saving < replayer.spread_us:
         return (f"it saves {saving / 1000:.3f} ms, under the traced steps' own spread ({replayer.spread_us / 1000:.3f} "
                 "ms, their median deviation from the median step): not told from noise")
