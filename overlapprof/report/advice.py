@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import msgspec
 
-from pathlib import Path
-
-from overlapprof.errors import ReportError
+from overlapprof.report.codec import decode, load, save, to_json
 
 SCHEMA = "overlapprof.advice/1"
 MIN_SAVING = 0.03  # an item must save at least this share of the traced step (the benchmark's "nothing better than 3%")
@@ -145,31 +143,14 @@ class Advice(msgspec.Struct, kw_only=True):
         """The items' whatif change strings, in rank order (what ``--verify`` reruns)."""
         return [i.change for i in self.items]
 
-    def to_json(self, indent: int = 2) -> str:
-        return msgspec.json.format(msgspec.json.encode(self), indent=indent).decode()
-
-    def save(self, path) -> None:
-        Path(path).write_text(self.to_json() + "\n")
+    to_json = to_json
+    save = save
+    load = classmethod(load)  # Advice.load(path): an advice saved with save (or --json FILE)
 
     @classmethod
     def from_json(cls, text: str | bytes, source: str = "advice") -> Advice:
-        """An Advice from JSON text; ReportError (one line) when it is not one. (Not through
-        :mod:`overlapprof.report.document`, which holds an Advice in its Report.)"""
-        try:
-            out = msgspec.json.decode(text, type=cls)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise ReportError(f"{source}: not an overlapprof advice ({exc})") from None
-        if out.schema != SCHEMA:
-            raise ReportError(f"{source}: not an overlapprof advice (schema {out.schema!r}, expected {SCHEMA!r})")
-        return out
-
-    @classmethod
-    def load(cls, path) -> Advice:
-        try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            raise ReportError(f"{path}: cannot read ({exc.strerror or exc})") from None
-        return cls.from_json(data, source=str(path))
+        """An Advice from JSON text; ReportError (one line) when it is not one."""
+        return decode(cls, text, source, SCHEMA, "advice")
 
 
 __all__ = ["Advice", "Hint", "Item", "MIN_SAVING", "Rejected", "SCHEMA", "TriedSet", "Verification"]
