@@ -486,3 +486,38 @@ def test_a_rank_late_in_communication_itself_is_a_hint_not_a_straggler():
     assert "70% of the late ranks' time is in communication itself" in hints[0].why
     cands, hints = candidates(facts({"comm": 0.3, "compute": 0.7}), lanes, [], True)
     assert [c.values for c in cands] == [["no_straggler=1"]] and not hints
+
+
+def test_load_reports_gives_each_run_its_advice_from_the_analysis_just_done(tmp_path):
+    """What `overlapprof report` calls: a run directory's report comes with its advice (made from
+    the analysis load_reports just did); a saved report without advice gets it from its run; a
+    trace folder that is not a run directory gets none."""
+    from overlapprof.analysis.options import AnalyzeOptions
+    from overlapprof.compare import load_reports
+    from overlapprof.report import Report
+
+    run = _plain(tmp_path, "run", run={"options": {}})
+    (fresh,), _ = load_reports([run], AnalyzeOptions(workers=1), advice=True)
+    assert [i.change for i in fresh.advice.items] == ["async=all_reduce"]
+    fresh.advice = None
+    fresh.save(tmp_path / "saved.json")
+    (saved,), _ = load_reports([tmp_path / "saved.json"], AnalyzeOptions(workers=1), advice=True)
+    assert saved.advice is not None and saved.advice.items[0].step_us == pytest.approx(700)
+    assert Report.load(tmp_path / "saved.json").advice is None  # the saved file is not rewritten
+    (plain,), _ = load_reports([_plain(tmp_path, "traces")], AnalyzeOptions(workers=1), advice=True)
+    assert plain.advice is None
+    (without,), _ = load_reports([run], AnalyzeOptions(workers=1))
+    assert without.advice is None
+
+
+def test_a_saved_advice_that_is_not_one_is_one_error_line(tmp_path):
+    """Advice reads JSON with the one decoder of the saved documents (report/codec.py)."""
+    from overlapprof.errors import ReportError
+
+    with pytest.raises(ReportError, match=r"^x: not an overlapprof advice \(schema 'overlapprof.report/1'"):
+        Advice.from_json(b'{"schema": "overlapprof.report/1"}', source="x")
+    with pytest.raises(ReportError, match=r"^x: damaged overlapprof advice"):
+        Advice.from_json(b'{"schema": "overlapprof.advice/1", "items": 3}', source="x")
+    (tmp_path / "a.json").write_text("{")
+    with pytest.raises(ReportError, match="a.json: not an overlapprof advice"):
+        Advice.load(tmp_path / "a.json")
