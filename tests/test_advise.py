@@ -6,7 +6,6 @@ single bucket holds every gradient."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest

@@ -2,8 +2,10 @@
 
 From a run's causes of exposure (:mod:`.facts`), the rules make candidate changes, each with the
 values of its knob to search (:mod:`.rules`); the what-if replay, read once (:mod:`.replayer`),
-predicts them, ranked greedily by their joint prediction (:mod:`.ranking`); each is said in the
-user's terms (:mod:`.terms`). docs/advise.md describes each rule.
+predicts them, ranked greedily by their joint prediction (:mod:`.ranking`: only savings clearly
+above the noise are listed), with what is assumed where the trace cannot measure what new overlap
+costs (:mod:`.assumed`); each is said in the user's terms (:mod:`.terms`). docs/advise.md
+describes each rule.
 """
 
 from __future__ import annotations

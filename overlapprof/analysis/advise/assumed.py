@@ -76,7 +76,7 @@ def assumptions(report) -> dict[int, Assumption]:
                                          "loopback, and this trace has no compute beside communication to measure what "
                                          "overlap costs there: assumed to cost what it buys")
         else:
-            why = (f"the transfers paced by the run's link" if link and busy > cores else
+            why = ("the transfers paced by the run's link" if link and busy > cores else
                    f"{cores} cores for {n} ranks and their backend threads ({busy})")
             out[rank] = Assumption(False, f"interference not measured (no compute ran beside communication in this "
                                           f"trace); {why}: not charged, so listed only for a saving of at least "
