@@ -1,18 +1,19 @@
 """The greedy joint ranking: each round replays every remaining candidate's values *on top of the
 items already chosen* (their change strings joined by commas into one whatif change), keeps each
-candidate's best value, and takes the candidate whose joint step is shortest. Its saving is the
+candidate's best value, and takes, of those listed by the rules below, the one whose joint step
+is shortest. Its saving is the
 step before it (the previous item's joint step; the unchanged replay for the first) minus its
 joint step, so savings add up and never count a gain twice.
 
 An item is kept only when its saving is clearly above the noise: at least
 :data:`~overlapprof.report.advice.MIN_SAVING` of the traced step (:data:`~.assumed.DEMOTED_MARGIN`
-times that for a change whose new overlap lands on ranks whose slowdown is neither measured nor
-charged, :mod:`.assumed`), at least the traced steps' own spread (their median absolute deviation
+times that for a change whose new overlap lands on ranks whose slowdown the trace does not
+measure, :mod:`.assumed`), at least the traced steps' own spread (their median absolute deviation
 from the median step: a smaller saving is not told from the run's noise), and the low end of its
 paired interval (the saving of each (rank, step) replayed both ways, 2.5th percentile) at least 0:
-no replayed step made slower. The first candidate that fails ends the ranking: it and the rest are *rejected*,
-with their best joint step and why. A candidate none of whose values the trace can model becomes
-a hint.
+no replayed step made slower. Each round takes the shortest joint step among the candidates that
+pass; a round where none does ends the ranking, and they are *rejected*, each with its best joint
+step and which rule it failed. A candidate none of whose values the trace can model becomes a hint.
 """
 
 from __future__ import annotations
@@ -69,12 +70,13 @@ def ranked(replayer: Replayer, candidates: list[Candidate], top: int | None = No
         rounds = [r for r in rounds if r[1] is not None]
         if not rounds:
             break
-        c, v, o, tried, _ = min(rounds, key=lambda r: r[2].prediction.step_us)
-        if _why_not(replayer, before, o, floor) is not None:
+        passing = [r for r in rounds if _why_not(replayer, before, r[2], floor) is None]
+        if not passing:
             for c2, v2, o2, _, _ in sorted(rounds, key=lambda r: r[2].prediction.step_us):
                 rejected.append(Rejected(rule=c2.rule, change=v2, step_us=o2.prediction.step_us,
-                                         why=_why_not(replayer, before, o2, floor) or "a change above it ended the ranking"))
+                                         why=_why_not(replayer, before, o2, floor)))
             break
+        c, v, o, tried, _ = min(passing, key=lambda r: r[2].prediction.step_us)
         saving, low, high = replayer.saving(before, o)
         p = o.prediction
         items.append(Item(

@@ -72,6 +72,7 @@ class Replayer:
         self.spread_us = median([abs(v - self.traced_step_us) for v in traced]) if traced else 0.0
         self.factors = rank_factors(self.report)
         self.assumptions = assumptions(self.report)
+        self._beside: dict[int, float] | None = None  # rank -> the trace's compute beside communication (µs)
         self._cache: dict[str, Outcome] = {}
         self._split = None  # DDP's single bucket split for the bucket_cap_mb rewrite (onebucket), once asked
         self.base = self.predict("")
@@ -130,13 +131,15 @@ class Replayer:
         """Per rank with an assumption (:mod:`.assumed`) on which ``new`` (a rewritten Traced)
         puts more compute beside communication than the trace has, by at least :data:`MOVED` of
         the rank's work: how much more (µs, all steps)."""
+        if self._beside is None:  # the trace's own, once
+            self._beside = {r: sum(beside(self.tr, self.tr.lanes[r])) for r in self.assumptions if r in self.tr.lanes}
         out = {}
-        for r in sorted(self.assumptions):
-            old, lane = self.tr.lanes.get(r), new.lanes.get(r)
-            if old is None or lane is None:
+        for r, traced in self._beside.items():
+            lane = new.lanes.get(r)
+            if lane is None:
                 continue
-            more = sum(beside(new, lane)) - sum(beside(self.tr, old))
-            if more > MOVED * sum(old.work) and more > 0:
+            more = sum(beside(new, lane)) - traced
+            if more > MOVED * sum(self.tr.lanes[r].work) and more > 0:
                 out[r] = more
         return out
 
