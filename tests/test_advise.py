@@ -440,7 +440,7 @@ def test_a_saving_inside_the_traced_steps_spread_is_left_out(tmp_path):
 
 def test_overlap_on_a_host_with_fewer_cores_than_threads_is_a_hint(tmp_path):
     """The blocking all_reduce of test_a_blocking_operation..., traced where no compute ran beside
-    communication: on 2 ranks sharing 2 cores over loopback (4 threads with gloo's), what the new
+    communication: on 2 ranks sharing 2 cores (4 threads with gloo's), what the new
     overlap costs is assumed to be what it buys: a hint with the replay's number, no item; with 8
     cores, an item that says the interference was not measured."""
     crowded = advise([_write(tmp_path / "crowded", {r: _steps([400, 400]) for r in (0, 1)}, run=_host(2))],
@@ -448,7 +448,7 @@ def test_overlap_on_a_host_with_fewer_cores_than_threads_is_a_hint(tmp_path):
     assert not crowded.items
     hint = next(h for h in crowded.hints if h.rule == "async")
     assert hint.action.startswith("wait for all_reduce #1") and "2 ranks and their backend threads (4) share 2 " \
-        "cores on loopback" in hint.why and "0.300 ms a step less" in hint.why and "--verify" in hint.why
+        "cores (loopback)" in hint.why and "0.300 ms a step less" in hint.why and "--verify" in hint.why
     roomy = advise([_write(tmp_path / "roomy", {r: _steps([400, 400]) for r in (0, 1)}, run=_host(8))], workers=1)
     item = roomy.items[0]
     assert item.change == "async=all_reduce" and item.saving_us == pytest.approx(300)
