@@ -465,28 +465,6 @@ def test_unmeasured_interference_needs_twice_the_minimum(tmp_path):
     assert "under 6% of the step: its new overlap's slowdown is not measured" in r.why
 
 
-def test_a_rank_late_in_communication_itself_is_a_hint_not_a_straggler():
-    """The rules on the facts of a pipeline's stages: rank 1 is waited for 5 ms a step, 70% of the
-    late ranks' time in communication (it waits on the other stage, it has no extra work): a hint
-    naming it, no no_straggler candidate; late in compute, the same wait is a candidate."""
-    from types import SimpleNamespace
-
-    from overlapprof.analysis.advise.facts import Facts
-    from overlapprof.analysis.advise.rules import candidates
-
-    def facts(activity):
-        return Facts(pairs=8, step_us=20_000.0, exposed_us=5_000.0, cause_us={"late_peer": 5_000.0}, kind_cause_us={},
-                     late_us={1: 5_000.0}, late_activity=activity)
-
-    lanes = SimpleNamespace(lanes={0: None, 1: None})
-    cands, hints = candidates(facts({"comm": 0.7, "compute": 0.3}), lanes, [], True)
-    assert not cands and [h.change for h in hints] == ["no_straggler=1"]
-    assert hints[0].action.startswith("rank 1 is late by 5.000 ms a step, 3.500 ms of it in other communication")
-    assert "70% of the late ranks' time is in communication itself" in hints[0].why
-    cands, hints = candidates(facts({"comm": 0.3, "compute": 0.7}), lanes, [], True)
-    assert [c.values for c in cands] == [["no_straggler=1"]] and not hints
-
-
 def test_load_reports_gives_each_run_its_advice_from_the_analysis_just_done(tmp_path):
     """What `overlapprof report` calls: a run directory's report comes with its advice (made from
     the analysis load_reports just did); a saved report without advice gets it from its run; a

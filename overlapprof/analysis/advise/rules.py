@@ -9,8 +9,7 @@ knob to search) and the hints (what the replay cannot model). One rule per cause
   where its result is first needed, or to the step's end;
 - ``no_straggler`` (``late_peer``): the most waited-for rank's extra work removed, when it is waited
   for at least :data:`STRAGGLER_RATIO` times as long as the next (ranks that take turns being late
-  are noise, not a straggler), unless at least :data:`IN_COMM` of the late ranks' time is in
-  communication itself (a dependency, as a pipeline's stages: a hint, not replayed);
+  are noise, not a straggler);
 - ``host_sync`` (``host_blocked``) and ``queued``: hints, the replay does not model them;
 - ``bandwidth`` (a faster link): a hint with its replayed number, added after the ranking
   (:mod:`.ranking`): hardware, not a setting.
@@ -37,7 +36,6 @@ MIB = 1 << 20
 LADDER = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 25.0, 50.0, 100.0, 200.0)  # bucket sizes tried, MiB
 PREFETCH = (1, 2, 3)
 STRAGGLER_RATIO = 2.0  # a straggler is waited for at least this many times as long as the next rank
-IN_COMM = 0.5  # a late rank this much of whose lateness is communication is waiting itself: a hint, not a candidate
 
 
 @dataclass
@@ -129,14 +127,7 @@ def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
     late = sorted(facts.late_us.items(), key=lambda kv: -kv[1])
     for rank, us in late[:1]:  # one straggler: the most waited-for rank, at least twice the next one
         clear = len(late) < 2 or us >= STRAGGLER_RATIO * late[1][1]
-        in_comm = facts.late_activity.get("comm", 0.0) >= IN_COMM
-        if us >= floor and clear and in_comm:
-            hints.append(Hint(rule="no_straggler", change=f"no_straggler={rank}", action=terms.straggler(facts, rank, us),
-                              why=f"late_peer: the others wait {_ms(us)} a step for rank {rank}, but "
-                                  f"{100 * facts.late_activity['comm']:.0f}% of the late ranks' time is in communication "
-                                  "itself (a dependency, as between a pipeline's stages, not extra work): removing its "
-                                  "work is not the change, so it is not predicted"))
-        elif us >= floor and clear and rank in tr.lanes and len(tr.lanes) > 1:
+        if us >= floor and clear and rank in tr.lanes and len(tr.lanes) > 1:
             out.append(Candidate(
                 "no_straggler", [f"no_straggler={rank}"], f"late_peer: the others wait {_ms(us)} a step for rank {rank}",
                 lambda v, rank=rank, us=us: terms.straggler(facts, rank, us),
