@@ -1,9 +1,8 @@
 """The greedy joint ranking: each round replays every remaining candidate's values *on top of the
 items already chosen* (their change strings joined by commas into one whatif change), keeps each
 candidate's best value, and takes, of those listed by the rules below, the one whose joint step
-is shortest. Its saving is the
-step before it (the previous item's joint step; the unchanged replay for the first) minus its
-joint step, so savings add up and never count a gain twice.
+is shortest. Its saving is the step before it (the previous item's joint step; the unchanged
+replay for the first) minus its joint step, so savings add up and never count a gain twice.
 
 An item is kept only when its saving is clearly above the noise: at least
 :data:`~overlapprof.report.advice.MIN_SAVING` of the traced step (:data:`~.assumed.DEMOTED_MARGIN`
