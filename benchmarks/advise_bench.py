@@ -8,7 +8,7 @@ names the grid of options around it. Per case and repeat (2 gloo ranks, a short 
 1. run the planted configuration (``overlapprof run``), then ``overlapprof advise RUN --json``;
 2. run every configuration of the grid (the brute-force ground truth, on the same machine);
 3. run the configuration each listed change leads to (``joint_change``, mapped onto the workload's
-   options by :func:`overlapprof.launch.verify.change_to_request`), unless the grid ran it.
+   options by :func:`overlapprof.launch.rerun.change_to_request`), unless the grid ran it.
 
 A configuration's step is the median over its ranks' profiled steps (host times, run.json), and a
 configuration is run once per repeat however many cases name it, in an order that alternates with
@@ -160,7 +160,7 @@ class Runner:
         if config in self.dirs:
             return self.dirs[config]
         from overlapprof.launch import launcher, netns
-        from overlapprof.launch.verify import command
+        from overlapprof.launch.rerun import command
         from overlapprof.rundir.schedule import ProfilerSchedule
 
         workload, variant, rate, options = config
@@ -188,7 +188,7 @@ def step_ms(run_dir: Path) -> float:
 
 def config_of(run_dir: Path, change: str) -> tuple | str:
     """The configuration ``change`` leads to from the run ``run_dir``, or why none does."""
-    from overlapprof.launch.verify import change_to_request
+    from overlapprof.launch.rerun import change_to_request
 
     request = change_to_request(run_dir, change)
     if isinstance(request, str):

@@ -6,7 +6,6 @@ single bucket holds every gradient."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -210,7 +209,7 @@ def test_a_host_synchronization_is_a_hint_naming_it(tmp_path):
     a = advise([_write(tmp_path / "sync", {0: events, 1: events})], workers=1)
     hint = next(h for h in a.hints if h.rule == "host_sync")
     assert "`c10d::barrier` 0.299 ms a step" in hint.action and "host_blocked 0.299 ms a step" in hint.why
-    assert not a.items and a.verdict.startswith("nothing the replay predicts saves 1% or more")
+    assert not a.items and a.verdict.startswith("nothing worth changing: no change is predicted to save 3% or more")
     assert "does not model" in hint.why and not hint.change
 
 
@@ -290,8 +289,9 @@ def one_bucket_run(tmp_path_factory):
 def test_a_real_ddp_run_with_one_bucket_gets_smaller_buckets(one_bucket_run):
     """One 100 MiB bucket holds the 8 MiB of gradients: the trace's autograd functions place
     backward, smaller buckets are replayed (not a hint), start during backward and leave less
-    exposed at its end; listed or not (the saving on this loaded machine varies), the bucket
-    sizes are in the output with the workload's option."""
+    exposed at its end; listed, left out or a hint (the saving on this loaded machine varies, and
+    on a host with fewer cores than ranks and backend threads the new overlap is not costed), the
+    bucket sizes are in the output with the workload's option."""
     from overlapprof.analysis.advise.replayer import Replayer
 
     out = one_bucket_run.parent / "advice.json"
@@ -299,19 +299,19 @@ def test_a_real_ddp_run_with_one_bucket_gets_smaller_buckets(one_bucket_run):
     assert got.exit_code == 0, got.output
     a = Advice.load(out)
     assert a.workload == "ddp" and a.traced_step_us and a.replayed_step_us == pytest.approx(a.traced_step_us, rel=0.05)
-    assert not any(h.rule == "bucket_cap_mb" for h in a.hints)
+    assert not any(h.rule == "bucket_cap_mb" and "names no autograd function" in h.why for h in a.hints)
     rp = Replayer([str(one_bucket_run)], workers=1)
     assert rp.one_bucket() is not None
     smaller = rp.predict("bucket_cap_mb=2").prediction
     assert "8 buckets in all" in smaller.notes[0]  # 4 of 2 MiB a step (of 8.02 MiB), 2 profiled steps
     assert smaller.exposure.window_short_us < rp.base.prediction.exposure.window_short_us
     item = next((i for i in a.items if i.rule == "bucket_cap_mb"), None)
-    if item is not None:
-        assert item.action == f"rerun with --opt {item.change} (was 100)" and "bucket_cap_mb=2" in item.tried
+    if item is not None:  # sizes whose new overlap the trace cannot cost (a crowded host: assumed.py) are not tried
+        assert item.action == f"rerun with --opt {item.change} (was 100)" and item.change in item.tried
         assert item.step_us == rp.predict(item.joint_change).prediction.step_us
         assert f"--opt {item.change}" in got.stdout
     else:
-        assert any(r.rule == "bucket_cap_mb" for r in a.rejected) and "bucket_cap_mb=" in got.stdout
+        assert any(r.rule == "bucket_cap_mb" for r in [*a.rejected, *a.hints]) and "bucket_cap_mb=" in got.stdout
 
 
 def test_the_analyze_text_and_the_html_report_lead_with_the_advice(tmp_path):
@@ -395,3 +395,106 @@ def test_a_straggler_late_outside_its_steps_is_a_hint_naming_it(tmp_path):
     hint = next(h for h in a.hints if h.rule == "no_straggler")
     assert hint.action.startswith("rank 1 is late by 0.300 ms a step") and hint.change == "no_straggler=1"
     assert "not predicted to save reliably" in hint.why
+
+
+def _host(cores):
+    """run.json's node: both ranks on one host with ``cores`` usable cores (loopback)."""
+    return {"nodes": {"0": {"node_rank": 0, "host": "h", "cpu_cores": cores, "nproc": 2}},
+            "ranks": {str(r): {"rank": r, "node_rank": 0, "traces": [f"rank{r}.1.pt.trace.json"]} for r in (0, 1)}}
+
+
+def _steps(layer3, blocking=300, after=300):
+    """Per step k, ``layer3[k]`` µs of compute, a blocking all_reduce, ``after`` µs of compute."""
+    events, base = [], 0
+    for k, before in enumerate(layer3):
+        length = before + blocking + after
+        events += [S.step(k + 1, base, length), *_compute("layer3", base, before),
+                   *_blocking(base + before, blocking), *_compute("layer4", base + before + blocking, after)]
+        base += length
+    return events
+
+
+def test_a_saving_under_3_percent_is_left_out_and_the_run_is_quiet(tmp_path):
+    """A blocking 50 µs all_reduce followed by 20 µs of compute: 5% of the step exposed, but made
+    async it hides only 20 µs (2%): under the 3% minimum, so nothing is listed, one line says so."""
+    path = _write(tmp_path / "small", {r: _steps([930, 930], blocking=50, after=20) for r in (0, 1)},
+                  run=_host(8))
+    a = advise([path], workers=1)
+    assert not a.items and a.verdict.startswith("nothing worth changing: no change is predicted to save 3% or more")
+    r = next(r for r in a.rejected if r.rule == "async")
+    assert r.step_us == pytest.approx(980) and "it saves 0.020 ms, under 3% of the step" in r.why
+
+
+def test_a_saving_inside_the_traced_steps_spread_is_left_out(tmp_path):
+    """Steps of 1000 and 2000 µs (layer3 400 or 1400 µs): their median deviation from the median
+    step is 500 µs, so the 300 µs the async all_reduce saves is not told from the run's noise."""
+    path = _write(tmp_path / "noisy", {r: _steps([400, 1400, 400, 1400]) for r in (0, 1)}, run=_host(8))
+    a = advise([path], workers=1)
+    assert not a.items and a.verdict.startswith("nothing worth changing")
+    why = next(r.why for r in a.rejected if r.rule == "async")
+    assert "it saves 0.300 ms, under the traced steps' own spread (0.500 ms" in why
+    steady = advise([_write(tmp_path / "steady", {r: _steps([400, 400, 400, 400]) for r in (0, 1)},
+                            run=_host(8))], workers=1)
+    assert [i.change for i in steady.items] == ["async=all_reduce"]  # the same change, without the spread
+
+
+def test_overlap_on_a_host_with_fewer_cores_than_threads_is_a_hint(tmp_path):
+    """The blocking all_reduce of test_a_blocking_operation..., traced where no compute ran beside
+    communication: on 2 ranks sharing 2 cores (4 threads with gloo's), what the new
+    overlap costs is assumed to be what it buys: a hint with the replay's number, no item; with 8
+    cores, an item that says the interference was not measured."""
+    crowded = advise([_write(tmp_path / "crowded", {r: _steps([400, 400]) for r in (0, 1)}, run=_host(2))],
+                     workers=1)
+    assert not crowded.items
+    hint = next(h for h in crowded.hints if h.rule == "async")
+    assert hint.action.startswith("wait for all_reduce #1") and "2 ranks and their backend threads (4) share 2 " \
+        "cores (loopback)" in hint.why and "0.300 ms a step less" in hint.why and "--verify" in hint.why
+    roomy = advise([_write(tmp_path / "roomy", {r: _steps([400, 400]) for r in (0, 1)}, run=_host(8))], workers=1)
+    item = roomy.items[0]
+    assert item.change == "async=all_reduce" and item.saving_us == pytest.approx(300)
+    assert any("interference not measured" in c and "8 cores for 2 ranks" in c for c in item.confidence)
+
+
+def test_unmeasured_interference_needs_twice_the_minimum(tmp_path):
+    """Traces without run.json (the host's cores unknown) and no compute beside communication: a
+    change adding overlap must save 6%, not 3%: 50 µs of a 1000 µs step (5%) is left out, saying why."""
+    a = advise([_write(tmp_path / "unknown", {r: _steps([650, 650], blocking=50, after=300) for r in (0, 1)})],
+               workers=1)
+    assert not a.items
+    r = next(r for r in a.rejected if r.rule == "async")
+    assert "under 6% of the step: its new overlap's slowdown is not measured" in r.why
+
+
+def test_load_reports_gives_each_run_its_advice_from_the_analysis_just_done(tmp_path):
+    """What `overlapprof report` calls: a run directory's report comes with its advice (made from
+    the analysis load_reports just did); a saved report without advice gets it from its run; a
+    trace folder that is not a run directory gets none."""
+    from overlapprof.analysis.options import AnalyzeOptions
+    from overlapprof.compare import load_reports
+    from overlapprof.report import Report
+
+    run = _plain(tmp_path, "run", run={"options": {}})
+    (fresh,), _ = load_reports([run], AnalyzeOptions(workers=1), advice=True)
+    assert [i.change for i in fresh.advice.items] == ["async=all_reduce"]
+    fresh.advice = None
+    fresh.save(tmp_path / "saved.json")
+    (saved,), _ = load_reports([tmp_path / "saved.json"], AnalyzeOptions(workers=1), advice=True)
+    assert saved.advice is not None and saved.advice.items[0].step_us == pytest.approx(700)
+    assert Report.load(tmp_path / "saved.json").advice is None  # the saved file is not rewritten
+    (plain,), _ = load_reports([_plain(tmp_path, "traces")], AnalyzeOptions(workers=1), advice=True)
+    assert plain.advice is None
+    (without,), _ = load_reports([run], AnalyzeOptions(workers=1))
+    assert without.advice is None
+
+
+def test_a_saved_advice_that_is_not_one_is_one_error_line(tmp_path):
+    """Advice reads JSON with the one decoder of the saved documents (report/codec.py)."""
+    from overlapprof.errors import ReportError
+
+    with pytest.raises(ReportError, match=r"^x: not an overlapprof advice \(schema 'overlapprof.report/1'"):
+        Advice.from_json(b'{"schema": "overlapprof.report/1"}', source="x")
+    with pytest.raises(ReportError, match=r"^x: damaged overlapprof advice"):
+        Advice.from_json(b'{"schema": "overlapprof.advice/1", "items": 3}', source="x")
+    (tmp_path / "a.json").write_text("{")
+    with pytest.raises(ReportError, match="a.json: not an overlapprof advice"):
+        Advice.load(tmp_path / "a.json")

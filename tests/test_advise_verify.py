@@ -1,4 +1,4 @@
-"""``overlapprof advise RUN --verify``'s launching part (overlapprof/launch/verify.py) and the
+"""``overlapprof advise RUN --verify``'s launching part (overlapprof/launch/verify.py, and rerun.py: what rerun makes a change) and the
 workload knobs the advise benchmark plants (issue 37), on real 2-rank gloo runs with a short
 schedule: the allreduce's async variant with ``wait_early`` (the traced run, made once), its
 reruns by ``verify``, and one run with ``host_sync``.
@@ -22,7 +22,8 @@ import pytest
 import overlapprof
 from overlapprof.errors import InputError
 from overlapprof.launch import netns
-from overlapprof.launch.verify import RESULT, VerifyFailed, change_to_request, command, verify
+from overlapprof.launch.rerun import change_to_request, command
+from overlapprof.launch.verify import RESULT, VerifyFailed, verify
 from overlapprof.report.advice import Verification
 
 REPO = Path(__file__).resolve().parent.parent

@@ -22,8 +22,9 @@ SHARED = {"report", "errors", "__init__", "__main__"}
 LAUNCHING = {"workload", "launch"}
 READING = {"trace", "analysis", "compare", "report", "renderers"}
 NEUTRAL = {"rundir": {"rundir", "report", "errors", "units"}}
-# Both sides at once: `advise --verify` launches reruns and reads them back (issue 37).
-BRIDGES = {"launch/verify.py"}
+# Both sides at once: `advise --verify` launches reruns and reads them back (issue 37); what rerun
+# makes a change reads the change with the replay's own parser.
+BRIDGES = {"launch/verify.py", "launch/rerun.py"}
 
 
 def test_import_report_loads_no_numpy_and_nothing_of_ours_but_errors():

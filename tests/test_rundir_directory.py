@@ -208,7 +208,7 @@ def test_step_summary_gives_no_overhead_the_load_or_the_spread_explains():
     not an overhead of x0.38 (before: "x0.38 (below 1: the steps' own spread)"); profiled steps
     0.99x the unprofiled ones within their spread are noise, not "x0.99" (issue 39 item 16); and
     an overhead that the machine's load change explains is not trusted (run.json's machine_load)."""
-    from overlapprof.launch.launcher import step_summary
+    from overlapprof.launch.step_times import step_summary
     R = run_record.RankRecord
 
     def run(unprofiled, profiled, other=None):

@@ -194,9 +194,10 @@ def analysis_options(command):
                              "input's name). Give one per input.")(command)
 
 
-def load_comparison(paths, labels, quiet, options):
+def load_comparison(paths, labels, quiet, options, advice: bool = False):
     """The Comparison of the inputs (run directories, trace sets, saved reports or one saved
-    comparison), the first as baseline; bad input raises (the one error path: exit 2)."""
+    comparison), the first as baseline, each run's report with its advice when ``advice``;
+    bad input raises (the one error path: exit 2)."""
     from overlapprof.compare import compare, load_reports
 
     if labels and len(labels) != len(paths):
@@ -207,7 +208,7 @@ def load_comparison(paths, labels, quiet, options):
             note(f"analyzing {path} ({k + 1}/{n})", quiet)
 
     unwind_on_sigterm()
-    reports, saved_labels = load_reports(paths, options, progress=progress)
+    reports, saved_labels = load_reports(paths, options, progress=progress, advice=advice)
     return compare(reports, list(labels) or saved_labels)
 
 

@@ -38,7 +38,7 @@ def report(paths, output, prediction, labels, quiet, **kw):
         from overlapprof.analysis.replay.predict import load_prediction
 
         saved = load_prediction(prediction)
-    comparison = load_comparison(paths, labels, quiet, analyze_options(kw))
+    comparison = load_comparison(paths, labels, quiet, analyze_options(kw), advice=True)  # the page leads with it
     if saved is not None:
         from overlapprof.analysis.replay.predict import beside
 
@@ -46,9 +46,4 @@ def report(paths, output, prediction, labels, quiet, **kw):
     for warning in comparison.warnings:
         note(f"warning: {warning}", quiet)
     note("drawing the plots", quiet)
-    from overlapprof.analysis.advise import for_report
-
-    for r in comparison.reports:  # the page leads with what to change first, per run the replay reads
-        if r.advice is None:
-            r.advice = for_report(r, workers=kw.get("workers"))
     emit(get("html", "comparison")().render(comparison), dest, "report", quiet, named)

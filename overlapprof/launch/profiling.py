@@ -45,7 +45,7 @@ from pathlib import Path
 from overlapprof.errors import ProfileError, RunDirError
 from overlapprof.launch import recording
 from overlapprof.launch.host import relevant_env, usable_cores, versions
-from overlapprof.launch.launcher import step_summary
+from overlapprof.launch.step_times import step_summary
 from overlapprof.launch.machine import LoadMeter
 from overlapprof.launch.profile_settings import ProfileConfig, settings_from, settings_help, signature_of
 from overlapprof.launch.watchdog import describe_traceback, first_line

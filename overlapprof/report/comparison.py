@@ -77,7 +77,8 @@ from typing import Any
 
 import msgspec
 
-from overlapprof.report.document import Report, decode, load, save, to_json
+from overlapprof.report.codec import decode, load, save, to_json
+from overlapprof.report.document import Report
 from overlapprof.report.exposure import Exposure
 from overlapprof.report.whatif import Beside
 

@@ -4,7 +4,8 @@ A Report is what :func:`overlapprof.analyze` returns and what every renderer rea
 and loads from JSON (``Report.save``/``Report.load``), so a report is re-rendered without
 re-reading traces; a :class:`~overlapprof.report.comparison.Comparison` saves the same way.
 
-JSON keys are the attribute names, except three kept from before the names were made to mean one
+JSON in and out is :mod:`overlapprof.report.codec`'s, shared by every saved document. JSON keys
+are the attribute names, except three kept from before the names were made to mean one
 thing each (so reports saved earlier still load): ``Report.crossrank`` is ``"comms"``,
 ``RankReport.comm_records`` and ``Options.comm_records`` are ``"comm_ops"``, ``Options.crossrank``
 is ``"comms"``.
@@ -12,13 +13,12 @@ is ``"comms"``.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from overlapprof.errors import ReportError
 from overlapprof.report.advice import Advice
+from overlapprof.report.codec import decode, load, save, to_json
 from overlapprof.report.crossrank import CrossRank
 from overlapprof.report.metrics import RankReport, Summary, by_rank
 from overlapprof.report.workload import WorkloadMetric
@@ -27,45 +27,6 @@ if TYPE_CHECKING:
     from overlapprof.report.frames import Frames
 
 SCHEMA = "overlapprof.report/1"
-
-
-def to_json(self, indent: int = 2) -> str:
-    """The document as JSON text (``indent=0`` for one line)."""
-    data = msgspec.json.encode(self)
-    return (msgspec.json.format(data, indent=indent) if indent else data).decode()
-
-
-def save(self, path: str | Path) -> None:
-    """Write the document as JSON to ``path`` (through a temporary file, then renamed)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(self.to_json() + "\n")
-    tmp.replace(path)
-
-
-def decode(cls, text: str | bytes, source: str, schema: str, what: str):
-    """A ``cls`` document (``schema``) from JSON text; ReportError (one line) when it is not
-    an overlapprof ``what`` or is damaged."""
-    try:
-        head = msgspec.json.decode(text, type=_Head)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise ReportError(f"{source}: not an overlapprof {what} ({exc})") from None
-    if head.schema != schema:
-        raise ReportError(f"{source}: not an overlapprof {what} (schema {head.schema!r}, expected {schema!r})")
-    try:
-        return msgspec.json.decode(text, type=cls)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise ReportError(f"{source}: damaged overlapprof {what} ({exc})") from None
-
-
-def load(cls, path: str | Path):
-    """Read a document saved with ``save`` (its ``from_json``); ReportError (one line) when the
-    file cannot be read or is not one."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ReportError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    return cls.from_json(data, source=str(path))
 
 
 class Options(msgspec.Struct, kw_only=True):
@@ -140,8 +101,4 @@ class Report(msgspec.Struct, kw_only=True):
     def from_json(cls, text: str | bytes, source: str = "report") -> Report:
         """A Report from JSON text; ReportError (one line) when it is not an overlapprof report."""
         return decode(cls, text, source, SCHEMA, "report")
-
-
-class _Head(msgspec.Struct):
-    schema: str | None = None
 

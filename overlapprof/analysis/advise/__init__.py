@@ -2,8 +2,10 @@
 
 From a run's causes of exposure (:mod:`.facts`), the rules make candidate changes, each with the
 values of its knob to search (:mod:`.rules`); the what-if replay, read once (:mod:`.replayer`),
-predicts them, ranked greedily by their joint prediction (:mod:`.ranking`); each is said in the
-user's terms (:mod:`.terms`). docs/advise.md describes each rule.
+predicts them, ranked greedily by their joint prediction (:mod:`.ranking`: only savings clearly
+above the noise are listed), with what is assumed where the trace cannot measure what new overlap
+costs (:mod:`.assumed`); each is said in the user's terms (:mod:`.terms`). docs/advise.md
+describes each rule.
 """
 
 from __future__ import annotations
@@ -49,8 +51,9 @@ def advise(paths, top: int | None = None, workers: int | None = None,
     if (h := bandwidth_hint(rp, items)) is not None:
         out.hints.append(h)
     if not items:
-        out.verdict = (f"nothing the replay predicts saves {100 * MIN_SAVING:.0f}% or more of the "
-                       f"{traced / 1000:.3f} ms step ({f.exposed_us / 1000:.3f} ms of it is exposed communication)")
+        out.verdict = (f"nothing worth changing: no change is predicted to save {100 * MIN_SAVING:.0f}% or more of the "
+                       f"{traced / 1000:.3f} ms step clearly above the noise ({f.exposed_us / 1000:.3f} ms of it is "
+                       "exposed communication)")
     return out
 
 

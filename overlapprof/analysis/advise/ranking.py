@@ -1,18 +1,23 @@
 """The greedy joint ranking: each round replays every remaining candidate's values *on top of the
 items already chosen* (their change strings joined by commas into one whatif change), keeps each
-candidate's best value, and takes the candidate whose joint step is shortest. Its saving is the
-step before it (the previous item's joint step; the unchanged replay for the first) minus its
-joint step, so savings add up and never count a gain twice.
+candidate's best value, and takes, of those listed by the rules below, the one whose joint step
+is shortest. Its saving is the step before it (the previous item's joint step; the unchanged
+replay for the first) minus its joint step, so savings add up and never count a gain twice.
 
-An item is kept when its saving is at least :data:`~overlapprof.report.advice.MIN_SAVING` of the
-traced step and the low end of its paired interval (the saving of each (rank, step) replayed both
-ways, 2.5th percentile) is above −saving: no replayed step loses more than the median one gains.
-The first candidate that fails ends the ranking: it and the rest are *rejected*, with their best
-joint step and why. A candidate none of whose values the trace can model becomes a hint.
+An item is kept only when its saving is clearly above the noise: at least
+:data:`~overlapprof.report.advice.MIN_SAVING` of the traced step (:data:`~.assumed.DEMOTED_MARGIN`
+times that for a change whose new overlap lands on ranks whose slowdown the trace does not
+measure, :mod:`.assumed`), at least the traced steps' own spread (their median absolute deviation
+from the median step: a smaller saving is not told from the run's noise), and the low end of its
+paired interval (the saving of each (rank, step) replayed both ways, 2.5th percentile) at least 0:
+no replayed step made slower. Each round takes the shortest joint step among the candidates that
+pass; a round where none does ends the ranking, and they are *rejected*, each with its best joint
+step and which rule it failed. A candidate none of whose values the trace can model becomes a hint.
 """
 
 from __future__ import annotations
 
+from overlapprof.analysis.advise.assumed import DEMOTED_MARGIN
 from overlapprof.analysis.advise.replayer import Outcome, Replayer
 from overlapprof.analysis.advise.rules import Candidate
 from overlapprof.report.advice import MIN_SAVING, Hint, Item, Rejected
@@ -20,14 +25,21 @@ from overlapprof.report.advice import MIN_SAVING, Hint, Item, Rejected
 TIE = 1e-3  # values of a knob whose steps differ by less than this share are as good as each other
 
 
-def _best(replayer: Replayer, applied: list[str], c: Candidate):
-    """(value, outcome, tried, reason): the value of ``c`` whose joint step is shortest."""
+def _best(replayer: Replayer, applied: list[str], before: Outcome, c: Candidate):
+    """(value, outcome, tried, reason): the value of ``c`` whose joint step is shortest. A value
+    whose new overlap lands on a rank where overlap is assumed to cost what it buys
+    (:mod:`.assumed`) is not stood behind: left out, its replayed saving said in ``reason``."""
     tried: dict[str, float] = {}
     best, reason = None, None
     for v in c.values:
         o = replayer.predict(",".join(applied + [v]))
         if not o.prediction.modelled:
             reason = reason or o.prediction.reason
+            continue
+        if hint := [r for r in replayer.unmeasured(before, o) if replayer.assumptions[r].hint]:
+            saved = (before.prediction.step_us - o.prediction.step_us) / 1000
+            reason = reason or (f"on rank {hint[0]}, {replayer.assumptions[hint[0]].words}; the replay, taking the new "
+                                f"overlap as free, gives {saved:.3f} ms a step less ({v}): check it with --verify")
             continue
         tried[v] = o.prediction.step_us
         if best is None or o.prediction.step_us < best[1].prediction.step_us - TIE * abs(best[1].prediction.step_us):
@@ -49,36 +61,55 @@ def ranked(replayer: Replayer, candidates: list[Candidate], top: int | None = No
     hints: list[Hint] = []
     remaining = list(candidates)
     while remaining and (top is None or len(items) < top):
-        rounds = [(c, *_best(replayer, applied, c)) for c in remaining]
+        rounds = [(c, *_best(replayer, applied, before, c)) for c in remaining]
         for c, v, o, tried, reason in rounds:
             if v is None and not applied:
                 hints.append(Hint(rule=c.rule, change=c.values[0], action=c.action(c.values[0]),
-                                  why=f"not modelled from this trace: {reason}"))
+                                  why=f"not predicted from this trace: {reason}"))
         rounds = [r for r in rounds if r[1] is not None]
         if not rounds:
             break
-        c, v, o, tried, _ = min(rounds, key=lambda r: r[2].prediction.step_us)
-        saving, low, high = replayer.saving(before, o)
-        if saving < floor or low < -saving:
+        passing = [r for r in rounds if _why_not(replayer, before, r[2], floor) is None]
+        if not passing:
             for c2, v2, o2, _, _ in sorted(rounds, key=lambda r: r[2].prediction.step_us):
-                s2, lo2, hi2 = replayer.saving(before, o2)
-                why = ("it makes the step slower" if s2 < 0 else
-                       f"it saves {s2 / 1000:.3f} ms, under {100 * MIN_SAVING:.0f}% of the step" if s2 < floor else
-                       f"a replayed step loses more than the median one gains ({lo2 / 1000:.3f} to {hi2 / 1000:.3f} "
-                       "ms a step)")
-                rejected.append(Rejected(rule=c2.rule, change=v2, step_us=o2.prediction.step_us, why=why))
+                rejected.append(Rejected(rule=c2.rule, change=v2, step_us=o2.prediction.step_us,
+                                         why=_why_not(replayer, before, o2, floor)))
             break
+        c, v, o, tried, _ = min(passing, key=lambda r: r[2].prediction.step_us)
+        saving, low, high = replayer.saving(before, o)
         p = o.prediction
         items.append(Item(
             rank=len(items) + 1, rule=c.rule, change=v, joint_change=",".join(applied + [v]), action=c.action(v),
             cause=c.cause, step_us=p.step_us, low_us=p.low_us, high_us=p.high_us, saving_us=saving,
             saving_low_us=low, saving_high_us=high, speedup=traced / p.step_us if p.step_us and traced else None,
-            confidence=list(c.confidence),
+            confidence=[*c.confidence, *[f"rank {r}: {replayer.assumptions[r].words}"
+                                         for r in replayer.unmeasured(before, o)]],
             tried=tried))
         applied.append(v)
         before = o
         remaining = [r[0] for r in rounds if r[0] is not c]
     return items, rejected, hints
+
+
+def _why_not(replayer: Replayer, before: Outcome, o: Outcome, floor: float) -> str | None:
+    """Why ``o`` is not listed on top of ``before`` (None: it is): its saving under the minimum
+    (the demoted one for a change resting on an unmeasured slowdown), under the traced steps'
+    spread, or its paired interval reaching a slower step."""
+    saving, low, high = replayer.saving(before, o)
+    if saving < 0:
+        return "it makes the step slower"
+    if saving < floor or saving <= 0:
+        return f"it saves {saving / 1000:.3f} ms, under {100 * MIN_SAVING:.0f}% of the step"
+    if saving < DEMOTED_MARGIN * floor and replayer.unmeasured(before, o):
+        return (f"it saves {saving / 1000:.3f} ms, under {100 * MIN_SAVING * DEMOTED_MARGIN:.0f}% of the step: its new "
+                "overlap's slowdown is not measured on this trace, so it needs twice the minimum")
+    if saving < replayer.spread_us:
+        return (f"it saves {saving / 1000:.3f} ms, under the traced steps' own spread ({replayer.spread_us / 1000:.3f} "
+                "ms, their median deviation from the median step): not told from noise")
+    if low < 0:
+        return (f"not clearly above the noise: some replayed steps get slower ({low / 1000:.3f} to "
+                f"{high / 1000:.3f} ms a step saved)")
+    return None
 
 
 def bandwidth_hint(replayer: Replayer, items: list[Item]) -> Hint | None:

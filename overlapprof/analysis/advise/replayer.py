@@ -8,36 +8,40 @@ it, then :func:`~overlapprof.analysis.replay.engine.replay`, the link floor, and
 with its interval, all the replay's own functions; ``_load`` and ``_prediction`` are private to
 :mod:`~overlapprof.analysis.replay.predict` and used as they are). It also keeps each prediction's per-(rank, step)
 values, so that the saving of a change over another is *paired*: the same traced step replayed
-both ways (:meth:`Replayer.saving`).
+both ways (:meth:`Replayer.saving`), and the compute a change moves beside communication on ranks
+whose trace cannot measure what that costs (:attr:`Outcome.moved`, for :mod:`.assumed`'s rules).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from overlapprof.analysis.advise import names, onebucket
+from overlapprof.analysis.advise.assumed import assumptions
 from overlapprof.analysis.exposure import resources
 from overlapprof.analysis.replay import predict as _replay
 from overlapprof.analysis.replay.changes import Context, Unmodelled, link_floor, parse, rewrite
 from overlapprof.analysis.replay.engine import replay
+from overlapprof.analysis.replay.slowdown import beside, rank_factors, slow
 from overlapprof.analysis.replay.timeline import traced as traced_of
 from overlapprof.analysis.replay.transfer import fit, interference
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.report.whatif import Prediction
 
-try:  # the replay's charge for compute slowed beside communication, where the replay has it (whatif2)
-    from overlapprof.analysis.replay.slowdown import rank_factors, slow
-except ImportError:  # pragma: no cover - before it is merged
-    rank_factors = slow = None
+MOVED = 0.01  # compute moved beside communication, as a share of the rank's work a step, that counts
 
 
 @dataclass
 class Outcome:
     """One change set replayed: the Prediction (as ``whatif`` gives it) and its (rank, step
-    index) -> replayed step (µs), floored by the link as the prediction is."""
+    index) -> replayed step (µs), floored by the link as the prediction is; ``moved``: per rank
+    whose slowdown the trace does not measure (:mod:`.assumed`), the compute (µs, all steps) the
+    change puts beside communication beyond the trace's, where that is at least :data:`MOVED` of
+    its work."""
 
     prediction: Prediction
     pairs: dict[tuple[int, int], float]
+    moved: dict[int, float] = field(default_factory=dict)
 
 
 class Replayer:
@@ -64,7 +68,11 @@ class Replayer:
         self.ctx = Context(self.model, res.link_bytes_per_us, cost)
         traced = [v for lane in self.tr.lanes.values() for v in lane.measured_steps]
         self.traced_step_us = median(traced) if traced else None
-        self.factors = rank_factors(self.report) if rank_factors is not None else {}
+        # the traced steps' own spread: their median absolute deviation from the median step
+        self.spread_us = median([abs(v - self.traced_step_us) for v in traced]) if traced else 0.0
+        self.factors = rank_factors(self.report)
+        self.assumptions = assumptions(self.report)
+        self._beside: dict[int, float] | None = None  # rank -> the trace's compute beside communication (µs)
         self._cache: dict[str, Outcome] = {}
         self._split = None  # DDP's single bucket split for the bucket_cap_mb rewrite (onebucket), once asked
         self.base = self.predict("")
@@ -105,7 +113,8 @@ class Replayer:
                                      reason=f"{change}: the replay's rewrite failed on this trace ({type(exc).__name__}: "
                                             f"{str(exc).splitlines()[0] if str(exc) else 'no message'})"), {})
         else:
-            if slow is not None and change:
+            moved = self._moved(new.traced) if change else {}
+            if change:
                 new.notes += slow(self.tr, new.traced, self.factors)  # as whatif does, so the numbers agree
             replayed = replay(new.traced)
             floor = link_floor(new.traced, new.link_bytes_per_us) if new.link_bytes_per_us else None
@@ -114,9 +123,32 @@ class Replayer:
             for r, rs in replayed.ranks.items():
                 for k, (number, us) in enumerate(zip(new.traced.lanes[r].steps, rs.step_us)):
                     pairs[(r, k)] = max(us, floor.get(number, 0.0) if floor else 0.0)
-            out = Outcome(p, pairs)
+            out = Outcome(p, pairs, moved)
         self._cache[change] = out
         return out
+
+    def _moved(self, new) -> dict[int, float]:
+        """Per rank with an assumption (:mod:`.assumed`) on which ``new`` (a rewritten Traced)
+        puts more compute beside communication than the trace has, by at least :data:`MOVED` of
+        the rank's work: how much more (µs, all steps)."""
+        if self._beside is None:  # the trace's own, once
+            self._beside = {r: sum(beside(self.tr, self.tr.lanes[r])) for r in self.assumptions if r in self.tr.lanes}
+        out = {}
+        for r, traced in self._beside.items():
+            lane = new.lanes.get(r)
+            if lane is None:
+                continue
+            more = sum(beside(new, lane)) - traced
+            if more > MOVED * sum(self.tr.lanes[r].work) and more > 0:
+                out[r] = more
+        return out
+
+    def unmeasured(self, before: Outcome, after: Outcome) -> list[int]:
+        """The ranks with an assumption (:mod:`.assumed`) on which ``after`` puts more compute
+        beside communication than ``before``, by at least :data:`MOVED` of the rank's work: its
+        saving over ``before`` rests on an interference this trace does not measure."""
+        return [r for r, more in after.moved.items()
+                if more - before.moved.get(r, 0.0) > MOVED * sum(self.tr.lanes[r].work)]
 
     def saving(self, before: Outcome, after: Outcome) -> tuple[float, float, float]:
         """The saving of ``after`` over ``before`` (µs): the difference of their medians, and the
