@@ -299,6 +299,22 @@ def test_compute_also_shrinks_what_compute_beside_a_transfer_cost_it(tmp_path):
     assert result.predictions[0].step_us == pytest.approx((expected[3] + expected[4]) / 2)
 
 
+def test_an_end_seen_only_at_the_wait_moves_with_the_wait(tmp_path):
+    """An async all_reduce issued at 0 on both ranks, moving [1, 201) (rank 1 waits for it at
+    151 and sees it end at 201). Rank 0 computes [1, 401) beside it and sees it end only when it
+    waits, at 401: the 200 µs after the transfer are its compute, not the operation's. Each rank
+    computes to 501. Compute halved: rank 0 waits at 201 where the transfer is done, 201 + 50 =
+    251 (its traced end kept, 401 + 50 = 451); rank 1 waits at 76 until 201, then 150: 351."""
+    r0 = [S.step(1, 0, 501), S.cpu_op("c10d::allreduce_", 0, 1), S.annotation("gloo:all_reduce", 1, 400, tid=200),
+          S.cpu_op("aten::mm", 1, 400), S.cpu_op("aten::mm", 401, 100)]
+    r1 = [S.step(1, 0, 501), S.cpu_op("c10d::allreduce_", 0, 1), S.annotation("gloo:all_reduce", 1, 200, tid=200),
+          S.cpu_op("aten::mm", 1, 150), S.cpu_op("aten::mm", 201, 300)]
+    result = whatif([_write(tmp_path, {0: r0, 1: r1})], ["compute=x0.5"], workers=1)
+    _unchanged_ok(result)
+    (p,) = result.predictions
+    assert p.ranks == {0: pytest.approx(251), 1: pytest.approx(351)}
+
+
 SHAPES = {"Input Dims": [[1000]], "Input type": ["float"]}
 
 
