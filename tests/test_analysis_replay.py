@@ -159,6 +159,19 @@ def test_no_straggler_starts_the_peers_operations_without_the_delay_the_late_ran
     assert any("start as soon as the least delayed ones did, 0.151 ms a step less" in n for n in p.notes), p.notes
 
 
+def test_a_change_within_the_traced_steps_spread_says_its_direction_is_not_settled(tmp_path):
+    """Steps of 1000 and 1400 µs (400 compute, a 300 µs all_reduce, 300 or 700 compute): median
+    1200, spread 1000-1400. compute=x0.9: 930 and 1290, median 1110 (−7.5%), inside the spread:
+    said. compute=x0.5: 650 and 850, median 750, outside it: not said."""
+    events = [S.step(1, 0, 1000), S.step(2, 1000, 1400), *_step(0), *_step(1000, after=700)]
+    got = _predict(_write(tmp_path, {0: events, 1: events}), "compute=x0.9", "compute=x0.5")
+    assert got["compute=x0.9"].step_us == pytest.approx(1110) and got["compute=x0.5"].step_us == pytest.approx(750)
+    assert got["compute=x0.9"].notes[-1] == (
+        "compute=x0.9: the predicted change, -7.5%, is within the traced steps' own spread (-16.7% to +16.7% of their "
+        "median, 4 (rank, step) pairs): whether a run of it is faster or slower is not settled by this trace")
+    assert not any("not settled" in n for n in got["compute=x0.5"].notes)
+
+
 def test_a_change_the_trace_cannot_model_is_one_line_and_no_number(tmp_path):
     got = _predict(_plain(tmp_path), "bucket_cap_mb=5", "prefetch=2", "micro_batches=8", "link_rate=4gbit",
                    "async=send_recv")
