@@ -135,6 +135,8 @@ def test_no_straggler_drops_the_slow_rank_options(traced, tmp_path):
 
 def test_compute_scales_the_size_option(traced, tmp_path):
     assert change_to_request(traced, "compute=x0.5").options["batch"] == 1024  # compute ~ batch
+    twice = change_to_request(traced, "compute=x2").options  # a whole number of times: the same ops repeated
+    assert (twice["compute_repeat"], twice["batch"]) == (2, 2048)
     ring = _copy(traced, tmp_path / "ring", workload="ring")
     assert change_to_request(ring, "compute=x0.5").options["size"] == 508  # ~ size^3: 640 x 0.5^(1/3)
 
@@ -142,7 +144,7 @@ def test_compute_scales_the_size_option(traced, tmp_path):
 def test_changes_combine(traced, tmp_path):
     run = _copy(traced, tmp_path / "slow", options={"slow_rank": 1, "slow_ms": 20.0})
     request = change_to_request(run, "async=all_reduce@end,compute=x2,no_straggler=1")
-    assert (request.options["wait_early"], request.options["batch"], request.options["slow_rank"]) == (False, 4096, -1)
+    assert (request.options["wait_early"], request.options["compute_repeat"], request.options["slow_rank"]) == (False, 2, -1)
 
 
 @pytest.mark.parametrize("change,words", [

@@ -115,6 +115,63 @@ def test_no_straggler_removes_the_late_ranks_extra_work(tmp_path):
     assert got["no_straggler=1"].exposure.late_peer_us == pytest.approx(0)
 
 
+def test_no_straggler_gives_the_late_ranks_operations_their_unhindered_transfer(tmp_path):
+    """Rank 1 idles 600 µs (rank 0 computes 400) before each blocking all_reduce. Its transfer
+    (from rank 1's start) took 300 µs in step 1 and 800 in step 2, with no compute beside it (the
+    peer's threads spinning while it waited took the cores): without the late rank it takes
+    the least hindered pace, the 10th percentile of the two, 350 µs. Steps 1000 and 400 + 350 +
+    300 = 1050 µs on both ranks: median 1025 (keeping the traced 800: 1250)."""
+    r0 = [S.step(1, 0, 1200), S.step(2, 1200, 1700), S.cpu_op("aten::mm", 0, 400), *_blocking(400, 500),
+          S.cpu_op("aten::mm", 900, 300), S.cpu_op("aten::mm", 1200, 400), *_blocking(1600, 1000),
+          S.cpu_op("aten::mm", 2600, 300)]
+    r1 = [S.step(1, 0, 1200), S.step(2, 1200, 1700), *_blocking(600, 300), S.cpu_op("aten::mm", 900, 300),
+          *_blocking(1800, 800), S.cpu_op("aten::mm", 2600, 300)]
+    result = whatif([_write(tmp_path, {0: r0, 1: r1})], ["no_straggler=1"], workers=1)
+    _unchanged_ok(result)
+    (p,) = result.predictions
+    assert p.step_us == pytest.approx(1025)
+    assert p.ranks == {0: pytest.approx(1025), 1: pytest.approx(1025)}
+    assert any("2 operations rank 1 started last" in n and "0.225 ms a step less" in n for n in p.notes), p.notes
+
+
+def test_no_straggler_starts_the_peers_operations_without_the_delay_the_late_rank_made(tmp_path):
+    """Two steps of 600 µs. Rank 0 issues an async all_reduce at 0, computes [1, 101) and waits;
+    rank 1 idles 400 µs, issues it at 400 and waits: it moves [400, 500), then both compute 100
+    µs. In step 2 rank 0's operation started 300 µs after its issue (gloo's threads busy), still
+    before rank 1's. Without the late rank (its 400 µs idle cut to rank 0's 0), rank 0's
+    operation, kept 301 µs late, would set the step (301 + 100 + 100 = 501); started as the least
+    delayed ones did (the 10th percentile of the leads 1, 301, 0, 0: 0) it ends at 100, before
+    rank 0's need at 101: 201 µs in both steps (the leads cut: 1 + 301 µs in 2 steps)."""
+    def rank0(base, lead):
+        return [S.cpu_op("c10d::allreduce_", base, 1), S.annotation("gloo:all_reduce", base + 1 + lead, 499 - lead, tid=200),
+                S.cpu_op("aten::mm", base + 1, 100), S.cpu_op("aten::mm", base + 500, 100)]
+
+    def rank1(base):
+        return [S.cpu_op("c10d::allreduce_", base + 400, 1), S.annotation("gloo:all_reduce", base + 400, 100, tid=200),
+                S.cpu_op("aten::mm", base + 500, 100)]
+
+    steps = [S.step(1, 0, 600), S.step(2, 600, 600)]
+    path = _write(tmp_path, {0: [*steps, *rank0(0, 0), *rank0(600, 300)], 1: [*steps, *rank1(0), *rank1(600)]})
+    result = whatif([path], ["no_straggler=1"], workers=1)
+    _unchanged_ok(result)
+    (p,) = result.predictions
+    assert p.step_us == pytest.approx(201)
+    assert any("start as soon as the least delayed ones did, 0.151 ms a step less" in n for n in p.notes), p.notes
+
+
+def test_a_change_within_the_traced_steps_spread_says_its_direction_is_not_settled(tmp_path):
+    """Steps of 1000 and 1400 µs (400 compute, a 300 µs all_reduce, 300 or 700 compute): median
+    1200, spread 1000-1400. compute=x0.9: 930 and 1290, median 1110 (−7.5%), inside the spread:
+    said. compute=x0.5: 650 and 850, median 750, outside it: not said."""
+    events = [S.step(1, 0, 1000), S.step(2, 1000, 1400), *_step(0), *_step(1000, after=700)]
+    got = _predict(_write(tmp_path, {0: events, 1: events}), "compute=x0.9", "compute=x0.5")
+    assert got["compute=x0.9"].step_us == pytest.approx(1110) and got["compute=x0.5"].step_us == pytest.approx(750)
+    assert got["compute=x0.9"].notes[-1] == (
+        "compute=x0.9: the predicted change, -7.5%, is within the traced steps' own spread (-16.7% to +16.7% of their "
+        "median, 4 (rank, step) pairs): whether a run of it is faster or slower is not settled by this trace")
+    assert not any("not settled" in n for n in got["compute=x0.5"].notes)
+
+
 def test_a_change_the_trace_cannot_model_is_one_line_and_no_number(tmp_path):
     got = _predict(_plain(tmp_path), "bucket_cap_mb=5", "prefetch=2", "micro_batches=8", "link_rate=4gbit",
                    "async=send_recv")
@@ -253,6 +310,22 @@ def test_compute_also_shrinks_what_compute_beside_a_transfer_cost_it(tmp_path):
     assert any("transfer = 100 us + 0.250 x the compute beside it (r = 1.00, 8 instances)" in n for n in result.notes)
     expected = sorted(1 + (100 + 0.25 * c) + 50 for c in cs)
     assert result.predictions[0].step_us == pytest.approx((expected[3] + expected[4]) / 2)
+
+
+def test_an_end_seen_only_at_the_wait_moves_with_the_wait(tmp_path):
+    """An async all_reduce issued at 0 on both ranks, moving [1, 201) (rank 1 waits for it at
+    151 and sees it end at 201). Rank 0 computes [1, 401) beside it and sees it end only when it
+    waits, at 401: the 200 µs after the transfer are its compute, not the operation's. Each rank
+    computes to 501. Compute halved: rank 0 waits at 201 where the transfer is done, 201 + 50 =
+    251 (its traced end kept, 401 + 50 = 451); rank 1 waits at 76 until 201, then 150: 351."""
+    r0 = [S.step(1, 0, 501), S.cpu_op("c10d::allreduce_", 0, 1), S.annotation("gloo:all_reduce", 1, 400, tid=200),
+          S.cpu_op("aten::mm", 1, 400), S.cpu_op("aten::mm", 401, 100)]
+    r1 = [S.step(1, 0, 501), S.cpu_op("c10d::allreduce_", 0, 1), S.annotation("gloo:all_reduce", 1, 200, tid=200),
+          S.cpu_op("aten::mm", 1, 150), S.cpu_op("aten::mm", 201, 300)]
+    result = whatif([_write(tmp_path, {0: r0, 1: r1})], ["compute=x0.5"], workers=1)
+    _unchanged_ok(result)
+    (p,) = result.predictions
+    assert p.ranks == {0: pytest.approx(251), 1: pytest.approx(351)}
 
 
 SHAPES = {"Input Dims": [[1000]], "Input type": ["float"]}

@@ -10,6 +10,12 @@ trace: 2 gloo ranks, a short schedule, small layers (4 of width 128), the async 
 - FSDP ``prefetch=N``: before a step's first Linear runs, the first layer's all-gather and the
   N after it have been issued (N + 1); ``reshard_after_forward=false``: the backward
   all-gathers nothing, so a step makes 4 all-gathers, not 8.
+- ``compute_repeat=2`` (DDP, FSDP; the ring and the all-reduce repeat their one matmul): each
+  Linear's forward twice (``aten::linear``: 8 a step for 4 layers, not 4; the second without its
+  bias) and its backward's two matmuls once more (``aten::matmul``: 4 + 8 a step, none without
+  it), no copy more (the DDP copy count above holds with it), the gradients unchanged (the
+  run's own ``check_result``): the same step on a device 2x slower, as ``whatif``'s
+  ``compute=x2`` takes it.
 - ``slow_rank``/``slow_ms`` (every workload; the harness applies them): rank 0's exposed
   communication is late_peer, the late rank named 1, doing neither compute nor communication
   (asleep) or, with ``slow_compute=true``, computing.
@@ -65,10 +71,10 @@ def _counts(step: list[dict]) -> Counter:
 def knob_runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("knobs")
     return {
-        "ddp_small_buckets": _run(out, "ddp", "ddp-small", "bucket_cap_mb=0.1"),
+        "ddp_small_buckets": _run(out, "ddp", "ddp-small", "bucket_cap_mb=0.1", "compute_repeat=2"),
         "ddp_views": _run(out, "ddp", "ddp-views", "bucket_cap_mb=25", "gradient_as_bucket_view=true"),
         "fsdp_prefetch2": _run(out, "fsdp", "fsdp-prefetch2", "prefetch=2", "slow_rank=1", f"slow_ms={SLOW_MS}",
-                               "slow_compute=true"),
+                               "slow_compute=true", "compute_repeat=2"),
         "fsdp_keep": _run(out, "fsdp", "fsdp-keep", "reshard_after_forward=false", "slow_rank=1", f"slow_ms={SLOW_MS}"),
     }
 
@@ -85,6 +91,15 @@ def test_ddp_gradient_as_bucket_view_drops_the_copies_into_the_buckets(knob_runs
     copies = [_counts(s)["aten::copy_"] for s in _steps(knob_runs["ddp_small_buckets"])]
     views = [_counts(s)["aten::copy_"] for s in _steps(knob_runs["ddp_views"])]
     assert [a - b for a, b in zip(copies, views)] == [8, 8], (copies, views)  # a weight and a bias per layer
+
+
+@pytest.mark.parametrize("repeated,once", [("ddp_small_buckets", "ddp_views"), ("fsdp_prefetch2", "fsdp_keep")])
+def test_compute_repeat_does_each_layers_matmuls_that_many_times(knob_runs, repeated, once):
+    for run, times in ((repeated, 2), (once, 1)):
+        counts = [_counts(s) for s in _steps(knob_runs[run])]  # rank 0: rank 1's slow_compute is matmuls too
+        assert [c["aten::linear"] for c in counts] == [4 * times] * 2, (run, counts)
+        # the forward's once more without its bias (aten::linear calls aten::matmul then), the backward's two
+        assert [c["aten::matmul"] for c in counts] == [12 * (times - 1)] * 2, (run, counts)
 
 
 def _gathers_before_first_linear(step: list[dict]) -> int:

@@ -43,6 +43,7 @@ OPTIONS = {
     "wait_early": (False, "async: wait for each bucket's all_reduce right after issuing it (nothing overlaps)"),
     "host_sync": (False, "async: a host synchronization right after each issue, in the window (CUDA "
                          "torch.cuda.synchronize(), CPU dist.barrier())"),
+    "compute_repeat": (1, "each bucket's matmul done this many times: the same step on a device this many times slower"),
 }
 
 
@@ -65,7 +66,8 @@ def setup(ctx):
 
 def backward(ctx, s, layer):
     with ctx.phase("compute"):
-        torch.matmul(s.dys[layer].t(), s.x, out=s.grads[layer])
+        for _ in range(ctx.opts.compute_repeat):
+            torch.matmul(s.dys[layer].t(), s.x, out=s.grads[layer])
 
 
 def step_sync(ctx, s):

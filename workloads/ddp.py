@@ -35,7 +35,33 @@ OPTIONS = {
     "batch": (256, "rows per rank per step"),
     "bucket_cap_mb": (2.0, "DDP's bucket size in MiB (torch's default is 25)"),
     "gradient_as_bucket_view": (False, "gradients are views into DDP's buckets: no copy into the bucket"),
+    "compute_repeat": (1, "each layer's matmuls (forward and backward) done this many times: the same step on a "
+                          "device this many times slower"),
 }
+
+
+class Slower(torch.nn.Linear):
+    """A Linear whose forward and backward each do their matmuls ``repeat`` times, the extra
+    results dropped: the same model on a device ``repeat`` times slower (``--opt compute_repeat``)."""
+
+    def __init__(self, width, repeat):
+        super().__init__(width, width)
+        self.repeat = repeat
+
+    def forward(self, x):
+        y = super().forward(x)
+        if self.repeat > 1:
+            with torch.no_grad():
+                for _ in range(self.repeat - 1):
+                    torch.nn.functional.linear(x, self.weight)  # the bias left out: it would copy, not compute
+            if y.requires_grad:  # the backward's two matmuls (input's and weight's gradient), repeated
+                y.register_hook(lambda g, x=x.detach(): self._backward_again(g, x))
+        return y
+
+    def _backward_again(self, grad, x):
+        with torch.no_grad():  # self.weight read here: FSDP has gathered it again for the backward
+            for _ in range(self.repeat - 1):
+                grad @ self.weight, grad.t() @ x
 
 
 @dataclass
@@ -51,7 +77,7 @@ def setup(ctx):
     o = ctx.opts
     layers = []
     for _ in range(o.layers):
-        layers += [torch.nn.Linear(o.width, o.width), torch.nn.ReLU()]
+        layers += [Slower(o.width, o.compute_repeat), torch.nn.ReLU()]
     module = torch.nn.Sequential(*layers).to(ctx.device)
     model = DDP(module, device_ids=[ctx.device.index] if ctx.is_cuda else None,
                 bucket_cap_mb=o.bucket_cap_mb, gradient_as_bucket_view=o.gradient_as_bucket_view)

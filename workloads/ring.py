@@ -37,6 +37,7 @@ OPTIONS = {
     "rounds": (4, "send/recv + matmul rounds per step (K)"),
     "host_sync": (False, "async: a host synchronization in the window, before the matmul (CUDA "
                          "torch.cuda.synchronize(), CPU dist.barrier())"),
+    "compute_repeat": (1, "each matmul done this many times: the same step on a device this many times slower"),
 }
 
 
@@ -64,7 +65,8 @@ def neighbours(ctx):
 
 def matmul(ctx, s):
     with ctx.phase("compute"):
-        torch.matmul(s.a, s.b, out=s.out)
+        for _ in range(ctx.opts.compute_repeat):
+            torch.matmul(s.a, s.b, out=s.out)
 
 
 def step_sync(ctx, s):

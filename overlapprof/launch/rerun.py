@@ -14,7 +14,9 @@ one-line reason when no rerun makes that change:
 - ``link_rate=RATE``, ``bandwidth=xK``: ``--link-rate`` (the traced run's link at RATE, or at K
   times its rate; its queue kept);
 - ``no_straggler=R``: the run without its slow-rank options, when R is their ``slow_rank``;
-- ``compute=xF``: the workload's size option that scales compute alone (:data:`COMPUTE`),
+- ``compute=xF``: the workload's ``compute_repeat`` times F where that is a whole number (each
+  compute op done that many times: exactly F x the compute), else its size option that scales
+  compute alone (:data:`COMPUTE`),
   rounded: the factor the rerun really makes is said;
 - ``micro_batches=N``: the workload's ``micro_batches`` option (the replay does not model it).
 
@@ -242,6 +244,12 @@ def _compute(plan: _Plan, value: str) -> str | None:
         f = factor("compute", value)
     except OverlapprofError as exc:
         return str(exc).removeprefix("--set ")
+    repeat = req.options.get("compute_repeat")
+    if isinstance(repeat, int) and abs(repeat * f - round(repeat * f)) < 1e-9 and round(repeat * f) >= 1:
+        req.options["compute_repeat"] = round(repeat * f)  # the same ops N times: exactly F x the compute
+        plan.notes.append(f"compute={value}: rerun with --opt compute_repeat={round(repeat * f)} (each compute op "
+                          f"done {round(repeat * f)} times, not {repeat})")
+        return None
     key, power = known
     old = req.options[key]
     new = max(1, round(old * f ** (1 / power)))

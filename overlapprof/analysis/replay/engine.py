@@ -9,7 +9,9 @@ Rules (times µs on the common clock; primes are replayed values):
   collective channel whose operations ran in order; none: ``a'_i``);
 - a matched instance moves its data once all its ranks have started: each rank's operation
   ends at ``max(s'_i, max_r s'_r + transfer' + tail_i)`` (a collective ends when its last rank's
-  transfer ends); an unmatched operation at ``s'_i + dur'_i``.
+  transfer ends); an unmatched operation at ``s'_i + dur'_i``; an operation whose end the trace
+  saw only when its lane came to wait (``seen``) is waited for until the later of that and the
+  replayed need + its ``seen`` µs.
 
 Causes of each blocked µs, in OVERLAP.md's precedence: ``late_peer`` (before the instance's
 latest start, named after that rank), ``queued`` (before its start, behind its channel),
@@ -127,6 +129,8 @@ def replay(tr: Traced) -> Replayed:
                     end = ops.e[ref]
                     if math.isnan(end):
                         break
+                    if ref < tr.seen.size:  # an end seen only when the lane came to wait
+                        end = max(end, t + tr.seen[ref])
                     if end > t and step_of[r] is not None:
                         _blocked(ops, ref, t, end, cum[r] - issued_cum.get(ref, cum[r]), parts[r], late_by[r],
                                  step_of[r])

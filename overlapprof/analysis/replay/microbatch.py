@@ -230,6 +230,7 @@ def _append(tr: Traced, rows: list[dict], transfers: list[float]) -> None:
     base = tr.rank.size
     for name in ("rank", "kind", "group_size", "step", "lead", "tail", "end", "direction", "peer"):
         setattr(tr, name, np.append(getattr(tr, name), getattr(tr, name)[t]))
+    tr.seen = np.append(np.pad(tr.seen, (0, base - tr.seen.size)), np.pad(tr.seen, (0, base - tr.seen.size))[t])
     for name in ("issue", "start"):
         setattr(tr, name, np.append(getattr(tr, name), np.full(t.size, np.nan)))
     tr.dur = np.append(tr.dur, tr.dur[t] * scale)

@@ -86,13 +86,29 @@ def _prediction(change: str, out: Replayed, tr: Traced, floor, traced_step: floa
                         window_short_us=sums["window_short"],
                         late_peer_by_rank={int(k): float(v) for k, v in sorted(late_by.items())})
     step = median(values)
-    low, high = _interval(values, step, [v for lane in tr.lanes.values() for v in lane.measured_steps])
+    traced = [v for lane in tr.lanes.values() for v in lane.measured_steps]
+    low, high = _interval(values, step, traced)
+    notes = notes + _unresolved(change, step, traced_step, traced)
     return Prediction(
         change=change, step_us=float(step), low_us=low, high_us=high,
         speedup=traced_step / step if traced_step and step > 0 else None,
         ranks={int(r): median(rs.step_us) for r, rs in out.ranks.items()}, compute_us=sums["compute"],
         other_us=sums["other"], exposure=exposure, limit=_limit(out, pairs, exposure, sums["compute"], sums["other"]),
         notes=notes + out.notes)
+
+
+def _unresolved(change: str, step: float, traced_step: float | None, traced: list[float]) -> list[str]:
+    """A note where the predicted step lies inside the traced steps' own 2.5th-97.5th
+    percentiles: the change moves the step by less than one run's steps vary, so which way a
+    run of it goes is not settled by this trace (the number is still the replay's)."""
+    if not traced_step or len(traced) < 2 or abs(step / traced_step - 1) < 1e-9:
+        return []
+    low, high = percentile(traced, 2.5), percentile(traced, 97.5)
+    if not low <= step <= high:
+        return []
+    return [f"{change}: the predicted change, {100 * (step / traced_step - 1):+.1f}%, is within the traced steps' own "
+            f"spread ({100 * (low / traced_step - 1):+.1f}% to {100 * (high / traced_step - 1):+.1f}% of their median, "
+            f"{len(traced)} (rank, step) pairs): whether a run of it is faster or slower is not settled by this trace"]
 
 
 def _load(paths, **options):

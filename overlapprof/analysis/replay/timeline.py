@@ -19,7 +19,9 @@ key its measured time back, so the traced steps are reproduced.
 Per operation the replay keeps: its instance (matched across ranks; -1 none), its own
 ``lead`` (start − the later of its issue and, on a collective channel whose operations ran in
 order, its predecessor's end: ``prev``), its ``tail`` (end − the instance's latest start − the instance's transfer;
-unmatched: end − start − its duration, 0), and per instance the measured transfer.
+unmatched: end − start − its duration, 0; where the row's data had moved before its lane came to
+wait for it, 0, and ``seen``, the µs from that need to its end: see :func:`_seen`), and per
+instance the measured transfer.
 """
 
 from __future__ import annotations
@@ -89,6 +91,9 @@ class Traced:
     compute: dict = field(default_factory=dict)  # rank -> its compute union on the common clock
     direction: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # 0 none, 1 send, 2 recv
     peer: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # send/recv's other rank, -1 unknown
+    # per row, µs from its need to its end where it ended only when its lane came to wait for it
+    # (its data moved before; 0: not so, and any row past its size)
+    seen: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def _channels(ops, rows: np.ndarray, mode: str) -> np.ndarray:
@@ -159,11 +164,32 @@ def traced(reports, inputs, matching) -> Traced:
         if r in reports and reports[r].steps:
             rows = np.flatnonzero(ops.rank == r)
             lanes[r] = _lane(r, reports[r], compute[r], sh, rows, issue, need, end)
+    seen = _seen(lanes, inst, tail, end, latest, transfer, prev)
     return Traced(compute=compute, lanes=lanes, rank=ops.rank.copy(), kind=ops.kind.astype(np.int64), issue=issue, start=start,
                   end=end, dur=ops.dur.copy(), nbytes=ops.nbytes.copy(), group_size=ops.group_size.copy(),
                   step=ops.step.copy(), inst=inst, lead=lead, tail=tail, prev=prev, transfer=transfer,
                   members=members, warm=np.asarray(x.warm, dtype=bool), mode=mode,
-                  direction=ops.direction.astype(np.int64), peer=ops.peer.astype(np.int64))
+                  direction=ops.direction.astype(np.int64), peer=ops.peer.astype(np.int64), seen=seen)
+
+
+def _seen(lanes, inst, tail, end, latest, transfer, prev) -> np.ndarray:
+    """Rows whose data had moved (the instance's latest start + transfer) by the time their lane
+    came to wait for them, and that still ended after: their end is where the lane saw them
+    done (CPU: gloo completes an async send when the host waits), not a part of the transfer.
+    Their tail is set to 0 in place and the µs from the need to the end returned: the replay
+    ends them at the later of their transfer's end and their replayed need + those µs, so a
+    change that moves the need moves the end with it. A row another waits for on its channel
+    keeps its tail (its end is when the next one started)."""
+    seen = np.zeros(tail.size)
+    chained = set(prev[prev >= 0].tolist())
+    for lane in lanes.values():
+        for at, kind, row in zip(lane.t, lane.kind, lane.ref):
+            if kind != NEED or tail[row] <= 0 or row in chained or inst[row] < 0:
+                continue
+            if at >= latest[inst[row]] + transfer[inst[row]]:
+                seen[row] = end[row] - at
+                tail[row] = 0.0
+    return seen
 
 
 def _lane(rank: int, report, compute, shift: float, rows, issue, need, end) -> Lane:

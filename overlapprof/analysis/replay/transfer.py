@@ -155,6 +155,44 @@ def interference(tr: Traced, mode_cpu: bool) -> tuple[np.ndarray, list[str]]:
     return cost, notes
 
 
+UNHINDERED_PERCENTILE = 10  # of a kind's transfers: the least hindered show what the transfer takes alone
+
+
+def unhindered(tr: Traced, insts: np.ndarray, scale: dict[tuple[int, int], float] | None = None) -> np.ndarray:
+    """Per instance of ``insts``, its transfer with nothing slowing it but the compute beside it:
+    ``min(x, u + c)``, ``u`` the 10th percentile of the transfers of its kind, group size and
+    bytes (warm-up left out where others are left), ``c`` the most compute one of its ranks did
+    beside it, each rank's × ``scale[(rank, step)]`` (a rewrite that changed that step's
+    compute; default 1). On CPU runs a transfer is stretched by what shares the cores with it:
+    the compute beside it (kept: the cores stay shared) and the peers' backend threads, which
+    spin while they wait for a late rank (taken away with the late rank, the transfer then goes
+    on at the pace of the least hindered ones once the compute beside it is done)."""
+    scale = scale or {}
+    out = tr.transfer[insts].astype(float)
+    if not insts.size:
+        return out
+    keys: dict[tuple, list[int]] = {}
+    for k, rows in enumerate(tr.members):
+        nb = tr.nbytes[rows]
+        size = float(np.nanmax(nb)) if not np.isnan(nb).all() else -1.0
+        keys.setdefault((int(tr.kind[rows[0]]), rows.size, size), []).append(k)
+    key_of = {k: key for key, ks in keys.items() for k in ks}
+    floor = {}
+    for key, ks in keys.items():
+        ks = np.array(ks)
+        live = ks[~tr.warm[ks]] if (~tr.warm[ks]).any() else ks
+        floor[key] = float(np.percentile(tr.transfer[live], UNHINDERED_PERCENTILE))
+    for i, k in enumerate(insts.tolist()):
+        rows = tr.members[k]
+        lo = float(np.max(tr.start[rows]))
+        hi = lo + float(tr.transfer[k])
+        step = int(tr.step[rows[0]])
+        c = max((scale.get((r, step), 1.0) * float(iv.covered(tr.compute[r], np.array([lo]), np.array([hi]))[0])
+                 for r in set(tr.rank[rows].tolist()) if r in tr.compute), default=0.0)
+        out[i] = min(out[i], floor[key_of[k]] + c)
+    return out
+
+
 def scaled(tr: Traced, model: Model, factor: float) -> None:
     """Rewrite ``tr``'s transfers for a bandwidth ``factor`` times the traced one, in place:
     instances ``latency + (x − latency) / factor``; unmatched operations likewise with no latency.
