@@ -439,3 +439,16 @@ def test_random_traces_one_report_whatever_the_budget(tmp_path_factory, seed, gp
     for r in range(2):
         S.write(folder / f"rank{r}.pt.trace.json", S.trace(make(rng, steps=3), rank=r, world_size=2))
     _assert_same(_rank_reports(folder, None, comm_ops=True), _rank_reports(folder, budget, comm_ops=True))
+
+
+def test_each_file_is_read_once(monkeypatch):
+    """The records come from the same read as the unions: each file is read once, the cross-rank
+    section and --comm-ops records included."""
+    seen = []
+    real = spilled.read_file
+    monkeypatch.setattr(spilled, "read_file", lambda path, *a, **k: seen.append(str(path)) or real(path, *a, **k))
+    folder = DATA / "nccl_parser_config"
+    got = overlapprof.analyze(folder, workers=1, **ON_DISK, comm_ops=True)
+    assert got.crossrank is not None and any(r.operations for r in got.ranks)
+    files = [str(f) for g in discover([folder]).groups for f in g.files]
+    assert sorted(seen) == sorted(files)
