@@ -20,7 +20,9 @@ from overlapprof.analysis.crossrank.inputs import CrossRankInput, crossrank_inpu
 from overlapprof.analysis.crossrank.section import build_crossrank
 from overlapprof.analysis.exposure import explain
 from overlapprof.analysis.exposure.inputs import ExposureInput, exposure_input
-from overlapprof.analysis.options import AnalyzeOptions
+from overlapprof.analysis.engine.store import Store
+from overlapprof.analysis.options import DEFAULT_MEMORY_BUDGET, AnalyzeOptions
+from overlapprof.analysis.rank import bounded
 from overlapprof.analysis.rank.classify import compile_comm_annotations, compile_comm_kernels, lookalikes_warning
 from overlapprof.analysis.rank.events import RankEvents, filtered, last_step_dropped, rank_events
 from overlapprof.analysis.interference import InterferenceBuilder, attach as attach_interference
@@ -34,9 +36,6 @@ from overlapprof.trace.kineto import EPOCH_MIN_US, base_us
 
 # Below this many bytes of traces in all, starting worker processes costs more than it saves.
 PARALLEL_MIN_BYTES = 8 << 20
-# The default analysis holds about this many bytes per byte of trace text while a rank is
-# measured (generated 2 GB and 4 GB traces, 2026-12-04: 0.33-0.38 with the cross-rank section).
-MEMORY_PER_TEXT_BYTE = 0.4
 # Ranks whose recorded windows are further apart than this are from different runs.
 SAME_RUN_GAP_US = 3600e6
 
@@ -97,14 +96,15 @@ def _window(bounds: tuple[float, float] | None, base_ns: int | None) -> tuple[fl
 
 
 def analyze_group(files: list[str], options: Options, decode_workers: int = 1, range_pool=None,
-                  ends: dict | None = None, budget: int | None = 0) -> RankResult:
+                  ends: dict | None = None, budget: int | None = DEFAULT_MEMORY_BUDGET) -> RankResult:
     """Decode, classify and measure one rank's files (a large file in ``decode_workers``
-    processes: forked here, or ``range_pool``'s, see :class:`~overlapprof.analysis.engine.parallel.Reader`).
+    processes: forked here, or ``range_pool``'s, see :class:`~overlapprof.analysis.engine.parallel.Reader`),
+    a time bucket at a time (:func:`~overlapprof.analysis.rank.bounded.measure`; an Nsight
+    Systems export, whose rows SQLite reads a batch at a time, in memory).
     ``ends``: the absolute path of a rank's first file -> the sends whose communication ends at
     their partner's receive (:func:`~overlapprof.analysis.rank.events.ends_at_peer`). ``budget``:
-    with the events on disk (``options.bounded_memory``), the bytes of rows the rank's
-    :class:`~overlapprof.analysis.engine.store.Store` keeps in memory (None: all). Errors come
-    back in ``error``."""
+    the bytes of rows the rank's :class:`~overlapprof.analysis.engine.store.Store` keeps in
+    memory (None: all; 0: none). Errors come back in ``error``."""
     result = RankResult(files=[str(f) for f in files])
     ends = ends.get(os.path.abspath(files[0])) if ends else None
     label = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} files)"
@@ -118,10 +118,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
     try:
         if exports and options.like_hta:
             raise InputError(f"{files[0]}: --like-hta reads Kineto traces only, not Nsight Systems exports")
-        if options.bounded_memory and not exports:  # an export's rows are read by SQLite, in memory
-            from overlapprof.analysis.engine.store import Store
-            from overlapprof.analysis.rank import bounded
-
+        if not exports:
             with Store(budget, label) as store:
                 ev = bounded.measure([str(f) for f in files], comm_re, comm_ann, options, label, store, parallel, ends)
         else:
@@ -140,7 +137,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
         base = next((t.baseTimeNanoseconds for t in ev.headers if t.baseTimeNanoseconds), None)
         if options.crossrank:
             result.crossrank_input = crossrank_input(ev.headers, base)
-        bounds = ev.bounds if options.bounded_memory and not exports else _bounds(ev)
+        bounds = ev.bounds if not exports else _bounds(ev)
         result.window = _window(bounds, base)
         if ev.unclassified:
             shown = ", ".join(f"{cat} ({n} events)" for cat, n in sorted(ev.unclassified.items()))
@@ -151,7 +148,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
         result.lookalikes = ev.lookalikes
         if ev.negative_durations:
             result.warnings.append(f"{label}: {ev.negative_durations} events with a negative 'dur' count as zero-length")
-        if options.bounded_memory and not exports:
+        if not exports:
             result.warnings += ev.warnings
             unions, table, measured = ev.unions, ev.table, ev.interference
         else:
@@ -176,9 +173,8 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
             report.lanes = rank_lanes(unions, report.steps, base)
         if options.like_hta:  # the rank's numbers as HolisticTraceAnalysis 0.5.0 computes them
             from overlapprof.analysis import like_hta
-            from overlapprof.analysis.engine.store import Store
 
-            with Store(budget if options.bounded_memory else None, label) as store:
+            with Store(budget, label) as store:
                 report.metrics, result.hta_steps = like_hta.rank_metrics(files, store=store)
         report.world_size, report.backend = result.world_size, result.backend
         if ev.unclassified and ev.mode == "cpu":
@@ -197,7 +193,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
 
 def _run_groups(
     groups: list[TraceGroup], options: Options, workers: int | None, progress, warnings: list[str],
-    dask_scheduler=None, ends: dict | None = None, budget: int | None = 0,
+    dask_scheduler=None, ends: dict | None = None, budget: int | None = DEFAULT_MEMORY_BUDGET,
 ) -> list[RankResult]:
     """Analyze each group: on a Dask cluster when a scheduler is given, else in worker
     processes when there are several and it pays; a single group decodes a large file in
@@ -373,9 +369,10 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
     workers, progress, dask_scheduler = asked.workers, asked.progress, asked.dask_scheduler
     inputs = discover(paths, cycle=recorded.cycle)
     warnings: list[str] = list(inputs.notes)
-    if _over_budget(inputs.groups, workers, asked, warnings):
-        recorded = asked.recorded(bounded_memory=True)
-    budget = asked.budget_bytes() or 0  # the store's, when the ranks are measured on disk
+    budget = asked.budget_bytes()
+    if asked.memory_budget is not None and all(nsys.is_sqlite(f) for g in inputs.groups for f in g.files):
+        warnings.append("--memory-budget: Nsight Systems exports are measured in memory (SQLite reads their "
+                        "rows a batch at a time)")
     results = _run_groups(inputs.groups, recorded, workers, progress, warnings, dask_scheduler, budget=budget)
     warnings += [w for r in results for w in r.warnings]
     warnings = list(dict.fromkeys(warnings))  # the ranks of one export say the same of it
@@ -400,9 +397,8 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
                                      budget)
     if recorded.like_hta:
         from overlapprof.analysis import like_hta
-        from overlapprof.analysis.engine.store import Store
 
-        with Store(budget if recorded.bounded_memory else None, "the ranks (--like-hta)") as store:
+        with Store(budget, "the ranks (--like-hta)") as store:
             like_hta.settle(results, store=store)
     ranks = sorted((r.report for r in results), key=lambda r: r.rank)
     run, metrics = None, []
@@ -446,7 +442,7 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
 
 
 def _ends_from_peers(results: list[RankResult], groups: list[TraceGroup], options: Options, matching: list, crossrank,
-                     workers, warnings: list[str], dask_scheduler, budget: int | None = 0):
+                     workers, warnings: list[str], dask_scheduler, budget: int | None = DEFAULT_MEMORY_BUDGET):
     """OVERLAP.md section 1: an async send matched to a receive its thread waited for ends by the
     receive's end. The ranks whose sends that cuts are measured again with those ends (so every metric is still
     computed once, from the classified intervals), and the cross-rank section is built again from
@@ -473,64 +469,6 @@ def _ends_from_peers(results: list[RankResult], groups: list[TraceGroup], option
     for r in results:
         r.report.p2p = found.p2p.get(r.report.rank)
     return crossrank
-
-
-def _memory_available() -> int | None:
-    """Bytes of memory available to new work: Linux's MemAvailable, or less when this process's
-    cgroup (a container, a Slurm job) has a limit closer (cgroup v2); None elsewhere."""
-    have = None
-    try:
-        with open("/proc/meminfo", "rb") as f:
-            for line in f:
-                if line.startswith(b"MemAvailable:"):
-                    have = int(line.split()[1]) * 1024
-                    break
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        with open("/sys/fs/cgroup/memory.max", "rb") as f:
-            limit = f.read().strip()
-        with open("/sys/fs/cgroup/memory.current", "rb") as f:
-            used = int(f.read())
-        if limit != b"max":
-            room = max(0, int(limit) - used)
-            have = room if have is None else min(have, room)
-    except (OSError, ValueError):
-        pass
-    return have
-
-
-def _over_budget(groups: list[TraceGroup], workers: int | None, asked: AnalyzeOptions, warnings: list[str]) -> bool:
-    """Whether the ranks are measured with their events on disk: the largest ranks measured at
-    once would need more than the memory budget (:attr:`AnalyzeOptions.memory_budget`; by default
-    80% of the memory available, then with a warning: slower, but not a process killed for memory)."""
-    from overlapprof.trace.ranges import text_bytes
-
-    budget = asked.budget_bytes()
-    if budget is None and asked.dask_scheduler is not None:
-        return False
-    if all(nsys.is_sqlite(f) for g in groups for f in g.files):
-        if budget is not None:
-            warnings.append("--memory-budget: Nsight Systems exports are measured in memory (SQLite reads their "
-                            "rows a batch at a time)")
-        return False
-    at_once = min(workers or os.cpu_count() or 1, len(groups)) if len(groups) > 1 else 1
-    texts = sorted(sum(text_bytes(f) for f in g.files if f.is_file() and not nsys.is_sqlite(f)) for g in groups)
-    need = MEMORY_PER_TEXT_BYTE * sum(texts[-at_once:])
-    if budget is not None:
-        return need >= budget
-    have = _memory_available()
-    if have is None or need <= 0.8 * have:
-        return False
-    warnings.append(f"measured with the events on disk: in memory, the largest traces would need about "
-                    f"{_size(need)} and {_size(have)} is available (--memory-budget sets how much they may take)")
-    return True
-
-
-def _size(n: float) -> str:
-    if n >= 2**30:
-        return f"{n / 2**30:.1f} GiB"
-    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB" if n >= 2**10 else f"{n:.0f} B"
 
 
 def _cross_rank(results: list[RankResult], options: Options, matching_out: list | None = None):

@@ -46,7 +46,7 @@ from overlapprof.analysis.rank import spilled
 from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, read_spilled
 from overlapprof.analysis.spill import Sample
 from overlapprof.analysis.intervals import Intervals, event_ends, union
-from overlapprof.analysis.interference import InterferenceBuilder, spill_folder_of
+from overlapprof.analysis.interference import InterferenceBuilder
 from overlapprof.analysis.rank.unions import COMM, COMPUTE, MEMORY, RankUnions, UnionsBuilder, hold, merged
 from overlapprof.analysis.rank.waits import NeedTimes
 from overlapprof.analysis.records.fields import Values
@@ -79,7 +79,7 @@ class _Feed:
 
     def __init__(self, steps: Steps, require_launch: bool, cutoff: float | None, interference: InterferenceBuilder):
         self.require_launch, self.cutoff = require_launch, cutoff
-        self.unions = UnionsBuilder(steps, compact=True)
+        self.unions = UnionsBuilder(steps)
         self.interference = interference
         self.bounds = [np.inf, -np.inf]  # before the filters
         self.lookalikes: list[dict[str, int]] = []  # per bucket: compute kernels named like communication
@@ -191,9 +191,9 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
     sample = Sample()
     for f in read:
         sample.add(f.rows.sample.values)
-    # the compute spans: in memory when the store has no limit, else on disk
-    spans = spill_folder_of(store.path("spans")) if math.isfinite(store.budget) else None
-    interference = InterferenceBuilder(steps, not gpu, spans, InterferenceBuilder.bucket_edges(sample.values))
+    # the compute spans: in time buckets of the store when it has a limit
+    interference = InterferenceBuilder(steps, not gpu, store if math.isfinite(store.budget) else None,
+                                       InterferenceBuilder.bucket_edges(sample.values))
     feed = _Feed(steps, options.require_launch and gpu, cutoff, interference)
     tables = []
     for k, (f, comm) in enumerate(zip(read, few_sets)):

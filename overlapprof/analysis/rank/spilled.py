@@ -14,7 +14,6 @@ buckets of time; :func:`calls_by_time` puts each call in every time bucket it ov
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,8 +29,9 @@ from overlapprof.analysis.spill import Sample
 from overlapprof.errors import TraceError
 
 # GPU events and runtime calls joined and classified at once (a bucket), and CPU ops (a window).
-# Each row costs about 200 bytes while it is worked on.
+# Each row costs about ROW_WORK_BYTES while it is worked on.
 BUCKET_ROWS = 1 << 19
+ROW_WORK_BYTES = 200
 MAX_BUCKETS = 512  # open files: past ~50 GB of JSON the buckets grow instead
 
 _GPU_ROW = np.dtype([("corr", "<f8"), ("ts", "<f8"), ("dur", "<f8"), ("codes", "i1"), ("name_ids", "<i4"),
@@ -158,10 +158,15 @@ class SpilledFile:
     recorder: object = None  # the CommRecorder that read it (records asked for): its argument rows
 
 
-def _buckets(path) -> int:
-    """How many correlation buckets a file's GPU events and runtime calls go to: about
-    :data:`BUCKET_ROWS` rows each, by the file's text (a guess on the high side)."""
-    return int(min(MAX_BUCKETS, max(1, -(-file_rows_hint(path) // BUCKET_ROWS))))
+def _buckets(path, budget: float) -> int:
+    """How many correlation buckets a file's GPU events and runtime calls go to: one when its
+    rows, worked on at once, fit the store's ``budget`` (the whole file classified at once, as
+    in memory), else about :data:`BUCKET_ROWS` rows each; by the file's text (a guess on the
+    high side)."""
+    rows = file_rows_hint(path)
+    if rows * ROW_WORK_BYTES <= budget:
+        return 1
+    return int(min(MAX_BUCKETS, max(1, -(-rows // BUCKET_ROWS))))
 
 
 def read_spilled(path: str, names: Index, comm_ann, store, parallel=None, recorder=None) -> SpilledFile:
@@ -174,8 +179,7 @@ def read_spilled(path: str, names: Index, comm_ann, store, parallel=None, record
     def sink():
         for old in made:  # read again (not the line layout): what was kept goes
             old.remove()
-        # rows that fit (a store without a limit) are one bucket: classified at once, as in memory
-        made.append(SpilledRows(store, _buckets(path) if math.isfinite(store.budget) else 1, names, comm_ann,
+        made.append(SpilledRows(store, _buckets(path, store.budget), names, comm_ann,
                                 recorder is not None))
         return made[-1]
 
