@@ -21,6 +21,7 @@ from overlapprof.analysis.crossrank.section import build_crossrank
 from overlapprof.analysis.exposure import explain
 from overlapprof.analysis.exposure.inputs import ExposureInput, exposure_input
 from overlapprof.analysis.engine.store import Store
+from overlapprof.analysis.one_run import check_one_run, cycles_of_one_recording, one_recording_each, settle_ranks
 from overlapprof.analysis.options import DEFAULT_MEMORY_BUDGET, AnalyzeOptions
 from overlapprof.analysis.rank import bounded
 from overlapprof.analysis.rank.classify import compile_comm_annotations, compile_comm_kernels, lookalikes_warning
@@ -31,13 +32,11 @@ from overlapprof.analysis.rank.unions import rank_unions
 from overlapprof.errors import InputError, OverlapprofError, SpillError
 from overlapprof.report import Options, RankReport, Report
 from overlapprof.trace import nsys
-from overlapprof.trace.discover import TraceGroup, discover, rank_from_name
+from overlapprof.trace.discover import TraceGroup, discover
 from overlapprof.trace.kineto import EPOCH_MIN_US, base_us
 
 # Below this many bytes of traces in all, starting worker processes costs more than it saves.
 PARALLEL_MIN_BYTES = 8 << 20
-# Ranks whose recorded windows are further apart than this are from different runs.
-SAME_RUN_GAP_US = 3600e6
 
 FILTER_TEXT = {
     "drop_last_step": "--drop-last-step: events launched (or starting) at or after the start of each "
@@ -64,7 +63,7 @@ class RankResult:
     crossrank_input: CrossRankInput | None = None  # the rank's share of the cross-rank analysis (rank not settled)
     hta_steps: frozenset[str] | None = None  # --like-hta: the rank's ProfilerStep names
     exposure_input: ExposureInput | None = None  # the rank's share of the causes of exposure (with crossrank_input)
-    recording: tuple | None = None  # what identifies the recording's content (see _one_recording_each)
+    recording: tuple | None = None  # what identifies the recording's content (see one_run.one_recording_each)
     lookalikes: dict[str, int] = field(default_factory=dict)  # compute kernels named like communication: counts
 
 
@@ -249,94 +248,6 @@ def _run_groups(
     return results
 
 
-def _settle_ranks(results: list[RankResult], groups: list[TraceGroup]) -> None:
-    """Give each report its rank: distributedInfo, else run.json, else file name, else order."""
-    claimed: dict[int, RankResult] = {}
-    unplaced = []
-    for result, group in zip(results, groups):
-        r = result.report
-        if result.dist_rank is not None:
-            if group.run_rank is not None and group.run_rank != result.dist_rank:
-                raise InputError(
-                    f"{result.files[0]}: distributedInfo says rank {result.dist_rank} "
-                    f"but run.json lists it under rank {group.run_rank}"
-                )
-            r.rank, r.rank_source = result.dist_rank, "distributedInfo"
-        elif group.run_rank is not None:
-            r.rank, r.rank_source = group.run_rank, "run.json"
-        elif (name_rank := rank_from_name(Path(result.files[0]).name)) is not None:
-            r.rank, r.rank_source = name_rank, "file name"
-        else:
-            unplaced.append(result)
-            continue
-        if r.rank in claimed:
-            other = claimed[r.rank]
-            raise InputError(
-                f"{result.files[0]}: rank {r.rank} ({r.rank_source}) is also claimed by "
-                f"{other.files[0]} ({other.report.rank_source})"
-            )
-        claimed[r.rank] = result
-    free = (n for n in range(len(results) + len(claimed) + 1) if n not in claimed)
-    for result in unplaced:
-        result.report.rank, result.report.rank_source = next(free), "order"
-
-
-def _one_recording_each(results: list[RankResult]) -> None:
-    """InputError when two inputs hold one recording (a copy, without its ``distributedInfo`` or
-    under another name): the same events at the same times, so the same counts, window and
-    measures, which the ranks of one job never share. Two that name different ranks in their
-    ``distributedInfo`` are two ranks whatever they hold (a generated trace may repeat one)."""
-    seen: dict[tuple, list[RankResult]] = {}
-    for r in results:
-        if r.recording is None:
-            continue
-        same = seen.setdefault(r.recording, [])
-        first = next((o for o in same if None in (o.dist_rank, r.dist_rank)), None)
-        same.append(r)
-        if first is not None:
-            raise InputError(
-                f"{first.files[0]} and {r.files[0]} hold the same recording ({r.report.events} events at the same "
-                f"times), not two ranks: analyze one of them (overlapprof analyze {first.files[0]})")
-
-
-def _cycles_of_one_recording(results: list[RankResult]) -> None:
-    """InputError when a rank's files (its profiler cycles) repeat a ProfilerStep: recordings of
-    two runs under one worker name (a second run into the same folder), not one profiler's cycles."""
-    for r in results:
-        steps = [s.step for s in r.report.steps]
-        if len(r.files) > 1 and len(set(steps)) < len(steps):
-            twice = next(s for s in steps if steps.count(s) > 1)
-            raise InputError(
-                f"{r.files[0]}: ProfilerStep#{twice} is in two of rank {r.report.rank}'s {len(r.files)} files "
-                f"({', '.join(Path(f).name for f in r.files[:4])}{' ...' if len(r.files) > 4 else ''}): two runs "
-                "under one worker name, not the profiler cycles of one process: analyze each run's files apart")
-
-
-def _check_one_run(results: list[RankResult]) -> None:
-    """Ranks of different runs mixed: world sizes, backends or recorded windows disagree."""
-    for attr in ("world_size", "backend"):
-        known = [r for r in results if getattr(r, attr) is not None]
-        for r in known[1:]:
-            if getattr(r, attr) != getattr(known[0], attr):
-                raise InputError(
-                    f"{r.files[0]}: ranks of different runs mixed: {attr} is {getattr(r, attr)!r} here "
-                    f"but {getattr(known[0], attr)!r} in {known[0].files[0]}"
-                )
-    for r in results:
-        if r.world_size is not None and not 0 <= r.report.rank < r.world_size:
-            raise InputError(f"{r.files[0]}: rank {r.report.rank} is outside world_size {r.world_size}")
-    timed = [r for r in results if r.window is not None]
-    if timed:
-        first = min(timed, key=lambda r: r.window[0])
-        for r in timed:
-            if r.window[0] - first.window[1] > SAME_RUN_GAP_US:
-                hours = (r.window[0] - first.window[1]) / 3600e6
-                raise InputError(
-                    f"{r.files[0]}: ranks of different runs mixed: recorded {hours:.1f} h after "
-                    f"{first.files[0]} ended"
-                )
-
-
 @dataclass
 class Analyzed:
     """A report with what its causes and bounds were measured from, for the replay
@@ -386,10 +297,10 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
     results, groups = [r for r, _ in good], [g for _, g in good]
     if (line := lookalikes_warning([r.lookalikes for r in results])) is not None:
         warnings.append(line)
-    _settle_ranks(results, groups)
-    _check_one_run(results)
-    _one_recording_each(results)
-    _cycles_of_one_recording(results)
+    settle_ranks(results, groups)
+    check_one_run(results)
+    one_recording_each(results)
+    cycles_of_one_recording(results)
     matching = []
     crossrank = _cross_rank(results, recorded, matching)
     if matching:

@@ -39,8 +39,9 @@ from overlapprof.analysis.columns import Index
 from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.rank import bucket_records
 from overlapprof.analysis.rank.bucket_records import CommEvents
-from overlapprof.analysis.rank.events import (EventSet, Steps, extract, inside_calls, filtered, last_step_dropped,
-                                              merged_counts, place_in_steps, thread_reach)
+from overlapprof.analysis.rank.events import (EventSet, Steps, extract, filtered, last_step_dropped, merged_counts,
+                                              place_in_steps)
+from overlapprof.analysis.rank.issuing import inside_calls
 from overlapprof.analysis.rank.scan import Scan
 from overlapprof.analysis.rank import spilled
 from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, read_spilled
@@ -48,7 +49,7 @@ from overlapprof.analysis.spill import Sample
 from overlapprof.analysis.intervals import Intervals, event_ends, union
 from overlapprof.analysis.interference import InterferenceBuilder
 from overlapprof.analysis.rank.unions import COMM, COMPUTE, MEMORY, RankUnions, UnionsBuilder, hold, merged
-from overlapprof.analysis.rank.waits import NeedTimes
+from overlapprof.analysis.rank.waits import NeedTimes, thread_reach
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
 from overlapprof.analysis.records.table import CommTable
@@ -139,7 +140,7 @@ def _classify_gpu(f: SpilledFile, comm_re, comm_ann, names: list[str], feed: _Fe
 
 def _classify_cpu_ops(f: SpilledFile, names: list[str], feed: _Feed, thread_base: int) -> tuple:
     """CPU mode: the CPU ops kept are compute unless inside a communication call (a window at a
-    time; ``thread_base``: the file's offset of its thread codes, as in memory). Returns their host activity per thread (:func:`~overlapprof.analysis.rank.events.thread_reach`),
+    time; ``thread_base``: the file's offset of its thread codes, as in memory). Returns their host activity per thread (:func:`~overlapprof.analysis.rank.waits.thread_reach`),
     what the records' need times are measured on."""
     few = f.rows.few_scan(f.path)
     calls = np.flatnonzero((few.codes == C.CPU_OP)
