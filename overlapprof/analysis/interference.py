@@ -25,6 +25,7 @@ import numpy as np
 
 from overlapprof.analysis.intervals import Intervals
 from overlapprof.analysis.rank.events import EventSet, Steps
+from overlapprof.analysis.spill import cut_points
 from overlapprof.report.interference import Interference, ComputeClass
 
 # Spans a class needs on each side (inside and outside communication) before its factor is
@@ -103,9 +104,7 @@ class InterferenceBuilder:
     @staticmethod
     def bucket_edges(sample_values: np.ndarray) -> np.ndarray:
         """The cut points of :data:`_BUCKETS` time buckets of about equal size, from a sample of times."""
-        if sample_values.size == 0:
-            return np.empty(0)
-        return np.unique(np.quantile(sample_values, np.arange(1, _BUCKETS) / _BUCKETS))
+        return cut_points(sample_values, _BUCKETS)
 
     def add(self, s: EventSet) -> None:
         if len(s) == 0:
