@@ -4,12 +4,14 @@ batches, and on the session's real async all-reduce run."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import overlapprof
+from overlapprof.analysis.engine.store import Store
 from overlapprof.analysis.interference import MIN_SAMPLES, InterferenceBuilder, class_factors, top_level
 from overlapprof.analysis.rank.events import EventSet, Steps
 from overlapprof.renderers import csv, table
@@ -84,7 +86,7 @@ def _rows(s: EventSet):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_on_disk_in_random_batches_equals_in_memory(tmp_path, seed):
+def test_on_disk_in_random_batches_equals_in_memory(seed):
     rng = np.random.default_rng(seed)
     n = 3000
     start = np.round(rng.uniform(0, 1000, n), 3)
@@ -97,13 +99,15 @@ def test_on_disk_in_random_batches_equals_in_memory(tmp_path, seed):
     memory.add(spans)
     want = memory.result(comm, NAMES)
     edges = np.sort(rng.uniform(0, 1000, 7))
-    disk = InterferenceBuilder(steps, nest=True, folder=str(tmp_path), edges=edges)
-    cuts = np.sort(rng.integers(0, n, 2))
-    for a, b in zip([0, *cuts], [*cuts, n]):
-        disk.add(spans.select(np.arange(n)[a:b]))
-    got = disk.result(comm, NAMES)
+    with Store(0) as store:  # every bucket on disk
+        disk = InterferenceBuilder(steps, nest=True, store=store, edges=edges)
+        cuts = np.sort(rng.integers(0, n, 2))
+        for a, b in zip([0, *cuts], [*cuts, n]):
+            disk.add(spans.select(np.arange(n)[a:b]))
+        got = disk.result(comm, NAMES)
+        assert store.spilled == edges.size + 1
+        assert not os.listdir(store.folder)  # the buckets are removed as read
     assert got[0] == want[0] and got[1] == want[1]
-    assert not list(tmp_path.iterdir())  # the buckets are removed as read
 
 
 def test_real_async_all_reduce(runs, tmp_path):

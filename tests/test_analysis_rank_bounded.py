@@ -88,7 +88,6 @@ def test_real_traces_same_report(folder):
         memory = overlapprof.analyze(folder, workers=1, **IN_MEMORY, **kw)
         on_disk = overlapprof.analyze(folder, workers=1, **ON_DISK, **kw)
         _assert_same(_whole(memory), _whole(on_disk))
-        assert on_disk.options.bounded_memory
 
 
 @pytest.mark.parametrize("folder", [d for d in REAL if d.name != "mtia"], ids=real_data.name)
@@ -232,7 +231,7 @@ def test_cli_like_hta_on_disk(tmp_path):
         got = _cli("analyze", DATA / "trace_filter", "--memory-budget", budget, "--like-hta", "--json", out, "-q")
         assert got.returncode == 0, got.stderr
         outs[budget] = msgspec.json.decode(out.read_bytes())
-    assert outs["0"]["options"]["bounded_memory"] and not outs["1TB"]["options"]["bounded_memory"]
+    assert "bounded_memory" not in outs["0"]["options"]  # how it ran changes no number: not recorded
     assert [r["metrics"] for r in outs["0"]["ranks"]] == [r["metrics"] for r in outs["1TB"]["ranks"]]
 
 
@@ -281,31 +280,31 @@ def test_no_room_for_the_files_is_one_line(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("overlapprof-")]  # removed all the same
 
 
-def test_too_big_for_memory_is_measured_bounded(monkeypatch):
-    """When the traces would not fit in the memory available, analyze measures them with
-    their events on disk and says so; not when the user asked for what needs every event; with
-    an explicit budget, as it says."""
-    from overlapprof.analysis import analyzer
+def test_the_default_budget(monkeypatch):
+    """With no --memory-budget a rank's rows are kept in a store of the default budget: a trace
+    that fits is one bucket and writes nothing; the report is the one every budget gives; a bad
+    size is one line; a report saved when the options recorded ``bounded_memory`` still loads."""
+    from overlapprof.analysis.options import DEFAULT_MEMORY_BUDGET
+    from overlapprof.report import Report
 
-    assert (analyzer._memory_available() or 1) > 0
-    monkeypatch.setattr(analyzer, "_memory_available", lambda: 1 << 20)  # as if 1 MiB were free
-    got = overlapprof.analyze(DATA / "nccl_parser_config", workers=1)
-    assert got.options.bounded_memory and got.crossrank is not None
-    assert any(w.startswith("measured with the events on disk") for w in got.warnings), got.warnings
-    kept = overlapprof.analyze(DATA / "nccl_parser_config", workers=1, **IN_MEMORY)
-    assert not kept.options.bounded_memory
-    _assert_same(_whole(kept), {**_whole(got), "warnings": kept.warnings})
-    hta = overlapprof.analyze(DATA / "nccl_parser_config", workers=1, like_hta=True)  # HTA's numbers on disk too
-    assert hta.options.bounded_memory
-    assert hta.ranks[0].metrics == overlapprof.analyze(DATA / "nccl_parser_config", workers=1, like_hta=True,
-                                                       **IN_MEMORY).ranks[0].metrics
-    size = sum(f.stat().st_size for f in (DATA / "nccl_parser_config").iterdir())
-    small = overlapprof.analyze(DATA / "nccl_parser_config", workers=1, memory_budget=f"{size // 10}B")
-    assert small.options.bounded_memory and not any("on disk" in w for w in small.warnings)
-    assert not overlapprof.analyze(DATA / "nccl_parser_config", workers=1, memory_budget="1GB").options.bounded_memory
+    assert AnalyzeOptions().budget_bytes() == DEFAULT_MEMORY_BUDGET == 1 << 30
+    folder = DATA / "nccl_parser_config"
+    assert spilled._buckets(next(folder.glob("*.json*")), DEFAULT_MEMORY_BUDGET) == 1
+    made = []
+    real = ST.new_folder
+    monkeypatch.setattr(ST, "new_folder", lambda: made.append(1) or real())
+    got = overlapprof.analyze(folder, workers=1, comm_ops=True)
+    assert not made  # nothing written
+    _assert_same(_whole(got), _whole(overlapprof.analyze(folder, workers=1, **ON_DISK, comm_ops=True)))
+    hta = overlapprof.analyze(folder, workers=1, like_hta=True)
+    assert hta.ranks[0].metrics == overlapprof.analyze(folder, workers=1, like_hta=True, **ON_DISK).ranks[0].metrics
     for bad in ("lots", "-1GB", "4 parsecs"):
         with pytest.raises(OverlapprofError, match="--memory-budget .*: not a size"):
-            overlapprof.analyze(DATA / "nccl_parser_config", workers=1, memory_budget=bad)
+            overlapprof.analyze(folder, workers=1, memory_budget=bad)
+    old = msgspec.json.decode(got.to_json())
+    old["options"]["bounded_memory"] = True
+    loaded = Report.from_json(msgspec.json.encode(old))
+    assert msgspec.to_builtins(loaded) == msgspec.to_builtins(got)
 
 
 def test_no_room_is_not_a_bad_trace(tmp_path):
@@ -403,7 +402,7 @@ def test_cuda_sync_windows_on_disk(tmp_path, small_pieces, seed):
 
 def _rank_reports(folder, budget, **kw) -> list[dict]:
     """Each rank of ``folder`` measured with its rows in a store of ``budget`` bytes."""
-    options = AnalyzeOptions(**kw).recorded(bounded_memory=True)
+    options = AnalyzeOptions(**kw).recorded()
     out = []
     for group in discover([folder]).groups:
         r = analyzer.analyze_group([str(f) for f in group.files], options, budget=budget)
@@ -439,3 +438,16 @@ def test_random_traces_one_report_whatever_the_budget(tmp_path_factory, seed, gp
     for r in range(2):
         S.write(folder / f"rank{r}.pt.trace.json", S.trace(make(rng, steps=3), rank=r, world_size=2))
     _assert_same(_rank_reports(folder, None, comm_ops=True), _rank_reports(folder, budget, comm_ops=True))
+
+
+def test_each_file_is_read_once(monkeypatch):
+    """The records come from the same read as the unions: each file is read once, the cross-rank
+    section and --comm-ops records included."""
+    seen = []
+    real = spilled.read_file
+    monkeypatch.setattr(spilled, "read_file", lambda path, *a, **k: seen.append(str(path)) or real(path, *a, **k))
+    folder = DATA / "nccl_parser_config"
+    got = overlapprof.analyze(folder, workers=1, **ON_DISK, comm_ops=True)
+    assert got.crossrank is not None and any(r.operations for r in got.ranks)
+    files = [str(f) for g in discover([folder]).groups for f in g.files]
+    assert sorted(seen) == sorted(files)

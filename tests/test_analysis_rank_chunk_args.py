@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 
 from overlapprof.analysis.rank import classify as C
-from overlapprof.analysis.rank.scan import read_serially
+from overlapprof.analysis.rank.scan import _complete as S_complete, read_serially
 from overlapprof.analysis.records.fields import OWN_FIELDS, Values
 from overlapprof.analysis.records.recorder import CommRecorder
 from overlapprof.errors import TraceError
+from overlapprof.trace.decode import ROWS_DECODER
+from overlapprof.trace.reader import LayoutError, TraceReader
 
 import synthetic as S
 
@@ -22,16 +24,32 @@ DATA = Path(__file__).parent / "data"
 TRACES = sorted(p for p in DATA.rglob("*.json*") if p.is_file() and p.name != "run.json")
 
 
-def _each_reader_alone(codes, *_):
-    """A ``keep`` that keeps every row: read_chunks then feeds the recorder after the scan's own
-    decoding, each reader taking its args from the events."""
-    return np.ones(codes.size, dtype=bool)
-
-
-def _read(path, own: bool, keep=None):
-    values = Values()
+def _records_alone(path, values: Values, own: bool, arrays: dict):
+    """The records of a recorder that reads every chunk's events itself (``CommRecorder.add``,
+    what chunk_args falls back to), with the categories and names the scan gave (``arrays``)."""
     recorder = CommRecorder(C.compile_comm_kernels(()), values, own)
-    arrays, unclassified, _, threads, recorder = read_serially(path, values.index, recorder, keep=keep)
+    reader, row0 = TraceReader(path, ROWS_DECODER), 0
+    try:
+        chunks = list(reader.chunks())
+    except LayoutError:
+        chunks = list(TraceReader(path, ROWS_DECODER).chunks(generic=True))
+    for chunk in chunks:
+        xe = [e for e, done in zip(chunk.events, S_complete(chunk.events)) if done]
+        if not xe:
+            continue
+        recorder.add(xe, arrays["codes"][row0 : row0 + len(xe)], arrays["name_ids"][row0 : row0 + len(xe)], row0)
+        row0 += len(xe)
+    return recorder
+
+
+def _read(path, own: bool, alone: bool = False):
+    """The scan's columns and the records; ``alone``: the scan read without a recorder (its own
+    decoding of the args) and the records by a recorder alone, else both in one walk."""
+    values = Values()
+    recorder = CommRecorder(C.compile_comm_kernels(()), values, own) if not alone else None
+    arrays, unclassified, _, threads, recorder = read_serially(path, values.index, recorder)
+    if alone:
+        recorder = _records_alone(path, values, own, arrays)
     records = recorder.records(arrays["thread"], list(threads))
     return arrays, unclassified, list(threads), values, records
 
@@ -61,7 +79,7 @@ def _record_values(values: Values, records) -> list[dict]:
 
 def _same_reading(path, own: bool) -> None:
     one = _read(path, own)
-    apart = _read(path, own, keep=_each_reader_alone)
+    apart = _read(path, own, alone=True)
     (a_arrays, a_unclassified, a_threads, a_values, a_records) = one
     (b_arrays, b_unclassified, b_threads, b_values, b_records) = apart
     assert a_arrays.keys() == b_arrays.keys()
@@ -141,8 +159,8 @@ def test_a_bad_correlation_is_worded_alike(tmp_path):
     kernel["args"]["correlation"] = "two"
     path = S.write(tmp_path / "bad.json", _kineto([*texts[:3], json.dumps(kernel), *texts[4:]]))
     errors = []
-    for keep in (None, _each_reader_alone):
+    for alone in (False, True):
         with pytest.raises(TraceError) as info:
-            _read(path, False, keep)
+            _read(path, False, alone)
         errors.append(str(info.value))
     assert errors[0] == errors[1] and "event 3: 'args.correlation'" in errors[0]

@@ -1,5 +1,5 @@
 """CPU mode's need times (when the program needed an operation's result) are the same measured
-on the host activity itself or on its per-thread runs (:func:`events.thread_reach`), which is
+on the host activity itself or on its per-thread runs (:func:`waits.thread_reach`), which is
 what a rank measured with its events on disk keeps of the compute cpu_ops, a window at a time."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from overlapprof.analysis.rank.events import need_times, thread_reach
+from overlapprof.analysis.rank.waits import need_times, thread_reach
 
 
 def _activity(rng, n: int, threads: int, grid: bool):

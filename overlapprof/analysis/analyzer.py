@@ -20,7 +20,10 @@ from overlapprof.analysis.crossrank.inputs import CrossRankInput, crossrank_inpu
 from overlapprof.analysis.crossrank.section import build_crossrank
 from overlapprof.analysis.exposure import explain
 from overlapprof.analysis.exposure.inputs import ExposureInput, exposure_input
-from overlapprof.analysis.options import AnalyzeOptions
+from overlapprof.analysis.engine.store import Store
+from overlapprof.analysis.one_run import check_one_run, cycles_of_one_recording, one_recording_each, settle_ranks
+from overlapprof.analysis.options import DEFAULT_MEMORY_BUDGET, AnalyzeOptions
+from overlapprof.analysis.rank import bounded
 from overlapprof.analysis.rank.classify import compile_comm_annotations, compile_comm_kernels, lookalikes_warning
 from overlapprof.analysis.rank.events import RankEvents, filtered, last_step_dropped, rank_events
 from overlapprof.analysis.interference import InterferenceBuilder, attach as attach_interference
@@ -29,16 +32,11 @@ from overlapprof.analysis.rank.unions import rank_unions
 from overlapprof.errors import InputError, OverlapprofError, SpillError
 from overlapprof.report import Options, RankReport, Report
 from overlapprof.trace import nsys
-from overlapprof.trace.discover import TraceGroup, discover, rank_from_name
+from overlapprof.trace.discover import TraceGroup, discover
 from overlapprof.trace.kineto import EPOCH_MIN_US, base_us
 
 # Below this many bytes of traces in all, starting worker processes costs more than it saves.
 PARALLEL_MIN_BYTES = 8 << 20
-# The default analysis holds about this many bytes per byte of trace text while a rank is
-# measured (generated 2 GB and 4 GB traces, 2026-12-04: 0.33-0.38 with the cross-rank section).
-MEMORY_PER_TEXT_BYTE = 0.4
-# Ranks whose recorded windows are further apart than this are from different runs.
-SAME_RUN_GAP_US = 3600e6
 
 FILTER_TEXT = {
     "drop_last_step": "--drop-last-step: events launched (or starting) at or after the start of each "
@@ -65,7 +63,7 @@ class RankResult:
     crossrank_input: CrossRankInput | None = None  # the rank's share of the cross-rank analysis (rank not settled)
     hta_steps: frozenset[str] | None = None  # --like-hta: the rank's ProfilerStep names
     exposure_input: ExposureInput | None = None  # the rank's share of the causes of exposure (with crossrank_input)
-    recording: tuple | None = None  # what identifies the recording's content (see _one_recording_each)
+    recording: tuple | None = None  # what identifies the recording's content (see one_run.one_recording_each)
     lookalikes: dict[str, int] = field(default_factory=dict)  # compute kernels named like communication: counts
 
 
@@ -97,14 +95,15 @@ def _window(bounds: tuple[float, float] | None, base_ns: int | None) -> tuple[fl
 
 
 def analyze_group(files: list[str], options: Options, decode_workers: int = 1, range_pool=None,
-                  ends: dict | None = None, budget: int | None = 0) -> RankResult:
+                  ends: dict | None = None, budget: int | None = DEFAULT_MEMORY_BUDGET) -> RankResult:
     """Decode, classify and measure one rank's files (a large file in ``decode_workers``
-    processes: forked here, or ``range_pool``'s, see :class:`~overlapprof.analysis.engine.parallel.Reader`).
+    processes: forked here, or ``range_pool``'s, see :class:`~overlapprof.analysis.engine.parallel.Reader`),
+    a time bucket at a time (:func:`~overlapprof.analysis.rank.bounded.measure`; an Nsight
+    Systems export, whose rows SQLite reads a batch at a time, in memory).
     ``ends``: the absolute path of a rank's first file -> the sends whose communication ends at
     their partner's receive (:func:`~overlapprof.analysis.rank.events.ends_at_peer`). ``budget``:
-    with the events on disk (``options.bounded_memory``), the bytes of rows the rank's
-    :class:`~overlapprof.analysis.engine.store.Store` keeps in memory (None: all). Errors come
-    back in ``error``."""
+    the bytes of rows the rank's :class:`~overlapprof.analysis.engine.store.Store` keeps in
+    memory (None: all; 0: none). Errors come back in ``error``."""
     result = RankResult(files=[str(f) for f in files])
     ends = ends.get(os.path.abspath(files[0])) if ends else None
     label = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} files)"
@@ -118,10 +117,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
     try:
         if exports and options.like_hta:
             raise InputError(f"{files[0]}: --like-hta reads Kineto traces only, not Nsight Systems exports")
-        if options.bounded_memory and not exports:  # an export's rows are read by SQLite, in memory
-            from overlapprof.analysis.engine.store import Store
-            from overlapprof.analysis.rank import bounded
-
+        if not exports:
             with Store(budget, label) as store:
                 ev = bounded.measure([str(f) for f in files], comm_re, comm_ann, options, label, store, parallel, ends)
         else:
@@ -140,7 +136,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
         base = next((t.baseTimeNanoseconds for t in ev.headers if t.baseTimeNanoseconds), None)
         if options.crossrank:
             result.crossrank_input = crossrank_input(ev.headers, base)
-        bounds = ev.bounds if options.bounded_memory and not exports else _bounds(ev)
+        bounds = ev.bounds if not exports else _bounds(ev)
         result.window = _window(bounds, base)
         if ev.unclassified:
             shown = ", ".join(f"{cat} ({n} events)" for cat, n in sorted(ev.unclassified.items()))
@@ -151,7 +147,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
         result.lookalikes = ev.lookalikes
         if ev.negative_durations:
             result.warnings.append(f"{label}: {ev.negative_durations} events with a negative 'dur' count as zero-length")
-        if options.bounded_memory and not exports:
+        if not exports:
             result.warnings += ev.warnings
             unions, table, measured = ev.unions, ev.table, ev.interference
         else:
@@ -176,9 +172,8 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
             report.lanes = rank_lanes(unions, report.steps, base)
         if options.like_hta:  # the rank's numbers as HolisticTraceAnalysis 0.5.0 computes them
             from overlapprof.analysis import like_hta
-            from overlapprof.analysis.engine.store import Store
 
-            with Store(budget if options.bounded_memory else None, label) as store:
+            with Store(budget, label) as store:
                 report.metrics, result.hta_steps = like_hta.rank_metrics(files, store=store)
         report.world_size, report.backend = result.world_size, result.backend
         if ev.unclassified and ev.mode == "cpu":
@@ -197,7 +192,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
 
 def _run_groups(
     groups: list[TraceGroup], options: Options, workers: int | None, progress, warnings: list[str],
-    dask_scheduler=None, ends: dict | None = None, budget: int | None = 0,
+    dask_scheduler=None, ends: dict | None = None, budget: int | None = DEFAULT_MEMORY_BUDGET,
 ) -> list[RankResult]:
     """Analyze each group: on a Dask cluster when a scheduler is given, else in worker
     processes when there are several and it pays; a single group decodes a large file in
@@ -253,94 +248,6 @@ def _run_groups(
     return results
 
 
-def _settle_ranks(results: list[RankResult], groups: list[TraceGroup]) -> None:
-    """Give each report its rank: distributedInfo, else run.json, else file name, else order."""
-    claimed: dict[int, RankResult] = {}
-    unplaced = []
-    for result, group in zip(results, groups):
-        r = result.report
-        if result.dist_rank is not None:
-            if group.run_rank is not None and group.run_rank != result.dist_rank:
-                raise InputError(
-                    f"{result.files[0]}: distributedInfo says rank {result.dist_rank} "
-                    f"but run.json lists it under rank {group.run_rank}"
-                )
-            r.rank, r.rank_source = result.dist_rank, "distributedInfo"
-        elif group.run_rank is not None:
-            r.rank, r.rank_source = group.run_rank, "run.json"
-        elif (name_rank := rank_from_name(Path(result.files[0]).name)) is not None:
-            r.rank, r.rank_source = name_rank, "file name"
-        else:
-            unplaced.append(result)
-            continue
-        if r.rank in claimed:
-            other = claimed[r.rank]
-            raise InputError(
-                f"{result.files[0]}: rank {r.rank} ({r.rank_source}) is also claimed by "
-                f"{other.files[0]} ({other.report.rank_source})"
-            )
-        claimed[r.rank] = result
-    free = (n for n in range(len(results) + len(claimed) + 1) if n not in claimed)
-    for result in unplaced:
-        result.report.rank, result.report.rank_source = next(free), "order"
-
-
-def _one_recording_each(results: list[RankResult]) -> None:
-    """InputError when two inputs hold one recording (a copy, without its ``distributedInfo`` or
-    under another name): the same events at the same times, so the same counts, window and
-    measures, which the ranks of one job never share. Two that name different ranks in their
-    ``distributedInfo`` are two ranks whatever they hold (a generated trace may repeat one)."""
-    seen: dict[tuple, list[RankResult]] = {}
-    for r in results:
-        if r.recording is None:
-            continue
-        same = seen.setdefault(r.recording, [])
-        first = next((o for o in same if None in (o.dist_rank, r.dist_rank)), None)
-        same.append(r)
-        if first is not None:
-            raise InputError(
-                f"{first.files[0]} and {r.files[0]} hold the same recording ({r.report.events} events at the same "
-                f"times), not two ranks: analyze one of them (overlapprof analyze {first.files[0]})")
-
-
-def _cycles_of_one_recording(results: list[RankResult]) -> None:
-    """InputError when a rank's files (its profiler cycles) repeat a ProfilerStep: recordings of
-    two runs under one worker name (a second run into the same folder), not one profiler's cycles."""
-    for r in results:
-        steps = [s.step for s in r.report.steps]
-        if len(r.files) > 1 and len(set(steps)) < len(steps):
-            twice = next(s for s in steps if steps.count(s) > 1)
-            raise InputError(
-                f"{r.files[0]}: ProfilerStep#{twice} is in two of rank {r.report.rank}'s {len(r.files)} files "
-                f"({', '.join(Path(f).name for f in r.files[:4])}{' ...' if len(r.files) > 4 else ''}): two runs "
-                "under one worker name, not the profiler cycles of one process: analyze each run's files apart")
-
-
-def _check_one_run(results: list[RankResult]) -> None:
-    """Ranks of different runs mixed: world sizes, backends or recorded windows disagree."""
-    for attr in ("world_size", "backend"):
-        known = [r for r in results if getattr(r, attr) is not None]
-        for r in known[1:]:
-            if getattr(r, attr) != getattr(known[0], attr):
-                raise InputError(
-                    f"{r.files[0]}: ranks of different runs mixed: {attr} is {getattr(r, attr)!r} here "
-                    f"but {getattr(known[0], attr)!r} in {known[0].files[0]}"
-                )
-    for r in results:
-        if r.world_size is not None and not 0 <= r.report.rank < r.world_size:
-            raise InputError(f"{r.files[0]}: rank {r.report.rank} is outside world_size {r.world_size}")
-    timed = [r for r in results if r.window is not None]
-    if timed:
-        first = min(timed, key=lambda r: r.window[0])
-        for r in timed:
-            if r.window[0] - first.window[1] > SAME_RUN_GAP_US:
-                hours = (r.window[0] - first.window[1]) / 3600e6
-                raise InputError(
-                    f"{r.files[0]}: ranks of different runs mixed: recorded {hours:.1f} h after "
-                    f"{first.files[0]} ended"
-                )
-
-
 @dataclass
 class Analyzed:
     """A report with what its causes and bounds were measured from, for the replay
@@ -373,9 +280,10 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
     workers, progress, dask_scheduler = asked.workers, asked.progress, asked.dask_scheduler
     inputs = discover(paths, cycle=recorded.cycle)
     warnings: list[str] = list(inputs.notes)
-    if _over_budget(inputs.groups, workers, asked, warnings):
-        recorded = asked.recorded(bounded_memory=True)
-    budget = asked.budget_bytes() or 0  # the store's, when the ranks are measured on disk
+    budget = asked.budget_bytes()
+    if asked.memory_budget is not None and all(nsys.is_sqlite(f) for g in inputs.groups for f in g.files):
+        warnings.append("--memory-budget: Nsight Systems exports are measured in memory (SQLite reads their "
+                        "rows a batch at a time)")
     results = _run_groups(inputs.groups, recorded, workers, progress, warnings, dask_scheduler, budget=budget)
     warnings += [w for r in results for w in r.warnings]
     warnings = list(dict.fromkeys(warnings))  # the ranks of one export say the same of it
@@ -389,10 +297,10 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
     results, groups = [r for r, _ in good], [g for _, g in good]
     if (line := lookalikes_warning([r.lookalikes for r in results])) is not None:
         warnings.append(line)
-    _settle_ranks(results, groups)
-    _check_one_run(results)
-    _one_recording_each(results)
-    _cycles_of_one_recording(results)
+    settle_ranks(results, groups)
+    check_one_run(results)
+    one_recording_each(results)
+    cycles_of_one_recording(results)
     matching = []
     crossrank = _cross_rank(results, recorded, matching)
     if matching:
@@ -400,9 +308,8 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
                                      budget)
     if recorded.like_hta:
         from overlapprof.analysis import like_hta
-        from overlapprof.analysis.engine.store import Store
 
-        with Store(budget if recorded.bounded_memory else None, "the ranks (--like-hta)") as store:
+        with Store(budget, "the ranks (--like-hta)") as store:
             like_hta.settle(results, store=store)
     ranks = sorted((r.report for r in results), key=lambda r: r.rank)
     run, metrics = None, []
@@ -446,7 +353,7 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
 
 
 def _ends_from_peers(results: list[RankResult], groups: list[TraceGroup], options: Options, matching: list, crossrank,
-                     workers, warnings: list[str], dask_scheduler, budget: int | None = 0):
+                     workers, warnings: list[str], dask_scheduler, budget: int | None = DEFAULT_MEMORY_BUDGET):
     """OVERLAP.md section 1: an async send matched to a receive its thread waited for ends by the
     receive's end. The ranks whose sends that cuts are measured again with those ends (so every metric is still
     computed once, from the classified intervals), and the cross-rank section is built again from
@@ -473,64 +380,6 @@ def _ends_from_peers(results: list[RankResult], groups: list[TraceGroup], option
     for r in results:
         r.report.p2p = found.p2p.get(r.report.rank)
     return crossrank
-
-
-def _memory_available() -> int | None:
-    """Bytes of memory available to new work: Linux's MemAvailable, or less when this process's
-    cgroup (a container, a Slurm job) has a limit closer (cgroup v2); None elsewhere."""
-    have = None
-    try:
-        with open("/proc/meminfo", "rb") as f:
-            for line in f:
-                if line.startswith(b"MemAvailable:"):
-                    have = int(line.split()[1]) * 1024
-                    break
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        with open("/sys/fs/cgroup/memory.max", "rb") as f:
-            limit = f.read().strip()
-        with open("/sys/fs/cgroup/memory.current", "rb") as f:
-            used = int(f.read())
-        if limit != b"max":
-            room = max(0, int(limit) - used)
-            have = room if have is None else min(have, room)
-    except (OSError, ValueError):
-        pass
-    return have
-
-
-def _over_budget(groups: list[TraceGroup], workers: int | None, asked: AnalyzeOptions, warnings: list[str]) -> bool:
-    """Whether the ranks are measured with their events on disk: the largest ranks measured at
-    once would need more than the memory budget (:attr:`AnalyzeOptions.memory_budget`; by default
-    80% of the memory available, then with a warning: slower, but not a process killed for memory)."""
-    from overlapprof.trace.ranges import text_bytes
-
-    budget = asked.budget_bytes()
-    if budget is None and asked.dask_scheduler is not None:
-        return False
-    if all(nsys.is_sqlite(f) for g in groups for f in g.files):
-        if budget is not None:
-            warnings.append("--memory-budget: Nsight Systems exports are measured in memory (SQLite reads their "
-                            "rows a batch at a time)")
-        return False
-    at_once = min(workers or os.cpu_count() or 1, len(groups)) if len(groups) > 1 else 1
-    texts = sorted(sum(text_bytes(f) for f in g.files if f.is_file() and not nsys.is_sqlite(f)) for g in groups)
-    need = MEMORY_PER_TEXT_BYTE * sum(texts[-at_once:])
-    if budget is not None:
-        return need >= budget
-    have = _memory_available()
-    if have is None or need <= 0.8 * have:
-        return False
-    warnings.append(f"measured with the events on disk: in memory, the largest traces would need about "
-                    f"{_size(need)} and {_size(have)} is available (--memory-budget sets how much they may take)")
-    return True
-
-
-def _size(n: float) -> str:
-    if n >= 2**30:
-        return f"{n / 2**30:.1f} GiB"
-    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB" if n >= 2**10 else f"{n:.0f} B"
 
 
 def _cross_rank(results: list[RankResult], options: Options, matching_out: list | None = None):

@@ -20,13 +20,12 @@ rank read in memory gets. :func:`class_factors` gives the factors for a replay.
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
 from overlapprof.analysis.intervals import Intervals
 from overlapprof.analysis.rank.events import EventSet, Steps
-from overlapprof.analysis.spill import Buckets
+from overlapprof.analysis.spill import cut_points
 from overlapprof.report.interference import Interference, ComputeClass
 
 # Spans a class needs on each side (inside and outside communication) before its factor is
@@ -92,21 +91,20 @@ class InterferenceBuilder:
     :class:`~overlapprof.report.Interference` and the per-step slowed time out (:meth:`result`).
 
     ``steps``: the rank's steps (after the filters); ``nest``: take the top-level spans of each
-    thread (CPU mode); ``folder``: keep the spans in time buckets there (cut at ``edges``, µs),
-    not in memory."""
+    thread (CPU mode); ``store``: keep the spans in time buckets (cut at ``edges``, µs) of this
+    :class:`~overlapprof.analysis.engine.store.Store` (in memory up to its budget, on disk past
+    it), not in a list in memory."""
 
-    def __init__(self, steps: Steps, nest: bool, folder: str | None = None, edges: np.ndarray | None = None):
+    def __init__(self, steps: Steps, nest: bool, store=None, edges: np.ndarray | None = None):
         self.steps, self.nest = steps, nest
         self.edges = np.empty(0) if edges is None else np.asarray(edges, dtype=np.float64)
         self.held: list[np.ndarray] = []
-        self.buckets = None if folder is None else Buckets.in_folder(folder, "spans", _SPAN_ROW, self.edges.size + 1)
+        self.buckets = None if store is None else store.buckets("spans", _SPAN_ROW, self.edges.size + 1)
 
     @staticmethod
     def bucket_edges(sample_values: np.ndarray) -> np.ndarray:
         """The cut points of :data:`_BUCKETS` time buckets of about equal size, from a sample of times."""
-        if sample_values.size == 0:
-            return np.empty(0)
-        return np.unique(np.quantile(sample_values, np.arange(1, _BUCKETS) / _BUCKETS))
+        return cut_points(sample_values, _BUCKETS)
 
     def add(self, s: EventSet) -> None:
         if len(s) == 0:
@@ -199,9 +197,3 @@ def class_factors(report) -> dict[int, dict[str, float]]:
     stretches a span overlapped by communication by it); ranks without interference map to {}."""
     return {r.rank: (r.interference.factors() if r.interference is not None else {}) for r in report.ranks}
 
-
-def spill_folder_of(folder: str) -> str:
-    """Where a rank measured on disk keeps its spans (made here)."""
-    path = os.path.join(folder, "interference")
-    os.makedirs(path, exist_ok=True)
-    return path

@@ -17,6 +17,13 @@ from typing import TYPE_CHECKING
 from overlapprof.errors import InputError
 from overlapprof.report import Options
 
+# The memory a rank process keeps its rows in by default (--memory-budget): a rank's rows cost
+# about 200 bytes each while a bucket is classified, so up to about 5 million complete events
+# (a trace of about 500 MB of JSON) are one bucket, in memory, as fast as a whole-file read; past
+# that the rank is read a bucket at a time and its peak stays about here, on a laptop as on a
+# node that measures several ranks at once (docs/engine.md).
+DEFAULT_MEMORY_BUDGET = 1 << 30
+
 if TYPE_CHECKING:
     from overlapprof.analysis.engine.pool import DaskScheduler
 
@@ -70,14 +77,12 @@ class AnalyzeOptions:
     """Nsight Systems exports: the rank of each process, ``{pid: rank}`` or ``"PID=RANK,..."``
     (``--rank-map``); default None: by device, in the order of the inputs."""
     memory_budget: int | str | None = None
-    """Memory the traces' events may take while they are measured: bytes, or a size as text
-    (``"4GB"``, ``"512MiB"``; ``--memory-budget``). When the largest ranks measured at once would
-    need more (about 0.4 bytes per byte of JSON), each rank is measured a time bucket at a time,
-    its rows in a store that keeps them in memory up to this many bytes per rank process and
-    writes the rest to ``$TMPDIR`` (about 15% of the JSON's size), a bucket at a time: the same
-    report, slower, in memory that grows with the operations, not the events. 0: always on disk.
-    Default None: 80% of the memory available (with a warning when it is passed; never on a Dask
-    cluster, whose workers' memory is not known here), the store then keeping nothing in memory."""
+    """The memory each rank process may keep the trace's rows in while they are measured: bytes,
+    or a size as text (``"4GB"``, ``"512MiB"``; ``--memory-budget``). Each rank is read once into
+    a store that keeps its rows in memory up to this many bytes and writes the rest to ``$TMPDIR``
+    (about 15% of the JSON's size), a bucket at a time; a rank whose rows fit is one bucket and
+    touches no disk. The same report whatever the budget. 0: every row on disk. Default None:
+    :data:`DEFAULT_MEMORY_BUDGET` (1 GiB)."""
     reference_bandwidth: str | float | None = None
     """The bus bandwidth a rank's transfer should reach: a rate as text (``"25GB/s"``,
     ``"2gbit"``) or bytes/s; transfer time beyond it is slow transfer (``--reference-bandwidth``).
@@ -92,11 +97,10 @@ class AnalyzeOptions:
     ``tcp://HOST:PORT`` (``--dask-scheduler``; ``workers`` unused), its workers reading the traces
     at their paths (a filesystem they share); default None."""
 
-    def recorded(self, bounded_memory: bool = False) -> Options:
+    def recorded(self) -> Options:
         """The report's record of these options, checked (InputError, one line, on a bad pattern,
         backend, rate or size) and normalized (lists; the filters ``like_hta`` implies; bytes/s;
-        bytes). ``bounded_memory``: whether the ranks are measured with their events on disk
-        (what the memory budget decided)."""
+        bytes)."""
         self.budget_bytes()  # checked
         patterns = [self.comm_kernels] if isinstance(self.comm_kernels, str) else list(self.comm_kernels or ())
         for p in patterns:
@@ -125,15 +129,15 @@ class AnalyzeOptions:
             crossrank=self.comms,
             align_clocks=self.align_clocks,
             lanes=self.lanes,
-            bounded_memory=bounded_memory,
             reference_bandwidth=reference,
         )
 
 
-    def budget_bytes(self) -> int | None:
-        """:attr:`memory_budget` in bytes (None: the default); InputError on a bad size."""
+    def budget_bytes(self) -> int:
+        """:attr:`memory_budget` in bytes (:data:`DEFAULT_MEMORY_BUDGET` when not given);
+        InputError on a bad size."""
         if self.memory_budget is None:
-            return None
+            return DEFAULT_MEMORY_BUDGET
         from overlapprof.units import SIZE_HELP, size_bytes
 
         got = size_bytes(self.memory_budget)

@@ -14,10 +14,10 @@ EXIT_CODES_PLAIN = ("Exit codes: 0 success; 2 bad input, or an output path refus
 
 MEMORY_BUDGET = click.option(
     "--memory-budget", "memory_budget", default=None, metavar="SIZE",
-    help="Memory the traces' events may take while measured (e.g. 512MB, 4GB; 0: always on disk). Past it each "
-         "rank is measured with its events on disk (in $TMPDIR, about 15% of the JSON's size), a time bucket at a "
-         "time: the same report, slower; memory then grows with the operations, not the events. Default: 80% of "
-         "the memory available (with a warning when the traces need more).")
+    help="Memory each rank process keeps the trace's rows in while measured (e.g. 512MB, 4GB; 0: every row on "
+         "disk). Past it the rest go to $TMPDIR (about 15% of the JSON's size), a time bucket at a time: the same "
+         "report; memory then grows with the operations, not the events. A rank that fits touches no disk. "
+         "Default: 1GiB.")
 
 
 class CommandError(click.ClickException):

@@ -47,7 +47,6 @@ class Options(msgspec.Struct, kw_only=True):
     crossrank: bool = msgspec.field(default=True, name="comms")
     align_clocks: bool = False
     lanes: bool = False  # give each rank its Lanes (overlapprof export)
-    bounded_memory: bool = False  # each rank measured with its events on disk (past the memory budget)
     # the bandwidth (bytes/s, per rank) a transfer should reach: beyond it is slow transfer (--reference-bandwidth)
     reference_bandwidth: float | None = None
     cycle: int | None = None  # only each rank's N-th profiler cycle (--cycle); None: every cycle

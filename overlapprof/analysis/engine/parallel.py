@@ -207,12 +207,12 @@ class Reader:
     def __init__(self, workers: int, pool=None):
         self.workers, self.pool = workers, pool
 
-    def __call__(self, path, names: Index, recorder: CommRecorder | None, sink=None, keep=None):
+    def __call__(self, path, names: Index, recorder: CommRecorder | None, sink=None):
         """:func:`read` with this reader's workers and pool."""
-        return read(path, names, recorder, self.workers, pool=self.pool, sink=sink, keep=keep)
+        return read(path, names, recorder, self.workers, pool=self.pool, sink=sink)
 
 
-def read(path, names: Index, recorder: CommRecorder | None, workers: int, pool=None, sink=None, keep=None):
+def read(path, names: Index, recorder: CommRecorder | None, workers: int, pool=None, sink=None):
     """``(arrays, unclassified, header, threads)`` of the file as :func:`scan.read_chunks`
     gives them (and its top level, and the keys of its thread codes), read by ``workers``
     processes (which checked every ``ts`` and ``dur``: there are no problems to report); None
@@ -226,8 +226,7 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, pool=N
     machines: then the ranges are read as plain ranges, their parts come back as
     results, and nothing is shared (no work stealing). ``sink``: makes where the columns go
     (see :func:`scan.read_chunks`; its ``result()`` is the first item), and then this process's
-    own parts wait in files as the pool's do. ``keep``: only the rows it keeps (see
-    :func:`scan.read_chunks`; sent with each job)."""
+    own parts wait in files as the pool's do."""
     try:
         probe = TR.probe(path)
     except (LayoutError, OverlapprofError, OSError):
@@ -240,7 +239,8 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, pool=N
     from overlapprof.analysis.engine.pool import forked
 
     base = Job(str(path), recorder is not None, recorder.comm_re if recorder else None,
-                recorder.own if recorder else False, header=probe.header, keep=keep)
+                recorder.own if recorder else False, header=probe.header,
+                record_rows=recorder.record_rows if recorder else True)
     merged = Merge(names, recorder, rows_hint(probe.size - probe.first), sink() if sink is not None else None)
     jobs = _jobs_of_ranges(probe, workers, base)
     tail, claims, top, last, spool = None, None, None, None, None

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -80,7 +81,27 @@ def forked(processes: int, method: str | None = None) -> Pool:
     from concurrent.futures import ProcessPoolExecutor
 
     context = multiprocessing.get_context(method or ("fork" if sys.platform == "linux" else "spawn"))
-    return ProcessPoolExecutor(max_workers=processes, mp_context=context)
+    return ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=_end_with_parent,
+                               initargs=(os.getpid(),))
+
+
+def _end_with_parent(parent: int) -> None:
+    """A pool process ends when the process that made it does (Linux): a SIGTERM that lands in
+    the parent while it starts a worker leaves that worker out of the pool's books, and it would
+    wait on its task pipe for ever, holding the parent's stdout and stderr open."""
+    import signal
+    import sys
+
+    if sys.platform != "linux":
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it ended before the signal was asked for
+        os._exit(1)
 
 
 # Seconds to wait for the scheduler to answer, and then for its first worker to join.

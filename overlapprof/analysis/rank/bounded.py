@@ -18,9 +18,10 @@ in memory up to its budget, on disk past it, a bin at a time).
    per step, per kind): the union of the buckets' unions is the union of every interval, so
    :mod:`~overlapprof.analysis.rank.metrics` measures them as it measures a rank read in memory,
    to the same floats.
-5. For the cross-rank section and ``--comm-ops``, the files are read again for the rows the
-   communication records need (:mod:`overlapprof.analysis.rank.bounded_records`), with the need
-   times of step 3 (that read keeps no CUDA sync row).
+5. For the cross-rank section and ``--comm-ops``, the communication records come from the same
+   read (:mod:`overlapprof.analysis.rank.bucket_records`): the args the recorder kept as the file
+   was read, the calls and annotations kept beside the steps, and each bucket's communication
+   events as it is classified, with the need times of step 3.
 
 Memory holds a chunk, one bucket or window, the unions' runs (on an operation-dense trace about a
 run per operation and set) and what is per step (and in CPU mode per operation); nothing per
@@ -36,16 +37,21 @@ import numpy as np
 
 from overlapprof.analysis.columns import Index
 from overlapprof.analysis.rank import classify as C
-from overlapprof.analysis.rank.events import (EventSet, Steps, extract, inside_calls, filtered, last_step_dropped,
-                                              merged_counts, thread_reach)
+from overlapprof.analysis.rank import bucket_records
+from overlapprof.analysis.rank.bucket_records import CommEvents
+from overlapprof.analysis.rank.events import (EventSet, Steps, extract, filtered, last_step_dropped, merged_counts,
+                                              place_in_steps)
+from overlapprof.analysis.rank.issuing import inside_calls
 from overlapprof.analysis.rank.scan import Scan
 from overlapprof.analysis.rank import spilled
 from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, read_spilled
 from overlapprof.analysis.spill import Sample
 from overlapprof.analysis.intervals import Intervals, event_ends, union
-from overlapprof.analysis.interference import InterferenceBuilder, spill_folder_of
+from overlapprof.analysis.interference import InterferenceBuilder
 from overlapprof.analysis.rank.unions import COMM, COMPUTE, MEMORY, RankUnions, UnionsBuilder, hold, merged
-from overlapprof.analysis.rank.waits import NeedTimes
+from overlapprof.analysis.rank.waits import NeedTimes, thread_reach
+from overlapprof.analysis.records.fields import Values
+from overlapprof.analysis.records.recorder import CommRecorder
 from overlapprof.analysis.records.table import CommTable
 
 
@@ -74,10 +80,9 @@ class _Feed:
 
     def __init__(self, steps: Steps, require_launch: bool, cutoff: float | None, interference: InterferenceBuilder):
         self.require_launch, self.cutoff = require_launch, cutoff
-        self.unions = UnionsBuilder(steps, compact=True)
+        self.unions = UnionsBuilder(steps)
         self.interference = interference
         self.bounds = [np.inf, -np.inf]  # before the filters
-        self.comm_corr: list[np.ndarray] | None = None  # GPU mode, records asked for: the comm events' correlations
         self.lookalikes: list[dict[str, int]] = []  # per bucket: compute kernels named like communication
 
     def add(self, s: EventSet, cls: int) -> None:
@@ -91,10 +96,10 @@ class _Feed:
 
 
 def _classify_gpu(f: SpilledFile, comm_re, comm_ann, names: list[str], feed: _Feed, edges: np.ndarray, store,
-                  needs: NeedTimes | None = None):
+                  needs: NeedTimes | None = None, comm: CommEvents | None = None):
     """The GPU events of a time bucket with the calls around it, classified as a whole file is:
-    a small scan of the calls, a runtime row per launch found, and the events. ``needs``: where
-    the communication events' need times are measured (the records asked for)."""
+    a small scan of the calls, a runtime row per launch found, and the events. With the records
+    asked for, ``needs`` measures the communication events' need times and ``comm`` keeps them."""
     wait_id = names.index(C.STREAM_WAIT) if needs is not None and C.STREAM_WAIT in names else -1
     joined, calls = joined_by_time(f, edges, store, needs, wait_id), calls_by_time(f, edges, store)
     for events, around in zip(joined, calls):
@@ -116,28 +121,26 @@ def _classify_gpu(f: SpilledFile, comm_re, comm_ann, names: list[str], feed: _Fe
         }
         launch = np.full(ev.size, -1, dtype=np.int64)
         launch[found] = n_calls + np.arange(n_launch)
-        corr = ev["corr"]
         if needs is not None:
             needs.add_gpu(ev["thread"][found], ev["launch_ts"][found], event_ends(ev["ts"][found], ev["dur"][found]))
-            joined_rows = ev[["ts", "launch_ts", "launch_thread"]].copy()
+        held = ev if comm is not None else None  # its communication events' records wait here
         del ev, c
         scan = Scan.of_columns(f.path, cols, launch)
         del cols
         sets, _, _, comm_rows, _, lookalikes = extract(scan, True, comm_re, comm_ann, names, None)
         feed.lookalikes.append(lookalikes)
-        mine = comm_rows - n_calls - n_launch
-        if feed.comm_corr is not None:  # what the communication records are read again for
-            feed.comm_corr.append(np.unique(corr[mine]))
-        if needs is not None:
-            j = joined_rows[mine]
-            needs.add_comm(corr[mine], j["ts"], j["launch_thread"], j["launch_ts"])
+        if held is not None:
+            mine = held[comm_rows - n_calls - n_launch]
+            comm.add(mine, sets[0].kind)
+            needs.add_comm(mine["corr"], mine["ts"], mine["launch_thread"], mine["launch_ts"])
+        del held
         for cls, s in zip((COMM, COMPUTE, MEMORY), sets):
             feed.add(s, cls)
 
 
 def _classify_cpu_ops(f: SpilledFile, names: list[str], feed: _Feed, thread_base: int) -> tuple:
     """CPU mode: the CPU ops kept are compute unless inside a communication call (a window at a
-    time; ``thread_base``: the file's offset of its thread codes, as in memory). Returns their host activity per thread (:func:`~overlapprof.analysis.rank.events.thread_reach`),
+    time; ``thread_base``: the file's offset of its thread codes, as in memory). Returns their host activity per thread (:func:`~overlapprof.analysis.rank.waits.thread_reach`),
     what the records' need times are measured on."""
     few = f.rows.few_scan(f.path)
     calls = np.flatnonzero((few.codes == C.CPU_OP)
@@ -169,8 +172,12 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
     number; see :func:`~overlapprof.analysis.rank.read.read_file`);
     ``ends``: CPU mode, the sends whose communication ends at their partner's receive
     (:func:`~overlapprof.analysis.rank.events.ends_at_peer`)."""
-    names = Index()
-    read = [read_spilled(path, names, comm_ann, store, parallel) for path in files]
+    records = options.crossrank or options.comm_records
+    values = Values() if records else None
+    names = values.index if records else Index()
+    read = [read_spilled(path, names, comm_ann, store, parallel,
+                         CommRecorder(comm_re, values, options.comm_records, record_rows=False) if records else None)
+            for path in files]
     gpu = any(f.rows.kernels for f in read)
     order = names.order
     few_sets, step_parts = [], []
@@ -179,43 +186,37 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
         few_sets.append(sets[0])
         step_parts.append(steps)
     steps = Steps.of_files(step_parts)
-    all_steps, records = steps, options.crossrank or options.comm_records  # the records' steps: before filters
+    all_steps = steps  # the records' steps: before filters
     warnings = []
     steps, cutoff = last_step_dropped(steps, options.drop_last_step, label, warnings)
     sample = Sample()
     for f in read:
         sample.add(f.rows.sample.values)
-    # the compute spans: in memory when the store has no limit, else on disk
-    spans = spill_folder_of(store.path("spans")) if math.isfinite(store.budget) else None
-    interference = InterferenceBuilder(steps, not gpu, spans, InterferenceBuilder.bucket_edges(sample.values))
+    # the compute spans: in time buckets of the store when it has a limit
+    interference = InterferenceBuilder(steps, not gpu, store if math.isfinite(store.budget) else None,
+                                       InterferenceBuilder.bucket_edges(sample.values))
     feed = _Feed(steps, options.require_launch and gpu, cutoff, interference)
-    comm_corr = [] if records and gpu else None
-    needs = [] if records and gpu else None  # per file: its communication events' need times
-    activity = [] if records and not gpu else None
+    tables = []
     for k, (f, comm) in enumerate(zip(read, few_sets)):
         if gpu:
-            feed.comm_corr = [] if records else None
             buckets = sample.quantiles(len(f.rows.gpu))
-            waits = NeedTimes() if records else None
-            _classify_gpu(f, comm_re, comm_ann, order, feed, buckets, store, waits)
+            waits, events = (NeedTimes(), CommEvents()) if records else (None, None)
+            _classify_gpu(f, comm_re, comm_ann, order, feed, buckets, store, waits, events)
             if records:
-                comm_corr.append(np.concatenate([np.empty(0), *feed.comm_corr]))
-                needs.append(waits.result())
+                tables.append(bucket_records.gpu_table(f, events.result(), values, waits.result()))
         else:
             feed.add(comm, COMM)
             reach = _classify_cpu_ops(f, order, feed, k << 16)
-            if activity is not None:
-                activity.append(reach)
+            if records:
+                tables.append(bucket_records.cpu_table(f, comm_re, comm_ann, order, values, reach, ends))
         f.rows.remove()
     bounds = tuple(feed.bounds) if np.isfinite(feed.bounds[0]) else None
     unions = feed.unions.result()
     measured = interference.result(unions.comm, order)
     table = None
     if records:
-        from overlapprof.analysis.rank.bounded_records import comm_table
-
-        table = comm_table([f.path for f in read], gpu, comm_re, comm_ann, options.comm_records, comm_corr, all_steps,
-                           parallel, activity, ends, needs)
+        table = CommTable.concat(tables)
+        place_in_steps(table, all_steps)
     files = [f.path for f in read]
     host_sync = union(*(np.concatenate(times) for times in zip(*[f.rows.host_syncs(gpu) for f in read])))
     return BoundedRank(

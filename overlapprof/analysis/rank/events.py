@@ -12,7 +12,6 @@ the same chunks (``RankEvents.comm_records``).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +26,9 @@ from overlapprof.analysis.rank.read import read_scan
 from overlapprof.analysis.rank.scan import IS_GPU, Scan
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
-from overlapprof.analysis.records.table import CommTable, comm_table, innermost
+from overlapprof.analysis.rank.issuing import inside_calls, issuing_kind, kind_code, name_property, operations
+from overlapprof.analysis.rank.waits import need_times, waited_for
+from overlapprof.analysis.records.table import CommTable, comm_table
 from overlapprof.trace.decode import TraceFile
 
 
@@ -104,217 +105,9 @@ class RankEvents:
     notes: list[str] = field(default_factory=list)  # what the reader says of the files (an nsys export's schema ...)
 
 
-def _name_property(names: list[str], func, dtype, ids: np.ndarray) -> np.ndarray:
-    """``func(name)`` for the events of name ``ids``, computed once per distinct name (a trace
-    has far fewer names than events)."""
-    return np.array([func(n) for n in names], dtype=dtype)[ids]
-
-
 def step_number(name: str) -> int:
     m = C.STEP_NAME.match(name)
     return int(m.group(1)) if m else -1
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _named_kind(test, name: str) -> int:
-    """The kind code of ``name`` when ``test`` (a compiled pattern's search or match) finds it,
-    else -1; kept per (pattern, name): a rank measured a time bucket at a time asks for the same
-    names in every bucket, and the families' pattern is slow on long kernel names."""
-    return KIND_CODE[C.comm_kind(name)] if test(name) else -1
-
-
-def _kind_code(pattern_test):
-    return functools.partial(_named_kind, pattern_test)
-
-
-def inside_calls(calls: np.ndarray, scan: Scan, q_thread: np.ndarray, q_time: np.ndarray) -> np.ndarray:
-    """Whether each query (thread, time) lies in [call.ts, call.ts + dur) of one of the call
-    rows ``calls`` on that thread: per thread, the union of its calls and one sorted search."""
-    out = np.zeros(q_time.size, dtype=bool)
-    if calls.size == 0 or q_time.size == 0:
-        return out
-    c_thread = scan.thread[calls]
-    for thread in np.flatnonzero(np.bincount(c_thread[c_thread >= 0])).tolist():
-        queries = np.flatnonzero(q_thread == thread)
-        if queries.size == 0:
-            continue
-        mine = calls[c_thread == thread]
-        starts, ends = union(scan.ts[mine], scan.end(mine))
-        t = q_time[queries]
-        j = np.searchsorted(starts, t, "right") - 1
-        out[queries] = (j >= 0) & (t < ends[np.maximum(j, 0)])
-    return out
-
-
-def _issuing_kind(scan: Scan, names: list[str], calls: np.ndarray, q_thread, q_time, fallback) -> np.ndarray:
-    """The kind code of the collective each query was issued for (OVERLAP.md section 3): the
-    ``Collective name`` of the innermost enclosing record_param_comms on its thread, else the
-    name of the innermost enclosing ``c10d::*`` call, else ``fallback`` (its own name's kind)."""
-    out = fallback.astype(np.int8).copy()
-    if calls.size == 0 or q_time.size == 0:
-        return out
-    params = calls[scan.name_ids[calls] == names.index(C.PARAM_COMMS)] if C.PARAM_COMMS in names else calls[:0]
-    c10d = calls[_name_property(names, C.is_comm_wrapper, bool, scan.name_ids[calls])]
-    kind = np.full(q_time.size, -1, dtype=np.int8)
-    for rows, codes in ((c10d, None), (params, scan.collective)):  # later sources win
-        if rows.size == 0:
-            continue
-        # Half-open [ts, ts + dur): innermost() takes closed ends, so end at the float just below.
-        found = innermost(scan.thread[rows], scan.ts[rows], np.nextafter(scan.end(rows), -np.inf), q_thread, q_time)
-        ok = found >= 0
-        if codes is None:
-            value = _name_property(names, lambda n: KIND_CODE[C.comm_kind(n[6:])], np.int8, scan.name_ids[rows])
-        else:
-            value = codes[rows]
-        got = np.where(ok, value[np.maximum(found, 0)], -1)
-        kind = np.where(got >= 0, got, kind)
-    return np.where(kind >= 0, kind, out).astype(np.int8)
-
-
-# What a backend may run a collective as: gloo runs a reduce-scatter of one tensor
-# (``c10d::_reduce_scatter_base_``, FSDP2's) as an all-reduce on its worker thread, and records it as
-# ``gloo:all_reduce``. Span kind -> the kinds of the calls it may be part of (its own first).
-RUN_AS = {KIND_CODE["all_reduce"]: (KIND_CODE["all_reduce"], KIND_CODE["reduce_scatter"])}
-
-
-def _operations(scan: Scan, comm_rows: np.ndarray, kinds: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """CPU mode: whether each comm row is an operation of its own, so that a rank's count of a
-    kind is the number of operations issued, not of spans recorded for them; and the call each
-    comm row is part of (a row of the scan, -1: none), whose start is when it was issued.
-    ``kinds`` (of the comm rows) is updated in place: a span that is part of a call takes its kind.
-
-    Each ``c10d::*`` call ``calls`` is one operation. A ``<backend>:<op>`` span that starts
-    inside one on its thread is part of it (gloo's send/recv: ``c10d::recv_`` then
-    ``gloo:recv`` on the calling thread). A span on another thread (gloo runs a collective on a
-    worker thread) is part of the earliest call not yet taken that started no later than it and
-    that its backend may run as the span's kind (:data:`RUN_AS`: gloo's work queue is first in,
-    first out), the spans taken in the order they start; or else an operation of its own.
-    """
-    is_span = scan.codes[comm_rows] == C.ANNOTATION
-    out = ~is_span
-    holder_row = np.full(comm_rows.size, -1, dtype=np.int64)
-    spans = np.flatnonzero(is_span)
-    if spans.size == 0 or calls.size == 0:
-        out[spans] = True
-        return out, holder_row
-    ends = np.nextafter(scan.end(calls), -np.inf)  # innermost() takes closed ends
-    rows = comm_rows[spans]
-    holder = innermost(scan.thread[calls], scan.ts[calls], ends, scan.thread[rows], scan.ts[rows])
-    holder_row[spans[holder >= 0]] = calls[holder[holder >= 0]]
-    taken = np.zeros(calls.size, dtype=bool)
-    taken[holder[holder >= 0]] = True
-    order = np.argsort(comm_rows, kind="stable")  # calls are comm rows: their kinds by row
-    call_kind = kinds[order[np.searchsorted(comm_rows[order], calls)]]
-    loose = spans[holder < 0]
-    loose = loose[np.argsort(scan.ts[comm_rows[loose]], kind="stable")]
-    free = {}  # call kind -> (its free calls by start, their starts, how many are taken)
-    for kind in np.flatnonzero(np.bincount(call_kind[~taken])).tolist() if (~taken).any() else []:
-        mine = calls[(call_kind == kind) & ~taken]
-        mine = mine[np.argsort(scan.ts[mine], kind="stable")]
-        free[kind] = [mine.tolist(), scan.ts[mine].tolist(), 0]
-    for q, t in zip(loose.tolist(), scan.ts[comm_rows[loose]].tolist()):
-        heads = [(f[1][f[2]], k) for k in RUN_AS.get(int(kinds[q]), (int(kinds[q]),))
-                 if (f := free.get(k)) is not None and f[2] < len(f[0]) and f[1][f[2]] <= t]
-        if not heads:
-            out[q] = True
-            continue
-        _, k = min(heads)  # the earliest issued (first in, first out)
-        holder_row[q] = free[k][0][free[k][2]]  # part of that call
-        free[k][2] += 1
-        kinds[q] = k
-    return out, holder_row
-
-
-def _waited_for(scan: Scan, names: list[str], gpu_rows: np.ndarray, launch: np.ndarray, comm: np.ndarray,
-                comm_launch: np.ndarray) -> np.ndarray:
-    """GPU mode: when the program needed each communication event's result (``comm``: GPU rows,
-    ``comm_launch``: their launching runtime rows, -1 none; NaN: not known), from the CUDA sync
-    events of ``enable_cuda_sync_events``. A "Stream Wait Event" on stream W waits on a
-    ``cudaEventRecord`` call: the event covers the communication launched last, at or before that
-    call, from the call's thread. The first GPU event launched on W after the wait depends on it:
-    its result was needed when that event could otherwise have run, the later of its launch and
-    the end of the work W had before the wait."""
-    need = np.full(comm.size, np.nan)
-    sync = np.flatnonzero(scan.codes == C.SYNC)
-    if sync.size == 0 or scan.sync_record.size != sync.size or comm.size == 0:
-        return need
-    is_wait = np.array([n == C.STREAM_WAIT for n in names], dtype=bool)[scan.name_ids[sync]] & (scan.sync_record >= 0)
-    waits, records = sync[is_wait], scan.sync_record[is_wait]
-    launched = comm_launch >= 0
-    c_rows, c_thread, c_ts = np.flatnonzero(launched), scan.thread[comm_launch[launched]], scan.ts[comm_launch[launched]]
-    order = np.lexsort((c_ts, c_thread))
-    c_rows, c_thread, c_ts = c_rows[order], c_thread[order], c_ts[order]
-    # Per wait, vectorized by the records' threads and the waiting streams (a loop per wait over
-    # every GPU event was quadratic: minutes on a trace with tens of thousands of waits).
-    rec_thread, rec_ts = scan.thread[records], scan.ts[records]
-    k = np.full(waits.size, -1, dtype=np.int64)
-    for thread in np.flatnonzero(np.bincount(rec_thread)).tolist() if rec_thread.size else []:
-        q = np.flatnonzero(rec_thread == thread)
-        lo, hi = np.searchsorted(c_thread, thread, "left"), np.searchsorted(c_thread, thread, "right")
-        got = lo + np.searchsorted(c_ts[lo:hi], rec_ts[q], "right") - 1
-        k[q] = np.where(got >= lo, got, -1)
-    g_launched = launch >= 0
-    g_rows, g_launch = gpu_rows[g_launched], scan.ts[launch[g_launched]]
-    g_stream, g_end = scan.thread[g_rows], scan.end(g_rows)
-    ready = np.full(waits.size, np.nan)
-    w_stream, w_ts = scan.thread[waits], scan.ts[waits]
-    for stream in np.flatnonzero(np.bincount(w_stream[k >= 0])).tolist() if (k >= 0).any() else []:
-        q = np.flatnonzero((w_stream == stream) & (k >= 0))
-        on_w = g_stream == stream
-        order = np.argsort(g_launch[on_w], kind="stable")
-        starts, reach = g_launch[on_w][order], np.maximum.accumulate(g_end[on_w][order]) if order.size else order
-        idx = np.searchsorted(starts, w_ts[q], "right")  # the GPU events on W launched at or before each wait
-        after = idx < starts.size
-        q, idx = q[after], idx[after]
-        before = np.where(idx > 0, reach[np.maximum(idx - 1, 0)], -np.inf)
-        ready[q] = np.maximum(starts[idx], before)  # the first launched after it, or W's work before it ends
-    found = ~np.isnan(ready)
-    np.fmin.at(need, c_rows[k[found]], ready[found])
-    return need
-
-
-def thread_reach(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Host activity ``[start, end]`` per thread, compressed for :func:`need_times`: each
-    thread's connected runs (closed intervals: touching ones join, zero-length ones count), as
-    (thread, start, end) sorted by thread and start. The latest end of the activity that starts
-    before a time t is the end of the last run that starts before t, or t itself is inside that
-    run: so the need times of the runs are those of the activity (and runs of runs are the runs)."""
-    if thread.size == 0:
-        return thread, start, end
-    order = np.lexsort((start, thread))
-    thread, start, end = thread[order], start[order], end[order]
-    reach = np.empty_like(end)
-    new = np.ones(thread.size, dtype=bool)
-    for t in np.flatnonzero(np.bincount(thread)).tolist():  # (np.unique imports numpy.ma)
-        a, b = np.searchsorted(thread, (t, t + 1))
-        reach[a:b] = np.maximum.accumulate(end[a:b])
-        new[a + 1 : b] = start[a + 1 : b] > reach[a : b - 1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, thread.size - 1)
-    return thread[first], start[first], reach[last]
-
-
-def need_times(activity: tuple, thread: np.ndarray, issue: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """CPU mode: when the program needed each operation's result: the end of the last host
-    ``activity`` ((thread, start, end): compute cpu_ops and communication calls, or their
-    :func:`thread_reach`) on its issuing ``thread`` that started between its ``issue`` and its
-    ``end``, clipped to ``[issue, end]``; its issue when the thread did nothing else (a blocking call)."""
-    need = issue.copy()
-    a_thread, a_start, a_end = activity
-    if a_thread.size == 0 or issue.size == 0:
-        return need
-    order = np.lexsort((a_start, a_thread))
-    a_thread, a_start, a_end = a_thread[order], a_start[order], a_end[order]
-    lo, hi = np.searchsorted(a_thread, thread, "left"), np.searchsorted(a_thread, thread, "right")
-    for t in np.flatnonzero(np.bincount(thread[hi > lo])).tolist():
-        q = np.flatnonzero(thread == t)
-        a, b = int(lo[q[0]]), int(hi[q[0]])
-        reach = np.maximum.accumulate(a_end[a:b])  # the latest end so far on the thread
-        j = np.searchsorted(a_start[a:b], end[q], "left") - 1  # the last activity starting before the end
-        found = j >= 0
-        last = np.where(found, reach[np.maximum(j, 0)], issue[q])
-        need[q] = np.clip(last, issue[q], end[q])
-    return need
 
 
 def ends_at_peer(scan: Scan, rows: np.ndarray, ends: tuple[np.ndarray, np.ndarray] | None) -> None:
@@ -340,10 +133,10 @@ def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: 
     the comm EventSet, the union of the host synchronizations, the compute kernels whose names
     look like communication: name -> count, see :func:`comm_lookalikes`). ``activity``: CPU mode, the
     host activity of the file's compute cpu_ops as (thread, start, end), when the scan does not
-    hold them (default: the scan's; see :func:`need_times`). ``ends``: CPU mode, the sends whose
+    hold them (default: the scan's; see :func:`~overlapprof.analysis.rank.waits.need_times`). ``ends``: CPU mode, the sends whose
     communication ends at their partner's receive (see :func:`ends_at_peer`). ``waited(rows)``:
     GPU mode, the need times of the communication rows ``rows``, when the scan does not hold
-    what measures them (default: :func:`_waited_for` on the scan's CUDA sync events).
+    what measures them (default: :func:`~overlapprof.analysis.rank.waits.waited_for` on the scan's CUDA sync events).
 
     Rows are picked with masks over the file's rows and per-name tables (one lookup per row),
     and the launch and anchor of GPU events are kept per GPU event (the CommTable takes its
@@ -351,7 +144,7 @@ def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: 
     ts, end, codes, name_ids = scan.ts, scan.end, scan.codes, scan.name_ids  # end(rows): computed (from scan.dur)
 
     def prop(func, dtype, rows):
-        return _name_property(names, func, dtype, name_ids[rows])
+        return name_property(names, func, dtype, name_ids[rows])
 
     is_cpu = codes == C.CPU_OP
     step_of_name = np.array([step_number(n) for n in names], dtype=np.int64)
@@ -371,7 +164,7 @@ def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: 
         in_call[launched] = inside_calls(calls, scan, scan.thread[launch[launched]], ts[launch[launched]])
         is_kernel = codes[gpu_rows] == C.KERNEL
         named = np.zeros(gpu_rows.size, dtype=np.int8) - 1
-        named[is_kernel] = prop(_kind_code(comm_re.search), np.int8, gpu_rows[is_kernel])
+        named[is_kernel] = prop(kind_code(comm_re.search), np.int8, gpu_rows[is_kernel])
         is_comm = (named >= 0) | in_call
         picks = (is_comm, is_kernel & ~is_comm, ~is_kernel & ~is_comm)  # comm, compute, memory: of the GPU rows
         comm_rows, compute_rows, memory_rows = (gpu_rows[m] for m in picks)
@@ -380,7 +173,7 @@ def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: 
         clr = launch[is_comm]
         has = clr >= 0
         kind_codes = own_kind.copy()
-        kind_codes[has] = _issuing_kind(scan, names, calls, scan.thread[clr[has]], ts[clr[has]], own_kind[has])
+        kind_codes[has] = issuing_kind(scan, names, calls, scan.thread[clr[has]], ts[clr[has]], own_kind[has])
         operation = np.ones(comm_rows.size, dtype=bool)
         gpu_anchor = ts[gpu_rows]
         gpu_anchor[launched] = ts[launch[launched]]
@@ -389,17 +182,17 @@ def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: 
     else:
         cpu_rows = np.flatnonzero(codes == C.CPU_OP)
         ann_rows = np.flatnonzero(codes == C.ANNOTATION)
-        ann_kinds = prop(_kind_code(comm_ann.match), np.int8, ann_rows)
+        ann_kinds = prop(kind_code(comm_ann.match), np.int8, ann_rows)
         comm_ann_rows = ann_rows[ann_kinds >= 0]
         ends_at_peer(scan, comm_ann_rows[ann_kinds[ann_kinds >= 0] == KIND_CODE["send_recv"]], ends)
         c10d_rows = calls[prop(C.is_comm_wrapper, bool, calls)]
         comm_rows = np.concatenate((comm_ann_rows, c10d_rows))
         own_kind = np.concatenate((ann_kinds[ann_kinds >= 0],
                                    prop(lambda n: KIND_CODE[C.comm_kind(n[6:])], np.int8, c10d_rows)))
-        kind_codes = _issuing_kind(scan, names, calls, scan.thread[comm_rows], ts[comm_rows], own_kind)
+        kind_codes = issuing_kind(scan, names, calls, scan.thread[comm_rows], ts[comm_rows], own_kind)
         order = np.argsort(comm_rows, kind="stable")  # file order, as the records are
         comm_rows, kind_codes = comm_rows[order], kind_codes[order]
-        operation, holders = _operations(scan, comm_rows, kind_codes, c10d_rows)
+        operation, holders = operations(scan, comm_rows, kind_codes, c10d_rows)
         candidates = cpu_rows[prop(C.is_cpu_compute, bool, cpu_rows)]
         compute_rows = candidates[~inside_calls(calls, scan, scan.thread[candidates], ts[candidates])]
         memory_rows = np.empty(0, dtype=np.int64)
@@ -432,7 +225,7 @@ def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: 
         host_thread = rec.thread_of(np.where(launched, launch, rows))
         if gpu:
             issue_ts = np.where(launched, launch_ts, ts[rows])
-            need_ts = (_waited_for(scan, names, gpu_rows, scan_launch, rows, launch) if waited is None
+            need_ts = (waited_for(scan, names, gpu_rows, scan_launch, rows, launch) if waited is None
                        else waited(rows))
         else:  # a span on a worker thread was issued by its c10d call (gloo's FIFO); one on the
             # calling thread opens inside its call, whose overhead before it is not a wait

@@ -66,7 +66,7 @@ class Job:
     claims: str | None = None  # ... the path of their file
     kept: TR.Kept | None = None  # gzip text kept on the way (this process's ranges only: never sent)
     header: bytes | None = None  # the text before the first event: a range that holds the tail reads it
-    keep: object = None  # only the rows it keeps (scan.read_chunks' keep; sent with the job: picklable)
+    record_rows: bool = True  # the recorder keeps its record rows (CommRecorder.record_rows)
 
 
 SUBPART_BYTES = 64 << 20  # text per part a pool process sends back as it goes (see pool_read)
@@ -140,13 +140,12 @@ def read_part(job: Job, between=None, flush=None, claim=None) -> Part:
     while True:
         values = Values() if job.recording else None
         names = values.index if values is not None else Index()
-        recorder = CommRecorder(job.comm_re, values, job.own) if job.recording else None
+        recorder = CommRecorder(job.comm_re, values, job.own, job.record_rows) if job.recording else None
         threads = Threads()
         part = Part()
         try:
             rows = rows_hint(min(len(job.text) if job.text is not None else job.bytes, budget or 1 << 62))
-            arrays, part.unclassified, problems = read_chunks(job.path, chunks(part), names, recorder, threads, rows,
-                                                               keep=job.keep)
+            arrays, part.unclassified, problems = read_chunks(job.path, chunks(part), names, recorder, threads, rows)
         except (LayoutError, OverlapprofError, OSError):
             return Part(failed=True)
         if problems != Problems():  # a missing or odd time: worded by one process

@@ -15,20 +15,20 @@ from overlapprof.errors import TraceError
 from overlapprof.trace import nsys
 
 
-def read_file(path, names: Index, recorder: CommRecorder | None, parallel=None, sink=None, keep=None):
+def read_file(path, names: Index, recorder: CommRecorder | None, parallel=None, sink=None):
     """:func:`~overlapprof.analysis.rank.scan.read_serially`'s result, the file read by
-    ``parallel(path, names, recorder, sink, keep)`` when it is given (several processes when the
+    ``parallel(path, names, recorder, sink)`` when it is given (several processes when the
     file is large: :class:`~overlapprof.analysis.engine.parallel.Reader`, which checked every
     time: no problem to raise; None when it did not read it), else, or when they give up, by
     this one."""
     if parallel is not None:
-        got = parallel(path, names, recorder, sink, keep)
+        got = parallel(path, names, recorder, sink)
         if got is not None:
             arrays, unclassified, header, threads = got
             return arrays, unclassified, header, threads, recorder
         if recorder is not None:
             recorder = recorder.fresh()  # it may hold the parts read before the workers gave up
-    return S.read_serially(path, names, recorder, sink, keep)
+    return S.read_serially(path, names, recorder, sink)
 
 
 def read_scan(path, names: Index, recorder: CommRecorder | None = None, parallel=None,

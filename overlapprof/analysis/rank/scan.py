@@ -239,19 +239,15 @@ def _times(events: list, get) -> np.ndarray:
 
 
 def read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threads: Threads, rows: int,
-                 sink=None, keep=None):
+                 sink=None):
     """The complete events of ``chunks`` as the columns :data:`SCAN_COLUMNS` and ``corr`` (None:
     there are none), the counts of the device categories left out, and the :class:`Problems` of their
     times. ``names``/``threads``: the ids given to names and threads; ``rows``: room reserved;
-    ``sink``: where the columns go (default :class:`FileColumns`; what is returned is its ``result()``);
-    ``keep(codes, name_ids, names, linked, corr)``: which of a chunk's complete events go to the
-    sink and the recorder (None: all; ``names``: the names by id, ``linked``: the correlated
-    rows, ``corr`` their correlations)."""
+    ``sink``: where the columns go (default :class:`FileColumns`; what is returned is its ``result()``)."""
     sink = sink if sink is not None else FileColumns(rows)
     problems = Problems()
     unknown = _Unknown()
     params_id = names[C.PARAM_COMMS]
-    feed = recorder if keep is None else None  # else the recorder reads the kept rows (below)
     for chunk in chunks:
         events = chunk.events
         complete = _complete(events)
@@ -269,7 +265,7 @@ def read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threa
         name_ids = np.array([names[e.name] for e in xe], dtype=np.int32)
         linked = np.flatnonzero(IS_CORRELATED[codes])
         params = np.flatnonzero((codes == C.CPU_OP) & (name_ids == params_id)).tolist()
-        corr, kinds = chunk_args(path, xe, codes, name_ids, linked, params, index, feed, sink.size)
+        corr, kinds = chunk_args(path, xe, codes, name_ids, linked, params, index, recorder, sink.size)
         thread = np.full(len(xe), -1, dtype=np.int32)
         located = np.flatnonzero(_IS_THREADED[codes])
         if located.size:
@@ -283,13 +279,7 @@ def read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threa
             end = event_ends(ts, dur)
         problems.check(ts, dur, end, index)
         columns = dict(ts=ts, dur=dur, codes=codes, name_ids=name_ids, thread=thread, collective=collective)
-        if keep is not None and not (mask := keep(codes, name_ids, names.order, linked, corr)).all():
-            corr = corr[mask[linked]]
-            columns = {k: v[mask] for k, v in columns.items()}
-            xe, codes, name_ids = list(compress(xe, mask.tolist())), columns["codes"], columns["name_ids"]
         sink.append(columns, corr)
-        if recorder is not None and feed is None:
-            recorder.add(xe, codes, name_ids, sink.size - len(xe))
     return sink.result(), unknown.on_devices(threads), problems
 
 
@@ -372,22 +362,21 @@ def file_rows_hint(path) -> int:
         return rows_hint(0)
 
 
-def read_serially(path, names: Index, recorder: CommRecorder | None, sink=None, keep=None):
+def read_serially(path, names: Index, recorder: CommRecorder | None, sink=None):
     """Read a file in this process, a chunk at a time, into ``sink()`` (a new one each time it
     is read: None, :class:`FileColumns`): ``(sink's result, unclassified, header, threads,
     recorder)``. A file not in the line layout is read again with the generic reader (and a
-    fresh recorder). Raises the first problem of the times once the file is read. ``keep``:
-    see :func:`read_chunks`."""
+    fresh recorder). Raises the first problem of the times once the file is read."""
     reader = TraceReader(path, ROWS_DECODER)
     rows, threads = file_rows_hint(path), Threads()
     make = sink or (lambda: None)
     try:
-        got, unclassified, problems = read_chunks(path, reader.chunks(), names, recorder, threads, rows, make(), keep)
+        got, unclassified, problems = read_chunks(path, reader.chunks(), names, recorder, threads, rows, make())
     except LayoutError:
         if recorder is not None:
             recorder = recorder.fresh()
         threads = Threads()
         got, unclassified, problems = read_chunks(path, reader.chunks(generic=True), names, recorder, threads, rows,
-                                                   make(), keep)
+                                                   make())
     problems.raise_first(path)
     return got, unclassified, reader.header, threads, recorder

@@ -14,11 +14,11 @@ buckets of time; :func:`calls_by_time` puts each call in every time bucket it ov
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from overlapprof.analysis import vocabulary as V
 from overlapprof.analysis.columns import GrowingColumns, Index
 from overlapprof.analysis.intervals import event_ends
 from overlapprof.analysis.rank import classify as C
@@ -29,33 +29,37 @@ from overlapprof.analysis.spill import Sample
 from overlapprof.errors import TraceError
 
 # GPU events and runtime calls joined and classified at once (a bucket), and CPU ops (a window).
-# Each row costs about 200 bytes while it is worked on.
+# Each row costs about ROW_WORK_BYTES while it is worked on.
 BUCKET_ROWS = 1 << 19
+ROW_WORK_BYTES = 200
 MAX_BUCKETS = 512  # open files: past ~50 GB of JSON the buckets grow instead
 
 _GPU_ROW = np.dtype([("corr", "<f8"), ("ts", "<f8"), ("dur", "<f8"), ("codes", "i1"), ("name_ids", "<i4"),
-                     ("thread", "<i4")])
+                     ("thread", "<i4"), ("row", "<i8")])
 _CPU_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("thread", "<i4"), ("name_ids", "<i4")])
 _CALL_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("thread", "<i4"), ("name_ids", "<i4"), ("collective", "i1")])
 _JOINED_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("codes", "i1"), ("name_ids", "<i4"), ("launch_ts", "<f8"),
-                        ("launch_thread", "<i4"), ("corr", "<f8"), ("thread", "<i4")])
+                        ("launch_thread", "<i4"), ("corr", "<f8"), ("thread", "<i4"), ("row", "<i8")])
 # Roles of a name, for the few rows and the CPU ops kept (bits).
-_CALL, _STEP, _COMM_ANN, _CPU_COMPUTE, _SYNC = 1, 2, 4, 8, 16
+_CALL, _STEP, _COMM_ANN, _CPU_COMPUTE, _SYNC, _RECORD_ANN = 1, 2, 4, 8, 16, 32
 
 
 def _role(name: str, comm_ann) -> int:
     return ((_CALL if C.is_comm_call(name) else 0) | (_STEP if step_number(name) >= 0 else 0)
             | (_COMM_ANN if comm_ann.match(name) else 0) | (_CPU_COMPUTE if C.is_cpu_compute(name) else 0)
-            | (_SYNC if C.is_host_sync(name) else 0))
+            | (_SYNC if C.is_host_sync(name) else 0) | (_RECORD_ANN if V.COMM_ANNOTATION.match(name) else 0))
 
 
 class SpilledRows:
     """A file's complete events as :func:`~overlapprof.analysis.rank.scan.read_chunks` gives
     them (its ``sink``), kept as the module docstring says: ``few`` (the scan's columns, in row
     order), ``gpu`` (GPU events and runtime calls, bucket ``corr mod len(gpu)``, row order within
-    a bucket; no correlation: bucket 0) and ``cpu`` (CPU ops that may be compute)."""
+    a bucket; no correlation: bucket 0; ``row``: the file's row) and ``cpu`` (CPU ops that may be
+    compute). With ``records``, ``recs`` keeps the calls and ``a:b`` annotations that the
+    communication records read (the recorder's record rows but GPU events: the scan's columns
+    and ``row``), a size per operation."""
 
-    def __init__(self, store, buckets: int, names: Index, comm_ann):
+    def __init__(self, store, buckets: int, names: Index, comm_ann, records: bool = False):
         self.names, self.comm_ann = names, comm_ann
         self.size = self.negative = 0
         self.kernels = False
@@ -67,6 +71,7 @@ class SpilledRows:
         self.cpu = store.file("cpu", _CPU_ROW)
         self.calls = store.file("calls", _CALL_ROW)
         self.sample = Sample()  # of the times kept on disk: where the time buckets are cut
+        self.recs = GrowingColumns({**SCAN_COLUMNS, "row": np.int64}, 1 << 10) if records else None
 
     def append(self, columns: dict, corr: np.ndarray) -> None:
         codes, name_ids = columns["codes"], columns["name_ids"]
@@ -77,6 +82,9 @@ class SpilledRows:
         is_cpu, is_ann = codes == C.CPU_OP, codes == C.ANNOTATION
         self.kernels = self.kernels or bool((codes == C.KERNEL).any())
         is_call = is_cpu & ((role & _CALL) != 0)
+        row0 = self.size
+        if self.recs is not None and (rec_rows := np.flatnonzero(is_call | (is_ann & ((role & _RECORD_ANN) != 0)))).size:
+            self.recs.append(row=rec_rows + row0, **{k: v[rec_rows] for k, v in columns.items()})
         if is_call.any():
             rec = np.empty(int(np.count_nonzero(is_call)), dtype=_CALL_ROW)
             for k in _CALL_ROW.names:
@@ -100,6 +108,7 @@ class SpilledRows:
             rec["corr"] = corr
             for k in ("ts", "dur", "codes", "name_ids", "thread"):
                 rec[k] = columns[k][linked]
+            rec["row"] = np.flatnonzero(linked) + row0
             bucket = np.where(np.isfinite(corr), np.remainder(np.floor(np.nan_to_num(corr)), len(self.gpu)), 0)
             self.gpu.route(bucket.astype(np.int64), rec)
             self.sample.add(rec["ts"])
@@ -145,30 +154,39 @@ class SpilledFile:
     rows: SpilledRows
     header: object
     unclassified: dict
+    threads: list | None = None  # the keys of the file's thread codes ((pid, tid) pairs)
+    recorder: object = None  # the CommRecorder that read it (records asked for): its argument rows
 
 
-def _buckets(path) -> int:
-    """How many correlation buckets a file's GPU events and runtime calls go to: about
-    :data:`BUCKET_ROWS` rows each, by the file's text (a guess on the high side)."""
-    return int(min(MAX_BUCKETS, max(1, -(-file_rows_hint(path) // BUCKET_ROWS))))
+def _buckets(path, budget: float) -> int:
+    """How many correlation buckets a file's GPU events and runtime calls go to: one when its
+    rows, worked on at once, fit the store's ``budget`` (the whole file classified at once, as
+    in memory), else about :data:`BUCKET_ROWS` rows each; by the file's text (a guess on the
+    high side)."""
+    rows = file_rows_hint(path)
+    if rows * ROW_WORK_BYTES <= budget:
+        return 1
+    return int(min(MAX_BUCKETS, max(1, -(-rows // BUCKET_ROWS))))
 
 
-def read_spilled(path: str, names: Index, comm_ann, store, parallel=None) -> SpilledFile:
+def read_spilled(path: str, names: Index, comm_ann, store, parallel=None, recorder=None) -> SpilledFile:
     """A file read into :class:`SpilledRows` in ``store``: by ``parallel`` when it is given and
-    the file is large (see :func:`~overlapprof.analysis.rank.read.read_file`), else by this one."""
+    the file is large (see :func:`~overlapprof.analysis.rank.read.read_file`), else by this one.
+    ``recorder``: a :class:`~overlapprof.analysis.records.recorder.CommRecorder` that keeps no
+    record rows (the records asked for), reading the args in the same pass."""
     made: list[SpilledRows] = []
 
     def sink():
         for old in made:  # read again (not the line layout): what was kept goes
             old.remove()
-        # rows that fit (a store without a limit) are one bucket: classified at once, as in memory
-        made.append(SpilledRows(store, _buckets(path) if math.isfinite(store.budget) else 1, names, comm_ann))
+        made.append(SpilledRows(store, _buckets(path, store.budget), names, comm_ann,
+                                recorder is not None))
         return made[-1]
 
-    rows, unclassified, header, _, _ = read_file(path, names, None, parallel, sink=sink)
+    rows, unclassified, header, threads, recorder = read_file(path, names, recorder, parallel, sink=sink)
     if rows is None:
         raise TraceError(path, "no complete ('X') events: nothing to measure")
-    return SpilledFile(str(path), rows, header, unclassified)
+    return SpilledFile(str(path), rows, header, unclassified, list(threads), recorder)
 
 
 def joined_by_time(f: SpilledFile, edges: np.ndarray, store, needs=None, wait_id: int = -1):
@@ -190,7 +208,7 @@ def joined_by_time(f: SpilledFile, edges: np.ndarray, store, needs=None, wait_id
             needs.add_waits(sync["thread"][wait], sync["ts"][wait], rec["thread"][at], rec["ts"][at])
         gpu = rec[IS_GPU[rec["codes"]]]
         joined = np.empty(gpu.size, dtype=_JOINED_ROW)
-        for k in ("ts", "dur", "codes", "name_ids", "corr", "thread"):
+        for k in ("ts", "dur", "codes", "name_ids", "corr", "thread", "row"):
             joined[k] = gpu[k]
         found = launch >= 0
         joined["launch_ts"] = np.where(found, rec["ts"][np.maximum(launch, 0)], np.nan)

@@ -108,20 +108,20 @@ def _union_by(seg: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> iv.Segme
 class UnionsBuilder:
     """Classified event sets in, :class:`RankUnions` out (see the module docstring).
 
-    ``steps``: the rank's steps (after the filters). ``compact``: hold less for many batches
-    (the events on disk): a whole-rank union is made at the end from the steps' unions and the
-    union of the events outside every step, and the unions per kind are held only once a second
-    kind of communication is seen (with one kind, its union is U(comm)): the same runs, about
-    half the memory on an operation-dense trace, at the cost of one more union at the end."""
+    ``steps``: the rank's steps (after the filters). What it holds stays small over many
+    batches: a whole-rank union is made at the end from the steps' unions and the union of the
+    events outside every step, and the unions per kind are held only once a second kind of
+    communication is seen (with one kind, its union is U(comm)): about half the memory of
+    holding each whole union on an operation-dense trace, at the cost of one more union at the end."""
 
-    def __init__(self, steps: Steps, compact: bool = False):
-        self.steps, self.compact = steps, compact
+    def __init__(self, steps: Steps):
+        self.steps = steps
         self.last_end = steps.end.astype(np.float64, copy=True)
         self.counts = [0, 0, 0]
         self.spans: list[list[float] | None] = [None, None, None]
         self.kind_events = np.zeros(len(KINDS), dtype=np.int64)
         self.operations = np.zeros(len(KINDS), dtype=np.int64)
-        self._whole: dict[object, list[iv.Intervals]] = {}  # compact: of the events outside every step
+        self._whole: dict[object, list[iv.Intervals]] = {}  # of the events outside every step
         self._by_step: dict[int, list[iv.Segmented]] = {}
 
     def add(self, s: EventSet, cls: int) -> None:
@@ -134,35 +134,33 @@ class UnionsBuilder:
         self.spans[cls] = [lo, hi] if span is None else [min(span[0], lo), max(span[1], hi)]
         seg = self.steps.index_of(s.anchor)
         inside = np.flatnonzero(seg >= 0)
-        held = np.flatnonzero(seg < 0) if self.compact else slice(None)
+        held = np.flatnonzero(seg < 0)
         whole = iv.union(s.start[held], s.end[held])
         if cls == COMM:
-            self._add_kinds(s, None if self.compact else whole)
+            self._add_kinds(s)
         seg = seg[inside].astype(np.int32)  # a step index: 4 bytes a run held, not 8
         np.maximum.at(self.last_end, seg, s.end[inside])
         self._put(self._whole, cls, whole, iv.union)
         self._put(self._by_step, cls, _union_by(seg, s.start[inside], s.end[inside]), _union_by)
 
-    def _add_kinds(self, s: EventSet, whole: iv.Intervals | None) -> None:
-        """The batch's comm events by kind (``whole``: the batch's U(comm), when held: a batch of one
-        kind's union is that one)."""
+    def _add_kinds(self, s: EventSet) -> None:
+        """The batch's comm events by kind."""
         self.kind_events += np.bincount(s.kind, minlength=len(KINDS))
         self.operations += np.bincount(s.kind[s.operation], minlength=len(KINDS))
         seen = np.flatnonzero(self.kind_events).tolist()
-        if self.compact and len(seen) == 1:
+        if len(seen) == 1:
             return  # one kind so far: its union is U(comm)
         before = np.flatnonzero(self.kind_events - np.bincount(s.kind, minlength=len(KINDS))).tolist()
-        if self.compact and len(before) == 1 and ("kind", before[0]) not in self._whole:
+        if len(before) == 1 and ("kind", before[0]) not in self._whole:
             # a second kind arrives: the first one's union so far is U(comm) so far (this batch apart)
             self._whole[("kind", before[0])] = [self._whole_of(COMM)]
         codes = np.flatnonzero(np.bincount(s.kind)).tolist()
         for code in codes:
             mine = s.kind == code
-            part = whole if whole is not None and len(codes) == 1 else iv.union(s.start[mine], s.end[mine])
-            self._put(self._whole, ("kind", code), part, iv.union)
+            self._put(self._whole, ("kind", code), iv.union(s.start[mine], s.end[mine]), iv.union)
 
     def _whole_of(self, cls: int) -> iv.Intervals:
-        """Compact: U(class) of the batches added so far, from its steps' and its outside parts."""
+        """U(class) of the batches added so far, from its steps' and its outside parts."""
         steps = merged(self._by_step.get(cls, [iv.EMPTY_BY]), _union_by)
         outside = merged(self._whole.get(cls, [iv.EMPTY]), iv.union)
         return iv.union(np.concatenate((steps[1], outside[0])), np.concatenate((steps[2], outside[1])))
@@ -173,10 +171,7 @@ class UnionsBuilder:
 
     def result(self) -> RankUnions:
         self._by_step = {key: [merged(parts, _union_by)] for key, parts in self._by_step.items()}
-        if self.compact:
-            whole = {c: self._whole_of(c) for c in (COMM, COMPUTE, MEMORY)}
-        else:
-            whole = {c: merged(self._whole[c], iv.union) for c in (COMM, COMPUTE, MEMORY) if c in self._whole}
+        whole = {c: self._whole_of(c) for c in (COMM, COMPUTE, MEMORY)}
         by_step = {key: parts[0] for key, parts in self._by_step.items()}
         present = np.flatnonzero(self.kind_events).tolist()
         kinds = {code: merged(self._whole[("kind", code)], iv.union) for code in present

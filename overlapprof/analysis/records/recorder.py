@@ -126,10 +126,13 @@ class CommRecorder:
     """Collects a file's record rows chunk by chunk (see the module docstring).
 
     ``values`` are the rank's (its name index grows as chunks are read); ``own``: also keep the
-    event's own stream, device, correlation and external id (CommRecord structs)."""
+    event's own stream, device, correlation and external id (CommRecord structs).
+    ``record_rows``: keep which rows are record rows (else only the argument rows: a rank measured
+    a bucket at a time knows its record rows once classified, and hands them to :meth:`records`;
+    a row per GPU event kept here would be memory per event)."""
 
-    def __init__(self, comm_re, values: Values, own: bool = False):
-        self.comm_re, self.values, self.own = comm_re, values, own
+    def __init__(self, comm_re, values: Values, own: bool = False, record_rows: bool = True):
+        self.comm_re, self.values, self.own, self.record_rows = comm_re, values, own, record_rows
         wanted = {*STRING_FIELDS, *NUMBER_FIELDS, *(OWN_FIELDS if own else ())}
         self._markers = [(m, probe, fields) for m, (probe, fields) in _MARKERS.items() if wanted.intersection(fields)]
         self._wanted = [f.name for f in msgspec.structs.fields(D.EventArgs) if f.name in wanted]
@@ -161,7 +164,8 @@ class CommRecorder:
         """A batch of record rows (file rows) and their raw args (absent: ``null``), ``text``
         those joined by commas: the fields whose key occurs in the text are decoded and kept;
         when there is none (for kernels usually), nothing is."""
-        self._rows.append(rows)
+        if self.record_rows:
+            self._rows.append(rows)
         escaped = b"\\" in text  # a key may be spelled with escapes: take every field
         present = {f for marker, probe, fields in self._markers if escaped or (probe in text and marker in text)
                    for f in fields}
@@ -172,7 +176,8 @@ class CommRecorder:
     def add_decoded(self, rows: np.ndarray, args: list) -> None:
         """A batch of record rows (file rows) and their args, decoded (EventArgs, or a struct with
         its fields; None: none): the fields that have a value in a row are kept."""
-        self._rows.append(rows)
+        if self.record_rows:
+            self._rows.append(rows)
         if not args:
             return
         args = [a if a is not None else _EMPTY_ARGS for a in args]
@@ -235,21 +240,26 @@ class CommRecorder:
 
     def fresh(self) -> CommRecorder:
         """A recorder like this one, empty (to read the file again)."""
-        return CommRecorder(self.comm_re, self.values, self.own)
+        return CommRecorder(self.comm_re, self.values, self.own, self.record_rows)
 
-    def records(self, thread: np.ndarray, threads) -> Records:
+    def records(self, thread: np.ndarray, threads, rows: np.ndarray | None = None) -> Records:
         """The file's Records; ``thread``: the scan's thread code of each row, ``threads``: the
-        scan's keys of those codes, in code order ((pid, tid) pairs). The batches are let go
-        of as they are joined."""
+        scan's keys of those codes, in code order ((pid, tid) pairs). ``rows``: the record rows
+        (sorted file rows) when this recorder did not keep them (``record_rows``); the argument
+        rows not among them are left unreferenced. The batches are let go of as they are joined."""
         cat = lambda parts: np.concatenate(parts) if parts else np.empty(0, np.int64)  # noqa: E731
-        rows, arg_rows = cat(self._rows), cat(self._arg_rows)
+        arg_rows = cat(self._arg_rows)
+        if rows is None:
+            rows = cat(self._rows)
+            rows.sort(kind="stable")
         self._rows = self._arg_rows = None
-        rows.sort(kind="stable")
         order = np.argsort(arg_rows, kind="stable")
         at = np.empty_like(order)  # where each collected argument row goes in row order
         at[order] = np.arange(order.size)
         args_at = np.full(rows.size, -1, dtype=np.int64)
-        args_at[np.searchsorted(rows, arg_rows[order])] = np.arange(order.size)
+        place = np.minimum(np.searchsorted(rows, arg_rows[order]), max(rows.size - 1, 0))
+        hit = rows[place] == arg_rows[order] if rows.size else np.zeros(order.size, dtype=bool)
+        args_at[place[hit]] = np.arange(order.size)[hit]
         del arg_rows, order
         own = None
         if self._own is not None:

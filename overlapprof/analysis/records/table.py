@@ -37,7 +37,7 @@ class CommTable:
     when absent. ``strings``/``numbers``: the collective fields, merged (see MERGED_*).
     ``peer``: NaN unknown. ``issue_ts``: when the operation was issued (its host call; GPU:
     its launch), ``need_ts``: when the program needed its result (CPU: see
-    ``events.need_times``; NaN: not known, its end). ``own``: the event's stream, device, correlation, external_id
+    ``waits.need_times``; NaN: not known, its end). ``own``: the event's stream, device, correlation, external_id
     (lists; only when CommRecord structs were asked for).
     """
 

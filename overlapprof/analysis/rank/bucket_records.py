@@ -1,0 +1,80 @@
+"""The communication records of a rank measured a bucket at a time
+(:mod:`overlapprof.analysis.rank.bounded`), from its one read of each file.
+
+While a file is read, its :class:`~overlapprof.analysis.records.recorder.CommRecorder` keeps
+the args of the rows that hold a field (argument rows) and
+:class:`~overlapprof.analysis.rank.spilled.SpilledRows` the calls and ``a:b`` annotations the
+records read (``recs``). Which GPU events are communication is known only once their time
+bucket is classified: :class:`CommEvents` keeps those of each bucket (a row per operation), the
+others are dropped with their bucket. Then the record rows are the calls, the annotations and
+the communication events, in file order, and the table is built from them as
+:func:`~overlapprof.analysis.rank.events.extract` builds it from a whole file.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from overlapprof.analysis.rank.events import extract
+from overlapprof.analysis.rank.scan import SCAN_COLUMNS, Scan
+from overlapprof.analysis.rank.spilled import SpilledFile
+from overlapprof.analysis.rank.waits import lookup
+from overlapprof.analysis.records.table import CommTable, comm_table
+
+_COMM_ROW = np.dtype([("row", "<i8"), ("ts", "<f8"), ("dur", "<f8"), ("codes", "i1"), ("name_ids", "<i4"),
+                      ("thread", "<i4"), ("kind", "i1"), ("launch_ts", "<f8"), ("launch_thread", "<i4"),
+                      ("corr", "<f8")])
+
+
+class CommEvents:
+    """A file's communication GPU events, a classified time bucket at a time."""
+
+    def __init__(self):
+        self.parts: list[np.ndarray] = []
+
+    def add(self, joined: np.ndarray, kinds: np.ndarray) -> None:
+        """The communication events of a bucket: their joined rows
+        (:func:`~overlapprof.analysis.rank.spilled.joined_by_time`'s) and kind codes."""
+        out = np.empty(joined.size, dtype=_COMM_ROW)
+        for k in _COMM_ROW.names:
+            out[k] = kinds if k == "kind" else joined[k]
+        self.parts.append(out)
+
+    def result(self) -> np.ndarray:
+        """The events in file order."""
+        rows = np.concatenate([np.empty(0, dtype=_COMM_ROW), *self.parts])
+        self.parts = []
+        return rows[np.argsort(rows["row"], kind="stable")]
+
+
+def gpu_table(f: SpilledFile, comm: np.ndarray, values, needs: dict) -> CommTable:
+    """GPU mode: the file's table from its communication events ``comm`` (:meth:`CommEvents.result`)
+    and the need times measured from its CUDA sync events (``needs``:
+    :meth:`~overlapprof.analysis.rank.waits.NeedTimes.result`)."""
+    recs = f.rows.recs.arrays()
+    n_recs = recs["row"].size
+    rows = np.concatenate((recs["row"], comm["row"]))
+    order = np.argsort(rows, kind="stable")
+    cols = {k: np.concatenate((recs[k], comm[k]))[order] for k in ("ts", "dur", "codes", "name_ids", "thread")}
+    rec = f.recorder.records(cols["thread"], f.threads, rows[order])
+    rec.rows = np.arange(rows.size)
+    where = np.empty_like(order)
+    where[order] = np.arange(order.size)
+    launched = ~np.isnan(comm["launch_ts"])
+    host_thread = rec.thread_codes[np.where(launched, comm["launch_thread"], comm["thread"])]
+    rec.gather(cols["ts"], cols["dur"], cols["codes"], cols["name_ids"])
+    anchor = np.where(launched, comm["launch_ts"], comm["ts"])
+    return comm_table(rec, values, gpu=True, rows=where[n_recs:], kinds=comm["kind"], launch_ts=comm["launch_ts"],
+                      host_thread=host_thread, anchor=anchor, issue_ts=anchor,
+                      need_ts=lookup(needs, comm["corr"], comm["ts"]))
+
+
+def cpu_table(f: SpilledFile, comm_re, comm_ann, names: list[str], values, activity, ends) -> CommTable:
+    """CPU mode: the file's table from its calls and annotations, classified as in memory
+    (``activity``: the host activity of its compute CPU ops; ``ends``: see
+    :func:`~overlapprof.analysis.rank.events.ends_at_peer`)."""
+    recs = f.rows.recs.arrays()
+    rec = f.recorder.records(recs["thread"], f.threads, recs["row"])
+    rec.rows = np.arange(recs["row"].size)
+    scan = Scan.of_columns(f.path, {k: recs[k] for k in SCAN_COLUMNS}, None, rec)
+    return extract(scan, False, comm_re, comm_ann, names, values, activity, ends)[2]
