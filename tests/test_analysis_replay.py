@@ -115,6 +115,24 @@ def test_no_straggler_removes_the_late_ranks_extra_work(tmp_path):
     assert got["no_straggler=1"].exposure.late_peer_us == pytest.approx(0)
 
 
+def test_no_straggler_removes_the_late_ranks_extra_compute_and_names_it(tmp_path):
+    """Rank 1 computes 800 µs before the blocking all_reduce; rank 0 computes 400 and idles
+    200 (work 600): rank 0 waits 200 µs for rank 1, steps of 1400. Rank 1's 400 µs of compute
+    beyond rank 0's go, though its work (800) is only 200 above rank 0's: its compute down to
+    400, its rest (0) kept. It then issues at 400, rank 0 at 600: the all_reduce moves [600,
+    900), 300 µs of compute after it: 1200 a step, 700 of compute on each rank (bringing the
+    work alone down to 600 left rank 1 900 of compute)."""
+    r0 = [S.step(1, 0, 1400), S.cpu_op("aten::mm", 0, 400), *_blocking(600, 500), S.cpu_op("aten::mm", 1100, 300)]
+    r1 = [S.step(1, 0, 1400), S.cpu_op("aten::mm", 0, 800), *_blocking(800, 300), S.cpu_op("aten::mm", 1100, 300)]
+    result = whatif([_write(tmp_path, {0: r0, 1: r1})], ["no_straggler=1"], workers=1)
+    _unchanged_ok(result)
+    (p,) = result.predictions
+    assert p.step_us == pytest.approx(1200)
+    assert p.compute_us == pytest.approx(700)
+    assert any("0.400 ms of rank 1's work a step removed (down to the other ranks' median): 0.400 ms of compute beyond "
+               "theirs (more work or a slower device) and 0.000 ms of host work or idle" in n for n in p.notes), p.notes
+
+
 def test_no_straggler_gives_the_late_ranks_operations_their_unhindered_transfer(tmp_path):
     """Rank 1 idles 600 µs (rank 0 computes 400) before each blocking all_reduce. Its transfer
     (from rank 1's start) took 300 µs in step 1 and 800 in step 2, with no compute beside it (the
