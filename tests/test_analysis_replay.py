@@ -385,6 +385,34 @@ def test_micro_batches_cuts_the_pipeline_step_finer_or_coarser(tmp_path):
     assert "the traced 2 micro-batches a step cut into 4" in got["micro_batches=4"].notes[0]
 
 
+def _irecv(at, until, peer):
+    """An async gloo receive from ``peer``, issued at ``at`` and waited: its span ends at ``until``."""
+    return [S.cpu_op("c10d::recv_", at, 1, args={"Concrete Inputs": ["", "", str(peer), "0"]}),
+            S.annotation("gloo:recv", at, until - at, args=dict(SHAPES))]
+
+
+def test_micro_batches_ends_a_receive_seen_at_its_wait_where_the_new_schedule_waits(tmp_path):
+    """Stage 1 posts both receives at the step's start and lags: it forwards 400 µs a
+    micro-batch where stage 0 takes 200. Micro-batch 1's data is sent [500, 600), but stage 1
+    waits for it only at 700 and its span ends at 710: the traced transfer (from the send's
+    start to that end) is 210 µs, where the others (sends and receives seen to end) take 100.
+    Cut into one micro-batch, its transfer is the pace of those seen, 100 µs, × 2 for twice the
+    bytes, not 2 × 210 (which gave 2620 and 2220): stage 0 forwards 400 and sends [400, 600);
+    stage 1, waiting since its start, computes 800 + 400 and sends back [1800, 2000); stage 0
+    backwards 400: 2400 and 2000, median 2200."""
+    mm = lambda at, d=200: S.cpu_op("aten::mm", at, d)  # noqa: E731
+    stage0 = [S.step(1, 0, 1910), mm(0), *_p2p("send", 200, 100, 1), mm(300), *_p2p("send", 500, 100, 1),
+              *_p2p("recv", 600, 810, 1), mm(1410), *_p2p("recv", 1610, 100, 1), mm(1710)]
+    stage1 = [S.step(1, 0, 1710), *_irecv(0, 300, 0), *_irecv(1, 710, 0), mm(300, 400), mm(710, 400), mm(1110),
+              *_p2p("send", 1310, 100, 0), mm(1410), *_p2p("send", 1610, 100, 0)]
+    result = whatif([_write(tmp_path, {0: stage0, 1: stage1})], ["micro_batches=2", "micro_batches=1"], workers=1)
+    _unchanged_ok(result)
+    got = {p.change: p for p in result.predictions}
+    assert got["micro_batches=2"].ranks == {0: pytest.approx(1910), 1: pytest.approx(1710)}
+    assert got["micro_batches=1"].ranks == {0: pytest.approx(2400), 1: pytest.approx(2000)}
+    assert got["micro_batches=1"].step_us == pytest.approx(2200)
+
+
 def test_micro_batches_is_refused_where_the_trace_is_not_a_pipeline(tmp_path):
     """A ring's hops alternate a send and a receive with the same peer: not a forward then a backward."""
     hop = lambda at, peer: [*_p2p("send", at, 100, peer), *_p2p("recv", at + 100, 100, peer)]  # noqa: E731
