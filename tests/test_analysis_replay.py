@@ -124,13 +124,22 @@ def test_no_straggler_removes_the_late_ranks_extra_compute_and_names_it(tmp_path
     work alone down to 600 left rank 1 900 of compute)."""
     r0 = [S.step(1, 0, 1400), S.cpu_op("aten::mm", 0, 400), *_blocking(600, 500), S.cpu_op("aten::mm", 1100, 300)]
     r1 = [S.step(1, 0, 1400), S.cpu_op("aten::mm", 0, 800), *_blocking(800, 300), S.cpu_op("aten::mm", 1100, 300)]
-    result = whatif([_write(tmp_path, {0: r0, 1: r1})], ["no_straggler=1"], workers=1)
+    (tmp_path / "traced").mkdir()
+    traced = _write(tmp_path / "traced", {0: r0, 1: r1})
+    result = whatif([traced], ["no_straggler=1"], workers=1)
     _unchanged_ok(result)
     (p,) = result.predictions
     assert p.step_us == pytest.approx(1200)
     assert p.compute_us == pytest.approx(700)
     assert any("0.400 ms of rank 1's work a step removed (down to the other ranks' median): 0.400 ms of compute beyond "
                "theirs (more work or a slower device) and 0.000 ms of host work or idle" in n for n in p.notes), p.notes
+    # the median compute a (rank, step) goes from 900 (700 and 1100) to 700: a run without the extra
+    # compute (rank 0's step on both ranks) computes what the change predicts, ratio 1 (not 700 / 900)
+    assert p.compute_factor == pytest.approx(700 / 900)
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    checked = whatif([traced], ["no_straggler=1"], check=_write(clean, {0: r0, 1: r0}), workers=1)
+    assert checked.predictions[0].check.compute_ratio == pytest.approx(1)
 
 
 def test_no_straggler_gives_the_late_ranks_operations_their_unhindered_transfer(tmp_path):
