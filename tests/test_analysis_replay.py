@@ -115,6 +115,33 @@ def test_no_straggler_removes_the_late_ranks_extra_work(tmp_path):
     assert got["no_straggler=1"].exposure.late_peer_us == pytest.approx(0)
 
 
+def test_no_straggler_removes_the_late_ranks_extra_compute_and_names_it(tmp_path):
+    """Rank 1 computes 800 µs before the blocking all_reduce; rank 0 computes 400 and idles
+    200 (work 600): rank 0 waits 200 µs for rank 1, steps of 1400. Rank 1's 400 µs of compute
+    beyond rank 0's go, though its work (800) is only 200 above rank 0's: its compute down to
+    400, its rest (0) kept. It then issues at 400, rank 0 at 600: the all_reduce moves [600,
+    900), 300 µs of compute after it: 1200 a step, 700 of compute on each rank (bringing the
+    work alone down to 600 left rank 1 900 of compute)."""
+    r0 = [S.step(1, 0, 1400), S.cpu_op("aten::mm", 0, 400), *_blocking(600, 500), S.cpu_op("aten::mm", 1100, 300)]
+    r1 = [S.step(1, 0, 1400), S.cpu_op("aten::mm", 0, 800), *_blocking(800, 300), S.cpu_op("aten::mm", 1100, 300)]
+    (tmp_path / "traced").mkdir()
+    traced = _write(tmp_path / "traced", {0: r0, 1: r1})
+    result = whatif([traced], ["no_straggler=1"], workers=1)
+    _unchanged_ok(result)
+    (p,) = result.predictions
+    assert p.step_us == pytest.approx(1200)
+    assert p.compute_us == pytest.approx(700)
+    assert any("0.400 ms of rank 1's work a step removed (down to the other ranks' median): 0.400 ms of compute beyond "
+               "theirs (more work or a slower device) and 0.000 ms of host work or idle" in n for n in p.notes), p.notes
+    # the median compute a (rank, step) goes from 900 (700 and 1100) to 700: a run without the extra
+    # compute (rank 0's step on both ranks) computes what the change predicts, ratio 1 (not 700 / 900)
+    assert p.compute_factor == pytest.approx(700 / 900)
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    checked = whatif([traced], ["no_straggler=1"], check=_write(clean, {0: r0, 1: r0}), workers=1)
+    assert checked.predictions[0].check.compute_ratio == pytest.approx(1)
+
+
 def test_no_straggler_gives_the_late_ranks_operations_their_unhindered_transfer(tmp_path):
     """Rank 1 idles 600 µs (rank 0 computes 400) before each blocking all_reduce. Its transfer
     (from rank 1's start) took 300 µs in step 1 and 800 in step 2, with no compute beside it (the
@@ -365,6 +392,34 @@ def test_micro_batches_cuts_the_pipeline_step_finer_or_coarser(tmp_path):
     assert got["micro_batches=4"].ranks == {0: pytest.approx(1400), 1: pytest.approx(1300)}
     assert got["micro_batches=4"].speedup == pytest.approx(1500 / 1350)
     assert "the traced 2 micro-batches a step cut into 4" in got["micro_batches=4"].notes[0]
+
+
+def _irecv(at, until, peer):
+    """An async gloo receive from ``peer``, issued at ``at`` and waited: its span ends at ``until``."""
+    return [S.cpu_op("c10d::recv_", at, 1, args={"Concrete Inputs": ["", "", str(peer), "0"]}),
+            S.annotation("gloo:recv", at, until - at, args=dict(SHAPES))]
+
+
+def test_micro_batches_ends_a_receive_seen_at_its_wait_where_the_new_schedule_waits(tmp_path):
+    """Stage 1 posts both receives at the step's start and lags: it forwards 400 µs a
+    micro-batch where stage 0 takes 200. Micro-batch 1's data is sent [500, 600), but stage 1
+    waits for it only at 700 and its span ends at 710: the traced transfer (from the send's
+    start to that end) is 210 µs, where the others (sends and receives seen to end) take 100.
+    Cut into one micro-batch, its transfer is the pace of those seen, 100 µs, × 2 for twice the
+    bytes, not 2 × 210 (which gave 2620 and 2220): stage 0 forwards 400 and sends [400, 600);
+    stage 1, waiting since its start, computes 800 + 400 and sends back [1800, 2000); stage 0
+    backwards 400: 2400 and 2000, median 2200."""
+    mm = lambda at, d=200: S.cpu_op("aten::mm", at, d)  # noqa: E731
+    stage0 = [S.step(1, 0, 1910), mm(0), *_p2p("send", 200, 100, 1), mm(300), *_p2p("send", 500, 100, 1),
+              *_p2p("recv", 600, 810, 1), mm(1410), *_p2p("recv", 1610, 100, 1), mm(1710)]
+    stage1 = [S.step(1, 0, 1710), *_irecv(0, 300, 0), *_irecv(1, 710, 0), mm(300, 400), mm(710, 400), mm(1110),
+              *_p2p("send", 1310, 100, 0), mm(1410), *_p2p("send", 1610, 100, 0)]
+    result = whatif([_write(tmp_path, {0: stage0, 1: stage1})], ["micro_batches=2", "micro_batches=1"], workers=1)
+    _unchanged_ok(result)
+    got = {p.change: p for p in result.predictions}
+    assert got["micro_batches=2"].ranks == {0: pytest.approx(1910), 1: pytest.approx(1710)}
+    assert got["micro_batches=1"].ranks == {0: pytest.approx(2400), 1: pytest.approx(2000)}
+    assert got["micro_batches=1"].step_us == pytest.approx(2200)
 
 
 def test_micro_batches_is_refused_where_the_trace_is_not_a_pipeline(tmp_path):

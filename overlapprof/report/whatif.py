@@ -16,8 +16,10 @@ and read by :mod:`overlapprof.renderers.whatif_table`; saves to and loads from J
 - :class:`Check`: the prediction against the run that made the change (``--check``):
   ``error`` = ``predicted / measured − 1``; ``within`` whether the measured median lies in
   ``[low_us, high_us]``; ``compute_ratio`` = the run's median compute a (rank, step) / the
-  traced run's, divided by the change's own compute factor: far from 1, the machine (load,
-  clocks) or the change's interference moved the run's compute, which the replay does not model.
+  traced run's, divided by the change's own compute factor (``compute=xF``: F; ``no_straggler``:
+  the rewritten steps' median compute over the traced ones', ``Prediction.compute_factor``):
+  far from 1, the machine (load, clocks) or the change's interference moved the run's compute,
+  which the replay does not model.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ class Prediction(msgspec.Struct, kw_only=True, omit_defaults=True):
     ranks: dict[int, float] = {}  # rank -> its median replayed step
     compute_us: float | None = None
     other_us: float | None = None
+    compute_factor: float | None = None  # the change's factor on the median compute a (rank, step), where not 1
     exposure: Exposure | None = None
     limit: str | None = None
     notes: list[str] = []

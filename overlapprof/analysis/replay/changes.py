@@ -177,16 +177,12 @@ def _no_straggler(tr: Traced, value: str) -> list[str]:
             continue
         shape = [lane.kind[j] for j in mine[k]]
         if all([o.kind[j] for j in p] == shape for o, p in peers):
-            for at, j in enumerate(mine[k]):  # the same keys: each piece of work down to the others' median
-                typical = median([o.work[p[at]] for o, p in peers])
-                if lane.work[j] > typical:
-                    lane.compute[j] *= typical / lane.work[j]
-                    lane.work[j] = typical
+            for at, j in enumerate(mine[k]):  # the same keys: each piece's compute and rest down to the others' median
+                _down_to(lane, [j], median([o.compute[p[at]] for o, p in peers]),
+                         median([o.work[p[at]] - o.compute[p[at]] for o, p in peers]))
         elif before[k] > 0:
-            f = min(1.0, median([sum(o.work[j] for j in p) for o, p in peers]) / before[k])
-            for j in mine[k]:
-                lane.work[j] *= f
-                lane.compute[j] *= f
+            _down_to(lane, mine[k], median([sum(o.compute[j] for j in p) for o, p in peers]),
+                     median([sum(o.work[j] - o.compute[j] for j in p) for o, p in peers]))
     late = np.array([k for k, rows in enumerate(tr.members) if rank in tr.rank[rows].tolist()
                      and tr.start[rows].max() > tr.start[rows].min()
                      and int(tr.rank[rows[np.argmax(tr.start[rows])]]) == rank], dtype=np.int64)
@@ -196,17 +192,34 @@ def _no_straggler(tr: Traced, value: str) -> list[str]:
     tr.transfer[late] -= shorter
     waited = _unhindered_leads(tr, late)
     cut = sum(before) - sum(lane.step_work())
+    less = sum(computed) - sum(sum(lane.compute[j] for j in js) for js in mine)
+    steps = max(len(before), 1)
     notes = [f"no_straggler={rank}: the {late.size} operations rank {rank} started last take the transfer they take "
-             f"unhindered, {shorter.sum() / max(len(before), 1) / 1000:.3f} ms a step less"] if shorter.sum() > 0 else []
+             f"unhindered, {shorter.sum() / steps / 1000:.3f} ms a step less"] if shorter.sum() > 0 else []
     if waited > 0:
         notes.append(f"no_straggler={rank}: their operations start as soon as the least delayed ones did, "
-                     f"{waited / max(len(before), 1) / 1000:.3f} ms a step less (the backend's threads no longer wait "
+                     f"{waited / steps / 1000:.3f} ms a step less (the backend's threads no longer wait "
                      f"for rank {rank})")
     if cut <= 0:
         return [f"no_straggler={rank}: rank {rank}'s work was at most the others' median in every step: nothing removed",
                 *notes]
-    return [f"no_straggler={rank}: {cut / len(before) / 1000:.3f} ms of rank {rank}'s work a step removed (down to "
-            "the other ranks' median)", *notes]
+    return [f"no_straggler={rank}: {cut / steps / 1000:.3f} ms of rank {rank}'s work a step removed (down to the other "
+            f"ranks' median): {less / steps / 1000:.3f} ms of compute beyond theirs (more work or a slower device) and "
+            f"{(cut - less) / steps / 1000:.3f} ms of host work or idle", *notes]
+
+
+def _down_to(lane, keys: list[int], compute: float, rest: float) -> None:
+    """The work after ``keys`` of ``lane`` brought down to at most ``compute`` µs of compute and
+    ``rest`` µs of the rest (host code, idle), each part scaled on its own: a rank that computes
+    longer loses its extra compute even where the others idled as long as it computed."""
+    c = sum(lane.compute[j] for j in keys)
+    o = sum(lane.work[j] - lane.compute[j] for j in keys)
+    fc = min(1.0, compute / c) if c > 0 else 1.0
+    fo = min(1.0, rest / o) if o > 0 else 1.0
+    for j in keys:
+        other = (lane.work[j] - lane.compute[j]) * fo
+        lane.compute[j] *= fc
+        lane.work[j] = lane.compute[j] + other
 
 
 def _unhindered_leads(tr: Traced, insts: np.ndarray) -> float:

@@ -18,7 +18,7 @@ from overlapprof.analysis.exposure import resources
 from overlapprof.analysis.replay.changes import Context, Unmodelled, factor, link_floor, parse, rewrite
 from overlapprof.analysis.replay.engine import Replayed, replay
 from overlapprof.analysis.replay.slowdown import rank_factors, slow
-from overlapprof.analysis.replay.timeline import Traced, traced
+from overlapprof.analysis.replay.timeline import BOUND, Traced, traced
 from overlapprof.analysis.replay.transfer import fit, interference
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.errors import InputError
@@ -167,20 +167,42 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
     result.notes += words
     ctx = Context(model, res.link_bytes_per_us, cost)
     factors = rank_factors(report)
+    before = _lane_compute(tr)
     for text, pairs in zip(changes, parsed):
         try:
             new = rewrite(tr, pairs, ctx)
         except Unmodelled as exc:
             result.predictions.append(Prediction(change=text, modelled=False, reason=str(exc)))
             continue
+        moved = _lane_compute(new.traced) / before if before > 0 and any(n == "no_straggler" for n, _ in pairs) \
+            else None
         new.notes += slow(tr, new.traced, factors)
         out = replay(new.traced)
         floor = link_floor(new.traced, new.link_bytes_per_us) if new.link_bytes_per_us else None
         result.predictions.append(_prediction(text, out, new.traced, floor, traced_step, new.notes))
+        if moved is not None:
+            result.predictions[-1].compute_factor = moved  # the lanes carry a compute=xF of the same change too
     result.traced_compute_us = _compute(report)
     if check is not None and result.predictions and result.predictions[0].modelled:
         check_saved(result, check, workers)
     return result
+
+
+def _lane_compute(tr) -> float:
+    """The median over the lanes' (rank, step) pairs of the compute in the step (µs): what a
+    removed straggler's extra compute changes (the others' steps keep theirs)."""
+    values = [c for lane in tr.lanes.values() for c in _step_compute(lane)]
+    return median(values) if values else 0.0
+
+
+def _step_compute(lane) -> list[float]:
+    out, cur = [0.0] * len(lane.steps), None
+    for kind, ref, c in zip(lane.kind, lane.ref, lane.compute):
+        if kind == BOUND:
+            cur = ref // 2 if ref % 2 == 0 else None
+        if cur is not None:
+            out[cur] += c
+    return out
 
 
 def _compute_factor(change: str) -> float:
@@ -199,7 +221,8 @@ def check_saved(result: WhatIf, path: str, workers: int | None = None) -> Check:
     if p is None or not p.modelled:
         raise InputError(f"no prediction to check against {path}: " + (p.reason if p is not None else "none was made"))
     compute = result.traced_compute_us
-    p.check = checked(p, path, compute * _compute_factor(p.change) if compute else None, workers)
+    f = p.compute_factor if p.compute_factor is not None else _compute_factor(p.change)
+    p.check = checked(p, path, compute * f if compute else None, workers)
     return p.check
 
 
