@@ -220,8 +220,8 @@ def test_options_after_dashes_straggler_gzip_and_repeat(tmp_path):
 
 
 def test_overlapprofs_own_time_is_not_the_workloads(tmp_path):
-    """6 ranks on this machine's cores, --timeout 2: the profiler's start (torch imports
-    torch._dynamo and torch._inductor, seconds per rank when ranks share cores), saving each
+    """6 ranks on this machine's cores, --timeout 2: the profiler's start (Kineto's: seconds per
+    rank when ranks share cores, more where torch imports torch._inductor for it), saving each
     cycle's trace (--repeat 2) and the ranks meeting are overlapprof's time, not the workload's;
     before, the run failed blaming the workload 'in its own code'. -q: no rank's ok line on the
     console (each is in its log)."""
