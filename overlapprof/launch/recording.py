@@ -65,9 +65,11 @@ class Profile(torch.profiler.profile):
     with ranks sharing cores. Where torch._inductor is not imported nothing in the process has
     compiled or changed inductor's settings, so the setting read is its default, False unless
     TORCHINDUCTOR_CUDAGRAPHS=1 (then it is imported as before). A workload that compiles imports
-    it itself (its warm-up steps, where it compiles) and later cycles read the setting as torch
-    does. torch 2.13 looks the lazy submodule up in ``torch._lazy_modules``; a torch without that
-    set imports it as before."""
+    it itself (its warm-up steps, where it compiles; DistributedDataParallel and FSDP import it
+    when built, in setup) and later cycles read the setting as torch does. torch 2.13 looks the
+    lazy submodule up in ``torch._lazy_modules``; a torch without that set imports it as before.
+    While the set lacks it (this call only), another thread's ``torch._inductor`` attribute (not
+    ``import torch._inductor``) would raise AttributeError: the harness's watchdog never reads it."""
 
     def prepare_trace(self):
         with _inductor_left_unimported():
