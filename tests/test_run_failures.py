@@ -85,8 +85,8 @@ def test_crash_keeps_traces_and_logs_and_records_the_failure(crashed):
 
 def test_analyze_says_the_run_failed(crashed):
     _, run_dir = crashed
-    analyzed = _overlapprof("analyze", run_dir)
-    assert analyzed.returncode == 0, analyzed.stderr
+    analyzed = overlapprof_here("analyze", run_dir)
+    assert analyzed.exit_code == 0, analyzed.output
     assert (f"warning: run.json: run {run_dir.name} failed (rank 1: ValueError: boom on rank 1 "
             "at ") in analyzed.stdout
 
@@ -220,8 +220,8 @@ def test_options_after_dashes_straggler_gzip_and_repeat(tmp_path):
 
 
 def test_overlapprofs_own_time_is_not_the_workloads(tmp_path):
-    """6 ranks on this machine's cores, --timeout 2: the profiler's start (torch imports
-    torch._dynamo and torch._inductor, seconds per rank when ranks share cores), saving each
+    """6 ranks on this machine's cores, --timeout 2: the profiler's start (Kineto's: seconds per
+    rank when ranks share cores, more where torch imports torch._inductor for it), saving each
     cycle's trace (--repeat 2) and the ranks meeting are overlapprof's time, not the workload's;
     before, the run failed blaming the workload 'in its own code'. -q: no rank's ok line on the
     console (each is in its log)."""
@@ -279,8 +279,8 @@ def test_a_hang_blames_the_rank_stalled_in_its_own_code_and_keeps_both_traces(tm
         [trace] = run["traces"][rank]
         steps = {e["name"] for e in json.loads((tmp_path / "h-sync" / trace).read_text())["traceEvents"]}
         assert "ProfilerStep#3" in steps, rank
-    analyzed = _overlapprof("analyze", tmp_path / "h-sync", "--no-comms")
-    assert analyzed.returncode == 0, analyzed.stderr
+    analyzed = overlapprof_here("analyze", tmp_path / "h-sync", "--no-comms")
+    assert analyzed.exit_code == 0, analyzed.output
     assert "warning: run.json: run h-sync failed (rank 1: made no progress" in analyzed.stdout
 
 
@@ -358,14 +358,14 @@ def test_ctrl_c_mid_run_is_interrupted_not_failed(interrupted_mid_run):
     assert all(run["traces"][rank] for rank in ("0", "1"))  # the cycle in progress was saved
     note = (f"run.json: run {run_dir.name} was interrupted (Ctrl-C): its traces end where it stopped; the step it "
             "stopped in counts as long as it ran (--drop-last-step leaves each rank's last step out)")
-    analyzed = _overlapprof("analyze", run_dir)
-    assert analyzed.returncode == 0, analyzed.stderr
+    analyzed = overlapprof_here("analyze", run_dir)
+    assert analyzed.exit_code == 0, analyzed.output
     assert f"warning: {note}" in analyzed.stdout
-    compared = _overlapprof("compare", run_dir, run_dir, "--label", "a", "--label", "b")
-    assert compared.returncode == 0, compared.stderr
+    compared = overlapprof_here("compare", run_dir, run_dir, "--label", "a", "--label", "b")
+    assert compared.exit_code == 0, compared.output
     assert f"warning: a: {note}" in compared.stdout
-    reported = _overlapprof("report", run_dir, "-o", run_dir.parent / "r.html")
-    assert reported.returncode == 0, reported.stderr
+    reported = overlapprof_here("report", run_dir, "-o", run_dir.parent / "r.html")
+    assert reported.exit_code == 0, reported.output
     assert f"warning: sync: {note}" in reported.stderr
 
 

@@ -103,13 +103,13 @@ def test_report_and_compare_show_the_link_per_variant(linked, tmp_path):
     workload, _, dirs = linked
     rate, _, shown, _ = RATES[workload]
     html = tmp_path / "r.html"
-    proc = _overlapprof("report", dirs["sync"], dirs["async"], "-o", html)
-    assert proc.returncode == 0, proc.stderr
+    proc = overlapprof_here("report", dirs["sync"], dirs["async"], "-o", html)
+    assert proc.exit_code == 0, proc.output
     page = html.read_text()
     assert page.count(f"{shown} shared by 4 ranks") >= 2  # one card per variant
     assert f"{rate} tbf on lo" in page
-    proc = _overlapprof("compare", dirs["sync"], dirs["async"])
-    assert proc.returncode == 0, proc.stderr
+    proc = overlapprof_here("compare", dirs["sync"], dirs["async"])
+    assert proc.exit_code == 0, proc.output
     row = next(line for line in proc.stdout.splitlines() if line.startswith("link"))
     assert row.count(f"{shown} shared by 4 ranks") == 2
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import overlapprof
-from conftest import REPO, USER_WORKLOADS, _overlapprof
+from conftest import REPO, USER_WORKLOADS, _overlapprof, overlapprof_here
 
 
 def run_json(run_dir):
@@ -124,15 +124,15 @@ def test_workload_metrics_reach_analyze_compare_and_report(runs, tmp_path):
     expected = [v for info in run_json(dirs[1])["ranks"].values() for v in info["metrics"]["stage_grads_checksum"]["profiled"]]
     assert metric.name == "stage_grads_checksum" and metric.steps == "profiled" and metric.count == len(expected) == 6
     assert metric.min == min(expected) and metric.max == max(expected) and set(metric.by_rank) == {0, 1}
-    shown = _overlapprof("analyze", dirs[1])
-    assert shown.returncode == 0 and "workload metric stage_grads_checksum: median" in shown.stdout
-    compared = _overlapprof("compare", *dirs)
-    assert compared.returncode == 0
+    shown = overlapprof_here("analyze", dirs[1])
+    assert shown.exit_code == 0 and "workload metric stage_grads_checksum: median" in shown.stdout
+    compared = overlapprof_here("compare", *dirs)
+    assert compared.exit_code == 0, compared.output
     row = next(line for line in compared.stdout.splitlines() if line.strip().startswith("stage_grads_checksum"))
     assert len(row.split()) == 3  # the name, then one value per variant
     assert "workload metrics (ctx.metric), median:" in compared.stdout
     page = tmp_path / "report.html"
-    assert _overlapprof("report", *dirs, "-o", page).returncode == 0
+    assert overlapprof_here("report", *dirs, "-o", page).exit_code == 0
     html = page.read_text()
     assert "Workload metrics compared (ctx.metric)" in html and html.count("Workload metrics (ctx.metric)") == 2
 
@@ -152,8 +152,8 @@ def test_user_script_run_directory_analyzes_and_compares(runs):
                                                         "profiled")] == [2, 4, 1, 1, 4]
         assert [f.split(".")[0] for f in info["traces"]] == [f"rank{rank}"]
     assert "ok: 2 rank(s), 2 trace(s)" in runs.procs["ddp"].stderr
-    compared = _overlapprof("compare", no_sync, ddp)
-    assert compared.returncode == 0, compared.stderr
+    compared = overlapprof_here("compare", no_sync, ddp)
+    assert compared.exit_code == 0, compared.output
     assert compared.stdout.split("\n")[0].split() == ["no_sync", "(baseline)", "ddp"]
     ratio = {d.name: overlapprof.analyze(d).summary.pooled_ratio for d in (no_sync, ddp)}
     assert ratio["ddp-no-sync"] == 0 and ratio["ddp"] > 0

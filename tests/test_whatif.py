@@ -79,9 +79,11 @@ def test_bad_input_is_one_error_line(tmp_path, args, words):
 
 # -- predict, then run: the ring's blocking send/recv over an emulated link (2 ranks, a 64 x 64
 # matmul: the link sets the step), traced at 1 Gbit/s, predicted at 2 Gbit/s, then run at it (the
-# halved rate is the benchmark's); and traced with rank 1 sleeping 10 ms a step, predicted and
-# checked without it. TOLERANCE is what docs/whatif.md measured on this 2-core machine under load, with
-# margin; the direction (a faster link is faster) must hold outright.
+# halved rate is the benchmark's). TOLERANCE is what docs/whatif.md measured on this 2-core machine
+# under load, with margin; the direction (a faster link is faster) must hold outright. The same
+# ring traced with rank 1 sleeping 10 ms a step, predicted and checked without it, is the
+# benchmark's ring-straggler row (``benchmarks/whatif_bench.py --only ring-straggler``: the same
+# runs), not run here: a third linked launch, ~16 s of a loaded suite (issue 36 item 5).
 LINKED = ("--nproc", 2, "--variant", "sync", "--no-analyze", "-q", "--warmup-steps", 1, "--wait", 0, "--warmup", 1,
           "--active", 3, "--", "--size", 64)
 TOLERANCE = 0.35
@@ -92,12 +94,11 @@ def test_predict_then_run_the_ring_at_other_link_rates(tmp_path):
     from conftest import REPO, _overlapprof
 
     dirs = {}
-    for name, rate, extra in (("1gbit", "1gbit", ()), ("2gbit", "2gbit", ()),
-                              ("slow", "1gbit", ("--slow_rank", 1, "--slow_ms", 10))):
-        proc = _overlapprof("run", REPO / "workloads/ring.py", "--link-rate", rate, "--run-id", name, "--out", tmp_path,
-                            *LINKED, *extra, timeout=400)
+    for rate in ("1gbit", "2gbit"):
+        proc = _overlapprof("run", REPO / "workloads/ring.py", "--link-rate", rate, "--run-id", rate, "--out", tmp_path,
+                            *LINKED, timeout=400)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        dirs[name] = tmp_path / f"{name}-sync"
+        dirs[rate] = tmp_path / f"{rate}-sync"
     got = overlapprof_here("whatif", dirs["1gbit"], "--set", "link_rate=2gbit", "--check", dirs["2gbit"],
                            "--json", tmp_path / "2gbit.json")
     assert got.exit_code == 0, got.output
@@ -105,13 +106,6 @@ def test_predict_then_run_the_ring_at_other_link_rates(tmp_path):
     fast = checked.predictions[0]
     assert checked.traced_step_us > fast.step_us and checked.traced_step_us > fast.check.measured_step_us
     assert abs(fast.check.error) <= TOLERANCE, (fast.change, fast.step_us, fast.check)
-    # rank 1 sleeps 10 ms a step: predict the ring without it, check against the run without it
-    got = overlapprof_here("whatif", dirs["slow"], "--set", "no_straggler=1", "--check", dirs["1gbit"], "--json",
-                           tmp_path / "straggler.json")
-    assert got.exit_code == 0, got.output
-    w = WhatIf.load(tmp_path / "straggler.json")
-    p = w.predictions[0]
-    assert p.step_us < w.traced_step_us and abs(p.check.error) <= TOLERANCE, (p.step_us, w.traced_step_us, p.check)
 
 
 def test_a_saved_report_is_refused_with_what_to_give(tmp_path):

@@ -25,8 +25,8 @@ a rank the launcher stops records the same about where the signal found it, so t
 launcher can name the rank the others waited for.
 
 overlapprof's own work is not the workload's and --timeout does not count it (_HARNESS_TIMEOUT_S
-does): the profiler's first start (torch imports torch._dynamo and torch._inductor: seconds per
-rank when ranks share cores), done once by every rank before the process group forms; each
+does): the profiler's first start (Kineto's, and CUPTI's on CUDA; torch._inductor is not imported
+for it: recording.Profile), done once by every rank before the process group forms; each
 ``prof.step()``; saving a trace, after which the ranks meet (a barrier, profiler off) so that no
 peer's wait for a slow save counts as the workload's; the final barrier.
 
@@ -72,8 +72,8 @@ from overlapprof.rundir import blame, directory, run_record  # noqa: E402
 # which can name the hung call, fires first (NCCL's watchdog would abort the process silently).
 _PG_TIMEOUT_MARGIN_S = 10
 _SIGNAL_GRACE_S = 2.0  # how long a signalled rank may take to save its traces and exit
-# overlapprof's own work on a rank (the profiler starting: torch imports torch._dynamo and
-# torch._inductor, 5-51 s with 16 ranks on 2 cores; saving a trace; the ranks meeting) is not the
+# overlapprof's own work on a rank (the profiler starting: 5-51 s with 16 ranks on 2 cores when torch
+# imported torch._dynamo and torch._inductor for it; saving a trace; the ranks meeting) is not the
 # workload's: --timeout does not count it, this limit does (at least --timeout).
 _HARNESS_TIMEOUT_S = 600.0
 # A rank whose watchdog fired unwinds so that the profiler saves the cycle in progress; one blocked
@@ -184,10 +184,9 @@ class Harness:
 
     def _start_up_profiler(self):
         """Start and stop a profiler once, recording nothing: what torch does the first time
-        (import torch._dynamo and torch._inductor, start Kineto and CUPTI) happens here, with
-        every rank before the process group (which waits for them all), not in a step that
-        peers wait on."""
-        with torch.profiler.profile(activities=recording.activities(self.ctx.is_cuda)):
+        (start Kineto and CUPTI) happens here, with every rank before the process group (which
+        waits for them all), not in a step that peers wait on."""
+        with recording.Profile(activities=recording.activities(self.ctx.is_cuda)):
             pass
 
     def _init_process_group(self, device):

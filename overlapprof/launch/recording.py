@@ -7,6 +7,10 @@ The loop, after ``warmup_steps`` unprofiled steps, is ``repeat`` cycles of ``unp
 :class:`overlapprof.rundir.run_record.ProfilerConfig`).
 """
 
+import contextlib
+import os
+import sys
+
 import torch
 
 from overlapprof.rundir import directory
@@ -45,10 +49,45 @@ def torch_profiler(config, cuda, on_trace_ready, skip_first=0, cuda_sync_events=
                                        wait=config.unprofiled_steps + config.wait,
                                        warmup=config.warmup, active=config.active,
                                        repeat=config.repeat)
-    return torch.profiler.profile(activities=activities(cuda), schedule=schedule,
+    return Profile(activities=activities(cuda), schedule=schedule,
                                   on_trace_ready=on_trace_ready,
                                   record_shapes=config.record_shapes,
                                   with_stack=config.with_stack, **extra)
+
+
+class Profile(torch.profiler.profile):
+    """``torch.profiler.profile``, except that starting a cycle does not import torch._inductor
+    into a process that has not imported it.
+
+    torch's ``prepare_trace`` reads inductor's ``triton.cudagraphs`` setting (to keep CUPTI
+    from tearing down under CUDA graphs) through ``hasattr(torch, "_inductor")``, which imports
+    torch._inductor and torch._dynamo: 1.2 s of CPU per rank on an idle core, several seconds
+    with ranks sharing cores. Where torch._inductor is not imported nothing in the process has
+    compiled or changed inductor's settings, so the setting read is its default, False unless
+    TORCHINDUCTOR_CUDAGRAPHS=1 (then it is imported as before). A workload that compiles imports
+    it itself (its warm-up steps, where it compiles; DistributedDataParallel and FSDP import it
+    when built, in setup) and later cycles read the setting as torch does. torch 2.13 looks the
+    lazy submodule up in ``torch._lazy_modules``; a torch without that set imports it as before.
+    While the set lacks it (this call only), another thread's ``torch._inductor`` attribute (not
+    ``import torch._inductor``) would raise AttributeError: the harness's watchdog never reads it."""
+
+    def prepare_trace(self):
+        with _inductor_left_unimported():
+            super().prepare_trace()
+
+
+@contextlib.contextmanager
+def _inductor_left_unimported():
+    lazy = getattr(torch, "_lazy_modules", None)
+    hide = ("torch._inductor" not in sys.modules and isinstance(lazy, set) and "_inductor" in lazy
+            and os.environ.get("TORCHINDUCTOR_CUDAGRAPHS") != "1")
+    if hide:
+        lazy.discard("_inductor")  # hasattr(torch, "_inductor") is then False, for this call only
+    try:
+        yield
+    finally:
+        if hide:
+            lazy.add("_inductor")
 
 
 def save_trace(prof, run_dir, rank, gzip):
