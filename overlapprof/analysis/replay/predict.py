@@ -18,7 +18,7 @@ from overlapprof.analysis.exposure import resources
 from overlapprof.analysis.replay.changes import Context, Unmodelled, factor, link_floor, parse, rewrite
 from overlapprof.analysis.replay.engine import Replayed, replay
 from overlapprof.analysis.replay.slowdown import rank_factors, slow
-from overlapprof.analysis.replay.timeline import BOUND, Traced, traced
+from overlapprof.analysis.replay.timeline import Traced, traced
 from overlapprof.analysis.replay.transfer import fit, interference
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.errors import InputError
@@ -191,18 +191,10 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
 def _lane_compute(tr) -> float:
     """The median over the lanes' (rank, step) pairs of the compute in the step (µs): what a
     removed straggler's extra compute changes (the others' steps keep theirs)."""
-    values = [c for lane in tr.lanes.values() for c in _step_compute(lane)]
+    values = [c for lane in tr.lanes.values() for c in lane.per_step(lane.compute)]
     return median(values) if values else 0.0
 
 
-def _step_compute(lane) -> list[float]:
-    out, cur = [0.0] * len(lane.steps), None
-    for kind, ref, c in zip(lane.kind, lane.ref, lane.compute):
-        if kind == BOUND:
-            cur = ref // 2 if ref % 2 == 0 else None
-        if cur is not None:
-            out[cur] += c
-    return out
 
 
 def _compute_factor(change: str) -> float:

@@ -54,12 +54,16 @@ class Lane:
 
     def step_work(self) -> list[float]:
         """Σ work per step (its keys between the step's start and end)."""
+        return self.per_step(self.work)
+
+    def per_step(self, values) -> list[float]:
+        """Σ ``values`` (one per key of the lane) per step: the keys between the step's start and end."""
         out, cur = [0.0] * len(self.steps), None
-        for kind, ref, w in zip(self.kind, self.ref, self.work):
+        for kind, ref, v in zip(self.kind, self.ref, values):
             if kind == BOUND:
                 cur = ref // 2 if ref % 2 == 0 else None
             if cur is not None:
-                out[cur] += w
+                out[cur] += v
         return out
 
 
