@@ -498,3 +498,30 @@ def test_a_saved_advice_that_is_not_one_is_one_error_line(tmp_path):
     (tmp_path / "a.json").write_text("{")
     with pytest.raises(ReportError, match="a.json: not an overlapprof advice"):
         Advice.load(tmp_path / "a.json")
+
+
+def _late_rank(extra):
+    """Two ranks, a step each per entry of ``extra``: 400 µs of compute (rank 1: 400 + extra[k]), a
+    blocking all_reduce that ends 300 µs after the later rank's issue (rank 0 waits in it for rank 1),
+    then 300 µs of compute."""
+    ranks, base = {0: [], 1: []}, 0
+    for k, more in enumerate(extra):
+        end = base + 400 + more + 300
+        for rank, before in ((0, 400), (1, 400 + more)):
+            ranks[rank] += [S.step(k + 1, base, end + 300 - base), *_compute("layer3", base, before),
+                            *_blocking(base + before, end - base - before), *_compute("layer4", end, 300)]
+        base = end + 300
+    return ranks
+
+
+def test_a_rank_late_in_one_step_of_four_is_not_a_straggler(tmp_path):
+    """Rank 1 computes 1200 µs more in the first of four steps only (a spike, as a loaded host
+    makes): the others wait 300 µs a step for it on average, but in the median step not at all, so
+    no_straggler is left out, said why; the same 1200 µs in every step is a straggler, listed."""
+    a = advise([_write(tmp_path / "spike", _late_rank([1200, 0, 0, 0]), run=_host(8))], workers=1)
+    assert not any(i.rule == "no_straggler" for i in [*a.items, *a.hints])
+    why = next(r.why for r in a.rejected if r.rule == "no_straggler")
+    assert why.startswith("the others wait 0.300 ms a step for rank 1 on average, but not step after step") and (
+        "in the median step 0.000 ms more" in why)
+    steady = advise([_write(tmp_path / "steady", _late_rank([1200] * 4), run=_host(8))], workers=1)
+    assert [i.change for i in steady.items][:1] == ["no_straggler=1"]

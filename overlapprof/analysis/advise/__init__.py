@@ -44,9 +44,9 @@ def advise(paths, top: int | None = None, workers: int | None = None,
         return out
     f.said = terms.prepare(rp, f)
     cpu = any(r.mode == "cpu" for r in report.ranks)
-    cands, hints = candidates(f, rp.tr, rp.model.fits, cpu, rp.one_bucket)
+    cands, hints, noise = candidates(f, rp.tr, rp.model.fits, cpu, rp.one_bucket)
     items, rejected, unmodelled = ranked(rp, cands, top)
-    out.items, out.rejected = items, rejected
+    out.items, out.rejected = items, rejected + noise
     out.hints = unmodelled + hints + _unlisted_straggler(cands, items, rejected)
     if (h := bandwidth_hint(rp, items)) is not None:
         out.hints.append(h)

@@ -9,6 +9,7 @@ up: the causes sum to the exposed communication a step).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from statistics import median
 
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
@@ -36,6 +37,9 @@ class Facts:
     kind_cause_us: dict[str, dict[str, float]]  # kind -> cause -> µs a step
     late_us: dict[int, float]  # late rank -> µs a step the others waited for it (the most-waiting rank's)
     late_activity: dict[str, float]  # compute/comm/other -> share of the late ranks' time
+    # late rank -> median over the steps of (µs waited for it − µs waited for the most-waited other rank):
+    # a straggler is late step after step; ranks that take turns (noise) have a median near 0
+    late_net_us: dict[int, float] = field(default_factory=dict)
     blocking: dict[int, list[Blocking]] = field(default_factory=dict)  # rank -> its blocking operations
     kinds: set[str] = field(default_factory=set)  # kinds of operation in the trace
     workload: str | None = None  # an `overlapprof run` directory's workload; None: a user's own job
@@ -71,6 +75,9 @@ def read(report: Report, tr: Traced, step_us: float) -> Facts:
     for d in by_number.values():
         for who, us in d.items():
             late[who] = late.get(who, 0.0) + us / max(len(numbers), 1)
+    late_net = {who: float(median([by_number.get(n, {}).get(who, 0.0) - max(
+        (us for other, us in by_number.get(n, {}).items() if other != who), default=0.0) for n in numbers]))
+        for who in late}
     activity: dict[str, float] = {}
     for r in report.ranks:
         if r.exposure:
@@ -83,7 +90,7 @@ def read(report: Report, tr: Traced, step_us: float) -> Facts:
     # COMMON_OPTIONS: slow_rank, slow_ms) too; overlapprof.profile records the user's own options only
     launched = "slow_rank" in options and "slow_ms" in options
     return Facts(pairs=len(steps), step_us=step_us, exposed_us=sum(cause.values()), cause_us=cause,
-                 kind_cause_us=kinds, late_us=late,
+                 kind_cause_us=kinds, late_us=late, late_net_us=late_net,
                  late_activity={a: us / total for a, us in activity.items()} if total > 0 else {},
                  blocking={r: _blocking(tr, lane) for r, lane in tr.lanes.items()},
                  kinds={KINDS[int(k)] for k in set(tr.kind.tolist())},

@@ -8,8 +8,9 @@ knob to search) and the hints (what the replay cannot model). One rule per cause
 - ``async`` (an operation of a kind blocks, ``no_window``): made asynchronous, its wait moved to
   where its result is first needed, or to the step's end;
 - ``no_straggler`` (``late_peer``): the most waited-for rank's extra work removed, when it is waited
-  for at least :data:`STRAGGLER_RATIO` times as long as the next (ranks that take turns being late
-  are noise, not a straggler);
+  for at least :data:`STRAGGLER_RATIO` times as long as the next and is late step after step: the
+  median over the steps of how much longer the others wait for it than for anyone else is at least
+  the floor below (ranks that take turns being late are noise, not a straggler);
 - ``host_sync`` (``host_blocked``) and ``queued``: hints, the replay does not model them;
 - ``bandwidth`` (a faster link): a hint with its replayed number, added after the ranking
   (:mod:`.ranking`): hardware, not a setting.
@@ -29,7 +30,7 @@ from overlapprof.analysis.advise import terms
 from overlapprof.analysis.advise.facts import Facts
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.replay.timeline import Traced
-from overlapprof.report.advice import MIN_SAVING, Hint
+from overlapprof.report.advice import MIN_SAVING, Hint, Rejected
 from overlapprof.report.whatif import TransferFit
 
 MIB = 1 << 20
@@ -71,11 +72,13 @@ def _common(facts: Facts, cpu: bool) -> list[str]:
 
 
 def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
-               one_bucket: Callable[[], object] = lambda: None) -> tuple[list[Candidate], list[Hint]]:
-    """The candidates and hints of a run (see the module docstring); ``one_bucket``: the
-    replayer's split of DDP's single buckets (:mod:`.onebucket`; None: it cannot split them)."""
+               one_bucket: Callable[[], object] = lambda: None) -> tuple[list[Candidate], list[Hint], list[Rejected]]:
+    """The candidates, hints and candidates left out before any replay of a run (see the module
+    docstring); ``one_bucket``: the replayer's split of DDP's single buckets (:mod:`.onebucket`;
+    None: it cannot split them)."""
     out: list[Candidate] = []
     hints: list[Hint] = []
+    rejected: list[Rejected] = []
     floor = MIN_SAVING * facts.step_us
     ar = facts.kind_cause_us.get("all_reduce", {})
     ar_blocking = any(b.kind == "all_reduce" for bl in facts.blocking.values() for b in bl)
@@ -125,9 +128,16 @@ def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
                 ["its result taken as first needed at the next such operation after some compute, else the "
                  "step's end (the trace does not say which tensor the program reads next)", *_common(facts, cpu)]))
     late = sorted(facts.late_us.items(), key=lambda kv: -kv[1])
-    for rank, us in late[:1]:  # one straggler: the most waited-for rank, at least twice the next one
+    for rank, us in late[:1]:  # one straggler: the most waited-for rank, at least twice the next one,
+        # and late step after step (its median net lateness above the floor)
         clear = len(late) < 2 or us >= STRAGGLER_RATIO * late[1][1]
-        if us >= floor and clear and rank in tr.lanes and len(tr.lanes) > 1:
+        net = facts.late_net_us.get(rank, us)
+        if us >= floor and clear and net < floor and rank in tr.lanes and len(tr.lanes) > 1:
+            rejected.append(Rejected(
+                rule="no_straggler", change=f"no_straggler={rank}",
+                why=f"the others wait {_ms(us)} a step for rank {rank} on average, but not step after step (in the "
+                    f"median step {_ms(max(net, 0.0))} more than for any other rank): ranks late by turns, not a straggler"))
+        elif us >= floor and clear and rank in tr.lanes and len(tr.lanes) > 1:
             out.append(Candidate(
                 "no_straggler", [f"no_straggler={rank}"], f"late_peer: the others wait {_ms(us)} a step for rank {rank}",
                 lambda v, rank=rank, us=us: terms.straggler(facts, rank, us),
@@ -140,7 +150,7 @@ def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
         hints.append(Hint(rule="queued", action=terms.queued(facts),
                           why=f"queued {_ms(facts.cause_us['queued'])} a step: another process group or stream is not "
                               "in the trace's operations, so the replay cannot place the operations on it"))
-    return out, hints
+    return out, hints, rejected
 
 
 def _nice(mb: float) -> str:
