@@ -99,6 +99,11 @@ class SpillFile:
             pass  # the folder is removed after
 
 
+def take(records, at):
+    """``records[at]``, for rows or for a dict of columns (a field each)."""
+    return {k: v[at] for k, v in records.items()} if isinstance(records, dict) else records[at]
+
+
 class Buckets:
     """Bins (spill files, or the store's bins: anything with ``append`` and ``remove``);
     :meth:`route` sends each record to the bin of its bucket number, keeping the records' order
@@ -118,15 +123,16 @@ class Buckets:
     def __iter__(self):
         return iter(self.files)
 
-    def route(self, bucket: np.ndarray, records: np.ndarray) -> None:
+    def route(self, bucket: np.ndarray, records) -> None:
+        """``records``: rows, or a dict of columns (:func:`take`)."""
         if len(self.files) == 1:
             self.files[0].append(records)
             return
         order = np.argsort(bucket, kind="stable")
         bounds = np.searchsorted(bucket[order], np.arange(len(self.files) + 1))
-        records = records[order]
+        records = take(records, order)
         for k in np.flatnonzero(np.diff(bounds)).tolist():
-            self.files[k].append(records[bounds[k] : bounds[k + 1]])
+            self.files[k].append(take(records, slice(bounds[k], bounds[k + 1])))
 
     def remove(self) -> None:
         for f in self.files:
