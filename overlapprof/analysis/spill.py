@@ -20,12 +20,21 @@ from overlapprof.errors import SpillError
 WRITE_BUFFER = 1 << 16
 
 
-def new_folder() -> str:
-    """A new private folder (``overlapprof-*``) in ``$TMPDIR`` as it is set now (``tempfile``
-    reads it once per process), or the system's temporary folder; the caller removes it."""
-    import tempfile  # only when a folder is needed
+def folder_name() -> str:
+    """A path for a new private folder (``overlapprof-*``) in ``$TMPDIR`` as it is set now
+    (``tempfile`` reads it once per process), or the system's temporary folder; not made yet.
+    The caller records it, then makes it (:func:`make_folder`) and removes it: a SIGTERM that
+    unwinds between the two (``tempfile.mkdtemp`` made and named it in one call, and one that
+    landed before its caller stored the name left the folder behind) leaves nothing unrecorded."""
+    import secrets
+    import tempfile
 
-    return tempfile.mkdtemp(prefix="overlapprof-", dir=os.environ.get("TMPDIR") or None)
+    return os.path.join(os.environ.get("TMPDIR") or tempfile.gettempdir(), f"overlapprof-{secrets.token_hex(6)}")
+
+
+def make_folder(path: str) -> None:
+    """Make the folder :func:`folder_name` named, private to this user."""
+    os.mkdir(path, 0o700)
 
 
 def spill_error(label: str, error: OSError) -> SpillError:

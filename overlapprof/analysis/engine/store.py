@@ -22,7 +22,7 @@ import shutil
 
 import numpy as np
 
-from overlapprof.analysis.spill import Buckets, SpillFailed, SpillFile, new_folder, spill_error
+from overlapprof.analysis.spill import Buckets, SpillFailed, SpillFile, folder_name, make_folder, spill_error
 
 
 class Store:
@@ -45,6 +45,9 @@ class Store:
                 self.path("")
             except SpillFailed as exc:
                 raise spill_error(self.label, exc.error) from None
+            except BaseException:  # a SIGTERM here: no __exit__ removes the folder
+                self.close()
+                raise
         return self
 
     def __exit__(self, kind, exc, tb) -> None:
@@ -76,9 +79,11 @@ class Store:
     def path(self, name: str) -> str:
         """Where a bin named ``name`` is written (the folder made now, if it is not yet)."""
         if self.folder is None:
+            self.folder = folder_name()  # recorded before it is made: close() removes it whenever a SIGTERM lands
             try:
-                self.folder = new_folder()
+                make_folder(self.folder)
             except OSError as exc:
+                self.folder = None
                 raise SpillFailed(os.environ.get("TMPDIR") or "/tmp", exc) from None
         return os.path.join(self.folder, name)
 
