@@ -98,9 +98,10 @@ class Store:
 
 class Bin:
     """Records of one dtype, appended in order: in memory (a list of arrays) until the store
-    sends it to disk (:meth:`spill`). A bin of ``columns`` takes and gives its records as a dict
-    of arrays, a field each (:func:`~overlapprof.analysis.spill.take` indexes them): in memory they stay columns, so a bin
-    that is never written costs no structured rows; on disk they are the dtype's rows."""
+    sends it to disk (:meth:`spill`). A bin of ``columns`` takes and gives its records as a
+    dict of arrays, a field each (:func:`~overlapprof.analysis.spill.take` indexes them): in
+    memory they stay columns, so a bin that is never written costs no structured rows; on disk
+    they are the dtype's rows."""
 
     def __init__(self, store: Store, name: str, dtype: np.dtype, columns: bool = False):
         self.store, self.name, self.dtype, self.columns = store, name, dtype, columns
