@@ -10,11 +10,18 @@ stage is the time inside its function less the stages nested in it:
 - decode: reading, inflating and decoding the chunks of events (the reader's generator);
 - columns: the chunk's events into columns (categories, names, threads, correlations, times);
 - records (chunks): the communication recorder's share of each chunk (the args it shares with
-  the columns are decoded in columns: ``rank/chunk_args``); records (built): its table, once the
-  file is read;
-- scan finish: dropping the rows the classification never reads, the launch join;
-- classify: the events into communication, compute and memory sets, steps, kinds;
-- metrics: the unions and the rank's report (steps, kinds, partition, timeline);
+  the columns are decoded in columns: ``rank/chunk_args``);
+- store: each chunk's rows into the rank's store (``spilled.SpilledRows.append``: the steps,
+  calls and syncs kept, the GPU rows and CPU ops in the store's bins, in memory or on disk);
+- join: each GPU event joined to its launch, and the events and the calls into time buckets
+  (``spilled.joined_by_time``, ``calls_by_time``);
+- classify: the buckets classified into communication, compute and memory, steps, kinds, and
+  their unions built (the rest of ``bounded.measure``);
+- records (built): the communication records' table (``bucket_records``; for an export, the
+  recorder's ``records``);
+- export read: an Nsight Systems export's rows (``events.rank_events``, which reads exports
+  only: its read and scan; its classification is in classify);
+- metrics: the rank's report (steps, kinds, partition, timeline) from the unions;
 - exposure (rank): the rank's share of the causes of exposure; cross-rank: the cross-rank
   section; causes: the causes of exposure and the bound; the rest: discovery, checks, the
   report's assembly.
@@ -56,9 +63,14 @@ SPENT: dict[str, float] = defaultdict(float)
 FUNCTIONS = [
     ("analyze", "overlapprof.analysis.analyzer", "analyze"),
     ("analyze_group", "overlapprof.analysis.analyzer", "analyze_group"),
+    ("measure", "overlapprof.analysis.rank.bounded", "measure"),
+    ("read_spilled", "overlapprof.analysis.rank.spilled", "read_spilled"),
+    ("joined_by_time", "overlapprof.analysis.rank.spilled", "joined_by_time"),
+    ("calls_by_time", "overlapprof.analysis.rank.spilled", "calls_by_time"),
+    ("tables", "overlapprof.analysis.rank.bucket_records", "gpu_table"),
+    ("tables", "overlapprof.analysis.rank.bucket_records", "cpu_table"),
     ("rank_events", "overlapprof.analysis.rank.events", "rank_events"),
     ("read_scan", "overlapprof.analysis.rank.read", "read_scan"),
-    ("read_serially", "overlapprof.analysis.rank.scan", "read_serially"),
     ("rank_unions", "overlapprof.analysis.rank.unions", "rank_unions"),
     ("rank_report", "overlapprof.analysis.rank.metrics", "rank_report"),
     ("exposure_input", "overlapprof.analysis.exposure.inputs", "exposure_input"),
@@ -68,17 +80,26 @@ FUNCTIONS = [
 ]
 METHODS = [("records_raw", "overlapprof.analysis.records.recorder", "CommRecorder", "add_raw"),
            ("records_decoded", "overlapprof.analysis.records.recorder", "CommRecorder", "add_decoded"),
-           ("records_built", "overlapprof.analysis.records.recorder", "CommRecorder", "records")]
+           ("records_built", "overlapprof.analysis.records.recorder", "CommRecorder", "records"),
+           ("store", "overlapprof.analysis.rank.spilled", "SpilledRows", "append")]
 CLOCK = time.perf_counter  # --clock cpu: time.process_time
+
+
+INSIDE: list[str] = []  # the timed functions running, outermost first
 
 
 def _timed(name: str, fn):
     def wrapper(*args, **kw):
+        INSIDE.append(name)
         t = CLOCK()
         try:
             return fn(*args, **kw)
         finally:
-            SPENT[name] += CLOCK() - t
+            spent = CLOCK() - t
+            INSIDE.pop()
+            SPENT[name] += spent
+            if name == "records_built" and "tables" in INSIDE:  # already in the tables' time
+                SPENT["records_built_in_tables"] += spent
 
     return wrapper
 
@@ -121,19 +142,27 @@ def install() -> None:
 
 
 def stages(s: dict[str, float]) -> dict[str, float]:
-    """Exclusive times from the inclusive ones."""
+    """Exclusive times from the inclusive ones. A Kineto trace is measured by ``bounded.measure``
+    (read into the store, joined, classified a bucket at a time); an Nsight Systems export by
+    ``events.rank_events`` (read whole, classified) and ``unions.rank_unions``."""
     g = lambda k: s.get(k, 0.0)  # noqa: E731
+    chunks = g("records_raw") + g("records_decoded")
+    join = g("joined_by_time") + g("calls_by_time")
+    export_records = g("records_built") - g("records_built_in_tables")
+    export_read = g("read_scan") - export_records
     metrics = g("rank_unions") + g("rank_report")
     return {
         "decode": g("decode"),
-        "columns": g("read_serially") - g("decode") - g("records_raw") - g("records_decoded"),
-        "records (chunks)": g("records_raw") + g("records_decoded"),
-        "records (built)": g("records_built"),
-        "scan finish": g("read_scan") - g("read_serially") - g("records_built"),
-        "classify": g("rank_events") - g("read_scan"),
+        "columns": g("read_spilled") - g("decode") - chunks - g("store"),
+        "records (chunks)": chunks,
+        "store": g("store"),
+        "join": join,
+        "classify": g("measure") - g("read_spilled") - join - g("tables") + g("rank_events") - g("read_scan"),
+        "records (built)": g("tables") + export_records,
+        "export read": export_read,
         "metrics": metrics,
         "exposure (rank)": g("exposure_input"),
-        "rest of the rank": g("analyze_group") - g("rank_events") - metrics - g("exposure_input"),
+        "rest of the rank": g("analyze_group") - g("measure") - g("rank_events") - metrics - g("exposure_input"),
         "cross-rank": g("build_crossrank"),
         "causes": g("explain"),
         "rest": g("analyze") - g("analyze_group") - g("build_crossrank") - g("explain"),

@@ -403,3 +403,42 @@ def test_a_pool_range_comes_back_in_parts(tmp_path, small):
     a, b = got.result()[0], want.result()[0]
     assert a.keys() == b.keys() and [k for k in b if not np.array_equal(a[k], b[k])] == []
     assert got.events == want.events > 20_000 and list(got.threads) == list(want.threads)
+
+
+_ARMED: list[int] = []  # pids: the at-fork hook below sends them SIGTERM once
+
+
+def _sigterm_after_fork():
+    if _ARMED and _ARMED[0] == os.getpid():
+        _ARMED.clear()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+os.register_at_fork(after_in_parent=_sigterm_after_fork)
+
+
+def test_a_sigterm_while_the_pool_forks_is_not_lost():
+    """A SIGTERM that arrives as the pool forks its workers (here: sent by an at-fork hook, where
+    the interpreter prints and drops an exception) still unwinds ``overlapprof analyze``: it
+    raises from the submit, once the forks are done; the workers take SIGTERM again."""
+    from overlapprof.analysis.engine.pool import forked
+    from overlapprof.cli.common import Terminated, unwind_on_sigterm
+
+    old = signal.getsignal(signal.SIGTERM)
+    unwind_on_sigterm()
+    try:
+        with pytest.raises(Terminated):
+            with forked(2) as pool:
+                _ARMED.append(os.getpid())
+                pool.submit(os.getpid)
+                pool.submit(os.getpid)  # not reached: the first submit raised
+    finally:
+        _ARMED.clear()
+        signal.signal(signal.SIGTERM, old)
+    assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    with forked(1) as pool:  # a worker's mask: SIGTERM taken
+        assert pool.submit(_blocked).result() == []
+
+
+def _blocked():
+    return sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, set()))

@@ -61,3 +61,52 @@ def test_a_folder_that_cannot_be_made_is_one_line(tmp_path, monkeypatch):
             store.file("x", ROW).append(_rows(10))
     with ST.Store(None, "rank 3") as store:  # nothing written: no folder needed
         store.file("x", ROW).append(_rows(10))
+
+
+@pytest.mark.parametrize("budget", [None, 0, 10_000])
+def test_column_bins_give_the_same_columns_whatever_the_budget(tmp_path, monkeypatch, budget):
+    """A bin of columns keeps arrays in memory and the dtype's rows on disk: the same columns
+    back, cast to the dtype's fields, routed as rows are."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    with ST.Store(budget) as store:
+        buckets = store.buckets("c", ROW, 3, columns=True)
+        for at in range(0, 3000, 500):
+            rows = _rows(500, at)
+            buckets.route(rows["k"] % 3, {"ts": rows["ts"], "k": rows["k"].astype(np.int64)})
+        want = _rows(3000)
+        for k, b in enumerate(buckets):
+            got = b.read()
+            assert set(got) == {"ts", "k"} and got["k"].dtype == np.int32
+            assert np.array_equal(got["ts"], want["ts"][want["k"] % 3 == k])
+            assert np.array_equal(got["k"], want["k"][want["k"] % 3 == k])
+        assert (store.spilled == 0) == (budget is None)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("budget", [0, 1])
+def test_a_sigterm_as_the_folder_is_made_leaves_nothing(tmp_path, monkeypatch, budget):
+    """The store's folder is recorded before it is made: a SIGTERM (unwinding as
+    ``overlapprof analyze`` makes it) that lands right after it is made still removes it,
+    in the store's ``__enter__`` (budget 0) or when a first bin goes to disk."""
+    import os
+    import signal
+
+    from overlapprof.cli.common import Terminated, unwind_on_sigterm
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    real = ST.make_folder
+
+    def made_then_terminated(path):
+        real(path)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(ST, "make_folder", made_then_terminated)
+    old = signal.getsignal(signal.SIGTERM)
+    unwind_on_sigterm()
+    try:
+        with pytest.raises(Terminated):
+            with ST.Store(budget) as store:
+                store.file("x", ROW).append(_rows(10))
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert not list(tmp_path.iterdir())

@@ -291,8 +291,8 @@ def test_the_default_budget(monkeypatch):
     folder = DATA / "nccl_parser_config"
     assert spilled._buckets(next(folder.glob("*.json*")), DEFAULT_MEMORY_BUDGET) == 1
     made = []
-    real = ST.new_folder
-    monkeypatch.setattr(ST, "new_folder", lambda: made.append(1) or real())
+    real = ST.make_folder
+    monkeypatch.setattr(ST, "make_folder", lambda path: made.append(1) or real(path))
     got = overlapprof.analyze(folder, workers=1, comm_ops=True)
     assert not made  # nothing written
     _assert_same(_whole(got), _whole(overlapprof.analyze(folder, workers=1, **ON_DISK, comm_ops=True)))
@@ -416,8 +416,8 @@ def test_store_budgets_give_one_report(folder, tmp_path, monkeypatch):
     """The rows in memory (no budget: nothing written), all on disk (0), or some of each: the
     same report, float for float."""
     made = []
-    real = ST.new_folder
-    monkeypatch.setattr(ST, "new_folder", lambda: made.append(1) or real())
+    real = ST.make_folder
+    monkeypatch.setattr(ST, "make_folder", lambda path: made.append(1) or real(path))
     kw = {"comm_ops": True}
     whole = _rank_reports(folder, None, **kw)
     assert not made  # the store wrote nothing

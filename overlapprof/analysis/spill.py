@@ -20,12 +20,21 @@ from overlapprof.errors import SpillError
 WRITE_BUFFER = 1 << 16
 
 
-def new_folder() -> str:
-    """A new private folder (``overlapprof-*``) in ``$TMPDIR`` as it is set now (``tempfile``
-    reads it once per process), or the system's temporary folder; the caller removes it."""
-    import tempfile  # only when a folder is needed
+def folder_name() -> str:
+    """A path for a new private folder (``overlapprof-*``) in ``$TMPDIR`` as it is set now
+    (``tempfile`` reads it once per process), or the system's temporary folder; not made yet.
+    The caller records it, then makes it (:func:`make_folder`) and removes it: a SIGTERM that
+    unwinds between the two (``tempfile.mkdtemp`` made and named it in one call, and one that
+    landed before its caller stored the name left the folder behind) leaves nothing unrecorded."""
+    import secrets
+    import tempfile
 
-    return tempfile.mkdtemp(prefix="overlapprof-", dir=os.environ.get("TMPDIR") or None)
+    return os.path.join(os.environ.get("TMPDIR") or tempfile.gettempdir(), f"overlapprof-{secrets.token_hex(6)}")
+
+
+def make_folder(path: str) -> None:
+    """Make the folder :func:`folder_name` named, private to this user."""
+    os.mkdir(path, 0o700)
 
 
 def spill_error(label: str, error: OSError) -> SpillError:
@@ -99,6 +108,11 @@ class SpillFile:
             pass  # the folder is removed after
 
 
+def take(records, at):
+    """``records[at]``, for rows or for a dict of columns (a field each)."""
+    return {k: v[at] for k, v in records.items()} if isinstance(records, dict) else records[at]
+
+
 class Buckets:
     """Bins (spill files, or the store's bins: anything with ``append`` and ``remove``);
     :meth:`route` sends each record to the bin of its bucket number, keeping the records' order
@@ -118,15 +132,16 @@ class Buckets:
     def __iter__(self):
         return iter(self.files)
 
-    def route(self, bucket: np.ndarray, records: np.ndarray) -> None:
+    def route(self, bucket: np.ndarray, records) -> None:
+        """``records``: rows, or a dict of columns (:func:`take`)."""
         if len(self.files) == 1:
             self.files[0].append(records)
             return
         order = np.argsort(bucket, kind="stable")
         bounds = np.searchsorted(bucket[order], np.arange(len(self.files) + 1))
-        records = records[order]
+        records = take(records, order)
         for k in np.flatnonzero(np.diff(bounds)).tolist():
-            self.files[k].append(records[bounds[k] : bounds[k + 1]])
+            self.files[k].append(take(records, slice(bounds[k], bounds[k + 1])))
 
     def remove(self) -> None:
         for f in self.files:

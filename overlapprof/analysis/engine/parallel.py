@@ -45,7 +45,7 @@ from overlapprof.analysis.engine.claims import Claims, can_share
 from overlapprof.analysis.rank.parts import Job, Merge, Part, pool_read, read_part, read_tail, unspool
 from overlapprof.analysis.rank.scan import rows_hint
 from overlapprof.analysis.records.recorder import CommRecorder
-from overlapprof.analysis.spill import new_folder
+from overlapprof.analysis.spill import folder_name, make_folder
 from overlapprof.errors import OverlapprofError
 from overlapprof.trace import ranges as TR
 from overlapprof.trace.reader import LayoutError
@@ -246,7 +246,8 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, pool=N
     tail, claims, top, last, spool = None, None, None, None, None
     try:  # the folder is made inside: a SIGTERM right after it still removes it (finally)
         if pool is None:
-            spool = new_folder()
+            spool = folder_name()  # recorded before it is made: the finally removes it whenever a SIGTERM lands
+            make_folder(spool)
             base.spool = spool
             for job in jobs:
                 job.spool = spool

@@ -80,18 +80,44 @@ def forked(processes: int, method: str | None = None) -> Pool:
     import sys
     from concurrent.futures import ProcessPoolExecutor
 
+    class Forked(ProcessPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):
+            # The first submit forks the workers. A SIGTERM (or Ctrl-C) handled while a worker is
+            # forked raises inside the interpreter's at-fork hooks (logging's lock), where the
+            # exception is printed and dropped: the analysis then ran on to exit 0. Held until the
+            # forks are done, it raises here. The threads the pool starts inherit the mask, so the
+            # signal goes to this one, which has it again once this returns.
+            with _signals_held():
+                return super().submit(fn, *args, **kwargs)
+
     context = multiprocessing.get_context(method or ("fork" if sys.platform == "linux" else "spawn"))
-    return ProcessPoolExecutor(max_workers=processes, mp_context=context, initializer=_end_with_parent,
-                               initargs=(os.getpid(),))
+    return Forked(max_workers=processes, mp_context=context, initializer=_end_with_parent, initargs=(os.getpid(),))
+
+
+@contextmanager
+def _signals_held():
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _end_with_parent(parent: int) -> None:
     """A pool process ends when the process that made it does (Linux): a SIGTERM that lands in
     the parent while it starts a worker leaves that worker out of the pool's books, and it would
-    wait on its task pipe for ever, holding the parent's stdout and stderr open."""
+    wait on its task pipe for ever, holding the parent's stdout and stderr open. It takes SIGINT
+    and SIGTERM again (forked while the parent held them)."""
     import signal
     import sys
 
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     if sys.platform != "linux":
         return
     try:

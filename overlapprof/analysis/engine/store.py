@@ -22,7 +22,7 @@ import shutil
 
 import numpy as np
 
-from overlapprof.analysis.spill import Buckets, SpillFailed, SpillFile, new_folder, spill_error
+from overlapprof.analysis.spill import Buckets, SpillFailed, SpillFile, folder_name, make_folder, spill_error
 
 
 class Store:
@@ -45,6 +45,9 @@ class Store:
                 self.path("")
             except SpillFailed as exc:
                 raise spill_error(self.label, exc.error) from None
+            except BaseException:  # a SIGTERM here: no __exit__ removes the folder
+                self.close()
+                raise
         return self
 
     def __exit__(self, kind, exc, tb) -> None:
@@ -60,24 +63,27 @@ class Store:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None
 
-    def file(self, name: str, dtype) -> Bin:
-        """A new bin of records of ``dtype`` (``name``: its file's, should it go to disk)."""
-        b = Bin(self, f"{len(self.bins)}.{name}", np.dtype(dtype))
+    def file(self, name: str, dtype, columns: bool = False) -> Bin:
+        """A new bin of records of ``dtype`` (``name``: its file's, should it go to disk).
+        ``columns``: its records are a dict of arrays, one per field of ``dtype`` (see :class:`Bin`)."""
+        b = Bin(self, f"{len(self.bins)}.{name}", np.dtype(dtype), columns)
         self.bins.append(b)
         if self.budget == 0:
             b.spill()
         return b
 
-    def buckets(self, name: str, dtype, count: int) -> Buckets:
+    def buckets(self, name: str, dtype, count: int, columns: bool = False) -> Buckets:
         """``count`` new bins that :meth:`Buckets.route` sends records to by bucket number."""
-        return Buckets([self.file(f"{name}.{k}", dtype) for k in range(count)])
+        return Buckets([self.file(f"{name}.{k}", dtype, columns) for k in range(count)])
 
     def path(self, name: str) -> str:
         """Where a bin named ``name`` is written (the folder made now, if it is not yet)."""
         if self.folder is None:
+            self.folder = folder_name()  # recorded before it is made: close() removes it whenever a SIGTERM lands
             try:
-                self.folder = new_folder()
+                make_folder(self.folder)
             except OSError as exc:
+                self.folder = None
                 raise SpillFailed(os.environ.get("TMPDIR") or "/tmp", exc) from None
         return os.path.join(self.folder, name)
 
@@ -92,45 +98,69 @@ class Store:
 
 class Bin:
     """Records of one dtype, appended in order: in memory (a list of arrays) until the store
-    sends it to disk (:meth:`spill`)."""
+    sends it to disk (:meth:`spill`). A bin of ``columns`` takes and gives its records as a
+    dict of arrays, a field each (:func:`~overlapprof.analysis.spill.take` indexes them): in
+    memory they stay columns, so a bin that is never written costs no structured rows; on disk
+    they are the dtype's rows."""
 
-    def __init__(self, store: Store, name: str, dtype: np.dtype):
-        self.store, self.name, self.dtype = store, name, dtype
-        self.parts: list[np.ndarray] = []
+    def __init__(self, store: Store, name: str, dtype: np.dtype, columns: bool = False):
+        self.store, self.name, self.dtype, self.columns = store, name, dtype, columns
+        self.parts: list = []
         self.bytes = self.rows = 0
         self.file: SpillFile | None = None
 
-    def append(self, records: np.ndarray) -> None:
-        if records.size == 0:
+    def append(self, records) -> None:
+        if self.columns:
+            records = {k: _own(np.asarray(records[k], dtype=self.dtype[k])) for k in self.dtype.names}
+            size, nbytes = records[self.dtype.names[0]].size, sum(v.nbytes for v in records.values())
+        else:
+            size = records.size
+        if size == 0:
             return
-        self.rows += records.size
+        self.rows += size
         if self.file is not None:
-            self.file.append(records)
+            self.file.append(self._rows(records))
             return
-        records = np.array(records, dtype=self.dtype)  # a copy: a view would hold its whole base
+        if not self.columns:
+            records = _own(np.asarray(records, dtype=self.dtype))
+            nbytes = records.nbytes
         self.parts.append(records)
-        self.bytes += records.nbytes
-        self.store._grew(records.nbytes)
+        self.bytes += nbytes
+        self.store._grew(nbytes)
+
+    def _rows(self, records) -> np.ndarray:
+        if not self.columns:
+            return records
+        rows = np.empty(records[self.dtype.names[0]].size, dtype=self.dtype)
+        for k in self.dtype.names:
+            rows[k] = records[k]
+        return rows
 
     def spill(self) -> None:
         """Send the records to a file, and what comes after."""
         self.file = SpillFile(self.store.path(self.name), self.dtype)
         for part in self.parts:
-            self.file.append(part)
+            self.file.append(self._rows(part))
         self.store.held -= self.bytes
         self.store.spilled += 1
         self.parts, self.bytes = [], 0
 
-    def read(self) -> np.ndarray:
+    def read(self):
         """Every record (the bin stays)."""
         if self.file is not None:
-            return self.file.read()
+            rows = self.file.read()
+            return {k: rows[k] for k in self.dtype.names} if self.columns else rows
         if len(self.parts) > 1:
-            self.parts = [np.concatenate(self.parts)]
-        return self.parts[0] if self.parts else np.empty(0, dtype=self.dtype)
+            self.parts = [{k: np.concatenate([p[k] for p in self.parts]) for k in self.dtype.names} if self.columns
+                          else np.concatenate(self.parts)]
+        if self.parts:
+            return self.parts[0]
+        empty = np.empty(0, dtype=self.dtype)
+        return {k: empty[k] for k in self.dtype.names} if self.columns else empty
 
     def windows(self, rows: int):
-        """The records, at most ``rows`` at a time, in order."""
+        """The records, at most ``rows`` at a time, in order (a bin of rows)."""
+        assert not self.columns
         if self.file is not None:
             yield from self.file.windows(rows)
             return
@@ -144,3 +174,8 @@ class Bin:
             self.file = None
         self.store.held -= self.bytes
         self.parts, self.bytes = [], 0
+
+
+def _own(a: np.ndarray) -> np.ndarray:
+    """``a``, or a copy of it when it is a view (which would hold its whole base)."""
+    return a if a.base is None else a.copy()

@@ -30,7 +30,6 @@ event. The records are per operation, as the cross-rank section is.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,7 +44,7 @@ from overlapprof.analysis.rank.issuing import inside_calls
 from overlapprof.analysis.rank.scan import Scan
 from overlapprof.analysis.rank import spilled
 from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, read_spilled
-from overlapprof.analysis.spill import Sample
+from overlapprof.analysis.spill import Sample, take
 from overlapprof.analysis.intervals import Intervals, event_ends, union
 from overlapprof.analysis.interference import InterferenceBuilder
 from overlapprof.analysis.rank.unions import COMM, COMPUTE, MEMORY, RankUnions, UnionsBuilder, hold, merged
@@ -106,7 +105,8 @@ def _classify_gpu(f: SpilledFile, comm_re, comm_ann, names: list[str], feed: _Fe
         ev, c = events.read(), around.read()
         events.remove()
         around.remove()
-        if ev.size == 0:
+        n_ev = ev["ts"].size
+        if n_ev == 0:
             continue
         found = np.flatnonzero(~np.isnan(ev["launch_ts"]))
         n_calls, n_launch = c.size, found.size
@@ -116,10 +116,10 @@ def _classify_gpu(f: SpilledFile, comm_re, comm_ann, names: list[str], feed: _Fe
             "codes": np.concatenate((np.full(n_calls, C.CPU_OP, np.int8), np.full(n_launch, C.RUNTIME, np.int8),
                                      ev["codes"])),
             "name_ids": np.concatenate((c["name_ids"], np.zeros(n_launch, np.int32), ev["name_ids"])),
-            "thread": np.concatenate((c["thread"], ev["launch_thread"][found], np.full(ev.size, -1, np.int32))),
-            "collective": np.concatenate((c["collective"], np.full(n_launch + ev.size, -1, np.int8))),
+            "thread": np.concatenate((c["thread"], ev["launch_thread"][found], np.full(n_ev, -1, np.int32))),
+            "collective": np.concatenate((c["collective"], np.full(n_launch + n_ev, -1, np.int8))),
         }
-        launch = np.full(ev.size, -1, dtype=np.int64)
+        launch = np.full(n_ev, -1, dtype=np.int64)
         launch[found] = n_calls + np.arange(n_launch)
         if needs is not None:
             needs.add_gpu(ev["thread"][found], ev["launch_ts"][found], event_ends(ev["ts"][found], ev["dur"][found]))
@@ -130,7 +130,7 @@ def _classify_gpu(f: SpilledFile, comm_re, comm_ann, names: list[str], feed: _Fe
         sets, _, _, comm_rows, _, lookalikes = extract(scan, True, comm_re, comm_ann, names, None)
         feed.lookalikes.append(lookalikes)
         if held is not None:
-            mine = held[comm_rows - n_calls - n_launch]
+            mine = take(held, comm_rows - n_calls - n_launch)
             comm.add(mine, sets[0].kind)
             needs.add_comm(mine["corr"], mine["ts"], mine["launch_thread"], mine["launch_ts"])
         del held
@@ -192,8 +192,9 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
     sample = Sample()
     for f in read:
         sample.add(f.rows.sample.values)
-    # the compute spans: in time buckets of the store when it has a limit
-    interference = InterferenceBuilder(steps, not gpu, store if math.isfinite(store.budget) else None,
+    # the compute spans: in time buckets of the store when the rows did not fit in memory at once
+    fits = store.spilled == 0 and all(len(f.rows.gpu) == 1 for f in read)
+    interference = InterferenceBuilder(steps, not gpu, None if fits else store,
                                        InterferenceBuilder.bucket_edges(sample.values))
     feed = _Feed(steps, options.require_launch and gpu, cutoff, interference)
     tables = []

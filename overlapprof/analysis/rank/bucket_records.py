@@ -34,8 +34,8 @@ class CommEvents:
 
     def add(self, joined: np.ndarray, kinds: np.ndarray) -> None:
         """The communication events of a bucket: their joined rows
-        (:func:`~overlapprof.analysis.rank.spilled.joined_by_time`'s) and kind codes."""
-        out = np.empty(joined.size, dtype=_COMM_ROW)
+        (:func:`~overlapprof.analysis.rank.spilled.joined_by_time`'s columns) and kind codes."""
+        out = np.empty(kinds.size, dtype=_COMM_ROW)
         for k in _COMM_ROW.names:
             out[k] = kinds if k == "kind" else joined[k]
         self.parts.append(out)

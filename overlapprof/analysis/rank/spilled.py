@@ -25,7 +25,7 @@ from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.rank.events import step_number
 from overlapprof.analysis.rank.read import read_file
 from overlapprof.analysis.rank.scan import IS_CORRELATED, IS_GPU, SCAN_COLUMNS, launch_rows, Scan, file_rows_hint
-from overlapprof.analysis.spill import Sample
+from overlapprof.analysis.spill import Sample, take
 from overlapprof.errors import TraceError
 
 # GPU events and runtime calls joined and classified at once (a bucket), and CPU ops (a window).
@@ -67,7 +67,7 @@ class SpilledRows:
         self.few = GrowingColumns(SCAN_COLUMNS, 1 << 12)
         # host synchronizations: runtime calls and CPU ops (those GPU mode reads: communication calls)
         self.syncs = GrowingColumns({"ts": np.float64, "end": np.float64, "read_in_gpu_mode": np.bool_}, 1 << 8)
-        self.gpu = store.buckets("gpu", _GPU_ROW, buckets)
+        self.gpu = store.buckets("gpu", _GPU_ROW, buckets, columns=True)
         self.cpu = store.file("cpu", _CPU_ROW)
         self.calls = store.file("calls", _CALL_ROW)
         self.sample = Sample()  # of the times kept on disk: where the time buckets are cut
@@ -104,13 +104,13 @@ class SpilledRows:
                               read_in_gpu_mode=(is_runtime | is_call)[sync])
         linked = IS_CORRELATED[codes]
         if corr.size:
-            rec = np.empty(corr.size, dtype=_GPU_ROW)
-            rec["corr"] = corr
-            for k in ("ts", "dur", "codes", "name_ids", "thread"):
-                rec[k] = columns[k][linked]
-            rec["row"] = np.flatnonzero(linked) + row0
-            bucket = np.where(np.isfinite(corr), np.remainder(np.floor(np.nan_to_num(corr)), len(self.gpu)), 0)
-            self.gpu.route(bucket.astype(np.int64), rec)
+            rec = {k: columns[k][linked] for k in ("ts", "dur", "codes", "name_ids", "thread")}
+            rec["corr"], rec["row"] = corr, np.flatnonzero(linked) + row0
+            if len(self.gpu) == 1:  # the whole file at once: no bucket numbers
+                self.gpu.files[0].append(rec)
+            else:
+                bucket = np.where(np.isfinite(corr), np.remainder(np.floor(np.nan_to_num(corr)), len(self.gpu)), 0)
+                self.gpu.route(bucket.astype(np.int64), rec)
             self.sample.add(rec["ts"])
         compute = is_cpu & ((role & _CPU_COMPUTE) != 0)
         if compute.any():
@@ -195,26 +195,26 @@ def joined_by_time(f: SpilledFile, edges: np.ndarray, store, needs=None, wait_id
     correlation bucket holds every event with its runtime call, so the join is exact; so does
     it each CUDA sync event with the ``cudaEventRecord`` call it waits on: with ``needs`` (a
     :class:`~overlapprof.analysis.rank.waits.NeedTimes`), the waits (name id ``wait_id``) go there."""
-    out = store.buckets("joined", _JOINED_ROW, edges.size + 1)
+    out = store.buckets("joined", _JOINED_ROW, edges.size + 1, columns=True)
     for bucket in f.rows.gpu:
         rec = bucket.read()
         bucket.remove()
         launch = launch_rows(rec["codes"], rec["corr"])  # rows of rec, for its GPU rows
         if needs is not None and (is_sync := rec["codes"] == C.SYNC).any():
             record = launch_rows(rec["codes"], rec["corr"], of=(C.SYNC,))  # of the sync rows, in row order
-            sync = rec[is_sync]
+            sync = take(rec, is_sync)
             wait = (sync["name_ids"] == wait_id) & (record >= 0)
             at = record[wait]
             needs.add_waits(sync["thread"][wait], sync["ts"][wait], rec["thread"][at], rec["ts"][at])
-        gpu = rec[IS_GPU[rec["codes"]]]
-        joined = np.empty(gpu.size, dtype=_JOINED_ROW)
-        for k in ("ts", "dur", "codes", "name_ids", "corr", "thread", "row"):
-            joined[k] = gpu[k]
+        joined = take(rec, IS_GPU[rec["codes"]])
         found = launch >= 0
         joined["launch_ts"] = np.where(found, rec["ts"][np.maximum(launch, 0)], np.nan)
         joined["launch_thread"] = np.where(found, rec["thread"][np.maximum(launch, 0)], -1)
-        del rec, gpu
-        out.route(np.searchsorted(edges, np.where(found, joined["launch_ts"], joined["ts"]), "right"), joined)
+        del rec
+        if edges.size == 0:  # one time bucket
+            out.files[0].append(joined)
+        else:
+            out.route(np.searchsorted(edges, np.where(found, joined["launch_ts"], joined["ts"]), "right"), joined)
     return out
 
 
