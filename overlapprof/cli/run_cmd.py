@@ -173,6 +173,19 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
     if failed is not None:
         fail(f"{loaded.name}/{failed.variant} failed: {failed.failure_line()}; "
              f"{kept} kept in {failed.run_dir}", exit_code=1)
+    _end_process()
+
+
+def _end_process():
+    """End the command's process now that everything is written and printed: the interpreter's
+    teardown after torch (imported to launch) took ~0.35 s (measured), after the command's last
+    line. Only where this is the command's own process: invoked in another program's (click's
+    test runner, which replaces sys.stdout), the command returns to it."""
+    if sys.stdout is not sys.__stdout__:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 
