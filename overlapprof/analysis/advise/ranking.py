@@ -106,9 +106,9 @@ def _why_not(replayer: Replayer, before: Outcome, o: Outcome, floor: float) -> s
     if saving < replayer.spread_us:
         return (f"it saves {saving / 1000:.3f} ms, under the traced steps' own spread ({replayer.spread_us / 1000:.3f} "
                 "ms, their median deviation from the median step): not told from noise")
-    if low < 0:
-        return (f"not clearly above the noise: some replayed steps get slower ({low / 1000:.3f} to "
-                f"{high / 1000:.3f} ms a step saved)")
+    if low < -floor:  # a replayed step slower by less than the minimum saving is noise, not harm
+        return (f"not clearly above the noise: some replayed steps get slower by more than {100 * MIN_SAVING:.0f}% "
+                f"of the step ({low / 1000:.3f} to {high / 1000:.3f} ms a step saved)")
     return None
 
 
