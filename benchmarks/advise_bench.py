@@ -49,8 +49,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 SCHEDULE = {"warmup_steps": 1, "wait": 0, "warmup": 1, "active": 4}
-SECONDS_PER_RUN = 9.0  # a 2-rank run of these sizes, start to end (launch and torch's import most of it)
-SECONDS_PER_ADVICE = 12.0  # overlapprof advise on one of them
+SECONDS_PER_RUN = 3.0  # a 2-rank run of these sizes, start to end (launch and torch's import most of it)
+SECONDS_PER_ADVICE = 1.5  # overlapprof advise on one of them
 # Sizes that keep a step to tens of milliseconds on 2 cores.
 DDP = {"layers": 6, "width": 256, "batch": 128}  # 6 layers of 0.25 MiB: 1.5 MiB of gradients
 FSDP = {"layers": 6, "width": 256, "batch": 128}

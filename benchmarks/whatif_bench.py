@@ -46,9 +46,9 @@ sys.path.insert(0, str(REPO))
 
 SCHEDULE = ["--warmup-steps", "1", "--wait", "0", "--warmup", "1", "--active", "3"]
 # seconds a run and a prediction take on 2 idle cores, for --dry-run's estimate: the whole grid,
-# 3 repeats, took 14 min 21 s idle at c0783fa (2026-12-06 18:58-19:12 UTC, benchmarks/RESULTS.md)
-SECONDS_A_RUN = {2: 4.5, 3: 6.0, 4: 7.5}
-SECONDS_A_PREDICTION = 1.5
+# 3 repeats, took 8 min 50 s idle at d5be1a0 (2026-12-06 22:21-22:30 UTC, benchmarks/RESULTS.md)
+SECONDS_A_RUN = {2: 2.8, 3: 3.8, 4: 4.7}
+SECONDS_A_PREDICTION = 1.0
 
 
 def C(workload, variant="async", rate=None, nproc=2, **opts):
