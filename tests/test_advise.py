@@ -525,3 +525,17 @@ def test_a_rank_late_in_one_step_of_four_is_not_a_straggler(tmp_path):
         "in the median step 0.000 ms more" in why)
     steady = advise([_write(tmp_path / "steady", _late_rank([1200] * 4), run=_host(8))], workers=1)
     assert [i.change for i in steady.items][:1] == ["no_straggler=1"]
+
+
+def test_whatif_says_when_the_rank_removed_is_late_by_turns(tmp_path):
+    """The same measure of lateness in whatif: no_straggler=1 on the one-step spike still gets its
+    prediction, with a note that rank 1 is not late step after step; on the steady straggler, none."""
+    def notes(folder, extra):
+        path = _write(tmp_path / folder, _late_rank(extra), run=_host(8))
+        return whatif([path], ["no_straggler=1"], workers=1).predictions[0].notes
+
+    spike = [n for n in notes("spike", [1200, 0, 0, 0]) if "late step after step" in n]
+    assert spike == ["no_straggler=1: rank 1 is not late step after step (the others wait 0.300 ms a step for it on "
+                     "average, in the median step 0.000 ms more than for any other rank): ranks late by turns, as a "
+                     "loaded host makes them; this predicts the run without that noise, not without a straggler"]
+    assert not any("late step after step" in n for n in notes("steady", [1200] * 4))

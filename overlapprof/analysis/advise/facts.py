@@ -9,8 +9,8 @@ up: the causes sum to the exposed communication a step).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from statistics import median
 
+from overlapprof.analysis.exposure.late import lateness
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
 from overlapprof.report import CAUSES, Report
@@ -64,20 +64,7 @@ def read(report: Report, tr: Traced, step_us: float) -> Facts:
             row = kinds.setdefault(k.kind, {c: 0.0 for c in CAUSES})
             for c in CAUSES:
                 row[c] += getattr(k.exposure, f"{c}_us") / n
-    late: dict[int, float] = {}
-    by_number: dict[int, dict[int, float]] = {}
-    for s in steps:
-        if s.exposure:
-            for who, us in s.exposure.late_peer_by_rank.items():
-                d = by_number.setdefault(s.step, {})
-                d[who] = max(d.get(who, 0.0), us)
-    numbers = {s.step for s in steps}
-    for d in by_number.values():
-        for who, us in d.items():
-            late[who] = late.get(who, 0.0) + us / max(len(numbers), 1)
-    late_net = {who: float(median([by_number.get(n, {}).get(who, 0.0) - max(
-        (us for other, us in by_number.get(n, {}).items() if other != who), default=0.0) for n in numbers]))
-        for who in late}
+    late, late_net = lateness(report.ranks)
     activity: dict[str, float] = {}
     for r in report.ranks:
         if r.exposure:

@@ -146,3 +146,28 @@ def _tagged(busy: iv.Intervals, compute: iv.Intervals) -> Labelled:
     order = np.argsort(starts, kind="stable")
     labels = np.concatenate((np.full(comp[0].size, COMPUTE), np.full(rest[0].size, COMM)))
     return starts[order], np.concatenate((comp[1], rest[1]))[order], labels[order]
+
+
+def lateness(ranks) -> tuple[dict[int, float], dict[int, float]]:
+    """Per rank waited for, from the ranks' steps (:class:`~overlapprof.report.RankReport`'s,
+    their ``exposure.late_peer_by_rank``): the µs a step the others waited for it (per step
+    number the most-waiting rank's wait, averaged over the step numbers), and the median over the
+    step numbers of how much longer they waited for it than for any other rank (µs). A straggler
+    is late step after step; ranks late by turns, as a loaded host makes them, have a median near 0."""
+    by_number: dict[int, dict[int, float]] = {}
+    numbers = set()
+    for r in ranks:
+        for s in r.steps:
+            numbers.add(s.step)
+            if s.exposure:
+                d = by_number.setdefault(s.step, {})
+                for who, us in s.exposure.late_peer_by_rank.items():
+                    d[who] = max(d.get(who, 0.0), us)
+    mean: dict[int, float] = {}
+    for d in by_number.values():
+        for who, us in d.items():
+            mean[who] = mean.get(who, 0.0) + us / max(len(numbers), 1)
+    net = {who: float(np.median([by_number.get(n, {}).get(who, 0.0) - max(
+        (us for other, us in by_number.get(n, {}).items() if other != who), default=0.0) for n in sorted(numbers)]))
+        for who in mean}
+    return mean, net
