@@ -9,8 +9,8 @@ An item is kept only when its saving is clearly above the noise: at least
 times that for a change whose new overlap lands on ranks whose slowdown the trace does not
 measure, :mod:`.assumed`), at least the traced steps' own spread (their median absolute deviation
 from the median step: a smaller saving is not told from the run's noise), and the low end of its
-paired interval (the saving of each (rank, step) replayed both ways, 2.5th percentile) at least 0:
-no replayed step made slower. Each round takes the shortest joint step among the candidates that
+paired interval (the saving of each (rank, step) replayed both ways, 2.5th percentile) at least
+−MIN_SAVING of the step: no replayed step made slower by more than the minimum saving. Each round takes the shortest joint step among the candidates that
 pass; a round where none does ends the ranking, and they are *rejected*, each with its best joint
 step and which rule it failed. A candidate none of whose values the trace can model becomes a hint.
 """
@@ -98,7 +98,7 @@ def _why_not(replayer: Replayer, before: Outcome, o: Outcome, floor: float) -> s
     saving, low, high = replayer.saving(before, o)
     if saving < 0:
         return "it makes the step slower"
-    if saving < floor or saving <= 0:
+    if saving < floor:
         return f"it saves {saving / 1000:.3f} ms, under {100 * MIN_SAVING:.0f}% of the step"
     if saving < DEMOTED_MARGIN * floor and replayer.unmeasured(before, o):
         return (f"it saves {saving / 1000:.3f} ms, under {100 * MIN_SAVING * DEMOTED_MARGIN:.0f}% of the step: its new "

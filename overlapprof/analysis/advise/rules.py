@@ -10,7 +10,8 @@ knob to search) and the hints (what the replay cannot model). One rule per cause
 - ``no_straggler`` (``late_peer``): the most waited-for rank's extra work removed, when it is waited
   for at least :data:`STRAGGLER_RATIO` times as long as the next and is late step after step: the
   median over the steps of how much longer the others wait for it than for anyone else is at least
-  the floor below (ranks that take turns being late are noise, not a straggler);
+  :data:`~overlapprof.analysis.exposure.late.STEADY_SHARE` of the step (ranks that take turns
+  being late are noise, not a straggler; whatif's ``no_straggler`` says so in a note);
 - ``host_sync`` (``host_blocked``) and ``queued``: hints, the replay does not model them;
 - ``bandwidth`` (a faster link): a hint with its replayed number, added after the ranking
   (:mod:`.ranking`): hardware, not a setting.
@@ -28,6 +29,7 @@ import numpy as np
 
 from overlapprof.analysis.advise import terms
 from overlapprof.analysis.advise.facts import Facts
+from overlapprof.analysis.exposure.late import STEADY_SHARE
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.replay.timeline import Traced
 from overlapprof.report.advice import MIN_SAVING, Hint, Rejected
@@ -129,10 +131,11 @@ def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
                  "step's end (the trace does not say which tensor the program reads next)", *_common(facts, cpu)]))
     late = sorted(facts.late_us.items(), key=lambda kv: -kv[1])
     for rank, us in late[:1]:  # one straggler: the most waited-for rank, at least twice the next one,
-        # and late step after step (its median net lateness above the floor)
+        # and late step after step (its median net lateness at least STEADY_SHARE of the step)
         clear = len(late) < 2 or us >= STRAGGLER_RATIO * late[1][1]
         net = facts.late_net_us.get(rank, us)
-        if us >= floor and clear and net < floor and rank in tr.lanes and len(tr.lanes) > 1:
+        steady = net >= STEADY_SHARE * facts.step_us
+        if us >= floor and clear and not steady and rank in tr.lanes and len(tr.lanes) > 1:
             rejected.append(Rejected(
                 rule="no_straggler", change=f"no_straggler={rank}",
                 why=f"the others wait {_ms(us)} a step for rank {rank} on average, but not step after step (in the "

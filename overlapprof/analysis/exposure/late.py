@@ -21,6 +21,7 @@ from overlapprof.analysis import intervals as iv
 Labelled = tuple[np.ndarray, np.ndarray, np.ndarray]
 NONE: Labelled = (np.empty(0), np.empty(0), np.empty(0, dtype=np.int64))
 COMPUTE, COMM, OTHER = 0, 1, 2  # activity codes, in the order of report.exposure.ACTIVITIES
+STEADY_SHARE = 0.03  # a straggler: in the median step, waited for this share of the step more than any other rank
 
 
 def distinct(labels: np.ndarray) -> list[int]:

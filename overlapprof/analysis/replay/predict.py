@@ -15,7 +15,7 @@ from __future__ import annotations
 from overlapprof import __version__
 from overlapprof.analysis.analyzer import analyze_with_inputs
 from overlapprof.analysis.exposure import resources
-from overlapprof.analysis.exposure.late import lateness
+from overlapprof.analysis.exposure.late import STEADY_SHARE, lateness
 from overlapprof.analysis.replay.changes import Context, Unmodelled, factor, link_floor, parse, rewrite
 from overlapprof.analysis.replay.engine import Replayed, replay
 from overlapprof.analysis.replay.slowdown import rank_factors, slow
@@ -128,19 +128,16 @@ def _load(paths, **options):
     return analyzed, traced(reports, analyzed.inputs, analyzed.matching)
 
 
-STEADY_SHARE = 0.03  # a straggler is late by at least this share of the step in its median step
-
-
 def _by_turns(report: Report, pairs, traced_step: float | None) -> list[str]:
     """A note for each ``no_straggler=R`` whose rank is not late step after step (the median
     step's net lateness, :func:`~overlapprof.analysis.exposure.late.lateness`, under
     :data:`STEADY_SHARE` of the step): the prediction then removes noise, not a straggler."""
+    asked = [int(value) for name, value in pairs if name == "no_straggler"]
+    if not asked or not traced_step:
+        return []
     mean, net = lateness(report.ranks)
     out = []
-    for name, value in pairs:
-        if name != "no_straggler" or not traced_step:
-            continue
-        rank = int(value)
+    for rank in asked:
         if net.get(rank, 0.0) < STEADY_SHARE * traced_step:
             out.append(f"no_straggler={rank}: rank {rank} is not late step after step (the others wait "
                        f"{mean.get(rank, 0.0) / 1000:.3f} ms a step for it on average, in the median step "
@@ -205,7 +202,7 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
         result.predictions.append(_prediction(text, out, new.traced, floor, traced_step, new.notes))
         if moved is not None:
             result.predictions[-1].compute_factor = moved  # the lanes carry a compute=xF of the same change too
-            result.predictions[-1].notes += _by_turns(report, pairs, traced_step)
+        result.predictions[-1].notes += _by_turns(report, pairs, traced_step)
     result.traced_compute_us = _compute(report)
     if check is not None and result.predictions and result.predictions[0].modelled:
         check_saved(result, check, workers)
