@@ -228,11 +228,13 @@ def _unhindered_leads(tr: Traced, insts: np.ndarray) -> float:
     others are left): a backend runs a group's operations on a few threads, and while those
     wait for a late rank the next operation issued waits for a thread (gloo: two). µs taken off."""
     rows = np.concatenate([tr.members[k] for k in insts.tolist()]) if insts.size else np.zeros(0, dtype=np.int64)
+    matched = tr.inst >= 0
+    size = np.zeros(tr.kind.size, dtype=np.int64)  # each row's group size (its instance's members)
+    size[matched] = np.array([m.size for m in tr.members], dtype=np.int64)[tr.inst[matched]]
     cut = 0.0
-    for kind, n in {(int(tr.kind[r]), int(tr.members[tr.inst[r]].size)) for r in rows.tolist()}:
-        mine = np.array([r for r in rows.tolist() if tr.kind[r] == kind and tr.members[tr.inst[r]].size == n])
-        peers = np.array([r for r in range(tr.kind.size) if tr.inst[r] >= 0 and tr.kind[r] == kind
-                          and tr.members[tr.inst[r]].size == n])
+    for kind, n in {(int(tr.kind[r]), int(size[r])) for r in rows.tolist()}:
+        mine = rows[(tr.kind[rows] == kind) & (size[rows] == n)]
+        peers = np.flatnonzero(matched & (tr.kind == kind) & (size == n))
         live = peers[~tr.warm[tr.inst[peers]]] if (~tr.warm[tr.inst[peers]]).any() else peers
         floor = max(0.0, float(np.percentile(tr.lead[live], UNHINDERED_PERCENTILE)))
         cut += float(np.maximum(tr.lead[mine] - floor, 0.0).sum())
