@@ -497,3 +497,17 @@ def test_a_step_without_buckets_on_one_rank_is_left_as_traced(tmp_path):
                                      1: step(1, 0, True) + step(2, 1500, False)}), change)[change]
     assert got.modelled, got.reason
     assert "1 bucket in all" in got.notes[0]
+
+
+def test_a_send_that_returns_before_its_receive_ends_keeps_its_share_of_the_transfer(tmp_path):
+    """Rank 0's blocking send returns at 600 µs, 100 µs before rank 1's receive of it ends (the
+    link still held its bytes): the transfer is 300 µs (400 → 700), rank 0's part of it 200. At
+    half the bandwidth the transfer is 600 µs and the send returns 200 µs before its end: rank 0
+    800 + 400 = 1200, rank 1 1000 + 300 = 1300 (a send held back by the traced 100 µs alone, a
+    constant, would end at 900: 1300 too). At twice the bandwidth: 500 + 400 and 550 + 300."""
+    mm = lambda at, dur: S.cpu_op("aten::mm", at, dur)  # noqa: E731
+    rank0 = [S.step(1, 0, 1000), mm(0, 400), *_p2p("send", 400, 200, 1), mm(600, 400)]
+    rank1 = [S.step(1, 0, 1000), mm(0, 400), *_p2p("recv", 400, 300, 0), mm(700, 300)]
+    got = _predict(_write(tmp_path, {0: rank0, 1: rank1}), "bandwidth=x0.5", "bandwidth=x2")
+    assert got["bandwidth=x0.5"].ranks == {0: pytest.approx(1200), 1: pytest.approx(1300)}
+    assert got["bandwidth=x2"].ranks == {0: pytest.approx(900), 1: pytest.approx(850)}

@@ -195,10 +195,17 @@ def unhindered(tr: Traced, insts: np.ndarray, scale: dict[tuple[int, int], float
 
 def scaled(tr: Traced, model: Model, factor: float) -> None:
     """Rewrite ``tr``'s transfers for a bandwidth ``factor`` times the traced one, in place:
-    instances ``latency + (x − latency) / factor``; unmatched operations likewise with no latency.
+    instances ``latency + (x − latency) / factor``, a rank's negative tail (it ended before the
+    instance's last rank) by the same ratio as its transfer; unmatched operations likewise with no latency.
     Instances a rewrite before it made (buckets, micro-batches) have no fitted latency: scaled whole."""
     fitted = model.latency[:tr.transfer.size]
-    lat = np.minimum(np.pad(fitted, (0, tr.transfer.size - fitted.size)), tr.transfer)
-    tr.transfer = lat + (tr.transfer - lat) / factor
+    before = tr.transfer
+    lat = np.minimum(np.pad(fitted, (0, tr.transfer.size - fitted.size)), before)
+    tr.transfer = lat + (before - lat) / factor
+    # a rank that ends before the instance's last rank (a negative tail: a send whose bytes the
+    # link still held when it returned) ends the same share of the transfer earlier
+    matched = tr.inst >= 0
+    ratio = np.divide(tr.transfer, before, out=np.ones_like(before), where=before > 0)
+    tr.tail = np.where(matched & (tr.tail < 0), tr.tail * ratio[np.maximum(tr.inst, 0)], tr.tail)
     unmatched = tr.inst < 0
     tr.dur = np.where(unmatched, tr.dur / factor, tr.dur)
