@@ -394,6 +394,15 @@ def test_micro_batches_cuts_the_pipeline_step_finer_or_coarser(tmp_path):
     assert "the traced 2 micro-batches a step cut into 4" in got["micro_batches=4"].notes[0]
 
 
+def test_micro_batches_with_a_compute_change(tmp_path):
+    """Compute halved on top (the new instances have no fitted interference; this raised a
+    shape error): one micro-batch, 200 + 200 + 400 + 200 + 200 = 1200 µs on stage 0, 1000 on
+    stage 1; four, pieces of 50 µs and transfers of 50: 900 and 850."""
+    got = _predict(_pipeline(tmp_path), "micro_batches=1,compute=x0.5", "micro_batches=4,compute=x0.5")
+    assert got["micro_batches=1,compute=x0.5"].ranks == {0: pytest.approx(1200), 1: pytest.approx(1000)}
+    assert got["micro_batches=4,compute=x0.5"].ranks == {0: pytest.approx(900), 1: pytest.approx(850)}
+
+
 def test_micro_batches_keeps_what_a_hand_over_takes_beyond_its_bytes(tmp_path):
     """The pipeline above, but micro-batch 0's gradient hand-over takes 300 µs where the other
     three take 100 (the same bytes: a blocked rank woken late). Its bytes took at most what the

@@ -122,8 +122,8 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
                 link *= k
         elif name == "compute":
             f = factor(name, value)
-            tr.transfer = tr.transfer - (1 - f) * ctx.interference[:tr.transfer.size] if ctx.interference.size else \
-                tr.transfer
+            cost = ctx.interference[:tr.transfer.size]  # instances a rewrite before made (micro-batches): none fitted
+            tr.transfer = tr.transfer - (1 - f) * np.pad(cost, (0, tr.transfer.size - cost.size))
             for lane in tr.lanes.values():
                 lane.work = [w - (1 - f) * c for w, c in zip(lane.work, lane.compute)]
                 lane.compute = [f * c for c in lane.compute]
