@@ -268,15 +268,15 @@ def _seen_at_wait(tr: Traced) -> dict[int, dict[int, float]]:
 
 def _bytes_part(tr: Traced, waited) -> dict[int, float]:
     """Per send/recv instance, the most of its transfer its bytes can have taken: the 10th
-    percentile of the transfers of its size that were seen to end (not at a wait, not warm-up;
-    of any size where none of its own), else 0. One step's hand-overs of one size move the same
+    percentile of the transfers of its size that were seen to end (not at a wait; warm-up left
+    out where others are left; of any size where none of its own), else 0. One step's hand-overs of one size move the same
     bytes yet take from tens of µs to ms (the blocked rank's wake-up on shared cores, the
     handshake): what one takes beyond the least hindered ones is not its bytes, and a
     micro-batch's hand-over pays it whatever its rows."""
     insts = [k for k, rows in enumerate(tr.members) if tr.kind[rows[0]] == SEND_RECV]
     size = {k: float(np.nanmax(tr.nbytes[tr.members[k]])) if not np.isnan(tr.nbytes[tr.members[k]]).all() else -1.0
             for k in insts}
-    clean = [k for k in insts if k not in waited and not tr.warm[k]]
+    clean = [k for k in insts if k not in waited and not tr.warm[k]] or [k for k in insts if k not in waited]
     every = float(np.percentile(tr.transfer[clean], 10)) if clean else 0.0
     pace = {b: float(np.percentile([tr.transfer[k] for k in clean if size[k] == b], 10))
             for b in {size[k] for k in clean}}
