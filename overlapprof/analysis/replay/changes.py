@@ -340,8 +340,9 @@ def _micro_batches(tr: Traced, value: str, ctx: Context) -> list[str]:
         m = micro_batches(tr, n, ctx.model.latency)
     except Refused as exc:
         raise Unmodelled(f"micro_batches={value}: {exc}") from None
-    return [f"micro_batches={value}: the traced {m} micro-batches a step cut into {n} (the same compute; each "
-            f"transfer's bytes x {m}/{n})"]
+    return [f"micro_batches={value}: the traced {m} micro-batches a step cut into {n} (each hand-over's bytes x "
+            f"{m}/{n}, what it took beyond them and the host work paid per micro-batch; the step's compute kept: "
+            "a trace of one count cannot say how much of it a micro-batch pays whatever its rows)"]
 
 
 def link_floor(tr: Traced, rate: float) -> dict[int, float]:
