@@ -179,7 +179,7 @@ def micro_batches(tr: Traced, n: int, latency: np.ndarray) -> int:
 
 
 def _rewrite_step(tr, lane, s, e, groups, m, n, rank, new_rows, new_inst, transfers, latency, waited,
-                                 bytes_part) -> list[tuple]:
+                  bytes_part) -> list[tuple]:
     pos, cum = _positions(lane, s, e)
     total = pos[-1]
     where = {}  # (row, kind) -> key index in [s, e]
@@ -269,10 +269,10 @@ def _seen_at_wait(tr: Traced) -> dict[int, dict[int, float]]:
 def _bytes_part(tr: Traced, waited) -> dict[int, float]:
     """Per send/recv instance, the most of its transfer its bytes can have taken: the 10th
     percentile of the transfers of its size that were seen to end (not at a wait; warm-up left
-    out where others are left; of any size where none of its own), else 0. One step's hand-overs of one size move the same
-    bytes yet take from tens of µs to ms (the blocked rank's wake-up on shared cores, the
-    handshake): what one takes beyond the least hindered ones is not its bytes, and a
-    micro-batch's hand-over pays it whatever its rows."""
+    out where others are left; of any size where none of its own), else 0. One step's
+    hand-overs of one size move the same bytes yet take from tens of µs to ms (the blocked
+    rank's wake-up on shared cores, the handshake): what one takes beyond the least hindered
+    ones is not its bytes, and a micro-batch's hand-over pays it whatever its rows."""
     insts = [k for k, rows in enumerate(tr.members) if tr.kind[rows[0]] == SEND_RECV]
     size = {k: float(np.nanmax(tr.nbytes[tr.members[k]])) if not np.isnan(tr.nbytes[tr.members[k]]).all() else -1.0
             for k in insts}
