@@ -28,7 +28,10 @@ traced run's compute; a batch or matrix size does not scale a CPU step's compute
 0.68-0.78x for a doubled batch). The checked run's compute ratio still moves with the machine's
 load between the runs: such a case is also predicted at the factor its run achieved (F x the
 ratio), in a last column: that error is the replay's own, given the compute change the run made;
-the second set of target lines counts it in place of the first.
+the second set of target lines counts it in place of the first. A ``micro_batches=N`` case is
+predicted there with the compute its run did (``micro_batches=N,compute=xR``, R its compute
+ratio): a trace of one N cannot say how much of a step's compute each micro-batch pays whatever
+its rows (docs/whatif.md), and this column shows what the replay gets right once that is known.
 """
 
 from __future__ import annotations
@@ -180,9 +183,14 @@ def _targets(rows) -> list[str]:
 
 
 def _at_the_runs_compute(whatif, traced: Path, changed: Path, change: str, ratio: float | None):
-    """A ``compute=xF`` case predicted again at the factor its checked run achieved, checked
+    """A ``compute=xF`` case predicted again at the factor its checked run achieved, and a
+    ``micro_batches=N`` case with the compute its run did (``compute=x`` its ratio), checked
     against it; None for any other change."""
-    if not change.startswith("compute=x") or "," in change or not ratio:
+    if "," in change or not ratio:
+        return None
+    if change.startswith("micro_batches="):
+        return whatif([str(traced)], [f"{change},compute=x{ratio:.3f}"], check=str(changed), workers=1)
+    if not change.startswith("compute=x"):
         return None
     factor = float(change.removeprefix("compute=x")) * ratio
     return whatif([str(traced)], [f"compute=x{factor:.3f}"], check=str(changed), workers=1)
@@ -247,7 +255,8 @@ def main() -> None:
         return
     print("\nmedian |error| per group: " + ", ".join(f"{g} {100 * statistics.median(v):.1f}%" for g, v in groups.items()))
     print("\n".join(_targets(rows)))
-    print("with each compute=xF case predicted at the compute factor its run achieved (F x its compute ratio):")
+    print("with each compute=xF case predicted at the compute factor its run achieved (F x its compute ratio), each "
+          "micro_batches=N case with its run's compute:")
     print("\n".join(_targets(at_run)))
     print(f"load average at the start {start_load[0]:.2f}, at the end {os.getloadavg()[0]:.2f}")
 

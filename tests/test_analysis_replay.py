@@ -394,6 +394,35 @@ def test_micro_batches_cuts_the_pipeline_step_finer_or_coarser(tmp_path):
     assert "the traced 2 micro-batches a step cut into 4" in got["micro_batches=4"].notes[0]
 
 
+def test_micro_batches_with_a_compute_change(tmp_path):
+    """Compute halved on top (the new instances have no fitted interference; this raised a
+    shape error): one micro-batch, 200 + 200 + 400 + 200 + 200 = 1200 µs on stage 0, 1000 on
+    stage 1; four, pieces of 50 µs and transfers of 50: 900 and 850."""
+    got = _predict(_pipeline(tmp_path), "micro_batches=1,compute=x0.5", "micro_batches=4,compute=x0.5")
+    assert got["micro_batches=1,compute=x0.5"].ranks == {0: pytest.approx(1200), 1: pytest.approx(1000)}
+    assert got["micro_batches=4,compute=x0.5"].ranks == {0: pytest.approx(900), 1: pytest.approx(850)}
+
+
+def test_micro_batches_keeps_what_a_hand_over_takes_beyond_its_bytes(tmp_path):
+    """The pipeline above, but micro-batch 0's gradient hand-over takes 300 µs where the other
+    three take 100 (the same bytes: a blocked rank woken late). Its bytes took at most what the
+    least hindered hand-overs of that size take (their 10th percentile, 100 µs); the other 200
+    are the hand-over's own and do not shrink or grow with its bytes. Traced: 1800 and 1600 µs.
+    One micro-batch: that hand-over moves twice the bytes, 200 + 200 = 400 µs (not 2 × 300):
+    400 + 200 + 800 + 400 + 400 = 2200 on stage 0, 1800 on stage 1. Four: the last two gradient
+    hand-overs copy it, 200 + 50 µs each (not 150): the 1400 and 1300 above plus 2 × 200, 1800
+    and 1700."""
+    mm = lambda at: S.cpu_op("aten::mm", at, 200)  # noqa: E731
+    stage0 = [S.step(1, 0, 1800), mm(0), *_p2p("send", 200, 100, 1), mm(300), *_p2p("send", 500, 100, 1),
+              *_p2p("recv", 600, 500, 1), mm(1100), *_p2p("recv", 1300, 300, 1), mm(1600)]
+    stage1 = [S.step(1, 0, 1600), *_p2p("recv", 0, 300, 0), mm(300), *_p2p("recv", 500, 100, 0), mm(600), mm(800),
+              *_p2p("send", 1000, 100, 0), mm(1100), *_p2p("send", 1300, 300, 0)]
+    got = _predict(_write(tmp_path, {0: stage0, 1: stage1}), "micro_batches=2", "micro_batches=1", "micro_batches=4")
+    assert got["micro_batches=2"].ranks == {0: pytest.approx(1800), 1: pytest.approx(1600)}
+    assert got["micro_batches=1"].ranks == {0: pytest.approx(2200), 1: pytest.approx(1800)}
+    assert got["micro_batches=4"].ranks == {0: pytest.approx(1800), 1: pytest.approx(1700)}
+
+
 def _irecv(at, until, peer):
     """An async gloo receive from ``peer``, issued at ``at`` and waited: its span ends at ``until``."""
     return [S.cpu_op("c10d::recv_", at, 1, args={"Concrete Inputs": ["", "", str(peer), "0"]}),

@@ -122,8 +122,8 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
                 link *= k
         elif name == "compute":
             f = factor(name, value)
-            tr.transfer = tr.transfer - (1 - f) * ctx.interference[:tr.transfer.size] if ctx.interference.size else \
-                tr.transfer
+            cost = ctx.interference[:tr.transfer.size]  # instances a rewrite before made (micro-batches): none fitted
+            tr.transfer = tr.transfer - (1 - f) * np.pad(cost, (0, tr.transfer.size - cost.size))
             for lane in tr.lanes.values():
                 lane.work = [w - (1 - f) * c for w, c in zip(lane.work, lane.compute)]
                 lane.compute = [f * c for c in lane.compute]
@@ -340,8 +340,9 @@ def _micro_batches(tr: Traced, value: str, ctx: Context) -> list[str]:
         m = micro_batches(tr, n, ctx.model.latency)
     except Refused as exc:
         raise Unmodelled(f"micro_batches={value}: {exc}") from None
-    return [f"micro_batches={value}: the traced {m} micro-batches a step cut into {n} (the same compute; each "
-            f"transfer's bytes x {m}/{n})"]
+    return [f"micro_batches={value}: the traced {m} micro-batches a step cut into {n} (each hand-over's bytes x "
+            f"{m}/{n}, what it took beyond them and the host work paid per micro-batch; the step's compute kept: "
+            "a trace of one count cannot say how much of it a micro-batch pays whatever its rows)"]
 
 
 def link_floor(tr: Traced, rate: float) -> dict[int, float]:

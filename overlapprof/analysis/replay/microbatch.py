@@ -25,15 +25,20 @@ began, as :mod:`.buckets` reads them):
   micro-batches, +16.1% error without it, +2.1% with it; 4 → 8, −21.1% and +0.5%.) A kernel's
   fixed cost inside compute is not scaled;
 - new operation j copies traced operation ``ceil((j + 1) M / N) − 1`` (its lead, tail, peer,
-  instance's partner), with ``M / N`` of its bytes, and its transfer ``latency + (x − latency) ×
-  M / N`` (the transfer model's latency): send j of one rank is matched with receive j of its
-  peer, as the workload sends and receives in the same order. Where the traced instance's end
-  was seen at a rank's wait (an async receive posted early and waited late: gloo ends its span
-  at the ``wait()``), ``x`` is when the program looked, not what the data took: ``x`` is then at
-  most the 10th percentile of the transfers seen to end, and the new row ends no earlier than
-  its replayed need + the µs the traced one took after its need (:func:`_seen_at_wait`; the
-  async pipeline traced with 16 micro-batches predicted 8 at +108%, loaded, with the
-  wait-bound transfers × 2, and −1.6% without).
+  instance's partner), with ``M / N`` of its bytes: send j of one rank is matched with receive j
+  of its peer, as the workload sends and receives in the same order. Of its transfer ``x`` only
+  what the bytes took moves with them: at most ``u``, the 10th percentile of the transfers of its
+  size seen to end (:func:`_bytes_part`); the rest, ``x − u`` (or the transfer model's latency
+  where larger), is the hand-over's own (a blocked rank's wake-up on shared cores, gloo's
+  handshake), paid per micro-batch whatever its bytes. The new transfer is ``rest + (x − rest)
+  × M / N``. (Measured: the sync pipeline's hand-overs of 128 KiB took 0.09-12 ms in one step
+  under load; scaled whole, 8 → 16 micro-batches predicted 37 ms a step of blocked hand-overs on
+  rank 0 where its run blocked 85, now 102.) Where the traced instance's end was seen at a
+  rank's wait (an async receive posted early and waited late: gloo ends its span at the
+  ``wait()``), ``x`` is when the program looked, not what the data took: ``x`` is then ``u`` at
+  most, and the new row ends no earlier than its replayed need + the µs the traced one took
+  after its need (:func:`_seen_at_wait`; the async pipeline traced with 16 micro-batches
+  predicted 8 at +108%, loaded, with the wait-bound transfers × 2, and −1.6% without).
 
 With N = M the traced steps come back unchanged. The replay then resolves the new operations
 across ranks, so the pipeline's fill and drain (stage 1 waits for stage 0's first micro-batch,
@@ -146,6 +151,7 @@ def micro_batches(tr: Traced, n: int, latency: np.ndarray) -> int:
         raise Refused("no step issues send/recv operations")
     _index(tr, plan)
     waited = _seen_at_wait(tr)
+    bytes_part = _bytes_part(tr, waited)
     new_rows: list[dict] = []
     new_inst: dict[tuple, int] = {}
     transfers: list[float] = []
@@ -162,7 +168,8 @@ def micro_batches(tr: Traced, n: int, latency: np.ndarray) -> int:
             m = len(next(iter(groups.values())))
             traced_m = max(traced_m, m)
             out += keys[done:s]
-            out += _rewrite_step(tr, lane, s, e, groups, m, n, rank, new_rows, new_inst, transfers, latency, waited)
+            out += _rewrite_step(tr, lane, s, e, groups, m, n, rank, new_rows, new_inst, transfers, latency, waited,
+                                 bytes_part)
             done = e + 1
         out += keys[done:]
         lane.t, lane.kind, lane.ref = [x[0] for x in out], [x[1] for x in out], [x[2] for x in out]
@@ -171,7 +178,8 @@ def micro_batches(tr: Traced, n: int, latency: np.ndarray) -> int:
     return traced_m
 
 
-def _rewrite_step(tr, lane, s, e, groups, m, n, rank, new_rows, new_inst, transfers, latency, waited) -> list[tuple]:
+def _rewrite_step(tr, lane, s, e, groups, m, n, rank, new_rows, new_inst, transfers, latency, waited,
+                  bytes_part) -> list[tuple]:
     pos, cum = _positions(lane, s, e)
     total = pos[-1]
     where = {}  # (row, kind) -> key index in [s, e]
@@ -203,13 +211,14 @@ def _rewrite_step(tr, lane, s, e, groups, m, n, rank, new_rows, new_inst, transf
             if key not in new_inst:
                 inst = int(tr.inst[template])
                 x = float(tr.transfer[inst])
-                if inst in waited:  # an end seen at a wait: the data's own time is at most the pace of those seen
-                    x = min(x, waited[inst][1])
-                lat = min(float(latency[inst]) if inst < latency.size else 0.0, x)
+                moved = min(x, bytes_part.get(inst, x))  # what its bytes took; the rest is the hand-over's own
+                if inst in waited:  # an end seen at a wait: the data's own time, no more
+                    x = moved
+                lat = max(min(float(latency[inst]) if inst < latency.size else 0.0, x), x - moved)
                 new_inst[key] = len(tr.members) + len(transfers)
                 transfers.append(lat + (x - lat) * m / n)
             row = tr.rank.size + len(new_rows)
-            seen = waited.get(int(tr.inst[template]), ({}, 0.0))[0].get(template)
+            seen = waited.get(int(tr.inst[template]), {}).get(template)
             new_rows.append(dict(template=template, inst=new_inst[key], scale=m / n, seen=seen))
             for kind in (ISSUE, NEED):
                 placed.append((float(at[kind][j]), where[(template, kind)], j, kind, row))
@@ -229,17 +238,16 @@ def _rewrite_step(tr, lane, s, e, groups, m, n, rank, new_rows, new_inst, transf
     return keys
 
 
-def _seen_at_wait(tr: Traced) -> dict[int, tuple[dict[int, float], float]]:
+def _seen_at_wait(tr: Traced) -> dict[int, dict[int, float]]:
     """The send/recv instances whose measured transfer ended where a rank's lane waited for it:
     an asynchronous operation's span ends at its ``wait()`` (gloo on CPU), so from the latest
     start to that end is when the program looked, not what the data took (async pipelines: a
     stage that lags posts its receives early and waits for micro-batch i long after it came).
     Such an instance is one whose member row was needed after the instance's latest start and
-    ended within half its transfer of that need. Instance -> ({row: µs from its need to its
-    end}, the transfer its data can have taken: the 10th percentile of its kind's transfers
-    that were not seen at a wait, else 0). Its new operations end at the later of that transfer
-    and their replayed need + those µs (``seen``), so their end follows the rewritten schedule
-    instead of a fixed µs after their issue (:mod:`.engine`)."""
+    ended within half its transfer of that need. Instance -> {row: µs from its need to its
+    end}. Its new operations transfer what its bytes can have taken (:func:`_bytes_part`) and
+    end at the later of that and their replayed need + those µs (``seen``), so their end
+    follows the rewritten schedule instead of a fixed µs after their issue (:mod:`.engine`)."""
     need: dict[int, float] = {}
     for lane in tr.lanes.values():
         for t, kind, ref in zip(lane.t, lane.kind, lane.ref):
@@ -255,10 +263,24 @@ def _seen_at_wait(tr: Traced) -> dict[int, tuple[dict[int, float], float]]:
               if int(r) in need and need[int(r)] > latest and 0 <= tr.end[r] - need[int(r)] < x / 2}
         if at:
             out[k] = at
-    clean = [float(tr.transfer[k]) for k, rows in enumerate(tr.members)
-             if tr.kind[rows[0]] == SEND_RECV and k not in out and not tr.warm[k]]
-    pace = float(np.percentile(clean, 10)) if clean else 0.0
-    return {k: (at, pace) for k, at in out.items()}
+    return out
+
+
+def _bytes_part(tr: Traced, waited) -> dict[int, float]:
+    """Per send/recv instance, the most of its transfer its bytes can have taken: the 10th
+    percentile of the transfers of its size that were seen to end (not at a wait; warm-up left
+    out where others are left; of any size where none of its own), else 0. One step's
+    hand-overs of one size move the same bytes yet take from tens of µs to ms (the blocked
+    rank's wake-up on shared cores, the handshake): what one takes beyond the least hindered
+    ones is not its bytes, and a micro-batch's hand-over pays it whatever its rows."""
+    insts = [k for k, rows in enumerate(tr.members) if tr.kind[rows[0]] == SEND_RECV]
+    size = {k: float(np.nanmax(tr.nbytes[tr.members[k]])) if not np.isnan(tr.nbytes[tr.members[k]]).all() else -1.0
+            for k in insts}
+    clean = [k for k in insts if k not in waited and not tr.warm[k]] or [k for k in insts if k not in waited]
+    every = float(np.percentile(tr.transfer[clean], 10)) if clean else 0.0
+    pace = {b: float(np.percentile([tr.transfer[k] for k in clean if size[k] == b], 10))
+            for b in {size[k] for k in clean}}
+    return {k: pace.get(size[k], every) for k in insts}
 
 
 def _append(tr: Traced, rows: list[dict], transfers: list[float]) -> None:
