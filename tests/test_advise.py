@@ -456,10 +456,12 @@ def test_overlap_on_a_host_with_fewer_cores_than_threads_is_a_hint(tmp_path):
     assert any("interference not measured" in c and "8 cores for 2 ranks" in c for c in item.confidence)
 
 
-def _linked(cores, pacing_us, blocking=300):
+def _linked(cores, pacing_us, burst=0):
     """run.json of 2 ranks on ``cores`` cores over a shared --link-rate link on which the 1 MiB
-    all_reduce of :func:`_steps` (each rank's 1 MiB of bus bytes: 2 MiB on the link) takes ``pacing_us``."""
-    return {**_host(cores), "link": {"shared": True, "bits_per_s": 2 * MIB * 8 / (pacing_us * 1e-6)}}
+    all_reduce of :func:`_linked_steps` (each rank's 1 MiB of bus bytes: 2 MiB on the link) takes
+    ``pacing_us`` beyond the token bucket's ``burst`` bytes."""
+    return {**_host(cores), "link": {"shared": True, "bits_per_s": 2 * MIB * 8 / (pacing_us * 1e-6),
+                                     "burst_bytes": burst}}
 
 
 def _linked_steps():
@@ -476,7 +478,8 @@ def test_overlap_over_a_paced_link_on_a_crowded_host_is_charged_the_cores_share(
     """The same crowded host (2 ranks, 2 cores, no compute beside communication), but over a link
     that takes 270 of the all_reduce's 300 µs to pace its bytes: 10% of the transfer is the cores'
     work, so the 300 µs of layer4 made to run beside it are charged 30 µs: listed, saving 270 µs,
-    and whatif predicts the same. Paced for only 100 µs (67% the cores'), it stays a hint."""
+    and whatif predicts the same. Paced for only 100 µs (67% the cores'), or not at all (the token
+    bucket's burst holds the 2 MiB, refilled between steps), it stays a hint."""
     path = _write(tmp_path / "paced", {r: _linked_steps() for r in (0, 1)}, run=_linked(2, 270))
     a = advise([path], workers=1)
     item = a.items[0]
@@ -490,6 +493,10 @@ def test_overlap_over_a_paced_link_on_a_crowded_host_is_charged_the_cores_share(
     assert not copying.items
     hint = next(h for h in copying.hints if h.rule == "async")
     assert "67% of its transfers' time is the cores' work" in hint.why and "0.100 ms a step less" in hint.why
+    burst = advise([_write(tmp_path / "burst", {r: _linked_steps() for r in (0, 1)}, run=_linked(2, 270, 2 * MIB))],
+                   workers=1)
+    assert not burst.items and "100% of its transfers' time is the cores' work" in next(
+        h.why for h in burst.hints if h.rule == "async")
     roomy = advise([_write(tmp_path / "roomy", {r: _linked_steps() for r in (0, 1)}, run=_linked(8, 100))],
                    workers=1)
     assert roomy.items[0].saving_us == pytest.approx(300)  # cores enough: nothing charged (demoted, and 30% passes)

@@ -8,22 +8,22 @@ the same cores as the compute. But not all of a transfer's time is the cores' wo
 ``--link-rate`` link most of it can be the link's pacing (the kernel's token bucket holds the
 bytes back; no core works meanwhile). Only the cores' share competes with compute moved beside it.
 
-**The cores' share**, measured from the trace and run.json's link: per instance ``k`` (warm-up
-left out, bytes known, transfer ``x_k`` from its latest start), the link's time in its interval
-is the bytes of every instance on the link during it, each spread evenly over its own transfer,
-at the link's rate (one medium shared by all ranks: two sends at once take twice as long)::
+**The cores' share**, measured from the trace and run.json's link (its rate and its token
+bucket's burst): the link's time in each transfer is replayed through the link's token bucket.
+Instances are taken in the order of their latest start ``lo_k`` (warm-up too: it spends tokens),
+each putting ``b_k`` bytes on the link (a message's size for send/recv; for a collective on ``n``
+ranks, each rank's bus bytes, :func:`~overlapprof.analysis.replay.transfer.bus_bytes`, ``n``
+times: one medium shared by all ranks). The bucket refills at the rate up to the burst while
+the link is free; an instance that finds enough tokens passes unpaced (the default burst, 128
+KiB, lets a pipeline's 64 KiB activation through at once), one that does not waits for the
+tokens it lacks, after any instance queued before it::
 
-    pacing_k = Σ_j b_j × |[lo_j, lo_j + x_j) ∩ [lo_k, lo_k + x_k)| / x_j / rate,   capped at x_k
+    pacing_k = (the link free for it − lo_k) + max(0, b_k − tokens) / rate,   capped at x_k
 
-with ``b_j`` the bytes instance ``j`` puts on the link: a message's size for send/recv, and for
-a collective on ``n`` ranks each rank's bus bytes
-(:func:`~overlapprof.analysis.replay.transfer.bus_bytes`: what nccl-tests counts each rank to
-send), ``n`` times.
-
-and the cores' share of a rank's transfers is ``Σ (x_k − pacing_k) / Σ x_k`` over the instances it
-takes part in: what is not the link's pacing (the copies through the kernel, gloo's protocol, and
-the time a thread waits for a core) is taken as the cores' work. Without a link (loopback) the
-whole transfer is the cores' work: the share is 1.
+The cores' share of a rank's transfers is ``Σ (x_k − pacing_k) / Σ x_k`` over the instances it
+takes part in (warm-up left out): what the link does not hold back (the copies through the
+kernel, gloo's protocol, the time a thread waits for a core) is taken as the cores' work. Without
+a link (loopback) the whole transfer is the cores' work: the share is 1.
 
 **The charge** (:func:`~.slowdown.slow`): compute moved beside communication on such a rank runs
 ``1 + share`` times as long for the part beside the transfer, as a measured factor ``f`` charges
@@ -79,27 +79,31 @@ def crowded_hosts(report) -> dict[int, tuple[int, int]]:
     return {rank: (cores, n) for rank, (cores, n) in host_cores(report).items() if 2 * n > cores}
 
 
-def link_time(tr: Traced, link_bytes_per_us: float) -> np.ndarray:
+def link_time(tr: Traced, link_bytes_per_us: float, burst_bytes: float) -> np.ndarray:
     """Per instance, the link's time in its transfer (µs; the module docstring's ``pacing_k``);
     NaN where its bytes are not known, or it is warm-up."""
     count = len(tr.members)
     out = np.full(count, np.nan)
-    lo, x, b = np.zeros(count), np.zeros(count), np.full(count, np.nan)
+    lo, b = np.zeros(count), np.full(count, np.nan)
     for k, rows in enumerate(tr.members):
-        first = int(rows[0])
-        nb = tr.nbytes[rows]
-        n = int(tr.group_size[first]) or rows.size
+        first, nb = int(rows[0]), tr.nbytes[rows]
         lo[k] = float(np.max(tr.start[rows]))
-        x[k] = float(tr.transfer[k])
         if not np.isnan(nb).all():
-            kind = int(tr.kind[first])
+            kind, n = int(tr.kind[first]), int(tr.group_size[first]) or rows.size
             b[k] = bus_bytes(kind, float(np.nanmax(nb)), n) * (1 if kind == SEND_RECV else n)
-    known = ~np.isnan(b) & (x > 0)
-    density = np.where(known, np.nan_to_num(b) / np.where(x > 0, x, 1.0), 0.0)  # bytes/µs each put on the link
-    hi = lo + x
-    for k in np.flatnonzero(known & ~tr.warm[:count]):
-        cover = np.clip(np.minimum(hi, hi[k]) - np.maximum(lo, lo[k]), 0.0, None)
-        out[k] = min(float(np.dot(density, cover)) / link_bytes_per_us, x[k])
+    tokens, free = float(burst_bytes), -np.inf  # the bucket, and when the link is free to send
+    for k in np.argsort(lo, kind="stable"):
+        if np.isnan(b[k]):
+            continue
+        if lo[k] > free:
+            tokens = min(float(burst_bytes), tokens + (lo[k] - free) * link_bytes_per_us if free > -np.inf
+                         else float(burst_bytes))
+            free = lo[k]
+        lack = b[k] - tokens
+        tokens = max(-lack, 0.0)
+        free += max(lack, 0.0) / link_bytes_per_us
+        if not tr.warm[k] and tr.transfer[k] > 0:
+            out[k] = min(free - lo[k], float(tr.transfer[k]))
     return out
 
 
@@ -115,7 +119,8 @@ def shares(report, tr: Traced) -> dict[int, Crowded]:
         return {}
     res, _, _ = resources(report.run, None)
     rate = res.link_bytes_per_us
-    pacing = link_time(tr, rate) if rate and len(tr.members) else None
+    burst = float(((report.run or {}).get("link") or {}).get("burst_bytes") or 0.0)
+    pacing = link_time(tr, rate, burst) if rate and len(tr.members) else None
     out = {}
     for r in ranks:
         share = 1.0
