@@ -82,13 +82,21 @@ def ranked(replayer: Replayer, candidates: list[Candidate], top: int | None = No
             rank=len(items) + 1, rule=c.rule, change=v, joint_change=",".join(applied + [v]), action=c.action(v),
             cause=c.cause, step_us=p.step_us, low_us=p.low_us, high_us=p.high_us, saving_us=saving,
             saving_low_us=low, saving_high_us=high, speedup=traced / p.step_us if p.step_us and traced else None,
-            confidence=[*c.confidence, *[f"rank {r}: {replayer.assumptions[r].words}"
-                                         for r in replayer.unmeasured(before, o)]],
+            confidence=[*c.confidence, *_per_ranks(replayer, replayer.unmeasured(before, o))],
             tried=tried))
         applied.append(v)
         before = o
         remaining = [r[0] for r in rounds if r[0] is not c]
     return items, rejected, hints
+
+
+def _per_ranks(replayer: Replayer, ranks: list[int]) -> list[str]:
+    """What is stood behind on ``ranks`` (:mod:`.assumed`), one line per distinct wording
+    ("ranks 0, 1: ...")."""
+    by: dict[str, list[int]] = {}
+    for r in ranks:
+        by.setdefault(replayer.assumptions[r].words, []).append(r)
+    return [f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}: {words}" for words, rs in by.items()]
 
 
 def _why_not(replayer: Replayer, before: Outcome, o: Outcome, floor: float) -> str | None:
