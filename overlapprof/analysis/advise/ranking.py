@@ -38,7 +38,9 @@ def _best(replayer: Replayer, applied: list[str], before: Outcome, c: Candidate)
             continue
         if hint := [r for r in replayer.unmeasured(before, o) if replayer.assumptions[r].hint]:
             saved = (before.prediction.step_us - o.prediction.step_us) / 1000
-            reason = reason or (f"on rank {hint[0]}, {replayer.assumptions[hint[0]].words}; the replay, so charged, "
+            how = ("charged that share" if replayer.crowded[hint[0]].share is not None
+                   else "taking the new overlap as free")
+            reason = reason or (f"on rank {hint[0]}, {replayer.assumptions[hint[0]].words}; the replay, {how}, "
                                 f"gives {saved:.3f} ms a step less ({v}): check it with --verify")
             continue
         tried[v] = o.prediction.step_us

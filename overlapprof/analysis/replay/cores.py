@@ -22,16 +22,17 @@ tokens it lacks, after any instance queued before it::
 
 The cores' share of a rank's transfers is ``Σ (x_k − pacing_k) / Σ x_k`` over the instances it
 takes part in (warm-up left out): what the link does not hold back (the copies through the
-kernel, gloo's protocol, the time a thread waits for a core) is taken as the cores' work. Without
-a link (loopback) the whole transfer is the cores' work: the share is 1.
+kernel, gloo's protocol, the time a thread waits for a core) is taken as the cores' work.
+Without a link (loopback), or without a transfer whose bytes are known, it is not measured
+(None): the transfers are all the cores' work, but how much of their traced time that work
+takes (and how much is waiting for a peer or a core) the trace does not say.
 
-**The charge** (:func:`~.slowdown.slow`): compute moved beside communication on such a rank runs
-``1 + share`` times as long for the part beside the transfer, as a measured factor ``f`` charges
-``1 − 1/f`` of it: for each µs of moved compute, the share of the transfer the cores had to do
-is not hidden. A share of 1 (loopback) charges the moved compute in full; that is still not
-enough there (the transfers slow down too, and the replay keeps their traced time), which is why
-advise does not stand behind such a change (:mod:`overlapprof.analysis.advise.assumed`,
-:data:`MAX_SHARE`).
+**The charge** (:func:`~.slowdown.slow`): compute moved beside communication on a rank with a
+measured share is charged ``share × (O' − O)``, as a measured factor ``f`` charges
+``(1 − 1/f) × (O' − O)``: of each µs of moved compute, the part the cores owed the transfer
+is not hidden. A rank whose share is not measured is not charged (the note says so), and advise
+does not stand behind a change there, nor where the share is above :data:`MAX_SHARE`
+(:mod:`overlapprof.analysis.advise.assumed`).
 """
 
 from __future__ import annotations
@@ -50,20 +51,18 @@ MAX_SHARE = 0.5  # above this share the transfer is mostly the cores' work: advi
 @dataclass
 class Crowded:
     """A rank on a crowded CPU host whose trace measures no slowdown: ``cores`` and ``ranks`` on
-    its node, ``share`` (the cores' share of its transfers, 0-1; 1 without a link) and ``link``
-    (the run has a ``--link-rate`` link the share was measured against)."""
+    its node, ``share`` (the cores' share of its transfers, 0-1; None: not measured, loopback)."""
 
     rank: int
     cores: int
     ranks: int
-    share: float
-    link: bool
+    share: float | None
 
     def words(self) -> str:
         busy = 2 * self.ranks
         head = f"{self.ranks} ranks and their backend threads ({busy}) share {self.cores} cores"
-        if not self.link:
-            return f"{head} over loopback: the transfers are the cores' work"
+        if self.share is None:
+            return f"{head} over loopback: the transfers are the cores' work, for a share of their time not measured"
         return (f"{head}; {100 * self.share:.0f}% of its transfers' time is the cores' work (the rest the link's "
                 "pacing, measured against its rate)")
 
@@ -123,11 +122,11 @@ def shares(report, tr: Traced) -> dict[int, Crowded]:
     pacing = link_time(tr, rate, burst) if rate and len(tr.members) else None
     out = {}
     for r in ranks:
-        share = 1.0
+        share = None
         if pacing is not None:
             ks = [k for k, rows in enumerate(tr.members) if r in tr.rank[rows] and not np.isnan(pacing[k])]
             total = float(sum(tr.transfer[k] for k in ks))
             if total > 0:
-                share = float(sum(tr.transfer[k] - pacing[k] for k in ks)) / total
-        out[r] = Crowded(r, *hosts[r], share=min(max(share, 0.0), 1.0), link=rate is not None)
+                share = min(max(float(sum(tr.transfer[k] - pacing[k] for k in ks)) / total, 0.0), 1.0)
+        out[r] = Crowded(r, *hosts[r], share=share)
     return out

@@ -73,8 +73,8 @@ def slow(traced: Traced, new: Traced, factors: dict[int, float], crowded: dict |
     """Rewrite ``new`` (a rewritten copy of ``traced``) in place for the compute its change puts
     beside communication or takes away from it; a note per rank that changed. ``crowded``: rank
     -> :class:`~overlapprof.analysis.replay.cores.Crowded` for the ranks without a factor on a
-    crowded CPU host: their moved compute is charged the cores' share of the transfers instead
-    of ``1 − 1/f``."""
+    crowded CPU host: their moved compute is charged the cores' share of the transfers, where it
+    is measured (a link), instead of ``1 − 1/f``."""
     notes = []
     crowded = crowded or {}
     for r, lane in new.lanes.items():
@@ -83,7 +83,7 @@ def slow(traced: Traced, new: Traced, factors: dict[int, float], crowded: dict |
         if old is None:
             continue
         o_old, o_new = _per_step(old, beside(traced, old)), beside(new, lane)
-        charge = 1 - 1 / f if f else (crowded[r].share if r in crowded else None)
+        charge = 1 - 1 / f if f else (crowded[r].share if r in crowded else None)  # None: not measured
         if charge is None:
             more = (sum(o_new) - sum(o_old)) / max(len(lane.steps), 1)
             if more > 0.01 * max(sum(lane.work) / max(len(lane.steps), 1), 1e-9):
