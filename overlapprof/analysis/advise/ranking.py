@@ -7,7 +7,7 @@ replay for the first) minus its joint step, so savings add up and never count a 
 An item is kept only when its saving is clearly above the noise: at least
 :data:`~overlapprof.report.advice.MIN_SAVING` of the traced step (:data:`~.assumed.DEMOTED_MARGIN`
 times that for a change whose new overlap lands on ranks whose slowdown the trace does not
-measure, :mod:`.assumed`), at least the traced steps' own spread (their median absolute deviation
+measure and whose host the replay does not charge for it, :mod:`.assumed`), at least the traced steps' own spread (their median absolute deviation
 from the median step: a smaller saving is not told from the run's noise), and the low end of its
 paired interval (the saving of each (rank, step) replayed both ways, 2.5th percentile) at least
 −MIN_SAVING of the step: no replayed step made slower by more than the minimum saving. Each round takes the shortest joint step among the candidates that
@@ -17,7 +17,7 @@ step and which rule it failed. A candidate none of whose values the trace can mo
 
 from __future__ import annotations
 
-from overlapprof.analysis.advise.assumed import DEMOTED_MARGIN
+from overlapprof.analysis.advise.assumed import DEMOTED, DEMOTED_MARGIN
 from overlapprof.analysis.advise.replayer import Outcome, Replayer
 from overlapprof.analysis.advise.rules import Candidate
 from overlapprof.report.advice import MIN_SAVING, Hint, Item, Rejected
@@ -38,8 +38,10 @@ def _best(replayer: Replayer, applied: list[str], before: Outcome, c: Candidate)
             continue
         if hint := [r for r in replayer.unmeasured(before, o) if replayer.assumptions[r].hint]:
             saved = (before.prediction.step_us - o.prediction.step_us) / 1000
-            reason = reason or (f"on rank {hint[0]}, {replayer.assumptions[hint[0]].words}; the replay, taking the new "
-                                f"overlap as free, gives {saved:.3f} ms a step less ({v}): check it with --verify")
+            how = ("charged that share" if replayer.crowded[hint[0]].share is not None
+                   else "taking the new overlap as free")
+            reason = reason or (f"on rank {hint[0]}, {replayer.assumptions[hint[0]].words}; the replay, {how}, "
+                                f"gives {saved:.3f} ms a step less ({v}): check it with --verify")
             continue
         tried[v] = o.prediction.step_us
         if best is None or o.prediction.step_us < best[1].prediction.step_us - TIE * abs(best[1].prediction.step_us):
@@ -82,13 +84,21 @@ def ranked(replayer: Replayer, candidates: list[Candidate], top: int | None = No
             rank=len(items) + 1, rule=c.rule, change=v, joint_change=",".join(applied + [v]), action=c.action(v),
             cause=c.cause, step_us=p.step_us, low_us=p.low_us, high_us=p.high_us, saving_us=saving,
             saving_low_us=low, saving_high_us=high, speedup=traced / p.step_us if p.step_us and traced else None,
-            confidence=[*c.confidence, *[f"rank {r}: {replayer.assumptions[r].words}"
-                                         for r in replayer.unmeasured(before, o)]],
+            confidence=[*c.confidence, *_per_ranks(replayer, replayer.unmeasured(before, o))],
             tried=tried))
         applied.append(v)
         before = o
         remaining = [r[0] for r in rounds if r[0] is not c]
     return items, rejected, hints
+
+
+def _per_ranks(replayer: Replayer, ranks: list[int]) -> list[str]:
+    """What is stood behind on ``ranks`` (:mod:`.assumed`), one line per distinct wording
+    ("ranks 0, 1: ...")."""
+    by: dict[str, list[int]] = {}
+    for r in ranks:
+        by.setdefault(replayer.assumptions[r].words, []).append(r)
+    return [f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}: {words}" for words, rs in by.items()]
 
 
 def _why_not(replayer: Replayer, before: Outcome, o: Outcome, floor: float) -> str | None:
@@ -100,7 +110,8 @@ def _why_not(replayer: Replayer, before: Outcome, o: Outcome, floor: float) -> s
         return "it makes the step slower"
     if saving < floor:
         return f"it saves {saving / 1000:.3f} ms, under {100 * MIN_SAVING:.0f}% of the step"
-    if saving < DEMOTED_MARGIN * floor and replayer.unmeasured(before, o):
+    if saving < DEMOTED_MARGIN * floor and any(replayer.assumptions[r].kind == DEMOTED
+                                               for r in replayer.unmeasured(before, o)):
         return (f"it saves {saving / 1000:.3f} ms, under {100 * MIN_SAVING * DEMOTED_MARGIN:.0f}% of the step: its new "
                 "overlap's slowdown is not measured on this trace, so it needs twice the minimum")
     if saving < replayer.spread_us:

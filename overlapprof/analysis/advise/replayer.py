@@ -21,6 +21,7 @@ from overlapprof.analysis.advise.assumed import assumptions
 from overlapprof.analysis.exposure import resources
 from overlapprof.analysis.replay import predict as _replay
 from overlapprof.analysis.replay.changes import Context, Unmodelled, link_floor, parse, rewrite
+from overlapprof.analysis.replay.cores import shares
 from overlapprof.analysis.replay.engine import replay
 from overlapprof.analysis.replay.slowdown import beside, rank_factors, slow
 from overlapprof.analysis.replay.timeline import traced as traced_of
@@ -71,7 +72,8 @@ class Replayer:
         # the traced steps' own spread: their median absolute deviation from the median step
         self.spread_us = median([abs(v - self.traced_step_us) for v in traced]) if traced else 0.0
         self.factors = rank_factors(self.report)
-        self.assumptions = assumptions(self.report)
+        self.crowded = shares(self.report, self.tr)
+        self.assumptions = assumptions(self.report, self.crowded)
         self._beside: dict[int, float] | None = None  # rank -> the trace's compute beside communication (µs)
         self._cache: dict[str, Outcome] = {}
         self._split = None  # DDP's single bucket split for the bucket_cap_mb rewrite (onebucket), once asked
@@ -115,7 +117,7 @@ class Replayer:
         else:
             moved = self._moved(new.traced) if change else {}
             if change:
-                new.notes += slow(self.tr, new.traced, self.factors)  # as whatif does, so the numbers agree
+                new.notes += slow(self.tr, new.traced, self.factors, self.crowded)  # as whatif does, so the numbers agree
             replayed = replay(new.traced)
             floor = link_floor(new.traced, new.link_bytes_per_us) if new.link_bytes_per_us else None
             p = _replay._prediction(change, replayed, new.traced, floor, self.traced_step_us, new.notes)

@@ -17,6 +17,7 @@ from overlapprof.analysis.analyzer import analyze_with_inputs
 from overlapprof.analysis.exposure import resources
 from overlapprof.analysis.exposure.late import STEADY_SHARE, lateness
 from overlapprof.analysis.replay.changes import Context, Unmodelled, factor, link_floor, parse, rewrite
+from overlapprof.analysis.replay.cores import shares
 from overlapprof.analysis.replay.engine import Replayed, replay
 from overlapprof.analysis.replay.slowdown import rank_factors, slow
 from overlapprof.analysis.replay.timeline import Traced, traced
@@ -186,7 +187,7 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
     cost, words = interference(tr, any(r.mode == "cpu" for r in report.ranks))
     result.notes += words
     ctx = Context(model, res.link_bytes_per_us, cost)
-    factors = rank_factors(report)
+    factors, crowded = rank_factors(report), shares(report, tr)
     before = _lane_compute(tr)
     for text, pairs in zip(changes, parsed):
         try:
@@ -196,7 +197,7 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
             continue
         moved = _lane_compute(new.traced) / before if before > 0 and any(n == "no_straggler" for n, _ in pairs) \
             else None
-        new.notes += slow(tr, new.traced, factors)
+        new.notes += slow(tr, new.traced, factors, crowded)
         out = replay(new.traced)
         floor = link_floor(new.traced, new.link_bytes_per_us) if new.link_bytes_per_us else None
         result.predictions.append(_prediction(text, out, new.traced, floor, traced_step, new.notes))

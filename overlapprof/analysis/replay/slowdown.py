@@ -69,17 +69,22 @@ def _steps(lane) -> list[int | None]:
     return out
 
 
-def slow(traced: Traced, new: Traced, factors: dict[int, float]) -> list[str]:
+def slow(traced: Traced, new: Traced, factors: dict[int, float], crowded: dict | None = None) -> list[str]:
     """Rewrite ``new`` (a rewritten copy of ``traced``) in place for the compute its change puts
-    beside communication or takes away from it; a note per rank that changed."""
+    beside communication or takes away from it; a note per rank that changed. ``crowded``: rank
+    -> :class:`~overlapprof.analysis.replay.cores.Crowded` for the ranks without a factor on a
+    crowded CPU host: their moved compute is charged the cores' share of the transfers, where it
+    is measured (a link), instead of ``1 − 1/f``."""
     notes = []
+    crowded = crowded or {}
     for r, lane in new.lanes.items():
         f = factors.get(r)
         old = traced.lanes.get(r)
         if old is None:
             continue
         o_old, o_new = _per_step(old, beside(traced, old)), beside(new, lane)
-        if not f:
+        charge = 1 - 1 / f if f else (crowded[r].share if r in crowded else None)  # None: not measured
+        if charge is None:
             more = (sum(o_new) - sum(o_old)) / max(len(lane.steps), 1)
             if more > 0.01 * max(sum(lane.work) / max(len(lane.steps), 1), 1e-9):
                 notes.append(f"interference: rank {r}'s trace measures no slowdown of its compute beside communication "
@@ -93,7 +98,7 @@ def slow(traced: Traced, new: Traced, factors: dict[int, float]) -> list[str]:
         for k in range(len(lane.steps)):
             keys = [j for j, s in enumerate(steps) if s == k]
             shift += sum(o_new[j] for j in keys) - o_old[k]
-            delta = (1 - 1 / f) * (sum(o_new[j] for j in keys) - o_old[k])
+            delta = charge * (sum(o_new[j] for j in keys) - o_old[k])
             if abs(delta) < 1e-9:
                 continue
             weights = [o_new[j] if delta > 0 else lane.compute[j] - o_new[j] for j in keys]
@@ -106,9 +111,10 @@ def slow(traced: Traced, new: Traced, factors: dict[int, float]) -> list[str]:
                 lane.compute[j] += add
             moved += delta
         if abs(moved) > 1e-6:
-            notes.append(f"interference: rank {r}'s compute runs {f:.2f}x as long beside communication (measured): "
-                         f"{moved / len(lane.steps) / 1000:+.3f} ms a step for the compute this change moves "
-                         f"{'beside' if shift > 0 else 'away from'} it")
+            why = (f"runs {f:.2f}x as long beside communication (measured)" if f else
+                   f"is not measured beside communication; {crowded[r].words()}: charged that share")
+            notes.append(f"interference: rank {r}'s compute {why}: {moved / len(lane.steps) / 1000:+.3f} ms a step for "
+                         f"the compute this change moves {'beside' if shift > 0 else 'away from'} it")
     return notes
 
 

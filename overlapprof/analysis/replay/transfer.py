@@ -48,7 +48,8 @@ class Model:
     notes: list[str]
 
 
-def _bus_bytes(kind: int, nbytes: float, n: int) -> float:
+def bus_bytes(kind: int, nbytes: float, n: int) -> float:
+    """The bytes an operation of ``kind`` on ``n`` ranks moves on the wire (nccl-tests' bus bytes; send/recv: the message)."""
     if kind == SEND_RECV:
         return nbytes
     factor = bus_factor(KINDS[kind], n)
@@ -65,7 +66,7 @@ def fit(tr: Traced, reference_bytes_per_us: float | None, link_bytes_per_us: flo
     for k, rows in enumerate(tr.members):
         first = int(rows[0])
         n = int(tr.group_size[first]) or rows.size
-        b = _bus_bytes(int(tr.kind[first]), float(np.nanmax(tr.nbytes[rows])) if not np.isnan(tr.nbytes[rows]).all()
+        b = bus_bytes(int(tr.kind[first]), float(np.nanmax(tr.nbytes[rows])) if not np.isnan(tr.nbytes[rows]).all()
                        else float("nan"), n)
         bus[k] = b
         groups.setdefault((int(tr.kind[first]), n), []).append(k)
