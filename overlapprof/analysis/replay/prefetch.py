@@ -1,11 +1,15 @@
 """``prefetch=N``: FSDP's all-gathers issued N units earlier than traced.
 
-Per rank and step, the all_gather operations in issue order g_1 .. g_m are FSDP's units. Each
-g_j with j > N is issued where g_(j−N) was issued in the trace (right after that key, before
-anything the lane did next, so before a wait that followed it); the first N keep their place.
-Their needs do not move (the unit's compute still needs its parameters then), and they still run
-in order on their group (a moved all-gather waits for the one before it, as the replay's channel
-rule has it). What the memory of N more gathered units would allow is not in the trace: the
+Per rank, step and pass, the all_gather operations in issue order g_1 .. g_m are FSDP's units
+(a step with R reduce_scatter operations and more than R all-gathers: the first R are the
+forward pass's, the rest the backward's, which FSDP does not prefetch into from the forward).
+Each g_j (j > 1) is issued where g_(max(1, j−N)) was issued in the trace (right after that key
+and the gathers moved there before it, before anything the lane did next, so before a wait that
+followed it): the first unit's pre-forward (pre-backward) issues the next N, each later one the
+N-th after it. Their needs do not move (the unit's compute still needs its parameters then).
+Each group runs its operations in their new order of issue (:func:`_rechain`): a backward
+all-gather issued ahead goes before the reduce-scatter of the unit it was issued in, which the
+trace ran first. What the memory of N more gathered units would allow is not in the trace: the
 rewrite does not limit it.
 """
 
@@ -14,28 +18,38 @@ from __future__ import annotations
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.replay.timeline import BOUND, ISSUE, Traced
 
-ALL_GATHER = KINDS.index("all_gather")
+ALL_GATHER, REDUCE_SCATTER = KINDS.index("all_gather"), KINDS.index("reduce_scatter")
 
 
-def _gathers(tr: Traced, lane) -> list[list[int]]:
-    """Per step, the all_gather rows issued in it, in order."""
-    out, cur = [[] for _ in lane.steps], None
+def _passes(tr: Traced, lane) -> list[list[int]]:
+    """Per step and pass, the all_gather rows issued in it, in order: a step with R
+    reduce_scatter operations (FSDP's units, one each in backward) and more than R all-gathers
+    has two passes, the first R all-gathers the forward's and the rest the backward's."""
+    gathers, scatters, cur = [[] for _ in lane.steps], [0] * len(lane.steps), None
     for kind, ref in zip(lane.kind, lane.ref):
         if kind == BOUND:
             cur = ref // 2 if ref % 2 == 0 else None
         elif kind == ISSUE and cur is not None and tr.kind[ref] == ALL_GATHER:
-            out[cur].append(ref)
+            gathers[cur].append(ref)
+        elif kind == ISSUE and cur is not None and tr.kind[ref] == REDUCE_SCATTER:
+            scatters[cur] += 1
+    out = []
+    for rows, r in zip(gathers, scatters):
+        out += [rows[:r], rows[r:]] if 0 < r < len(rows) else [rows]
     return out
 
 
 def prefetch(tr: Traced, depth: int) -> int:
     """Rewrite ``tr`` in place; the number of all-gathers moved (0: none has one to move past)."""
+    passes = {r: _passes(tr, lane) for r, lane in tr.lanes.items()}
+    if not any(len(rows) > depth for p in passes.values() for rows in p):
+        return 0  # every unit is issued ahead already at a smaller depth
     moved = 0
-    for lane in tr.lanes.values():
+    for r, lane in tr.lanes.items():
         after: dict[int, list[int]] = {}  # row of the slot's gather -> gathers issued right after it
-        for rows in _gathers(tr, lane):
-            for j in range(depth, len(rows)):
-                after.setdefault(rows[j - depth], []).append(rows[j])
+        for rows in passes[r]:
+            for j in range(1, len(rows)):
+                after.setdefault(rows[max(0, j - depth)], []).append(rows[j])
         leaving = {row for rows in after.values() for row in rows}
         if not leaving:
             continue
@@ -50,5 +64,38 @@ def prefetch(tr: Traced, depth: int) -> int:
             out[-1][4] += compute
         lane.t, lane.kind, lane.ref = [k[0] for k in out], [k[1] for k in out], [k[2] for k in out]
         lane.work, lane.compute = [k[3] for k in out], [k[4] for k in out]
+        _rechain(tr, lane, leaving)
         moved += len(leaving)
     return moved
+
+
+def _rechain(tr: Traced, lane, moved: set[int]) -> None:
+    """Each channel that a moved all-gather ran on (the rows its ``prev`` links join) runs its
+    operations in their new order of issue: an all-gather issued before the reduce-scatter that
+    preceded it in the trace goes first on the group, as the backend's queue takes them."""
+    order = {ref: j for j, (kind, ref) in enumerate(zip(lane.kind, lane.ref)) if kind == ISSUE}
+    head: dict[int, int] = {}  # row -> the first row of its chain
+
+    def first(row: int) -> int:
+        path = []
+        while row not in head and tr.prev[row] >= 0:
+            path.append(row)
+            row = int(tr.prev[row])
+        top = head.get(row, row)
+        for r in path:
+            head[r] = top
+        head[row] = top
+        return top
+
+    followed = set(tr.prev[tr.prev >= 0].tolist())
+    chains: dict[int, list[int]] = {}
+    for row in order:
+        if tr.prev[row] >= 0 or row in followed:
+            chains.setdefault(first(row), []).append(row)
+    for rows in chains.values():
+        if moved.isdisjoint(rows):
+            continue
+        rows.sort(key=order.__getitem__)
+        tr.prev[rows[0]] = -1
+        for a, b in zip(rows, rows[1:]):
+            tr.prev[b] = a
