@@ -7,9 +7,8 @@ Each g_j (j > 1) is issued where g_(max(1, j−N)) was issued in the trace (righ
 and the gathers moved there before it, before anything the lane did next, so before a wait that
 followed it): the first unit's pre-forward (pre-backward) issues the next N, each later one the
 N-th after it. Their needs do not move (the unit's compute still needs its parameters then).
-Each group runs its operations in their new order of issue (:func:`_rechain`): a backward
-all-gather issued ahead goes before the reduce-scatter of the unit it was issued in, which the
-trace ran first. What the memory of N more gathered units would allow is not in the trace: the
+A backward all-gather issued ahead of the reduce-scatter that the trace ran before it does not
+wait for it (:func:`_rechain`). What the memory of N more gathered units would allow is not in the trace: the
 rewrite does not limit it.
 """
 
@@ -70,32 +69,14 @@ def prefetch(tr: Traced, depth: int) -> int:
 
 
 def _rechain(tr: Traced, lane, moved: set[int]) -> None:
-    """Each channel that a moved all-gather ran on (the rows its ``prev`` links join) runs its
-    operations in their new order of issue: an all-gather issued before the reduce-scatter that
-    preceded it in the trace goes first on the group, as the backend's queue takes them."""
+    """A moved all-gather whose channel predecessor (``prev``) is now issued after it waits
+    instead for the latest row before that one on the channel that is issued before it: issued
+    ahead of the reduce-scatter that the trace ran before it, it does not wait for it (gloo's
+    workers take a group's operations as they are issued), and that reduce-scatter still waits
+    for what it waited for in the trace."""
     order = {ref: j for j, (kind, ref) in enumerate(zip(lane.kind, lane.ref)) if kind == ISSUE}
-    head: dict[int, int] = {}  # row -> the first row of its chain
-
-    def first(row: int) -> int:
-        path = []
-        while row not in head and tr.prev[row] >= 0:
-            path.append(row)
-            row = int(tr.prev[row])
-        top = head.get(row, row)
-        for r in path:
-            head[r] = top
-        head[row] = top
-        return top
-
-    followed = set(tr.prev[tr.prev >= 0].tolist())
-    chains: dict[int, list[int]] = {}
-    for row in order:
-        if tr.prev[row] >= 0 or row in followed:
-            chains.setdefault(first(row), []).append(row)
-    for rows in chains.values():
-        if moved.isdisjoint(rows):
-            continue
-        rows.sort(key=order.__getitem__)
-        tr.prev[rows[0]] = -1
-        for a, b in zip(rows, rows[1:]):
-            tr.prev[b] = a
+    for row in moved:
+        p = int(tr.prev[row])
+        while p >= 0 and order.get(p, -1) > order[row]:
+            p = int(tr.prev[p])
+        tr.prev[row] = p
