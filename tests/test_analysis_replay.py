@@ -349,6 +349,30 @@ def test_prefetch_on_fsdp_passes_waited_at_once(tmp_path):
     assert not got["prefetch=2"].modelled and "backward pass) has more than 2" in got["prefetch=2"].reason
 
 
+def test_prefetch_slows_a_gather_moved_beside_compute_as_the_fit_says(tmp_path):
+    """Eight steps of three all-gathers: g1 (100 µs) waited at once; g2 issued beside c = 20 ..
+    160 µs of compute, its transfer 100 + 0.25 × (the compute beside it on both ranks, 2c); g3
+    (100 µs) waited at once, then 99 µs of compute: 400 + c/2 a step. The fit finds slope 0.25.
+    prefetch=1: g3 is issued where g2 was, so the c µs of compute (at most its 100 µs transfer)
+    run beside it on each rank: its transfer grows by 0.25 × 2 min(c, 100), and it still waits for
+    g2 on the group: 400 + c/2 + min(c, 100)/2 a step; the median of the eight (c = 80 and 100):
+    (480 + 500) / 2 (without the growth: 445, the traced median)."""
+    def gather(at, dur):
+        return [S.cpu_op("c10d::allgather_", at, 1), S.annotation("gloo:all_gather", at, dur, tid=200)]
+
+    events, base = [], 0
+    for k in range(1, 9):
+        c = 20 * k
+        x2 = 100 + 0.25 * 2 * c
+        events += [S.step(k, base, 400 + x2 - 100), *gather(base, 100), *gather(base + 100, x2),
+                   S.cpu_op("aten::mm", base + 101, c), *gather(base + 100 + x2, 100),
+                   S.cpu_op("aten::mm", base + 201 + x2, 99)]
+        base += 300 + x2
+    got = _predict(_write(tmp_path, {0: events, 1: events}), "compute=x1", "prefetch=1")
+    assert got["compute=x1"].step_us == pytest.approx(445)
+    assert got["prefetch=1"].step_us == pytest.approx(490)
+
+
 def test_compute_also_shrinks_what_compute_beside_a_transfer_cost_it(tmp_path):
     """Eight steps: an async all_reduce issued at 0 (its span from 1), compute c = 20 .. 160 µs
     beside it, the wait, 100 µs more compute. Its transfer is 100 + 0.25 × (compute beside it on

@@ -8,14 +8,18 @@ and the gathers moved there before it, before anything the lane did next, so bef
 followed it): the first unit's pre-forward (pre-backward) issues the next N, each later one the
 N-th after it. Their needs do not move (the unit's compute still needs its parameters then).
 A backward all-gather issued ahead of the reduce-scatter that the trace ran before it does not
-wait for it (:func:`_rechain`). What the memory of N more gathered units would allow is not in the trace: the
+wait for it (:func:`_rechain`). On CPU runs a moved all-gather's transfer grows with the compute
+it now has beside it, at the slope the trace's own all-gathers show (:func:`_stretch`). What the memory of N more gathered units would allow is not in the trace: the
 rewrite does not limit it.
 """
 
 from __future__ import annotations
 
 from overlapprof.analysis.rank.classify import KINDS
-from overlapprof.analysis.replay.timeline import BOUND, ISSUE, Traced
+import numpy as np
+
+from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
+from overlapprof.analysis.replay.transfer import slopes
 
 ALL_GATHER, REDUCE_SCATTER = KINDS.index("all_gather"), KINDS.index("reduce_scatter")
 
@@ -40,10 +44,11 @@ def _passes(tr: Traced, lane) -> list[list[int]]:
 
 def prefetch(tr: Traced, depth: int) -> int:
     """Rewrite ``tr`` in place; the number of all-gathers moved (0: none has one to move past)."""
+    slope, was = slopes(tr)  # on the traced lanes, before they move
     passes = {r: _passes(tr, lane) for r, lane in tr.lanes.items()}
     if not any(len(rows) > depth for p in passes.values() for rows in p):
         return 0  # every unit is issued ahead already at a smaller depth
-    moved = 0
+    moved: set[int] = set()
     for r, lane in tr.lanes.items():
         after: dict[int, list[int]] = {}  # row of the slot's gather -> gathers issued right after it
         for rows in passes[r]:
@@ -64,8 +69,28 @@ def prefetch(tr: Traced, depth: int) -> int:
         lane.t, lane.kind, lane.ref = [k[0] for k in out], [k[1] for k in out], [k[2] for k in out]
         lane.work, lane.compute = [k[3] for k in out], [k[4] for k in out]
         _rechain(tr, lane, leaving)
-        moved += len(leaving)
-    return moved
+        moved |= leaving
+    _stretch(tr, moved, slope, was)
+    return len(moved)
+
+
+def _stretch(tr: Traced, moved: set[int], slope, was) -> None:
+    """CPU runs: each moved all-gather's transfer grows by its kind's measured interference slope
+    × the compute its ranks now do beside it beyond what they did in the trace (each rank's
+    compute between its new issue and its need, at most the transfer's µs; :func:`.transfer.slopes`):
+    gloo's threads share the cores with that compute, which the fit says slows them."""
+    now = np.zeros(len(tr.members))
+    for lane in tr.lanes.values():
+        open_: dict[int, float] = {}
+        for kind, ref, compute in zip(lane.kind, lane.ref, lane.compute):
+            if kind == NEED and ref in open_:
+                k = int(tr.inst[ref])
+                now[k] += min(open_.pop(ref), float(tr.transfer[k]))
+            elif kind == ISSUE and ref in moved and tr.inst[ref] >= 0 and slope[tr.inst[ref]] > 0:
+                open_[ref] = 0.0
+            for row in open_:
+                open_[row] += compute
+    tr.transfer += slope * np.maximum(now - was, 0.0)
 
 
 def _rechain(tr: Traced, lane, moved: set[int]) -> None:
