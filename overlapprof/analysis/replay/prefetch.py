@@ -9,15 +9,15 @@ followed it): the first unit's pre-forward (pre-backward) issues the next N, eac
 N-th after it. Their needs do not move (the unit's compute still needs its parameters then).
 A backward all-gather issued ahead of the reduce-scatter that the trace ran before it does not
 wait for it (:func:`_rechain`). On CPU runs a moved all-gather's transfer grows with the compute
-it now has beside it, at the slope the trace's own all-gathers show (:func:`_stretch`). What the memory of N more gathered units would allow is not in the trace: the
-rewrite does not limit it.
+it now has beside it, at the slope the trace's own all-gathers show (:func:`_stretch`). What the
+memory of N more gathered units would allow is not in the trace: the rewrite does not limit it.
 """
 
 from __future__ import annotations
 
-from overlapprof.analysis.rank.classify import KINDS
 import numpy as np
 
+from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
 from overlapprof.analysis.replay.transfer import slopes
 
