@@ -40,7 +40,7 @@ from overlapprof.analysis.rank import bucket_records
 from overlapprof.analysis.rank.bucket_records import CommEvents
 from overlapprof.analysis.rank.events import (EventSet, Steps, extract, filtered, last_step_dropped, merged_counts,
                                               place_in_steps)
-from overlapprof.analysis.rank.issuing import inside_calls
+from overlapprof.analysis.rank.issuing import encloses_calls, inside_calls
 from overlapprof.analysis.rank.scan import Scan
 from overlapprof.analysis.rank import spilled
 from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, read_spilled
@@ -155,7 +155,8 @@ def _classify_cpu_ops(f: SpilledFile, names: list[str], feed: _Feed, thread_base
         out = ~inside_calls(np.arange(calls.size), scan, scan.thread[rows], scan.ts[rows])
         start = rec["ts"][out]
         end = scan.end(rows[out])
-        reach = hold(reach, thread_reach(rec["thread"][out], start, end), thread_reach)
+        own = ~encloses_calls(np.arange(calls.size), scan, rec["thread"][out], start, end)  # as events.extract
+        reach = hold(reach, thread_reach(rec["thread"][out][own], start[own], end[own]), thread_reach)
         n = start.size
         feed.add(EventSet(start, end, start, np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int8),
                           np.ones(n, dtype=bool), rec["name_ids"][out], rec["thread"][out] + thread_base), COMPUTE)

@@ -26,7 +26,8 @@ from overlapprof.analysis.rank.read import read_scan
 from overlapprof.analysis.rank.scan import IS_GPU, Scan
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
-from overlapprof.analysis.rank.issuing import inside_calls, issuing_kind, kind_code, name_property, operations
+from overlapprof.analysis.rank.issuing import (encloses_calls, inside_calls, issuing_kind, kind_code, name_property,
+                                              operations)
 from overlapprof.analysis.rank.waits import need_times, waited_for
 from overlapprof.analysis.records.table import CommTable, comm_table
 from overlapprof.trace.decode import TraceFile
@@ -233,8 +234,10 @@ def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: 
             issuer = np.where(holder >= 0, holder, rows)
             elsewhere = scan.thread[issuer] != scan.thread[rows]
             issue_ts = np.where(elsewhere, ts[issuer], ts[rows])
-            if activity is None:
-                activity = (scan.thread[compute_rows], ts[compute_rows], end(compute_rows))
+            if activity is None:  # the callers of communication calls left out (issuing.encloses_calls)
+                own = compute_rows[~encloses_calls(calls, scan, scan.thread[compute_rows], ts[compute_rows],
+                                                   end(compute_rows))]
+                activity = (scan.thread[own], ts[own], end(own))
             activity = tuple(np.concatenate(p) for p in zip(activity, (scan.thread[calls], ts[calls], end(calls))))
             need_ts = need_times(activity, scan.thread[issuer], issue_ts, end(rows))
         if gpu:  # GPU activity that is not communication is no record's (a table row's, or its call's)

@@ -57,6 +57,26 @@ def inside_calls(calls: np.ndarray, scan: Scan, q_thread: np.ndarray, q_time: np
     return out
 
 
+def encloses_calls(calls: np.ndarray, scan: Scan, q_thread: np.ndarray, q_start: np.ndarray,
+                   q_end: np.ndarray) -> np.ndarray:
+    """Whether each query span (thread, start, end) has one of the call rows ``calls`` start inside
+    it on its thread: an op that opened before a communication call and closed after it (an
+    autograd node whose hook issues and waits an all-gather) is the call's caller, and its end
+    is no sign that the thread worked beside the operation."""
+    out = np.zeros(q_start.size, dtype=bool)
+    if calls.size == 0 or q_start.size == 0:
+        return out
+    c_thread = scan.thread[calls]
+    for thread in np.flatnonzero(np.bincount(c_thread[c_thread >= 0])).tolist():
+        queries = np.flatnonzero(q_thread == thread)
+        if queries.size == 0:
+            continue
+        starts = np.sort(scan.ts[calls[c_thread == thread]])
+        out[queries] = (np.searchsorted(starts, q_end[queries], "left")
+                        > np.searchsorted(starts, q_start[queries], "right"))
+    return out
+
+
 def issuing_kind(scan: Scan, names: list[str], calls: np.ndarray, q_thread, q_time, fallback) -> np.ndarray:
     """The kind code of the collective each query was issued for (OVERLAP.md section 3): the
     ``Collective name`` of the innermost enclosing record_param_comms on its thread, else the

@@ -260,7 +260,8 @@ def _prefetch(tr: Traced, value: str) -> list[str]:
                          "issue earlier")
     moved = prefetch(tr, depth)
     if not moved:
-        raise Unmodelled(f"prefetch={value}: no step has more than {depth} all_gather operations to issue earlier")
+        raise Unmodelled(f"prefetch={value}: no step (or its forward or backward pass) has more than {depth} "
+                         "all_gather operations to issue earlier")
     return [f"prefetch={value}: {moved} all_gather operations issued {depth} earlier (the memory that takes is "
             "not checked)"]
 

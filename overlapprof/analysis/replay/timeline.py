@@ -119,8 +119,10 @@ def traced(reports, inputs, matching) -> Traced:
     ExposureInput (its compute union), ``matching`` the cross-rank Matching (None: no operation).
 
     An operation's result is taken as needed at the end of the last compute that started before
-    it ended (the lane computed that far beside it; a blocking call: its issue), and on GPUs
-    where CUDA event-sync records say, where they say. GPU ranks are replayed on the device's
+    it ended (the lane computed that far beside it; a blocking call: its issue), on CPU ranks no
+    later than the end of its issuing thread's last activity before it ended (the analysis's need:
+    the backend's own copies on its worker thread are compute, not the lane computing), and on
+    GPUs where CUDA event-sync records say, where they say. GPU ranks are replayed on the device's
     clock: an operation is issued where its kernels start (the host's launch runs ahead)."""
     if matching is None:
         return _empty(reports, inputs)
@@ -133,7 +135,7 @@ def traced(reports, inputs, matching) -> Traced:
         rows = np.flatnonzero((ops.rank == r) & np.isnan(need_raw))
         cs, ce = e.compute
         at = np.searchsorted(cs, ops.end[rows], side="left") - 1
-        need_raw[rows] = np.where(at >= 0, ce[np.maximum(at, 0)], -np.inf)
+        need_raw[rows] = np.fmin(np.where(at >= 0, ce[np.maximum(at, 0)], -np.inf), ops.need[rows])
     need_raw = np.clip(np.where(np.isnan(need_raw), ops.end, need_raw), issue_raw, ops.end)
     start, end = ops.ts + shift, ops.end + shift
     issue, need = issue_raw + shift, need_raw + shift

@@ -129,6 +129,22 @@ def beside(tr: Traced) -> np.ndarray:
     return out
 
 
+def _fits(tr: Traced, c: np.ndarray):
+    """(kind, group size, its instances, slope, x0, r, instances fitted) of each kind and group
+    size whose transfers grow with the compute ``c`` beside them (see :func:`interference`)."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for k, rows in enumerate(tr.members):
+        groups.setdefault((int(tr.kind[rows[0]]), rows.size), []).append(k)
+    for (kind, n), insts in sorted(groups.items()):
+        use = np.array([k for k in insts if not tr.warm[k]])
+        if use.size < MIN_INSTANCES or np.ptp(c[use]) <= 0 or np.ptp(tr.transfer[use]) <= 0:
+            continue
+        r = float(np.corrcoef(c[use], tr.transfer[use])[0, 1])
+        slope, x0 = np.polyfit(c[use], tr.transfer[use], 1)
+        if slope > 0 and r >= MIN_R:
+            yield kind, n, insts, float(slope), float(x0), r, use.size
+
+
 def interference(tr: Traced, mode_cpu: bool) -> tuple[np.ndarray, list[str]]:
     """Per instance, the µs of its transfer the compute beside it cost (0: none found): per kind
     and group size, ``transfer = x0 + slope × compute beside it`` fitted on the instances (CPU
@@ -139,21 +155,23 @@ def interference(tr: Traced, mode_cpu: bool) -> tuple[np.ndarray, list[str]]:
     if not mode_cpu or not tr.members:
         return cost, notes
     c = beside(tr)
-    groups: dict[tuple[int, int], list[int]] = {}
-    for k, rows in enumerate(tr.members):
-        groups.setdefault((int(tr.kind[rows[0]]), rows.size), []).append(k)
-    for (kind, n), insts in sorted(groups.items()):
-        use = np.array([k for k in insts if not tr.warm[k]])
-        if use.size < MIN_INSTANCES or np.ptp(c[use]) <= 0 or np.ptp(tr.transfer[use]) <= 0:
-            continue
-        r = float(np.corrcoef(c[use], tr.transfer[use])[0, 1])
-        slope, x0 = np.polyfit(c[use], tr.transfer[use], 1)
-        if slope <= 0 or r < MIN_R:
-            continue
+    for kind, n, insts, slope, x0, r, used in _fits(tr, c):
         cost[insts] = np.minimum(slope * c[insts], tr.transfer[insts])
         notes.append(f"interference: {KINDS[kind]} on {n} ranks: transfer = {x0:.0f} us + {slope:.3f} x the compute "
-                     f"beside it (r = {r:.2f}, {use.size} instances): a compute change changes that part too")
+                     f"beside it (r = {r:.2f}, {used} instances): a compute change changes that part too")
     return cost, notes
+
+
+def slopes(tr: Traced) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance, the slope of :func:`interference`'s fit for its kind and group size (0: none;
+    GPU runs: none) and the compute beside it as traced."""
+    out = np.zeros(len(tr.members))
+    if tr.mode != "cpu" or not tr.members:
+        return out, out.copy()
+    c = beside(tr)
+    for _, _, insts, slope, *_ in _fits(tr, c):
+        out[insts] = slope
+    return out, c
 
 
 UNHINDERED_PERCENTILE = 10  # of a kind's transfers: the least hindered show what the transfer takes alone
