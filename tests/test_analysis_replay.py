@@ -563,8 +563,8 @@ def test_a_transfer_an_async_change_puts_compute_beside_runs_as_long_as_the_trac
     steps = sorted(1 + (100 + 0.5 * c) for c in cs)
     assert got["compute=x1"].step_us == pytest.approx((steps[3] + steps[4]) / 2 + 160)
     assert got["async=all_reduce"].step_us == pytest.approx((steps[3] + steps[4]) / 2 + 130)
-    assert any("8 all_reduce transfers have more or less compute beside them than traced: +0.030 ms a step" in n
-               for n in got["async=all_reduce"].notes)
+    assert any("8 all_reduce transfers run longer or shorter than traced: +0.030 ms a step for the compute this "
+               "change moves beside them" in n for n in got["async=all_reduce"].notes)
 
 
 def test_transfers_an_async_change_makes_concurrent_share_the_link(tmp_path):
@@ -587,5 +587,5 @@ def test_transfers_an_async_change_makes_concurrent_share_the_link(tmp_path):
     got = _predict(str(folder), "compute=x1", "async=send_recv")
     assert got["compute=x1"].step_us == pytest.approx(550)
     assert got["async=send_recv"].step_us == pytest.approx(500)
-    assert any("2 send_recv transfers have more or less other transfers beside them on the link than traced: "
-               "+0.200 ms a step" in n for n in got["async=send_recv"].notes)
+    assert any("2 send_recv transfers run longer or shorter than traced: +0.200 ms a step for the other transfers "
+               "it puts beside them on the shared link" in n for n in got["async=send_recv"].notes)

@@ -21,12 +21,12 @@ from overlapprof.analysis.advise.assumed import assumptions
 from overlapprof.analysis.exposure import resources
 from overlapprof.analysis.replay import predict as _replay
 from overlapprof.analysis.replay.changes import Context, Unmodelled, link_floor, parse, rewrite
-from overlapprof.analysis.replay.cores import pacing, shares
+from overlapprof.analysis.replay.cores import shares
 from overlapprof.analysis.replay.engine import replay
 from overlapprof.analysis.replay.slowdown import beside, rank_factors, slow
-from overlapprof.analysis.replay.timeline import traced as traced_of
 from overlapprof.analysis.replay.stretch import Stretcher
-from overlapprof.analysis.replay.transfer import fit, interference, slopes
+from overlapprof.analysis.replay.timeline import traced as traced_of
+from overlapprof.analysis.replay.transfer import fit, interference
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.report.whatif import Prediction
 
@@ -66,10 +66,9 @@ class Replayer:
         ref = self.report.options.reference_bandwidth
         self.model = fit(self.tr, ref / 1e6 if ref else None, res.link_bytes_per_us, sharing)
         cpu = any(r.mode == "cpu" for r in self.report.ranks)
-        paced = pacing(self.report, self.tr)
-        cost, self.interference_notes = interference(self.tr, cpu, paced)
+        cost, self.interference_notes = interference(self.tr, cpu)
         self.ctx = Context(self.model, res.link_bytes_per_us, cost)
-        self.longer = Stretcher(self.tr, slopes(self.tr, cpu, paced), cost, res.link_bytes_per_us)
+        self.longer = Stretcher(self.tr, cost, res.link_bytes_per_us)
         traced = [v for lane in self.tr.lanes.values() for v in lane.measured_steps]
         self.traced_step_us = median(traced) if traced else None
         # the traced steps' own spread: their median absolute deviation from the median step

@@ -106,15 +106,6 @@ def link_time(tr: Traced, link_bytes_per_us: float, burst_bytes: float) -> np.nd
     return out
 
 
-def pacing(report, tr: Traced) -> np.ndarray | None:
-    """:func:`link_time` of ``tr``'s instances against the run's ``--link-rate`` link and its
-    burst (None: the run had no link, or no operation)."""
-    res, _, _ = resources(report.run, None)
-    rate = res.link_bytes_per_us
-    burst = float(((report.run or {}).get("link") or {}).get("burst_bytes") or 0.0)
-    return link_time(tr, rate, burst) if rate and len(tr.members) else None
-
-
 def shares(report, tr: Traced) -> dict[int, Crowded]:
     """Per CPU rank on a crowded host (:func:`crowded_hosts`) whose trace measures no slowdown
     beside communication (no compute class with a factor and time under it): its
@@ -125,14 +116,17 @@ def shares(report, tr: Traced) -> dict[int, Crowded]:
     ranks = [r.rank for r in report.ranks if r.mode == "cpu" and r.rank in hosts and r.rank not in measured]
     if not ranks:
         return {}
-    paced = pacing(report, tr)
+    res, _, _ = resources(report.run, None)
+    rate = res.link_bytes_per_us
+    burst = float(((report.run or {}).get("link") or {}).get("burst_bytes") or 0.0)
+    pacing = link_time(tr, rate, burst) if rate and len(tr.members) else None
     out = {}
     for r in ranks:
         share = None
-        if paced is not None:
-            ks = [k for k, rows in enumerate(tr.members) if r in tr.rank[rows] and not np.isnan(paced[k])]
+        if pacing is not None:
+            ks = [k for k, rows in enumerate(tr.members) if r in tr.rank[rows] and not np.isnan(pacing[k])]
             total = float(sum(tr.transfer[k] for k in ks))
             if total > 0:
-                share = min(max(float(sum(tr.transfer[k] - paced[k] for k in ks)) / total, 0.0), 1.0)
+                share = min(max(float(sum(tr.transfer[k] - pacing[k] for k in ks)) / total, 0.0), 1.0)
         out[r] = Crowded(r, *hosts[r], share=share)
     return out

@@ -17,12 +17,12 @@ from overlapprof.analysis.analyzer import analyze_with_inputs
 from overlapprof.analysis.exposure import resources
 from overlapprof.analysis.exposure.late import STEADY_SHARE, lateness
 from overlapprof.analysis.replay.changes import Context, Unmodelled, factor, link_floor, parse, rewrite
-from overlapprof.analysis.replay.cores import pacing, shares
+from overlapprof.analysis.replay.cores import shares
 from overlapprof.analysis.replay.engine import Replayed, replay
 from overlapprof.analysis.replay.slowdown import rank_factors, slow
-from overlapprof.analysis.replay.timeline import Traced, traced
 from overlapprof.analysis.replay.stretch import Stretcher
-from overlapprof.analysis.replay.transfer import fit, interference, slopes
+from overlapprof.analysis.replay.timeline import Traced, traced
+from overlapprof.analysis.replay.transfer import fit, interference
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.errors import InputError
 from overlapprof.report import Exposure, Report
@@ -185,11 +185,9 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
     if any(r.mode == "cpu" for r in report.ranks) and len(report.ranks) > 1:
         result.notes.append("ranks share host cores: the replay keeps each rank's traced compute times, so a change "
                             "that moves compute beside other ranks' compute is not slowed for it")
-    cpu = any(r.mode == "cpu" for r in report.ranks)
-    paced = pacing(report, tr)
-    cost, words = interference(tr, cpu, paced)
+    cost, words = interference(tr, any(r.mode == "cpu" for r in report.ranks))
     result.notes += words
-    longer = Stretcher(tr, slopes(tr, cpu, paced), cost, res.link_bytes_per_us)
+    longer = Stretcher(tr, cost, res.link_bytes_per_us)
     ctx = Context(model, res.link_bytes_per_us, cost)
     factors, crowded = rank_factors(report), shares(report, tr)
     before = _lane_compute(tr)

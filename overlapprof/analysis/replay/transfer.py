@@ -129,50 +129,49 @@ def beside(tr: Traced) -> np.ndarray:
     return out
 
 
-def interference(tr: Traced, mode_cpu: bool, pacing: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
-    """Per instance, the µs of its transfer the compute beside it cost (0: none found), and the
-    fits' notes: :func:`slopes` × the compute beside it, at most the transfer."""
-    slope, _, notes = slopes(tr, mode_cpu, pacing)
-    if not slope.any():
-        return np.zeros(slope.size), notes
-    x = tr.transfer[:slope.size] - (np.nan_to_num(pacing[:slope.size]) if pacing is not None else 0.0)
-    return np.clip(slope * beside(tr), 0.0, np.maximum(x, 0.0)), notes
-
-
-def slopes(tr: Traced, mode_cpu: bool, pacing: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Per instance, the µs its transfer takes per µs of compute beside it (0: no fit) and the
-    most compute beside one of the instances its fit was made on (how far the fit reaches): per kind
-    and group size, ``transfer = x0 + slope × compute beside it`` fitted on the instances (CPU
-    runs: the ranks' compute and the backend's threads share the cores), kept when the slope is
-    positive, the correlation at least :data:`MIN_R` and there are :data:`MIN_INSTANCES`.
-    ``pacing``: per instance, the link's time in its transfer (a ``--link-rate`` run,
-    :func:`~overlapprof.analysis.replay.cores.link_time`; NaN: not known): the fit is then of
-    the rest, the cores' part (compute beside a transfer competes for the cores, not the link,
-    and the token bucket's pacing, longer for a transfer sent right after another, can line up
-    with the compute beside it without the compute costing it anything)."""
-    slope, reach = np.zeros(len(tr.members)), np.zeros(len(tr.members))
-    notes: list[str] = []
-    if not mode_cpu or not tr.members:
-        return slope, reach, notes
-    c = beside(tr)
-    x = tr.transfer[:len(tr.members)] - (np.nan_to_num(pacing[:len(tr.members)]) if pacing is not None else 0.0)
+def _fits(tr: Traced, c: np.ndarray):
+    """(kind, group size, its instances, slope, x0, r, instances fitted) of each kind and group
+    size whose transfers grow with the compute ``c`` beside them (see :func:`interference`)."""
     groups: dict[tuple[int, int], list[int]] = {}
     for k, rows in enumerate(tr.members):
         groups.setdefault((int(tr.kind[rows[0]]), rows.size), []).append(k)
     for (kind, n), insts in sorted(groups.items()):
         use = np.array([k for k in insts if not tr.warm[k]])
-        if use.size < MIN_INSTANCES or np.ptp(c[use]) <= 0 or np.ptp(x[use]) <= 0:
+        if use.size < MIN_INSTANCES or np.ptp(c[use]) <= 0 or np.ptp(tr.transfer[use]) <= 0:
             continue
-        r = float(np.corrcoef(c[use], x[use])[0, 1])
-        a, x0 = np.polyfit(c[use], x[use], 1)
-        if a <= 0 or r < MIN_R:
-            continue
-        slope[insts], reach[insts] = a, float(np.max(c[use]))
-        what = "transfer" if pacing is None else "transfer beyond the link's pacing"
-        notes.append(f"interference: {KINDS[kind]} on {n} ranks: {what} = {x0:.0f} us + {a:.3f} x the compute "
-                     f"beside it (r = {r:.2f}, {use.size} instances): a change of that compute (compute=xF, or one "
-                     "that moves compute beside it) changes that part too")
-    return slope, reach, notes
+        r = float(np.corrcoef(c[use], tr.transfer[use])[0, 1])
+        slope, x0 = np.polyfit(c[use], tr.transfer[use], 1)
+        if slope > 0 and r >= MIN_R:
+            yield kind, n, insts, float(slope), float(x0), r, use.size
+
+
+def interference(tr: Traced, mode_cpu: bool) -> tuple[np.ndarray, list[str]]:
+    """Per instance, the µs of its transfer the compute beside it cost (0: none found): per kind
+    and group size, ``transfer = x0 + slope × compute beside it`` fitted on the instances (CPU
+    runs: the ranks' compute and the backend's threads share the cores), kept when the slope is
+    positive, the correlation at least :data:`MIN_R` and there are :data:`MIN_INSTANCES`."""
+    cost = np.zeros(len(tr.members))
+    notes: list[str] = []
+    if not mode_cpu or not tr.members:
+        return cost, notes
+    c = beside(tr)
+    for kind, n, insts, slope, x0, r, used in _fits(tr, c):
+        cost[insts] = np.minimum(slope * c[insts], tr.transfer[insts])
+        notes.append(f"interference: {KINDS[kind]} on {n} ranks: transfer = {x0:.0f} us + {slope:.3f} x the compute "
+                     f"beside it (r = {r:.2f}, {used} instances): a compute change changes that part too")
+    return cost, notes
+
+
+def slopes(tr: Traced) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance, the slope of :func:`interference`'s fit for its kind and group size (0: none;
+    GPU runs: none) and the compute beside it as traced."""
+    out = np.zeros(len(tr.members))
+    if tr.mode != "cpu" or not tr.members:
+        return out, out.copy()
+    c = beside(tr)
+    for _, _, insts, slope, *_ in _fits(tr, c):
+        out[insts] = slope
+    return out, c
 
 
 UNHINDERED_PERCENTILE = 10  # of a kind's transfers: the least hindered show what the transfer takes alone
