@@ -593,3 +593,52 @@ def test_a_send_that_returns_before_its_receive_ends_keeps_its_share_of_the_tran
     got = _predict(_write(tmp_path, {0: rank0, 1: rank1}), "bandwidth=x0.5", "bandwidth=x2")
     assert got["bandwidth=x0.5"].ranks == {0: pytest.approx(1200), 1: pytest.approx(1300)}
     assert got["bandwidth=x2"].ranks == {0: pytest.approx(900), 1: pytest.approx(850)}
+
+
+def test_a_transfer_an_async_change_puts_compute_beside_runs_as_long_as_the_trace_fits(tmp_path):
+    """Eight steps on two identical ranks: an async all_reduce A issued at the step's start (its
+    span from 1), c = 20 .. 160 µs of compute beside it, the wait; then a blocking all_reduce B
+    of 100 µs and 60 µs of other compute. A's transfer is 100 + 0.25 × (compute beside it on both
+    ranks, 2c) and B's, nothing beside it, 100: the fit is slope 0.25 (r = 1, 16 instances).
+    async=all_reduce puts the 60 µs beside B on both ranks (120 µs): its transfer runs 0.25 × 120
+    = 30 µs longer, 130, and the step is 1 + A + 130, not 1 + A + 100 (the 60 µs are hidden)."""
+    events, cs, start = [], [20 * k for k in range(1, 9)], 0
+    for k, c in enumerate(cs):
+        x = 100 + 0.25 * 2 * c
+        step = 1 + x + 100 + 60
+        events += [S.step(k + 1, start, step), S.cpu_op("c10d::allreduce_", start, 1),
+                   S.annotation("gloo:all_reduce", start + 1, x, tid=200), S.cpu_op("aten::mm", start + 1, c),
+                   *_blocking(start + 1 + x, 100), S.cpu_op("aten::addmm", start + 1 + x + 100, 60)]
+        start += step
+    result = whatif([_write(tmp_path, {0: events, 1: events})], ["compute=x1", "async=all_reduce"], workers=1)
+    assert any("transfer = 100 us + 0.250 x the compute beside it (r = 1.00, 16 instances)" in n for n in result.notes)
+    got = {p.change: p for p in result.predictions}
+    steps = sorted(1 + (100 + 0.5 * c) for c in cs)
+    assert got["compute=x1"].step_us == pytest.approx((steps[3] + steps[4]) / 2 + 160)
+    assert got["async=all_reduce"].step_us == pytest.approx((steps[3] + steps[4]) / 2 + 130)
+    assert any("8 all_reduce transfers run longer or shorter than traced: +0.030 ms a step for the compute this "
+               "change moves beside them" in n for n in got["async=all_reduce"].notes)
+
+
+def test_transfers_an_async_change_makes_concurrent_share_the_link(tmp_path):
+    """A blocking ring on two ranks over a 320 Mbit/s link shared by both (40 bytes/µs): 300 µs
+    of compute, rank 0 sends its 4000 bytes to rank 1 [300, 400) and receives theirs [400, 500),
+    50 µs of compute: 550 µs. async=send_recv issues both at 300, beside the 50 µs, and waits at
+    the step's end: the two transfers are now on the link at once, each needs 100 µs of it
+    inside the other's: 200 µs each, a step of 500 (without the sharing 400)."""
+    mm = lambda at, dur: S.cpu_op("aten::mm", at, dur)  # noqa: E731
+    rank0 = [S.step(1, 0, 550), mm(0, 300), *_p2p("send", 300, 100, 1), *_p2p("recv", 400, 100, 1), mm(500, 50)]
+    rank1 = [S.step(1, 0, 550), mm(0, 300), *_p2p("recv", 300, 100, 0), *_p2p("send", 400, 100, 0), mm(500, 50)]
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for rank, events in ((0, rank0), (1, rank1)):
+        S.write(folder / f"rank{rank}.1.pt.trace.json", S.trace(events, rank=rank, world_size=2, backend="gloo"))
+    (folder / "run.json").write_text(json.dumps({
+        "schema_version": 1, "world_size": 2, "device": "cpu",
+        "ranks": {str(r): {"rank": r, "traces": [f"rank{r}.1.pt.trace.json"]} for r in (0, 1)},
+        "link": {"bits_per_s": 3.2e8, "shared": True, "rate": "320mbit"}}))
+    got = _predict(str(folder), "compute=x1", "async=send_recv")
+    assert got["compute=x1"].step_us == pytest.approx(550)
+    assert got["async=send_recv"].step_us == pytest.approx(500)
+    assert any("2 send_recv transfers run longer or shorter than traced: +0.200 ms a step for the other transfers "
+               "it puts beside them on the shared link" in n for n in got["async=send_recv"].notes)

@@ -24,6 +24,7 @@ from overlapprof.analysis.replay.changes import Context, Unmodelled, link_floor,
 from overlapprof.analysis.replay.cores import shares
 from overlapprof.analysis.replay.engine import replay
 from overlapprof.analysis.replay.slowdown import beside, rank_factors, slow
+from overlapprof.analysis.replay.stretch import Stretcher
 from overlapprof.analysis.replay.timeline import traced as traced_of
 from overlapprof.analysis.replay.transfer import fit, interference
 from overlapprof.analysis.stats import median, percentile
@@ -67,6 +68,7 @@ class Replayer:
         cpu = any(r.mode == "cpu" for r in self.report.ranks)
         cost, self.interference_notes = interference(self.tr, cpu)
         self.ctx = Context(self.model, res.link_bytes_per_us, cost)
+        self.longer = Stretcher(self.tr, cost, res.link_bytes_per_us)
         traced = [v for lane in self.tr.lanes.values() for v in lane.measured_steps]
         self.traced_step_us = median(traced) if traced else None
         # the traced steps' own spread: their median absolute deviation from the median step
@@ -118,6 +120,7 @@ class Replayer:
             moved = self._moved(new.traced) if change else {}
             if change:
                 new.notes += slow(self.tr, new.traced, self.factors, self.crowded)  # as whatif does, so the numbers agree
+                new.notes += self.longer(new.traced, parse(change), new.link_bytes_per_us)
             replayed = replay(new.traced)
             floor = link_floor(new.traced, new.link_bytes_per_us) if new.link_bytes_per_us else None
             p = _replay._prediction(change, replayed, new.traced, floor, self.traced_step_us, new.notes)

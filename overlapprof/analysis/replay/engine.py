@@ -53,6 +53,7 @@ class Replayed:
     end: np.ndarray
     forced: int = 0
     notes: list[str] = field(default_factory=list)
+    key_t: dict[int, np.ndarray] = field(default_factory=dict)  # rank -> per key, when the work after it began
 
 
 class _Ops:
@@ -117,6 +118,7 @@ def replay(tr: Traced) -> Replayed:
     bounds = {r: [math.nan] * (2 * len(lane.steps)) for r, lane in lanes.items()}
     parts = {r: {p: [0.0] * len(lane.steps) for p in PARTS} for r, lane in lanes.items()}
     late_by = {r: [{} for _ in lane.steps] for r, lane in lanes.items()}
+    key_t = {r: np.full(len(lane.t), math.nan) for r, lane in lanes.items()}
     forced = 0
     while True:
         moved = False
@@ -146,6 +148,7 @@ def replay(tr: Traced) -> Replayed:
                     parts[r]["compute"][k] += lane.compute[j]
                     parts[r]["other"][k] += lane.work[j] - lane.compute[j]
                 cum[r] += lane.compute[j]
+                key_t[r][j] = t
                 t += lane.work[j]
                 j += 1
             moved |= j != cur[r]
@@ -162,7 +165,7 @@ def replay(tr: Traced) -> Replayed:
                              late_by_rank=late_by[r])
     notes = [f"replay: {forced} waits across ranks formed a cycle (operations matched out of order?) and were "
              "broken at their measured times"] if forced else []
-    return Replayed(ranks, ops.a, ops.s, ops.e, forced, notes)
+    return Replayed(ranks, ops.a, ops.s, ops.e, forced, notes, key_t)
 
 
 def _blocked(ops: _Ops, row: int, lo: float, hi: float, slack: float, parts, late_by, k: int) -> None:

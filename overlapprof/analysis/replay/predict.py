@@ -20,6 +20,7 @@ from overlapprof.analysis.replay.changes import Context, Unmodelled, factor, lin
 from overlapprof.analysis.replay.cores import shares
 from overlapprof.analysis.replay.engine import Replayed, replay
 from overlapprof.analysis.replay.slowdown import rank_factors, slow
+from overlapprof.analysis.replay.stretch import Stretcher
 from overlapprof.analysis.replay.timeline import Traced, traced
 from overlapprof.analysis.replay.transfer import fit, interference
 from overlapprof.analysis.stats import median, percentile
@@ -186,6 +187,7 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
                             "that moves compute beside other ranks' compute is not slowed for it")
     cost, words = interference(tr, any(r.mode == "cpu" for r in report.ranks))
     result.notes += words
+    longer = Stretcher(tr, cost, res.link_bytes_per_us)
     ctx = Context(model, res.link_bytes_per_us, cost)
     factors, crowded = rank_factors(report), shares(report, tr)
     before = _lane_compute(tr)
@@ -198,6 +200,7 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
         moved = _lane_compute(new.traced) / before if before > 0 and any(n == "no_straggler" for n, _ in pairs) \
             else None
         new.notes += slow(tr, new.traced, factors, crowded)
+        new.notes += longer(new.traced, pairs, new.link_bytes_per_us)
         out = replay(new.traced)
         floor = link_floor(new.traced, new.link_bytes_per_us) if new.link_bytes_per_us else None
         result.predictions.append(_prediction(text, out, new.traced, floor, traced_step, new.notes))
