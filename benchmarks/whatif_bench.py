@@ -29,6 +29,10 @@ traced run's compute; a batch or matrix size does not scale a CPU step's compute
 load between the runs: such a case is also predicted at the factor its run achieved (F x the
 ratio), in a last column: that error is the replay's own, given the compute change the run made;
 the second set of target lines counts it in place of the first.
+
+The runs pin each rank to a core of its own (``OVERLAPPROF_PIN=1``, unless set: 0 to compare;
+launch/host.pin_rank): unpinned, two ranks' main threads could share one of the 2 cores for much
+of a run, doubling its compute. The all-reduce traces 12 steps, not 3 (ACTIVE).
 """
 
 from __future__ import annotations
@@ -45,6 +49,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 SCHEDULE = ["--warmup-steps", "1", "--wait", "0", "--warmup", "1", "--active", "3"]
+# the all-reduce's 5-13 ms steps: 12 traced steps (and 12 unprofiled) cost a run 0.2 s more and
+# steady its median, which 3 left at the mercy of one slow step
+ACTIVE = {"allreduce": 12}
 # seconds a run and a prediction take on 2 idle cores, for --dry-run's estimate: the whole grid,
 # 3 repeats, took 8 min 50 s idle at d5be1a0 (2026-12-06 22:21-22:30 UTC, benchmarks/RESULTS.md)
 SECONDS_A_RUN = {2: 2.8, 3: 3.8, 4: 4.7}
@@ -138,6 +145,8 @@ def launch(config, out: Path, tag: str, reuse: bool = False) -> Path | None:
         return out / f"{run_id}-{variant}"
     command = [sys.executable, "-m", "overlapprof", "run", str(REPO / "workloads" / f"{workload}.py"), "--nproc",
                str(nproc), "--variant", variant, "--run-id", run_id, "--out", str(out), "--no-analyze", "-q", *SCHEDULE]
+    if workload in ACTIVE:
+        command[-1] = str(ACTIVE[workload])
     if rate:
         command += ["--link-rate", rate]
     if opts:
@@ -204,6 +213,9 @@ def main() -> None:
         print("\n".join(plan(cases, args.repeat)))
         return
     from overlapprof.analysis.replay.predict import whatif
+    from overlapprof.launch.host import PIN_ENV
+
+    os.environ.setdefault(PIN_ENV, "1")  # each rank on a core of its own (OVERLAPPROF_PIN=0 to compare)
 
     out = args.out or Path(tempfile.mkdtemp(prefix="whatif-bench-"))
     start_load = os.getloadavg()
