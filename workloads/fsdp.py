@@ -62,13 +62,14 @@ class Layer(torch.nn.Linear):
 
     def forward(self, x):
         z = super().forward(x)
-        if self.repeat > 1 and z.requires_grad:
+        if self.repeat > 1:
             # the layer again on detached copies of its inputs (the same storage, which FSDP has
             # gathered again by the backward); z's gradient runs their backward, into no parameter
             again = [torch.relu(torch.nn.functional.linear(*(t.detach().requires_grad_(t.requires_grad)
                                                              for t in (x, self.weight, self.bias))))
                      for _ in range(self.repeat - 1)]
-            z.register_hook(lambda grad: torch.autograd.backward(again, [grad] * len(again)))
+            if z.requires_grad:
+                z.register_hook(lambda grad: torch.autograd.backward(again, [grad] * len(again)))
         return torch.relu(z)
 
 
