@@ -142,3 +142,26 @@ def test_a_slow_rank_on_fsdp_is_the_late_peer(knob_runs, run, doing):
     # (on a loaded machine 64-76 ms a step for a 60 ms straggle measured; its rounds after it add up)
     assert all(0.6 * SLOW_MS * 1000 <= t <= 2.0 * SLOW_MS * 1000 for t in per_step), per_step
     assert report.rank(1).exposure.late_peer_us < 0.2 * e.late_peer_us
+
+
+@pytest.mark.parametrize("workload", ["ddp", "fsdp"])
+def test_compute_repeat_leaves_the_layers_output_and_gradients_as_they_were(workload):
+    """The repeated layers' results go nowhere: repeat 3 gives repeat 1's output and gradients,
+    bit for bit (the weight's, the bias's and the input's)."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location(f"knob_{workload}", REPO / "workloads" / f"{workload}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    results = []
+    for repeat in (1, 3):
+        torch.manual_seed(0)
+        layer = module.Layer(32, repeat)
+        x = torch.randn(8, 32, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        y = layer(x)
+        (y * torch.arange(32.0)).sum().backward()
+        results.append((y.detach(), layer.weight.grad, layer.bias.grad, x.grad))
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+    assert results[0][1].abs().sum() > 0  # a gradient there was
