@@ -17,6 +17,10 @@ more than 5% faster that ran slower, against issue 35's targets (median ≤ 10%,
 direction ≥ 90%, none) as PASS/FAIL lines, with the load average at the start and the end:
 quote idle runs only. A run that fails is said and its pairs left out.
 
+The runs pin each rank to a core of its own (``OVERLAPPROF_PIN=1``, unless set: 0 to compare;
+launch/host.pin_rank): unpinned, two ranks' main threads could share one of the 2 cores for much
+of a run, doubling its compute. The all-reduce traces 12 steps, not 3 (ACTIVE).
+
     python benchmarks/whatif_bench.py --dry-run             # the plan: pairs, runs, time
     python benchmarks/whatif_bench.py                       # every pair, 3 repeats (~15 min idle)
     python benchmarks/whatif_bench.py --only ring-link --repeat 1 --out /tmp/wb
@@ -29,10 +33,6 @@ traced run's compute; a batch or matrix size does not scale a CPU step's compute
 load between the runs: such a case is also predicted at the factor its run achieved (F x the
 ratio), in a last column: that error is the replay's own, given the compute change the run made;
 the second set of target lines counts it in place of the first.
-
-The runs pin each rank to a core of its own (``OVERLAPPROF_PIN=1``, unless set: 0 to compare;
-launch/host.pin_rank): unpinned, two ranks' main threads could share one of the 2 cores for much
-of a run, doubling its compute. The all-reduce traces 12 steps, not 3 (ACTIVE).
 """
 
 from __future__ import annotations
