@@ -63,8 +63,9 @@ class Layer(torch.nn.Linear):
     def forward(self, x):
         z = super().forward(x)
         if self.repeat > 1:
-            # the layer again on detached copies of its inputs (the same storage, which FSDP has
-            # gathered again by the backward); z's gradient runs their backward, into no parameter
+            # the layer again on detached copies of its inputs (the same storage); z's gradient
+            # runs their backward, into no parameter. z's, not the output's: FSDP's hook on the
+            # output gathers the weights again first
             again = [torch.relu(torch.nn.functional.linear(*(t.detach().requires_grad_(t.requires_grad)
                                                              for t in (x, self.weight, self.bias))))
                      for _ in range(self.repeat - 1)]
