@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -49,6 +50,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 SCHEDULE = {"warmup_steps": 1, "wait": 0, "warmup": 1, "active": 4}
+ACTIVE = {"allreduce": {"active": 12}}  # its 4-13 ms steps: a steadier median for 0.1 s more a run
 SECONDS_PER_RUN = 3.0  # a 2-rank run of these sizes, start to end (launch and torch's import most of it)
 SECONDS_PER_ADVICE = 1.5  # overlapprof advise on one of them
 # Sizes that keep a step to tens of milliseconds on 2 cores.
@@ -169,7 +171,7 @@ class Runner:
                                       options=loaded.resolve_options([f"{k}={v}" for k, v in options]),
                                       nproc=2, device="cpu", backend="gloo", out=self.out, quiet=True,
                                       link=netns.link_for(rate) if rate else None,
-                                      schedule=ProfilerSchedule(**SCHEDULE))
+                                      schedule=ProfilerSchedule(**{**SCHEDULE, **ACTIVE.get(workload, {})}))
         self.count += 1
         run_id = f"{self.tag}-{self.count:03d}-{workload}"
         proc = subprocess.run(command(request, run_id), capture_output=True, text=True)
@@ -249,7 +251,7 @@ def _uptime() -> str:
 def plan(cases: list[Case], repeat: int) -> None:
     configs = {c.name: grid_configs(c) for c in cases}
     unique = {k for ks in configs.values() for k in ks}
-    print(f"{len(cases)} cases, {repeat} repeat(s); 2 gloo ranks; schedule {SCHEDULE}")
+    print(f"{len(cases)} cases, {repeat} repeat(s); 2 gloo ranks; schedule {SCHEDULE} (the all-reduce's {ACTIVE['allreduce']})")
     for c in cases:
         grid = ", ".join(f"{n} in {v}" for n, v in c.grid.items())
         print(f"  {c.name:<22} {_describe(_key(c.workload, c.variant, c.rate, c.options))}")
@@ -282,6 +284,9 @@ def main() -> None:
         print(f"advise_bench: skipped: `overlapprof advise` is not in this checkout ({missing}); it comes with "
               "the advise branch (issue 37)")
         return
+    from overlapprof.launch.host import PIN_ENV
+
+    os.environ.setdefault(PIN_ENV, "1")  # each rank on a core of its own (OVERLAPPROF_PIN=0 to compare)
     out = args.out or Path(tempfile.mkdtemp(prefix="advise-bench-"))
     out.mkdir(parents=True, exist_ok=True)
     start = _uptime()

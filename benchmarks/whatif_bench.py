@@ -17,6 +17,10 @@ more than 5% faster that ran slower, against issue 35's targets (median ≤ 10%,
 direction ≥ 90%, none) as PASS/FAIL lines, with the load average at the start and the end:
 quote idle runs only. A run that fails is said and its pairs left out.
 
+The runs pin each rank to a core of its own (``OVERLAPPROF_PIN=1``, unless set: 0 to compare;
+launch/host.pin_rank): unpinned, two ranks' main threads could share one of the 2 cores for much
+of a run, doubling its compute. The all-reduce traces 12 steps, not 3 (ACTIVE).
+
     python benchmarks/whatif_bench.py --dry-run             # the plan: pairs, runs, time
     python benchmarks/whatif_bench.py                       # every pair, 3 repeats (~15 min idle)
     python benchmarks/whatif_bench.py --only ring-link --repeat 1 --out /tmp/wb
@@ -48,6 +52,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 SCHEDULE = ["--warmup-steps", "1", "--wait", "0", "--warmup", "1", "--active", "3"]
+# the all-reduce's 5-13 ms steps: 12 traced steps (and 12 unprofiled) cost a run 0.2 s more and
+# steady its median, which 3 left at the mercy of one slow step
+ACTIVE = {"allreduce": 12}
 # seconds a run and a prediction take on 2 idle cores, for --dry-run's estimate: the whole grid,
 # 3 repeats, took 8 min 50 s idle at d5be1a0 (2026-12-06 22:21-22:30 UTC, benchmarks/RESULTS.md)
 SECONDS_A_RUN = {2: 2.8, 3: 3.8, 4: 4.7}
@@ -141,6 +148,8 @@ def launch(config, out: Path, tag: str, reuse: bool = False) -> Path | None:
         return out / f"{run_id}-{variant}"
     command = [sys.executable, "-m", "overlapprof", "run", str(REPO / "workloads" / f"{workload}.py"), "--nproc",
                str(nproc), "--variant", variant, "--run-id", run_id, "--out", str(out), "--no-analyze", "-q", *SCHEDULE]
+    if workload in ACTIVE:
+        command[-1] = str(ACTIVE[workload])
     if rate:
         command += ["--link-rate", rate]
     if opts:
@@ -212,6 +221,9 @@ def main() -> None:
         print("\n".join(plan(cases, args.repeat)))
         return
     from overlapprof.analysis.replay.predict import whatif
+    from overlapprof.launch.host import PIN_ENV
+
+    os.environ.setdefault(PIN_ENV, "1")  # each rank on a core of its own (OVERLAPPROF_PIN=0 to compare)
 
     out = args.out or Path(tempfile.mkdtemp(prefix="whatif-bench-"))
     start_load = os.getloadavg()

@@ -11,11 +11,12 @@ trace: 2 gloo ranks, a short schedule, small layers (4 of width 128), the async 
   N after it have been issued (N + 1); ``reshard_after_forward=false``: the backward
   all-gathers nothing, so a step makes 4 all-gathers, not 8.
 - ``compute_repeat=2`` (DDP, FSDP; the ring and the all-reduce repeat their one matmul): each
-  Linear's forward twice (``aten::linear``: 8 a step for 4 layers, not 4; the second without its
-  bias) and its backward's two matmuls once more (``aten::matmul``: 4 + 8 a step, none without
-  it), no copy more (the DDP copy count above holds with it), the gradients unchanged (the
-  run's own ``check_result``): the same step on a device 2x slower, as ``whatif``'s
-  ``compute=x2`` takes it.
+  layer (Linear and ReLU) twice, forward and backward: ``aten::linear``, ``aten::relu`` and
+  ``aten::threshold_backward`` 8 a step for 4 layers, not 4, and the backward's ``aten::mm`` 14,
+  not 7 (4 weights' gradients and 3 inputs': the first layer's input needs none); the check
+  twice (``aten::equal``); the gradients unchanged (the run's own ``check_result``): the same
+  step on a device 2x slower, as ``whatif``'s ``compute=x2`` takes it. DDP's own copies are not
+  repeated (the copy count above, the bias's copy inside ``aten::addmm`` left out, holds with it).
 - ``slow_rank``/``slow_ms`` (every workload; the harness applies them): rank 0's exposed
   communication is late_peer, the late rank named 1, doing neither compute nor communication
   (asleep) or, with ``slow_compute=true``, computing.
@@ -67,6 +68,13 @@ def _counts(step: list[dict]) -> Counter:
     return Counter(e["name"] for e in step)
 
 
+def _copies_not_in_addmm(step: list[dict]) -> int:
+    """``aten::copy_`` but the one ``aten::addmm`` makes of its bias (CPU) on every call."""
+    addmm = [(e["tid"], e["ts"], e["ts"] + e["dur"]) for e in step if e["name"] == "aten::addmm"]
+    return sum(1 for e in step if e["name"] == "aten::copy_"
+               and not any(t == e["tid"] and a <= e["ts"] < b for t, a, b in addmm))
+
+
 @pytest.fixture(scope="module")
 def knob_runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("knobs")
@@ -88,18 +96,19 @@ def test_ddp_bucket_cap_sets_the_all_reduces_of_a_step(knob_runs):
 
 
 def test_ddp_gradient_as_bucket_view_drops_the_copies_into_the_buckets(knob_runs):
-    copies = [_counts(s)["aten::copy_"] for s in _steps(knob_runs["ddp_small_buckets"])]
-    views = [_counts(s)["aten::copy_"] for s in _steps(knob_runs["ddp_views"])]
+    copies = [_copies_not_in_addmm(s) for s in _steps(knob_runs["ddp_small_buckets"])]
+    views = [_copies_not_in_addmm(s) for s in _steps(knob_runs["ddp_views"])]
     assert [a - b for a, b in zip(copies, views)] == [8, 8], (copies, views)  # a weight and a bias per layer
 
 
 @pytest.mark.parametrize("repeated,once", [("ddp_small_buckets", "ddp_views"), ("fsdp_prefetch2", "fsdp_keep")])
-def test_compute_repeat_does_each_layers_matmuls_that_many_times(knob_runs, repeated, once):
+def test_compute_repeat_does_each_whole_layer_and_the_check_that_many_times(knob_runs, repeated, once):
     for run, times in ((repeated, 2), (once, 1)):
         counts = [_counts(s) for s in _steps(knob_runs[run])]  # rank 0: rank 1's slow_compute is matmuls too
-        assert [c["aten::linear"] for c in counts] == [4 * times] * 2, (run, counts)
-        # the forward's once more without its bias (aten::linear calls aten::matmul then), the backward's two
-        assert [c["aten::matmul"] for c in counts] == [12 * (times - 1)] * 2, (run, counts)
+        for name in ("aten::linear", "aten::relu", "aten::threshold_backward"):  # forward, activation, its backward
+            assert [c[name] for c in counts] == [4 * times] * 2, (run, name, counts)
+        assert [c["aten::mm"] for c in counts] == [7 * times] * 2, (run, counts)  # the backward's matmuls
+        assert [c["aten::equal"] for c in counts] == [times] * 2, (run, counts)  # the check
 
 
 def _gathers_before_first_linear(step: list[dict]) -> int:
@@ -133,3 +142,26 @@ def test_a_slow_rank_on_fsdp_is_the_late_peer(knob_runs, run, doing):
     # (on a loaded machine 64-76 ms a step for a 60 ms straggle measured; its rounds after it add up)
     assert all(0.6 * SLOW_MS * 1000 <= t <= 2.0 * SLOW_MS * 1000 for t in per_step), per_step
     assert report.rank(1).exposure.late_peer_us < 0.2 * e.late_peer_us
+
+
+@pytest.mark.parametrize("workload", ["ddp", "fsdp"])
+def test_compute_repeat_leaves_the_layers_output_and_gradients_as_they_were(workload):
+    """The repeated layers' results go nowhere: repeat 3 gives repeat 1's output and gradients,
+    bit for bit (the weight's, the bias's and the input's)."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location(f"knob_{workload}", REPO / "workloads" / f"{workload}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    results = []
+    for repeat in (1, 3):
+        torch.manual_seed(0)
+        layer = module.Layer(32, repeat)
+        x = torch.randn(8, 32, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        y = layer(x)
+        (y * torch.arange(32.0)).sum().backward()
+        results.append((y.detach(), layer.weight.grad, layer.bias.grad, x.grad))
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+    assert results[0][1].abs().sum() > 0  # a gradient there was

@@ -35,33 +35,32 @@ OPTIONS = {
     "batch": (256, "rows per rank per step"),
     "bucket_cap_mb": (2.0, "DDP's bucket size in MiB (torch's default is 25)"),
     "gradient_as_bucket_view": (False, "gradients are views into DDP's buckets: no copy into the bucket"),
-    "compute_repeat": (1, "each layer's matmuls (forward and backward) done this many times: the same step on a "
-                          "device this many times slower"),
+    "compute_repeat": (1, "each layer (forward and backward, activation included) and the check done this many "
+                          "times: the same step on a device this many times slower"),
 }
 
 
-class Slower(torch.nn.Linear):
-    """A Linear whose forward and backward each do their matmuls ``repeat`` times, the extra
-    results dropped: the same model on a device ``repeat`` times slower (``--opt compute_repeat``)."""
+class Layer(torch.nn.Linear):
+    """Linear then ReLU. ``repeat`` > 1 runs the whole layer that many times, forward and backward
+    (matmuls, bias, activation, autograd's own work), the extra results dropped: the same model on a
+    device ``repeat`` times slower (``--opt compute_repeat``)."""
 
     def __init__(self, width, repeat):
         super().__init__(width, width)
         self.repeat = repeat
 
     def forward(self, x):
-        y = super().forward(x)
+        z = super().forward(x)
         if self.repeat > 1:
-            with torch.no_grad():
-                for _ in range(self.repeat - 1):
-                    torch.nn.functional.linear(x, self.weight)  # the bias left out: it would copy, not compute
-            if y.requires_grad:  # the backward's two matmuls (input's and weight's gradient), repeated
-                y.register_hook(lambda g, x=x.detach(): self._backward_again(g, x))
-        return y
-
-    def _backward_again(self, grad, x):
-        with torch.no_grad():  # self.weight read here: FSDP has gathered it again for the backward
-            for _ in range(self.repeat - 1):
-                grad @ self.weight, grad.t() @ x
+            # the layer again on detached copies of its inputs (the same storage); z's gradient
+            # runs their backward, into no parameter. z's, not the output's: FSDP's hook on the
+            # output gathers the weights again first
+            again = [torch.relu(torch.nn.functional.linear(*(t.detach().requires_grad_(t.requires_grad)
+                                                             for t in (x, self.weight, self.bias))))
+                     for _ in range(self.repeat - 1)]
+            if z.requires_grad:
+                z.register_hook(lambda grad: torch.autograd.backward(again, [grad] * len(again)))
+        return torch.relu(z)
 
 
 @dataclass
@@ -75,10 +74,7 @@ class State:
 def setup(ctx):
     torch.manual_seed(0)  # the same initial parameters on every rank (DDP broadcasts rank 0's anyway)
     o = ctx.opts
-    layers = []
-    for _ in range(o.layers):
-        layers += [Slower(o.width, o.compute_repeat), torch.nn.ReLU()]
-    module = torch.nn.Sequential(*layers).to(ctx.device)
+    module = torch.nn.Sequential(*[Layer(o.width, o.compute_repeat) for _ in range(o.layers)]).to(ctx.device)
     model = DDP(module, device_ids=[ctx.device.index] if ctx.is_cuda else None,
                 bucket_cap_mb=o.bucket_cap_mb, gradient_as_bucket_view=o.gradient_as_bucket_view)
     data = torch.Generator().manual_seed(1000 + ctx.rank)  # each rank its own batch
@@ -114,11 +110,15 @@ def step_sync(ctx, s, check=True):
             p.grad.copy_(grads[offset:offset + p.grad.numel()].view_as(p.grad))
             offset += p.grad.numel()
     if check:
-        with ctx.phase("check"):
-            ctx.check_result("grads", flat_grads(s.model), s.reference)
+        check_grads(ctx, s)
 
 
 def step_async(ctx, s):
     forward_backward(ctx, s)  # DDP reduces the buckets during backward and waits for the last
+    check_grads(ctx, s)
+
+
+def check_grads(ctx, s):
     with ctx.phase("check"):
-        ctx.check_result("grads", flat_grads(s.model), s.reference)
+        for _ in range(ctx.opts.compute_repeat):  # compute too: a slower device checks slower
+            ctx.check_result("grads", flat_grads(s.model), s.reference)

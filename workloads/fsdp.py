@@ -46,33 +46,32 @@ OPTIONS = {
     "prefetch": (1, "async: layers ahead whose all-gathers are issued (forward and backward; 0: none)"),
     "reshard_after_forward": (True, "free each layer's gathered parameters after its forward (false: keep "
                                     "them for the backward, which then all-gathers nothing)"),
-    "compute_repeat": (1, "each layer's matmuls (forward and backward) done this many times: the same step on a "
-                          "device this many times slower"),
+    "compute_repeat": (1, "each layer (forward and backward, activation included) and the check done this many "
+                          "times: the same step on a device this many times slower"),
 }
 
 
-class Slower(torch.nn.Linear):
-    """A Linear whose forward and backward each do their matmuls ``repeat`` times, the extra
-    results dropped: the same model on a device ``repeat`` times slower (``--opt compute_repeat``)."""
+class Layer(torch.nn.Linear):
+    """Linear then ReLU. ``repeat`` > 1 runs the whole layer that many times, forward and backward
+    (matmuls, bias, activation, autograd's own work), the extra results dropped: the same model on a
+    device ``repeat`` times slower (``--opt compute_repeat``)."""
 
     def __init__(self, width, repeat):
         super().__init__(width, width)
         self.repeat = repeat
 
     def forward(self, x):
-        y = super().forward(x)
+        z = super().forward(x)
         if self.repeat > 1:
-            with torch.no_grad():
-                for _ in range(self.repeat - 1):
-                    torch.nn.functional.linear(x, self.weight)  # the bias left out: it would copy, not compute
-            if y.requires_grad:  # the backward's two matmuls (input's and weight's gradient), repeated
-                y.register_hook(lambda g, x=x.detach(): self._backward_again(g, x))
-        return y
-
-    def _backward_again(self, grad, x):
-        with torch.no_grad():  # self.weight read here: FSDP has gathered it again for the backward
-            for _ in range(self.repeat - 1):
-                grad @ self.weight, grad.t() @ x
+            # the layer again on detached copies of its inputs (the same storage); z's gradient
+            # runs their backward, into no parameter. z's, not the output's: FSDP's hook on the
+            # output gathers the weights again first
+            again = [torch.relu(torch.nn.functional.linear(*(t.detach().requires_grad_(t.requires_grad)
+                                                             for t in (x, self.weight, self.bias))))
+                     for _ in range(self.repeat - 1)]
+            if z.requires_grad:
+                z.register_hook(lambda grad: torch.autograd.backward(again, [grad] * len(again)))
+        return torch.relu(z)
 
 
 @dataclass
@@ -88,7 +87,7 @@ def setup(ctx):
     o = ctx.opts
     if o.prefetch < 0:
         raise ValueError(f"prefetch must be 0 or more layers, not {o.prefetch}")
-    blocks = [torch.nn.Sequential(Slower(o.width, o.compute_repeat), torch.nn.ReLU()) for _ in range(o.layers)]
+    blocks = [Layer(o.width, o.compute_repeat) for _ in range(o.layers)]
     model = torch.nn.Sequential(*blocks).to(ctx.device)
     for block in blocks:
         fully_shard(block, reshard_after_forward=o.reshard_after_forward)
@@ -124,4 +123,5 @@ def step(ctx, s, check=True):  # both variants: they differ in what setup config
         loss.backward()
     if check:
         with ctx.phase("check"):
-            ctx.check_result("grad_shards", grad_shards(s.model), s.reference)
+            for _ in range(ctx.opts.compute_repeat):  # compute too: a slower device checks slower
+                ctx.check_result("grad_shards", grad_shards(s.model), s.reference)

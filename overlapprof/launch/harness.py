@@ -59,7 +59,7 @@ import torch.distributed as dist  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
 from overlapprof import workload as workload_api  # noqa: E402
-from overlapprof.launch import recording  # noqa: E402
+from overlapprof.launch import host, recording  # noqa: E402
 from overlapprof.launch.logs import RANK_OK  # noqa: E402
 from overlapprof.launch.machine import LoadMeter  # noqa: E402
 from overlapprof.launch.rank_end import (INTERRUPTED_EXIT_CODE, PEER_GONE, TERMINATED_EXIT_CODE,  # noqa: E402
@@ -125,6 +125,8 @@ class Harness:
         try:
             if cuda:
                 torch.cuda.set_device(device)
+            else:  # before any thread of gloo's or the profiler's starts: they inherit it
+                host.pin_rank(self.local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
             ctx = self.ctx = workload_api.Context(
                 rank=self.rank, world_size=self.world_size, local_rank=self.local_rank,
                 node_rank=self.node_rank, device=device, backend=config.backend,
