@@ -373,26 +373,6 @@ def test_prefetch_slows_a_gather_moved_beside_compute_as_the_fit_says(tmp_path):
     assert got["prefetch=1"].step_us == pytest.approx(490)
 
 
-def test_prefetch_takes_the_compute_beside_the_grown_transfer(tmp_path):
-    """The steps of the test above with c = 40 .. 180 µs (g2's transfer 100 + 0.25 × 2c, the fit's
-    slope 0.25 again; the last compute another op, so no compute class is measured inside and
-    outside communication). prefetch=1 moves g3 beside the c µs: its transfer grows to x = 100 +
-    0.25 × 2 min(c, x), the compute beside the grown transfer, so x = 100 + c/2 (c < 200), not 100
-    + min(c, 100)/2 (beside the traced 100 µs): a step of 200 + g2's and g3's transfers, 400 + c;
-    the median of the eight (c = 100 and 120): 510 (the traced transfer's 100 µs: 505; traced: 455)."""
-    events, base = [], 0
-    for k in range(2, 10):
-        c = 20 * k
-        x2 = 100 + 0.25 * 2 * c
-        events += [S.step(k, base, 400 + x2 - 100), *_gather(base, 100), *_gather(base + 100, x2),
-                   S.cpu_op("aten::mm", base + 101, c), *_gather(base + 100 + x2, 100),
-                   S.cpu_op("aten::addmm", base + 201 + x2, 99)]
-        base += 300 + x2
-    got = _predict(_write(tmp_path, {0: events, 1: events}), "compute=x1", "prefetch=1")
-    assert got["compute=x1"].step_us == pytest.approx(455)
-    assert got["prefetch=1"].step_us == pytest.approx(510)
-
-
 def test_compute_also_shrinks_what_compute_beside_a_transfer_cost_it(tmp_path):
     """Eight steps: an async all_reduce issued at 0 (its span from 1), compute c = 20 .. 160 µs
     beside it, the wait, 100 µs more compute. Its transfer is 100 + 0.25 × (compute beside it on

@@ -9,8 +9,7 @@ followed it): the first unit's pre-forward (pre-backward) issues the next N, eac
 N-th after it. Their needs do not move (the unit's compute still needs its parameters then).
 A backward all-gather issued ahead of the reduce-scatter that the trace ran before it does not
 wait for it (:func:`_rechain`). On CPU runs a moved all-gather's transfer grows with the compute
-it now has beside it, at the slope the trace's own all-gathers show, over the µs of the grown
-transfer (:func:`_stretch`). What the
+it now has beside it, at the slope the trace's own all-gathers show (:func:`_stretch`). What the
 memory of N more gathered units would allow is not in the trace: the rewrite does not limit it.
 """
 
@@ -75,41 +74,23 @@ def prefetch(tr: Traced, depth: int) -> int:
     return len(moved)
 
 
-ROUNDS = 1000  # at most, to the stretch's fixed point (each round adds slope × ranks of the last round's growth)
-
-
 def _stretch(tr: Traced, moved: set[int], slope, was) -> None:
     """CPU runs: each moved all-gather's transfer grows by its kind's measured interference slope
     × the compute its ranks now do beside it beyond what they did in the trace (each rank's
     compute between its new issue and its need, at most the transfer's µs; :func:`.transfer.slopes`):
-    gloo's threads share the cores with that compute, which the fit says slows them. The
-    transfer that grows has more of that compute beside it, so the µs it is taken over are those
-    of the grown transfer: ``x = x_traced + slope × (Σ_r min(window_r, x) − was)``, solved by
-    iterating from the traced transfer (it only grows, and at most to all the windows' compute)."""
-    window: dict[int, float] = {}  # moved row -> its lane's compute from its new issue to its need
+    gloo's threads share the cores with that compute, which the fit says slows them."""
+    now = np.zeros(len(tr.members))
     for lane in tr.lanes.values():
         open_: dict[int, float] = {}
         for kind, ref, compute in zip(lane.kind, lane.ref, lane.compute):
             if kind == NEED and ref in open_:
-                window[ref] = open_.pop(ref)
+                k = int(tr.inst[ref])
+                now[k] += min(open_.pop(ref), float(tr.transfer[k]))
             elif kind == ISSUE and ref in moved and tr.inst[ref] >= 0 and slope[tr.inst[ref]] > 0:
                 open_[ref] = 0.0
             for row in open_:
                 open_[row] += compute
-    if not window:
-        return
-    rows = np.fromiter(window, dtype=np.int64)
-    inst, w = tr.inst[rows], np.fromiter(window.values(), dtype=float)
-    traced = tr.transfer.copy()
-    x = traced.copy()
-    for _ in range(ROUNDS):
-        now = np.bincount(inst, weights=np.minimum(w, x[inst]), minlength=x.size)
-        grown = traced + slope * np.maximum(now - was, 0.0)
-        done = np.allclose(grown, x, rtol=0.0, atol=1e-9)
-        x = grown
-        if done:
-            break
-    tr.transfer = x
+    tr.transfer += slope * np.maximum(now - was, 0.0)
 
 
 def _rechain(tr: Traced, lane, moved: set[int]) -> None:
