@@ -12,7 +12,7 @@ of its last byte; each moves ``latency + bytes × pace``: the step's own time pe
 (the work between its issue and the wait) holds, the least hindered traced pace (the 10th
 percentile over the trace's buckets: on CPU runs the compute beside a bucket stretches it several
 times over) for the rest, at most as many run at once as the traced ones
-did (gloo's worker threads), with the smallest traced lead, and all are waited where the last
+did (gloo's worker threads), with the rank's smallest traced lead over the run, and all are waited where the last
 traced bucket was (DDP waits for every bucket when backward ends). The k-th new bucket of every
 rank is one instance.
 
@@ -157,6 +157,9 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
         raise Refused("the trace has no all_reduce operations (DDP's gradient buckets) in its steps")
     steps = sorted({k for b in per_rank.values() for k in b})
     unhindered = _unhindered_per_byte(tr, per_rank, latency)
+    # a start's delay beyond its issue is the scheduling of gloo's thread: the least one over the run's
+    # buckets, not a step's (a single bucket's one-off delay repeated per bucket cost 0.5 ms each)
+    least_lead = {r: float(np.min(tr.lead[[x for v in b.values() for x in v]])) for r, b in per_rank.items() if b}
     new_rows: list[dict] = []
     made = 0
     for k in steps:
@@ -195,7 +198,7 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
             xs = np.concatenate(([max(0.0, p[0] - pace * nbytes[0])], p))
             ys = np.concatenate(([0.0], cum))
             depth = _in_flight(tr.start[v], tr.end[v])
-            lead = float(np.min(tr.lead[v]))
+            lead = least_lead[r]
             tr.nbytes[v] = np.nan  # their bytes are the new buckets' now (a link's floor counts each byte once)
             for row in v:  # the traced buckets leave this lane
                 for kind in (ISSUE, NEED):
