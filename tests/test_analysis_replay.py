@@ -510,6 +510,21 @@ def test_regrouped_buckets_count_their_bytes_once_on_the_link(tmp_path):
     assert got.step_us == pytest.approx(1800)
 
 
+def test_a_step_starting_before_the_previous_one_ends_is_regrouped(tmp_path):
+    """Rank 1's first step ends at 1600, 100 µs after its second starts (host step times can
+    overlap so): the second step's buckets are still its own, so both steps are regrouped into
+    one bucket each (the previous step's end closed the second step, which was left as traced)."""
+    def step(n, at, dur):
+        return [S.step(n, at, dur), S.cpu_op("aten::mm", at, 400), *_async_bucket(at + 400, 300),
+                S.cpu_op("aten::mm", at + 401, 399), *_async_bucket(at + 800, 300), S.cpu_op("aten::mm", at + 801, 599)]
+
+    change = f"bucket_cap_mb={8000 / (1 << 20)!r}"
+    got = _predict(_write(tmp_path, {0: step(1, 0, 1500) + step(2, 1500, 1500),
+                                     1: step(1, 0, 1600) + step(2, 1500, 1500)}), change)[change]
+    assert got.modelled, got.reason
+    assert "2 buckets in all" in got.notes[0]
+
+
 def test_a_step_without_buckets_on_one_rank_is_left_as_traced(tmp_path):
     """Rank 1's trace has no bucket in its second step (cut short there): that step stays as
     traced and the first is regrouped, instead of the change being refused."""
