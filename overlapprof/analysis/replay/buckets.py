@@ -81,10 +81,12 @@ def _remove(lane, j: int) -> None:
 
 
 def _span(lane, step: int) -> tuple[int, int]:
-    """The keys of step index ``step``: from its start to the next bound (its end, or the next
-    step's start where that comes first), where the work positions run on from its start."""
+    """The keys of step index ``step``: from its start to its end, or the next step's start where
+    that comes first (the previous step's end inside it does not end it), where the work
+    positions run on from its start."""
     start = next(j for j, (k, r) in enumerate(zip(lane.kind, lane.ref)) if k == BOUND and r == 2 * step)
-    end = next(j for j in range(start + 1, len(lane.kind)) if lane.kind[j] == BOUND)
+    end = next(j for j in range(start + 1, len(lane.kind))
+               if lane.kind[j] == BOUND and (lane.ref[j] % 2 == 0 or lane.ref[j] == 2 * step + 1))
     return start, end
 
 
@@ -101,6 +103,17 @@ def _insert(lane, step: int, at: float, kind: int, ref: int) -> None:
     lane.work[j], lane.compute[j] = into, lane.compute[j] * share
     for name, v in (("t", lane.t[j]), ("kind", kind), ("ref", ref), ("work", rest_w), ("compute", rest_c)):
         getattr(lane, name).insert(j + 1, v)
+
+
+def _unseen_wait(lane, lo: int, hi: int, rows: list[int]) -> float:
+    """Where a lane waits for its step's buckets when the trace put the wait in a later step (the
+    lane not seen blocked: the time it waited is in its work, as idle): right after the last
+    bucket's issue, as DDP waits when backward ends, and the idle after it in the step taken out
+    of the work (the compute stays)."""
+    last = max(j for j in range(lo, hi) if lane.kind[j] == ISSUE and lane.ref[j] in rows)
+    for j in range(last, hi):
+        lane.work[j] = lane.compute[j]
+    return _positions(lane)[last]
 
 
 def _bounds(nbytes: np.ndarray, cap: float) -> list[float]:
@@ -190,9 +203,12 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
             pos = _positions(lane)
             at = {lane.ref[j]: pos[j] for j, kk in enumerate(lane.kind) if kk == ISSUE and lane.ref[j] in v}
             p = np.array([at[row] for row in v])
-            lo, hi = _span(lane, k)  # a need the lane met only in a later step: at this step's last key
-            need_at = max(pos[j] if lo < j < hi else pos[hi - 1] + lane.work[hi - 1]
-                          for j, (kk, ref) in enumerate(zip(lane.kind, lane.ref)) if kk == NEED and ref in v)
+            lo, hi = _span(lane, k)
+            needs = [j for j, (kk, ref) in enumerate(zip(lane.kind, lane.ref)) if kk == NEED and ref in v]
+            if all(lo < j < hi for j in needs):
+                need_at = max(pos[j] for j in needs)
+            else:  # the wait the trace put in a later step
+                need_at = _unseen_wait(lane, lo, hi, v)
             cum = np.cumsum(nbytes)
             pace = (p[1] - p[0]) / nbytes[1] if p.size > 1 and nbytes[1] > 0 else 0.0
             xs = np.concatenate(([max(0.0, p[0] - pace * nbytes[0])], p))
