@@ -92,20 +92,6 @@ def ranked(replayer: Replayer, candidates: list[Candidate], top: int | None = No
     return items, rejected, hints
 
 
-def _listable(replayer: Replayer, applied: list[str], before: Outcome, r: tuple, floor: float) -> tuple:
-    """The round ``r`` of a candidate with, where its best value is not listed, its next best that
-    is (a bucket size whose one replayed step gets slower may have a neighbour the replay stands
-    behind, as on a 2 Gbit/s link where 0.5 MiB lost a step and 0.25 MiB did not); else as it was."""
-    c, v, o, tried, reason = r
-    if _why_not(replayer, before, o, floor) is None:
-        return r
-    for v2 in sorted(tried, key=tried.get):
-        o2 = replayer.predict(",".join(applied + [v2]))  # cached: _best replayed it
-        if v2 != v and _why_not(replayer, before, o2, floor) is None:
-            return c, v2, o2, tried, reason
-    return r
-
-
 def _why_not(replayer: Replayer, before: Outcome, o: Outcome, floor: float) -> str | None:
     """Why ``o`` is not listed on top of ``before`` (None: it is): its saving under the minimum
     (the demoted one for a change resting on an unmeasured slowdown), under the traced steps'
@@ -144,3 +130,17 @@ def bandwidth_hint(replayer: Replayer, items: list[Item]) -> Hint | None:
                 action="a link (or interconnect) twice as fast",
                 why=f"hardware, not a setting: replayed, {saving / 1000:.3f} ms a step less{on_top} "
                     f"({o.prediction.step_us / 1000:.3f} ms)")
+
+
+def _listable(replayer: Replayer, applied: list[str], before: Outcome, r: tuple, floor: float) -> tuple:
+    """The round ``r`` of a candidate with, where its best value is not listed, its next best that
+    is (a bucket size whose one replayed step gets slower may have a neighbour the replay stands
+    behind, as on a 2 Gbit/s link where 0.5 MiB lost a step and 0.25 MiB did not); else as it was."""
+    c, v, o, tried, reason = r
+    if _why_not(replayer, before, o, floor) is None:
+        return r
+    for v2 in sorted(tried, key=tried.get):
+        o2 = replayer.predict(",".join(applied + [v2]))  # cached: _best replayed it
+        if v2 != v and _why_not(replayer, before, o2, floor) is None:
+            return c, v2, o2, tried, reason
+    return r
