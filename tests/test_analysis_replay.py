@@ -525,6 +525,25 @@ def test_a_step_starting_before_the_previous_one_ends_is_regrouped(tmp_path):
     assert "2 buckets in all" in got.notes[0]
 
 
+def test_a_wait_the_trace_put_in_the_next_step_is_placed_after_the_last_issue(tmp_path):
+    """The second bucket (issued at 800, 400 µs) ends at 1200, after the second step started at
+    1000 (the first step's end stretched to it): the lane is not seen waiting in the first step,
+    its need lands in the second. Merged into one 8000-byte bucket (issued at 800, 600 µs at the
+    least hindered pace), it is waited right after the issue, as DDP waits: 1400, then the 99 µs
+    of compute after the issue (1499), then the second step's first 200 µs before the first's end:
+    1699. The second step has no bucket and stays 1000 (the misplaced keys made it 1600)."""
+    from overlapprof.analysis.advise.replayer import Replayer
+
+    events = [S.step(1, 0, 1000), S.cpu_op("aten::mm", 0, 400), *_async_bucket(400, 300),
+              S.cpu_op("aten::mm", 401, 399), *_async_bucket(800, 400), S.cpu_op("aten::mm", 801, 99),
+              S.step(2, 1000, 1000), S.cpu_op("aten::mm", 1000, 500)]
+    rp = Replayer([_write(tmp_path, {0: events, 1: events})], workers=1)
+    assert rp.base.pairs[(0, 0)] == pytest.approx(1200) and rp.base.pairs[(0, 1)] == pytest.approx(1000)
+    got = rp.predict(f"bucket_cap_mb={8000 / (1 << 20)!r}")
+    assert got.prediction.modelled and "1 bucket in all" in got.prediction.notes[0]
+    assert got.pairs[(0, 0)] == pytest.approx(1699) and got.pairs[(0, 1)] == pytest.approx(1000)
+
+
 def test_a_step_without_buckets_on_one_rank_is_left_as_traced(tmp_path):
     """Rank 1's trace has no bucket in its second step (cut short there): that step stays as
     traced and the first is regrouped, instead of the change being refused."""
