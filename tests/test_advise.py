@@ -364,7 +364,9 @@ def test_one_bucket_with_backward_in_the_trace_is_split_and_searched(tmp_path):
     """The same single 1 MiB bucket (600 µs, issued at 800 when backward ends, waited after 100
     µs more compute: 1401 µs a step), now with backward's autograd functions named from 0: the
     gradients are spread over [0, 800), so 0.25 MiB buckets go at 200, 400, 600 and 800 (150 µs
-    each, one at a time): the last ends at 950, and the step is 950 µs."""
+    each, one at a time): the last ends at 950, and the step is 950 µs. A size holding the whole
+    1 MiB is the traced bucket again: not tried (its halves merged back moved at the least hindered
+    pace, a saving of nothing changed)."""
     from overlapprof.analysis.advise.replayer import Replayer
 
     events = [S.step(1, 0, 1401), S.step(2, 1401, 1401)]
@@ -379,6 +381,7 @@ def test_one_bucket_with_backward_in_the_trace_is_split_and_searched(tmp_path):
     assert item.rule == "bucket_cap_mb" and item.change == "bucket_cap_mb=0.25"
     assert item.step_us == pytest.approx(950, abs=2) and a.replayed_step_us == pytest.approx(1401)
     assert item.tried["bucket_cap_mb=0.5"] == pytest.approx(1100, abs=2)
+    assert set(item.tried) == {"bucket_cap_mb=0.25", "bucket_cap_mb=0.5"}  # 1 MiB: the traced bucket again
     assert any("one traced bucket" in c for c in item.confidence)
     assert item.step_us == Replayer([path], workers=1).predict(item.joint_change).prediction.step_us
 

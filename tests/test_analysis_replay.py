@@ -565,6 +565,67 @@ def test_a_bucket_waited_at_once_moves_at_the_unhindered_pace(tmp_path):
     assert uneven.step_us < even.step_us - 25
 
 
+def test_a_cap_that_keeps_the_traced_buckets_gives_the_traced_step_back(tmp_path):
+    """Two 4000-byte buckets, the second moving 700 µs (issued at 800, ending at 1500 with the
+    step, its last 100 µs after the lane's compute). A cap of 4000 bytes makes the same buckets:
+    the step as traced, each bucket its own time (the step's mean pace, 500 µs each, with the
+    least hindered one beyond its window, made it shorter)."""
+    events = [S.step(1, 0, 1500), S.cpu_op("aten::mm", 0, 400), *_async_bucket(400, 300),
+              S.cpu_op("aten::mm", 401, 399), *_async_bucket(800, 700), S.cpu_op("aten::mm", 801, 599)]
+    change = f"bucket_cap_mb={4000 / (1 << 20)!r}"
+    got = _predict(_write(tmp_path, {0: events, 1: events}), change, "bandwidth=x1")
+    assert got[change].modelled and "2 buckets in all" in got[change].notes[0]
+    assert got[change].step_us == pytest.approx(got["bandwidth=x1"].step_us)
+    assert got[change].exposure.total_us() == pytest.approx(got["bandwidth=x1"].exposure.total_us())
+
+
+def test_regrouped_buckets_count_their_bytes_once_on_the_link(tmp_path):
+    """The two 4000-byte buckets over a 128 Mbit/s link (16 bytes/µs) shared by 2 ranks: the
+    link floor is 2 × 8000 / 16 = 1000 µs a step, under the replayed steps. Merged into one
+    bucket the step is 1800 µs (as without a link); the traced buckets' bytes counted beside the
+    new bucket's floored it at 2000."""
+    events = [S.step(1, 0, 1500), S.cpu_op("aten::mm", 0, 400), *_async_bucket(400, 300),
+              S.cpu_op("aten::mm", 401, 399), *_async_bucket(800, 300), S.cpu_op("aten::mm", 801, 599)]
+    change = f"bucket_cap_mb={8000 / (1 << 20)!r}"
+    got = whatif([_run_dir(tmp_path, events, 128e6)], [change], workers=1).predictions[0]
+    assert got.modelled and "1 bucket in all" in got.notes[0]
+    assert got.step_us == pytest.approx(1800)
+
+
+def test_a_step_starting_before_the_previous_one_ends_is_regrouped(tmp_path):
+    """Rank 1's first step ends at 1600, 100 µs after its second starts (host step times can
+    overlap so): the second step's buckets are still its own, so both steps are regrouped into
+    one bucket each (the previous step's end closed the second step, which was left as traced)."""
+    def step(n, at, dur):
+        return [S.step(n, at, dur), S.cpu_op("aten::mm", at, 400), *_async_bucket(at + 400, 300),
+                S.cpu_op("aten::mm", at + 401, 399), *_async_bucket(at + 800, 300), S.cpu_op("aten::mm", at + 801, 599)]
+
+    change = f"bucket_cap_mb={8000 / (1 << 20)!r}"
+    got = _predict(_write(tmp_path, {0: step(1, 0, 1500) + step(2, 1500, 1500),
+                                     1: step(1, 0, 1600) + step(2, 1500, 1500)}), change)[change]
+    assert got.modelled, got.reason
+    assert "2 buckets in all" in got.notes[0]
+
+
+def test_a_wait_the_trace_put_in_the_next_step_is_placed_after_the_last_issue(tmp_path):
+    """The second bucket (issued at 800, 400 µs) ends at 1200, after the second step started at
+    1000 (the first step's end stretched to it): the lane is not seen waiting in the first step,
+    its need lands in the second. Merged into one 8000-byte bucket (issued at 800, 600 µs at the
+    least hindered pace), it is waited right after the issue, as DDP waits: 1400, then the 99 µs
+    of compute after the issue (1499), then the second step's first 200 µs before the first's end:
+    1699. The second step has no bucket and stays 1000 (the misplaced keys made it 1600)."""
+    from overlapprof.analysis.advise.replayer import Replayer
+
+    events = [S.step(1, 0, 1000), S.cpu_op("aten::mm", 0, 400), *_async_bucket(400, 300),
+              S.cpu_op("aten::mm", 401, 399), *_async_bucket(800, 400), S.cpu_op("aten::mm", 801, 99),
+              S.step(2, 1000, 1000), S.cpu_op("aten::mm", 1000, 500)]
+    rp = Replayer([_write(tmp_path, {0: events, 1: events})], workers=1)
+    assert rp.base.pairs[(0, 0)] == pytest.approx(1200) and rp.base.pairs[(0, 1)] == pytest.approx(1000)
+    got = rp.predict(f"bucket_cap_mb={8000 / (1 << 20)!r}")
+    assert got.prediction.modelled and "1 bucket in all" in got.prediction.notes[0]
+    assert got.pairs[(0, 0)] == pytest.approx(1699) and got.pairs[(0, 1)] == pytest.approx(1000)
+
+
 def test_a_step_without_buckets_on_one_rank_is_left_as_traced(tmp_path):
     """Rank 1's trace has no bucket in its second step (cut short there): that step stays as
     traced and the first is regrouped, instead of the change being refused."""

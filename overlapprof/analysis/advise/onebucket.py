@@ -79,7 +79,8 @@ def split(tr: Traced, ctx: Context, backward: dict[int, list[float]]) -> tuple[T
                             group_size=int(tr.group_size[v]), start=s, end=s + half, issue=float(tr.issue[v])))
             tr.nbytes[v] /= 2
             tr.start[v] = s + half  # one after the other: the rewrite runs its buckets as the traced ones ran
-            need_at = pos[j_need]
+            lo, hi = _buckets._span(lane, k)  # a wait the trace put in a later step: the half's at the issue
+            need_at = pos[j_need] if lo < j_need < hi else pos[j_issue]
             _buckets._insert(lane, k, (q + pos[j_issue]) / 2, ISSUE, row)
             _buckets._insert(lane, k, need_at, NEED, row)
         tr.members.append(np.array([n0 + len(new) - len(rows) + i for i in range(len(rows))]))

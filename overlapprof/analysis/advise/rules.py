@@ -2,8 +2,9 @@
 knob to search) and the hints (what the replay cannot model). One rule per cause or knob:
 
 - ``bucket_cap_mb`` (DDP's all_reduce exposed, the buckets issued asynchronously): bucket sizes
-  around the traced one (one bucket a step: with backward's start from the trace,
-  :mod:`.onebucket`, else a hint);
+  of the ladder from a sixteenth of the step's gradients up to one bucket holding them all (one
+  bucket a step: with backward's start from the trace, :mod:`.onebucket`, the sizes below it,
+  else a hint);
 - ``prefetch`` (FSDP's all_gather exposed): 1 to 3 units more ahead;
 - ``async`` (an operation of a kind blocks, ``no_window``): made asynchronous, its wait moved to
   where its result is first needed, or to the step's end;
@@ -89,7 +90,9 @@ def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
         values, one, total = _bucket_values(facts, tr)
         spread = []
         if one and one_bucket() is not None:
-            values, one = _bucket_values(facts, tr, single=False)[0], False
+            # a size that holds every gradient is the traced bucket again: the run as it is, not a change
+            values, one = [v for v in _bucket_values(facts, tr, single=False)[0]
+                           if float(v.split("=")[1]) < total], False
             spread = ["one traced bucket: gradients taken as produced evenly over backward, from its first autograd "
                       "function to the bucket's issue (advise's adapter: `whatif --set` of this change does not split "
                       "the bucket, and predicts otherwise)"]

@@ -12,9 +12,15 @@ of its last byte; each moves ``latency + bytes × pace``: the step's own time pe
 (the work between its issue and the wait) holds, the least hindered traced pace (the 10th
 percentile over the trace's buckets: on CPU runs the compute beside a bucket stretches it several
 times over) for the rest, at most as many run at once as the traced ones
-did (gloo's worker threads), with the smallest traced lead, and all are waited where the last
+did (gloo's worker threads), with the rank's smallest traced lead over the run, and all are waited where the last
 traced bucket was (DDP waits for every bucket when backward ends). The k-th new bucket of every
 rank is one instance.
+
+A step whose traced buckets the cap keeps (the same bytes, bucket for bucket) is left as traced:
+each bucket keeps its measured time, so the planted size predicts the replay back. The traced
+buckets' bytes leave with them (a link's floor counts each byte once); no new bucket is issued
+after the wait; a step that starts before the previous one ends on a rank's clock owns the keys
+from its start.
 
 What the trace must hold: in each step, the same number of all_reduce operations on every rank,
 matched one per rank, with known sizes. A gradient is never split across DDP's buckets; a traced
@@ -50,12 +56,17 @@ def _positions(lane) -> list[float]:
 
 
 def _step_buckets(tr: Traced, lane) -> dict[int, list[int]]:
-    """Step index -> the all_reduce rows issued in it, in order."""
+    """Step index -> the all_reduce rows issued in it, in order. A step that starts before the
+    previous one ends (the ranks' host step times can overlap by a few ms) owns the keys from
+    its start: the previous step's end does not close it."""
     out: dict[int, list[int]] = {}
     cur = None
     for kind, ref in zip(lane.kind, lane.ref):
         if kind == BOUND:
-            cur = ref // 2 if ref % 2 == 0 else None
+            if ref % 2 == 0:
+                cur = ref // 2
+            elif cur == ref // 2:
+                cur = None
         elif kind == ISSUE and cur is not None and tr.kind[ref] == ALL_REDUCE:
             out.setdefault(cur, []).append(ref)
     return out
@@ -69,11 +80,20 @@ def _remove(lane, j: int) -> None:
         del getattr(lane, name)[j]
 
 
+def _span(lane, step: int) -> tuple[int, int]:
+    """The keys of step index ``step``: from its start to its end, or the next step's start where
+    that comes first (the previous step's end inside it does not end it), where the work
+    positions run on from its start."""
+    start = next(j for j, (k, r) in enumerate(zip(lane.kind, lane.ref)) if k == BOUND and r == 2 * step)
+    end = next(j for j in range(start + 1, len(lane.kind))
+               if lane.kind[j] == BOUND and (lane.ref[j] % 2 == 0 or lane.ref[j] == 2 * step + 1))
+    return start, end
+
+
 def _insert(lane, step: int, at: float, kind: int, ref: int) -> None:
     """Insert a key at work position ``at`` of step index ``step`` (after the keys already there)."""
     pos = _positions(lane)
-    start = next(j for j, (k, r) in enumerate(zip(lane.kind, lane.ref)) if k == BOUND and r == 2 * step)
-    end = next(j for j, (k, r) in enumerate(zip(lane.kind, lane.ref)) if k == BOUND and r == 2 * step + 1)
+    start, end = _span(lane, step)
     j = start
     while j + 1 < end and pos[j + 1] <= at:
         j += 1
@@ -83,6 +103,17 @@ def _insert(lane, step: int, at: float, kind: int, ref: int) -> None:
     lane.work[j], lane.compute[j] = into, lane.compute[j] * share
     for name, v in (("t", lane.t[j]), ("kind", kind), ("ref", ref), ("work", rest_w), ("compute", rest_c)):
         getattr(lane, name).insert(j + 1, v)
+
+
+def _unseen_wait(lane, lo: int, hi: int, rows: list[int]) -> float:
+    """Where a lane waits for its step's buckets when the trace put the wait in a later step (the
+    lane not seen blocked: the time it waited is in its work, as idle): right after the last
+    bucket's issue, as DDP waits when backward ends, and the idle after it in the step taken out
+    of the work (the compute stays)."""
+    last = max(j for j in range(lo, hi) if lane.kind[j] == ISSUE and lane.ref[j] in rows)
+    for j in range(last, hi):
+        lane.work[j] = lane.compute[j]
+    return _positions(lane)[last]
 
 
 def _bounds(nbytes: np.ndarray, cap: float) -> list[float]:
@@ -139,6 +170,9 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
         raise Refused("the trace has no all_reduce operations (DDP's gradient buckets) in its steps")
     steps = sorted({k for b in per_rank.values() for k in b})
     unhindered = _unhindered_per_byte(tr, per_rank, latency)
+    # a start's delay beyond its issue is the scheduling of gloo's thread: the least one over the run's
+    # buckets, not a step's (a single bucket's one-off delay repeated per bucket cost 0.5 ms each)
+    least_lead = {r: float(np.min(tr.lead[[x for v in b.values() for x in v]])) for r, b in per_rank.items() if b}
     new_rows: list[dict] = []
     made = 0
     for k in steps:
@@ -159,6 +193,9 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
         clean = min(per_byte, unhindered)
         total = float(np.sum(nbytes))
         bounds = _bounds(nbytes, cap)
+        if len(bounds) == nbytes.size and np.allclose(bounds, np.cumsum(nbytes)):
+            made += len(bounds)  # the cap keeps the traced buckets: the step as traced, each its own time
+            continue
         first_inst = len(tr.members)
         windows: list[list[float]] = []
         for r, v in rows.items():
@@ -166,18 +203,24 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
             pos = _positions(lane)
             at = {lane.ref[j]: pos[j] for j, kk in enumerate(lane.kind) if kk == ISSUE and lane.ref[j] in v}
             p = np.array([at[row] for row in v])
-            need_at = max(pos[j] for j, (kk, ref) in enumerate(zip(lane.kind, lane.ref)) if kk == NEED and ref in v)
+            lo, hi = _span(lane, k)
+            needs = [j for j, (kk, ref) in enumerate(zip(lane.kind, lane.ref)) if kk == NEED and ref in v]
+            if all(lo < j < hi for j in needs):
+                need_at = max(pos[j] for j in needs)
+            else:  # the wait the trace put in a later step
+                need_at = _unseen_wait(lane, lo, hi, v)
             cum = np.cumsum(nbytes)
             pace = (p[1] - p[0]) / nbytes[1] if p.size > 1 and nbytes[1] > 0 else 0.0
             xs = np.concatenate(([max(0.0, p[0] - pace * nbytes[0])], p))
             ys = np.concatenate(([0.0], cum))
             depth = _in_flight(tr.start[v], tr.end[v])
-            lead = float(np.min(tr.lead[v]))
+            lead = least_lead[r]
+            tr.nbytes[v] = np.nan  # their bytes are the new buckets' now (a link's floor counts each byte once)
             for row in v:  # the traced buckets leave this lane
                 for kind in (ISSUE, NEED):
                     _remove(lane, next(j for j, (kk, ref) in enumerate(zip(lane.kind, lane.ref))
                                        if kk == kind and ref == row))
-            issue_at = [float(np.interp(b, ys, xs)) for b in bounds]
+            issue_at = [min(float(np.interp(b, ys, xs)), need_at) for b in bounds]  # none issued after the wait
             windows.append([max(0.0, need_at - x) for x in issue_at])
             for m, b in enumerate(bounds):
                 row = tr.rank.size + len(new_rows)
