@@ -307,9 +307,8 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
     if matching:
         crossrank = _ends_from_peers(results, groups, recorded, matching, crossrank, workers, warnings, dask_scheduler,
                                      budget)
-    for r in results:  # the section is built: the Matching holds every rank's operations (a copy)
-        if r.crossrank_input is not None:
-            r.crossrank_input.ops = None
+    for share in (r.crossrank_input for r in results if r.crossrank_input is not None):
+        share.ops = None  # the section is built: the Matching holds every rank's operations (a copy)
     heap.release(sum(r.report.events for r in results))
     if recorded.like_hta:
         from overlapprof.analysis import like_hta
