@@ -120,6 +120,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
         if not exports:
             with Store(budget, label) as store:
                 ev = bounded.measure([str(f) for f in files], comm_re, comm_ann, options, label, store, parallel, ends)
+            heap.release(ev.events)  # the store's and the measuring's pages, before the per-operation data
         else:
             ev = rank_events(files, comm_re, records=options.comm_records or options.crossrank,
                              record_own_args=options.comm_records, comm_ann=comm_ann, parallel=parallel,
@@ -306,6 +307,9 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
     if matching:
         crossrank = _ends_from_peers(results, groups, recorded, matching, crossrank, workers, warnings, dask_scheduler,
                                      budget)
+    for share in (r.crossrank_input for r in results if r.crossrank_input is not None):
+        share.ops = None  # the section is built: the Matching holds every rank's operations (a copy)
+    heap.release(sum(r.report.events for r in results))
     if recorded.like_hta:
         from overlapprof.analysis import like_hta
 

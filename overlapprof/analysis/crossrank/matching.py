@@ -47,13 +47,17 @@ TOLERANCE_US = 2.0
 @dataclass
 class Matched:
     """Instances, flat: ``rows`` holds each instance's op rows in turn, ``sizes`` how many; per
-    instance its ``methods`` and ``keys``. Unmatched rows with reasons."""
+    instance its ``methods`` and ``keys``. The unmatched rows as columns, in the order they were
+    found: ``unmatched_at`` (op rows) and ``unmatched_why`` (codes into ``reasons``): a single-rank
+    trace leaves every operation unmatched, so nothing here is a Python object per operation."""
 
     rows: np.ndarray
     sizes: np.ndarray
     methods: list[str]
-    keys: list[int]
-    unmatched: dict[int, str]
+    keys: np.ndarray
+    unmatched_at: np.ndarray
+    unmatched_why: np.ndarray
+    reasons: list[str]
     kind_methods: list[tuple[str, str, str, int, int, str | None]]  # group, kind, method, instances, unmatched, note
 
     @property
@@ -67,13 +71,11 @@ class Matched:
 
     def unmatched_rows(self) -> np.ndarray:
         """The unmatched rows, in the order they were found."""
-        return np.fromiter(self.unmatched, dtype=np.int64, count=len(self.unmatched))
+        return self.unmatched_at
 
     def unmatched_reasons(self) -> tuple[np.ndarray, list[str]]:
         """Each unmatched row's reason (in the order of :meth:`unmatched_rows`), as codes into the distinct reasons."""
-        reasons = Index()
-        codes = np.fromiter(map(reasons.__getitem__, self.unmatched.values()), dtype=np.int64, count=len(self.unmatched))
-        return codes, reasons.order
+        return self.unmatched_why, self.reasons
 
 
 def _sizes_agree(nbytes: np.ndarray) -> bool:
@@ -177,10 +179,12 @@ def _match_pairs(ops: CommOperations, rows: np.ndarray, present: set[int]):
 def match(ops: CommOperations, present: set[int], shared: bool, shift: np.ndarray) -> Matched:
     """Match every group's operations (module docstring). ``shift``: per-row µs added to ``ts``
     for a common clock; ``shared``: whether that clock is common to all ranks."""
-    result = Matched(np.empty(0, np.int64), np.empty(0, np.int64), [], [], {}, [])
+    empty = np.empty(0, np.int64)
+    result = Matched(empty, empty, [], empty, empty, np.empty(0, np.int32), [], [])
     if not len(ops):
         return result
-    flats, all_sizes = [], []
+    flats, all_sizes, keys, at, why = [], [], [], [], []
+    reasons = Index()
     first, inverse = distinct_rows(ops.group, ops.kind)
     order = np.argsort(inverse, kind="stable")
     by_sequence = np.split(order, np.cumsum(np.bincount(inverse))[:-1])
@@ -195,7 +199,14 @@ def match(ops: CommOperations, present: set[int], shared: bool, shift: np.ndarra
             flat, sizes, method, unmatched, note = _match_collective(ops, rows, kind, shared, shift)
         starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
         reason = "no other rank has a trace here" if len(present) < 2 else "no operation of another rank matches it"
-        unmatched.update(dict.fromkeys(flat[starts[sizes < 2]].tolist(), reason))
+        alone = flat[starts[sizes < 2]]
+        if unmatched:  # a row found twice keeps its first place and its last reason, as a dict's update would
+            unmatched.update(dict.fromkeys(alone.tolist(), reason))
+            at.append(np.fromiter(unmatched, dtype=np.int64, count=len(unmatched)))
+            why.append(np.fromiter(map(reasons.__getitem__, unmatched.values()), dtype=np.int32, count=len(unmatched)))
+        elif alone.size:
+            at.append(alone.astype(np.int64))
+            why.append(np.full(alone.size, reasons[reason], dtype=np.int32))
         kept = sizes >= 2
         if len(present) < 2:
             method = "none"
@@ -203,9 +214,12 @@ def match(ops: CommOperations, present: set[int], shared: bool, shift: np.ndarra
         flats.append(flat)
         all_sizes.append(sizes)
         result.methods += [method] * sizes.size
-        result.keys += ops.seq[flat[np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)]].tolist() \
-            if method == "seq" and sizes.size else list(range(sizes.size))
-        result.unmatched.update(unmatched)
-        result.kind_methods.append((group, kind, method, int(sizes.size), len(unmatched), note))
+        keys.append(ops.seq[flat[np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)]]
+                    if method == "seq" and sizes.size else np.arange(sizes.size, dtype=np.int64))
+        result.kind_methods.append((group, kind, method, int(sizes.size), len(unmatched) or int(alone.size), note))
     result.rows, result.sizes = np.concatenate(flats), np.concatenate(all_sizes)
+    result.keys = np.concatenate(keys).astype(np.int64)
+    if at:
+        result.unmatched_at, result.unmatched_why = np.concatenate(at), np.concatenate(why)
+    result.reasons = reasons.order
     return result

@@ -203,7 +203,7 @@ def _instances(ops: CommOperations, m: Matched, x: Measured, starts: np.ndarray,
             skew_us=skew if clock else None, bytes=nb, group_size=n, step=step if step >= 0 else None, warmup=warm,
         )
         for kind, group, method, key, b, e, transfer, last, skew, clock, nb, n, step, warm in zip(
-            ops.kind[firsts].tolist(), ops.group[firsts].tolist(), m.methods, m.keys, bounds, ends,
+            ops.kind[firsts].tolist(), ops.group[firsts].tolist(), m.methods, m.keys.tolist(), bounds, ends,
             x.transfer.tolist(), x.last_rank.tolist(), x.skew.tolist(), np.asarray(one_clock).tolist(), *sizes,
             ops.step[firsts].tolist(), x.warm.tolist())
     ]

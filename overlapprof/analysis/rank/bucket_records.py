@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from overlapprof.analysis import heap
 from overlapprof.analysis.rank.events import extract
 from overlapprof.analysis.rank.scan import SCAN_COLUMNS, Scan
 from overlapprof.analysis.rank.spilled import SpilledFile
@@ -51,6 +52,7 @@ def gpu_table(f: SpilledFile, comm: np.ndarray, values, needs: dict) -> CommTabl
     """GPU mode: the file's table from its communication events ``comm`` (:meth:`CommEvents.result`)
     and the need times measured from its CUDA sync events (``needs``:
     :meth:`~overlapprof.analysis.rank.waits.NeedTimes.result`)."""
+    heap.release(f.rows.size)  # the classified buckets' pages, before the per-operation arrays
     recs = f.rows.recs.arrays()
     n_recs = recs["row"].size
     rows = np.concatenate((recs["row"], comm["row"]))
@@ -62,9 +64,11 @@ def gpu_table(f: SpilledFile, comm: np.ndarray, values, needs: dict) -> CommTabl
     where[order] = np.arange(order.size)
     launched = ~np.isnan(comm["launch_ts"])
     host_thread = rec.thread_codes[np.where(launched, comm["launch_thread"], comm["thread"])]
-    rec.gather(cols["ts"], cols["dur"], cols["codes"], cols["name_ids"])
+    rec.gather(cols["ts"], cols["dur"], cols["codes"], cols["name_ids"], every=True)
     anchor = np.where(launched, comm["launch_ts"], comm["ts"])
-    return comm_table(rec, values, gpu=True, rows=where[n_recs:], kinds=comm["kind"], launch_ts=comm["launch_ts"],
+    at = where[n_recs:].copy()
+    del cols, rows, order, where, recs  # (per operation: not held while the table is built)
+    return comm_table(rec, values, gpu=True, rows=at, kinds=comm["kind"], launch_ts=comm["launch_ts"],
                       host_thread=host_thread, anchor=anchor, issue_ts=anchor,
                       need_ts=lookup(needs, comm["corr"], comm["ts"]))
 

@@ -112,9 +112,14 @@ class Records:
         keep = rows[at] != self.rows
         self.rows, self.args_at = self.rows[keep], self.args_at[keep]
 
-    def gather(self, ts: np.ndarray, dur: np.ndarray, codes: np.ndarray, name_ids: np.ndarray) -> None:
-        """Keep the record rows' values of the file's columns, and let go of the file's threads."""
-        self.ts, self.dur, self.code, self.name = ts[self.rows], dur[self.rows], codes[self.rows], name_ids[self.rows]
+    def gather(self, ts: np.ndarray, dur: np.ndarray, codes: np.ndarray, name_ids: np.ndarray,
+               every: bool = False) -> None:
+        """Keep the record rows' values of the file's columns, and let go of the file's threads.
+        ``every``: the columns are the record rows' already (``rows`` is every row): kept, not copied."""
+        if every:
+            self.ts, self.dur, self.code, self.name = ts, dur, codes, name_ids
+        else:
+            self.ts, self.dur, self.code, self.name = ts[self.rows], dur[self.rows], codes[self.rows], name_ids[self.rows]
         self.thread, self.row_thread = self.thread_of(self.rows), None
 
     def args_of(self, idx: np.ndarray) -> np.ndarray:

@@ -1,0 +1,59 @@
+"""The per-operation data of an operation-dense trace: columns, not Python objects per operation,
+and the same report whatever the memory budget (issue 36, the memory item)."""
+
+from __future__ import annotations
+
+import importlib.util
+import tracemalloc
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+from overlapprof.analysis.analyzer import analyze_with_inputs
+from overlapprof.analysis.crossrank.matching import match
+
+_spec = importlib.util.spec_from_file_location("gen_traces", Path(__file__).parents[1] / "benchmarks" / "gen_traces.py")
+gen_traces = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gen_traces)
+
+
+@pytest.fixture(scope="module")
+def dense(tmp_path_factory) -> Path:
+    """One generated rank, an operation every 10 events (as the gate's traces)."""
+    folder = tmp_path_factory.mktemp("dense")
+    gen_traces.generate(folder, ranks=1, events=60_000)
+    return folder
+
+
+def test_matching_keeps_columns_per_operation(dense):
+    """A lone rank leaves every operation unmatched: the matching holds them as columns (a row
+    and a reason code each), not a dict entry and an int object each (86 bytes an operation)."""
+    matching = analyze_with_inputs([str(dense)], workers=1).matching
+    ops = matching.ops
+    n = len(ops)
+    assert n > 5000
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        m = match(ops, {0}, True, matching.row_shift)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    rows = m.unmatched_rows()
+    codes, reasons = m.unmatched_reasons()
+    assert np.array_equal(np.sort(rows), np.arange(n)) and codes.size == n
+    assert reasons == ["no other rank has a trace here"]
+    assert held / n < 24, f"{held / n:.0f} bytes an operation held by the matching"
+
+
+def test_dense_trace_one_report_whatever_the_budget(dense):
+    """Every row on disk (budget 0) or none (the default): the same report, the cross-rank
+    section, the causes and every operation's window (--comm-ops) included."""
+    default = analyze_with_inputs([str(dense)], workers=1, comm_ops=True).report
+    spilled = analyze_with_inputs([str(dense)], workers=1, comm_ops=True, memory_budget="0").report
+    assert default.crossrank is not None and sum(u.count for u in default.crossrank.unmatched) > 5000
+    assert default.ranks[0].exposure is not None
+    strip = lambda r: {k: v for k, v in msgspec.to_builtins(r).items() if k != "options"}  # noqa: E731
+    assert strip(spilled) == strip(default)
