@@ -163,7 +163,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
         report = rank_report(unions, ev.files, ev.mode, ev.events, records, exposed_out=sets)
         attach_interference(report, *measured)
         if sets is not None:
-            calls = ev.calls if not exports else call_union(ev.comm, ev.names)
+            calls = ev.calls if not exports else call_union(ev.comm, ev.names) if ev.mode == "cpu" else None
             result.exposure_input = exposure_input(ev.mode, unions, ev.host_sync, sets, table, calls)
         comm, exposed = unions.comm, None
         if result.crossrank_input is not None:

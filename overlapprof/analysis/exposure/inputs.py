@@ -40,7 +40,7 @@ class ExposureInput:
 
 
 def exposure_input(mode: str, unions, host_sync: iv.Intervals, sets: dict, table=None,
-                   calls: iv.Intervals = iv.EMPTY) -> ExposureInput:
+                   calls: iv.Intervals | None = None) -> ExposureInput:
     """The ExposureInput of a rank: ``unions`` its
     :class:`~overlapprof.analysis.rank.unions.RankUnions`, ``sets`` what
     :func:`~overlapprof.analysis.rank.metrics.rank_report` put in its ``exposed_out``, ``table``
@@ -51,4 +51,4 @@ def exposure_input(mode: str, unions, host_sync: iv.Intervals, sets: dict, table
     return ExposureInput(mode=mode, compute=unions.compute, comm=unions.comm, exposed=unions.exposed,
                          host_sync=host_sync, steps=steps, kinds=dict(sets.get("kinds") or {}),
                          windows=mode == "cpu" or (table is not None and bool((~np.isnan(table.need_ts)).any())),
-                         calls=calls if mode == "cpu" else iv.EMPTY)
+                         calls=calls if mode == "cpu" and calls is not None else iv.EMPTY)
