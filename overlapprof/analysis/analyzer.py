@@ -26,7 +26,6 @@ from overlapprof.analysis.options import DEFAULT_MEMORY_BUDGET, AnalyzeOptions
 from overlapprof.analysis.rank import bounded
 from overlapprof.analysis.rank.classify import compile_comm_annotations, compile_comm_kernels, lookalikes_warning
 from overlapprof.analysis.rank.events import RankEvents, filtered, last_step_dropped, rank_events
-from overlapprof.analysis.rank.issuing import call_union
 from overlapprof.analysis.interference import InterferenceBuilder, attach as attach_interference
 from overlapprof.analysis.rank.metrics import rank_report, summarize
 from overlapprof.analysis.rank.unions import rank_unions
@@ -163,8 +162,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
         report = rank_report(unions, ev.files, ev.mode, ev.events, records, exposed_out=sets)
         attach_interference(report, *measured)
         if sets is not None:
-            calls = ev.calls if not exports else call_union(ev.comm, ev.names) if ev.mode == "cpu" else None
-            result.exposure_input = exposure_input(ev.mode, unions, ev.host_sync, sets, table, calls)
+            result.exposure_input = exposure_input(ev.mode, unions, ev.host_sync, sets, table, ev.calls)
         comm, exposed = unions.comm, None
         if result.crossrank_input is not None:
             exposed = unions.exposed

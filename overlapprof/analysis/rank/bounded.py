@@ -71,7 +71,7 @@ class BoundedRank:
     table: CommTable | None = None  # the communication records (cross-rank section, --comm-ops)
     interference: tuple | None = None  # (Interference, slowed µs per step): InterferenceBuilder.result's
     lookalikes: dict[str, int] = field(default_factory=dict)  # compute kernels named like communication: counts
-    calls: Intervals = (np.empty(0), np.empty(0))  # CPU mode: the union of the c10d::* calls (issuing.call_union)
+    calls: Intervals | None = None  # CPU mode: the union of the c10d::* calls (issuing.call_union)
 
 
 class _Feed:
@@ -229,4 +229,4 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
         headers=[f.header for f in read], bounds=bounds, host_sync=host_sync, warnings=warnings, table=table,
         interference=measured,
         lookalikes=merged_counts(feed.lookalikes),
-        calls=call_union(EventSet.concat(few_sets), order) if not gpu and few_sets else (np.empty(0), np.empty(0)))
+        calls=call_union(EventSet.concat(few_sets), order) if not gpu and few_sets else None)
