@@ -703,3 +703,30 @@ def test_transfers_an_async_change_makes_concurrent_share_the_link(tmp_path):
     assert got["async=send_recv"].step_us == pytest.approx(500)
     assert any("2 send_recv transfers run longer or shorter than traced: +0.200 ms a step for the other transfers "
                "it puts beside them on the shared link" in n for n in got["async=send_recv"].notes)
+
+
+def test_compute_does_not_scale_the_time_an_op_spends_inside_the_communication_call_it_encloses(tmp_path):
+    """An autograd node [300, 700) whose hook issues an async all_reduce: its c10d call takes
+    [400, 600) (issuing, copying), the span runs on gloo's worker [600, 900); compute
+    [0, 300), [700, 800), the lane waits to 900, then [900, 1000). The node is compute in the
+    analysis (it is not inside a call: it holds one), but the 200 µs the thread spent inside the
+    call are not the device's: compute=x2 doubles the other 600 µs of compute. Replayed: issue at
+    800 (2 × 400), the span starts 200 µs after (its traced lead) and moves 300 µs, so it ends at
+    1300; the lane reaches its wait at 800 + 200 + 2 × 200 = 1400 and ends at 1400 + 2 × 100."""
+    events, analyzed = [], []
+    for k in range(2):
+        b = 1000 * k
+        events += [S.step(k + 1, b, 1000), S.cpu_op("aten::mm", b, 300),
+                   S.cpu_op("autograd::engine::evaluate_function: MmBackward0", b + 300, 400),
+                   S.cpu_op("c10d::allreduce_", b + 400, 200), S.annotation("gloo:all_reduce", b + 600, 300, tid=200),
+                   S.cpu_op("aten::mm", b + 700, 100), S.cpu_op("aten::mm", b + 900, 100)]
+    path = _write(tmp_path, {0: events, 1: events})
+    # the analysis's compute still holds the node whole: 900 µs a step (OVERLAP.md section 1)
+    for r in overlapprof.analyze(path, workers=1).ranks:
+        analyzed += [s.compute_us for s in r.steps]
+    assert analyzed == pytest.approx([900] * 4)
+    got = _predict(path, "compute=x1", "compute=x2", "compute=x0.5")
+    assert got["compute=x1"].step_us == pytest.approx(1000)
+    assert got["compute=x2"].step_us == pytest.approx(1600)
+    # x0.5: issued at 200, the span from 400 to 700; the lane at its wait at 200 + 200 + 100 = 500
+    assert got["compute=x0.5"].step_us == pytest.approx(700 + 50)

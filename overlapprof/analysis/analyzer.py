@@ -163,7 +163,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
         report = rank_report(unions, ev.files, ev.mode, ev.events, records, exposed_out=sets)
         attach_interference(report, *measured)
         if sets is not None:
-            result.exposure_input = exposure_input(ev.mode, unions, ev.host_sync, sets, table)
+            result.exposure_input = exposure_input(ev.mode, unions, ev.host_sync, sets, table, ev.calls)
         comm, exposed = unions.comm, None
         if result.crossrank_input is not None:
             exposed = unions.exposed

@@ -34,15 +34,21 @@ class ExposureInput:
     steps: iv.Segmented = iv.EMPTY_BY
     kinds: dict[int, iv.Intervals] = field(default_factory=dict)
     windows: bool = True  # whether the trace says where each operation's result was needed
+    # CPU mode: the union of the rank's communication calls (c10d::*), the time its issuing
+    # threads spent inside them (the replay's lanes leave it out of what a compute change scales)
+    calls: iv.Intervals = iv.EMPTY
 
 
-def exposure_input(mode: str, unions, host_sync: iv.Intervals, sets: dict, table=None) -> ExposureInput:
+def exposure_input(mode: str, unions, host_sync: iv.Intervals, sets: dict, table=None,
+                   calls: iv.Intervals | None = None) -> ExposureInput:
     """The ExposureInput of a rank: ``unions`` its
     :class:`~overlapprof.analysis.rank.unions.RankUnions`, ``sets`` what
     :func:`~overlapprof.analysis.rank.metrics.rank_report` put in its ``exposed_out``, ``table``
-    its communication records (GPU mode: whether any says when its result was needed)."""
+    its communication records (GPU mode: whether any says when its result was needed), ``calls``
+    the union of its communication calls (CPU mode)."""
     parts = sets.get("steps") or []
     steps = tuple(np.concatenate([p[k] for p in parts]) for k in range(3)) if parts else iv.EMPTY_BY
     return ExposureInput(mode=mode, compute=unions.compute, comm=unions.comm, exposed=unions.exposed,
                          host_sync=host_sync, steps=steps, kinds=dict(sets.get("kinds") or {}),
-                         windows=mode == "cpu" or (table is not None and bool((~np.isnan(table.need_ts)).any())))
+                         windows=mode == "cpu" or (table is not None and bool((~np.isnan(table.need_ts)).any())),
+                         calls=calls if mode == "cpu" and calls is not None else iv.EMPTY)

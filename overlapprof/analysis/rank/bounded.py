@@ -40,7 +40,7 @@ from overlapprof.analysis.rank import bucket_records
 from overlapprof.analysis.rank.bucket_records import CommEvents
 from overlapprof.analysis.rank.events import (EventSet, Steps, extract, filtered, last_step_dropped, merged_counts,
                                               place_in_steps)
-from overlapprof.analysis.rank.issuing import encloses_calls, inside_calls
+from overlapprof.analysis.rank.issuing import call_union, encloses_calls, inside_calls
 from overlapprof.analysis.rank.scan import Scan
 from overlapprof.analysis.rank import spilled
 from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, read_spilled
@@ -71,6 +71,7 @@ class BoundedRank:
     table: CommTable | None = None  # the communication records (cross-rank section, --comm-ops)
     interference: tuple | None = None  # (Interference, slowed µs per step): InterferenceBuilder.result's
     lookalikes: dict[str, int] = field(default_factory=dict)  # compute kernels named like communication: counts
+    calls: Intervals | None = None  # CPU mode: the union of the c10d::* calls (issuing.call_union)
 
 
 class _Feed:
@@ -227,4 +228,5 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
         unclassified=merged_counts([f.unclassified for f in read]),
         headers=[f.header for f in read], bounds=bounds, host_sync=host_sync, warnings=warnings, table=table,
         interference=measured,
-        lookalikes=merged_counts(feed.lookalikes))
+        lookalikes=merged_counts(feed.lookalikes),
+        calls=call_union(EventSet.concat(few_sets), order) if not gpu and few_sets else None)

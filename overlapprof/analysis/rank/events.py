@@ -26,8 +26,8 @@ from overlapprof.analysis.rank.read import read_scan
 from overlapprof.analysis.rank.scan import IS_GPU, Scan
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
-from overlapprof.analysis.rank.issuing import (encloses_calls, inside_calls, issuing_kind, kind_code, name_property,
-                                              operations)
+from overlapprof.analysis.rank.issuing import (call_union, encloses_calls, inside_calls, issuing_kind, kind_code,
+                                              name_property, operations)
 from overlapprof.analysis.rank.waits import need_times, waited_for
 from overlapprof.analysis.records.table import CommTable, comm_table
 from overlapprof.trace.decode import TraceFile
@@ -104,6 +104,11 @@ class RankEvents:
     host_sync: tuple = (np.empty(0), np.empty(0))  # union of the host synchronizations (classify.is_host_sync)
     names: list[str] = field(default_factory=list)  # the rank's name index: what EventSet.key codes
     notes: list[str] = field(default_factory=list)  # what the reader says of the files (an nsys export's schema ...)
+
+    @property
+    def calls(self):
+        """CPU mode: the union of the rank's ``c10d::*`` calls (:func:`issuing.call_union`); GPU mode: None."""
+        return call_union(self.comm, self.names) if self.mode == "cpu" else None
 
 
 def step_number(name: str) -> int:

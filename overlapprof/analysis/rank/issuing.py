@@ -154,3 +154,14 @@ def operations(scan: Scan, comm_rows: np.ndarray, kinds: np.ndarray, calls: np.n
         free[k][2] += 1
         kinds[q] = k
     return out, holder_row
+
+
+def call_union(comm, names: list[str]):
+    """CPU mode: the union of the ``c10d::*`` calls among a rank's communication events ``comm``
+    (an EventSet; ``key``: ids into ``names``): the time its threads spent inside their
+    communication calls (issuing, copying, or blocked waiting), which the cpu_op that encloses
+    a call (an autograd node whose hook issues one) covers as compute."""
+    if comm.start.size == 0:
+        return union(comm.start, comm.end)
+    wrapper = name_property(names, C.is_comm_wrapper, bool, comm.key)
+    return union(comm.start[wrapper], comm.end[wrapper])

@@ -9,9 +9,10 @@ list of keys on the run's common clock:
 - ``ISSUE i``: operation *i* issued (``a_i``, OVERLAP.md 6.1);
 - ``NEED i``: its result needed (``n_i``): the lane waits there until the operation ends.
 
-After each key the lane does ``work`` µs (``compute`` of it in its compute union) before the next
-key: the measured gap, less the time the lane sat blocked in a need. A need is placed after the
-last other key before the operation's end (a key inside ``[n_i, e_i)`` means the lane was not
+After each key the lane does ``work`` µs (``compute`` of it in its compute union, less the time
+its threads spent inside their communication calls: :func:`_outside_calls`) before the next key:
+the measured gap, less the time the lane sat blocked in a need. A need is placed after the last
+other key before the operation's end (a key inside ``[n_i, e_i)`` means the lane was not
 blocked there, whatever ``n_i`` said), so the blocked time is exactly ``[n_i, e_i)`` less what
 another need already blocked. Replaying these keys with the measured operation ends gives every
 key its measured time back, so the traced steps are reproduced.
@@ -109,7 +110,7 @@ def _channels(ops, rows: np.ndarray, mode: str) -> np.ndarray:
 def _empty(reports, inputs) -> Traced:
     """No communication operation: lanes of steps alone."""
     z, zi = np.empty(0), np.empty(0, dtype=np.int64)
-    lanes = {r: _lane(r, reports[r], inputs[r].compute, 0.0, zi, z, z, z) for r in sorted(reports)
+    lanes = {r: _lane(r, reports[r], _outside_calls(inputs[r], 0.0), 0.0, zi, z, z, z) for r in sorted(reports)
              if r in inputs and reports[r].steps}
     return Traced(lanes, zi, zi, z, z, z, z, z, zi, zi, zi, z, z, zi, z, [], np.empty(0, dtype=bool), "cpu")
 
@@ -169,13 +170,25 @@ def traced(reports, inputs, matching) -> Traced:
         compute[r] = (inputs[r].compute[0] + sh, inputs[r].compute[1] + sh)
         if r in reports and reports[r].steps:
             rows = np.flatnonzero(ops.rank == r)
-            lanes[r] = _lane(r, reports[r], compute[r], sh, rows, issue, need, end)
+            lanes[r] = _lane(r, reports[r], _outside_calls(inputs[r], sh), sh, rows, issue, need, end)
     seen = _seen(lanes, inst, tail, end, latest, transfer, prev)
     return Traced(compute=compute, lanes=lanes, rank=ops.rank.copy(), kind=ops.kind.astype(np.int64), issue=issue, start=start,
                   end=end, dur=ops.dur.copy(), nbytes=ops.nbytes.copy(), group_size=ops.group_size.copy(),
                   step=ops.step.copy(), inst=inst, lead=lead, tail=tail, prev=prev, transfer=transfer,
                   members=members, warm=np.asarray(x.warm, dtype=bool), mode=mode,
                   direction=ops.direction.astype(np.int64), peer=ops.peer.astype(np.int64), seen=seen)
+
+
+def _outside_calls(e, shift: float):
+    """A rank's compute union less the time its threads spent inside their own communication
+    calls (CPU mode: :attr:`ExposureInput.calls`), on the common clock: what its lane computes.
+    The op that encloses a call (an autograd node whose hook issues a reduce-scatter, or waits
+    an all-gather) is compute in the analysis, but its time inside the call is issuing,
+    copying or waiting, which a faster or slower device does not scale."""
+    cs, ce = e.compute
+    if e.calls[0].size:
+        cs, ce = iv.difference((cs, ce), e.calls)
+    return cs + shift, ce + shift
 
 
 def _seen(lanes, inst, tail, end, latest, transfer, prev) -> np.ndarray:
