@@ -38,18 +38,22 @@ def kind_code(pattern_test):
     return functools.partial(_named_kind, pattern_test)
 
 
+def _by_thread(calls: np.ndarray, scan: Scan, q_thread: np.ndarray):
+    """Per thread that has both: (the queries on it, the call rows on it)."""
+    if calls.size == 0 or q_thread.size == 0:
+        return
+    c_thread = scan.thread[calls]
+    for thread in np.flatnonzero(np.bincount(c_thread[c_thread >= 0])).tolist():
+        queries = np.flatnonzero(q_thread == thread)
+        if queries.size:
+            yield queries, calls[c_thread == thread]
+
+
 def inside_calls(calls: np.ndarray, scan: Scan, q_thread: np.ndarray, q_time: np.ndarray) -> np.ndarray:
     """Whether each query (thread, time) lies in [call.ts, call.ts + dur) of one of the call
     rows ``calls`` on that thread: per thread, the union of its calls and one sorted search."""
     out = np.zeros(q_time.size, dtype=bool)
-    if calls.size == 0 or q_time.size == 0:
-        return out
-    c_thread = scan.thread[calls]
-    for thread in np.flatnonzero(np.bincount(c_thread[c_thread >= 0])).tolist():
-        queries = np.flatnonzero(q_thread == thread)
-        if queries.size == 0:
-            continue
-        mine = calls[c_thread == thread]
+    for queries, mine in _by_thread(calls, scan, q_thread):
         starts, ends = union(scan.ts[mine], scan.end(mine))
         t = q_time[queries]
         j = np.searchsorted(starts, t, "right") - 1
@@ -64,14 +68,8 @@ def encloses_calls(calls: np.ndarray, scan: Scan, q_thread: np.ndarray, q_start:
     autograd node whose hook issues and waits an all-gather) is the call's caller, and its end
     is no sign that the thread worked beside the operation."""
     out = np.zeros(q_start.size, dtype=bool)
-    if calls.size == 0 or q_start.size == 0:
-        return out
-    c_thread = scan.thread[calls]
-    for thread in np.flatnonzero(np.bincount(c_thread[c_thread >= 0])).tolist():
-        queries = np.flatnonzero(q_thread == thread)
-        if queries.size == 0:
-            continue
-        starts = np.sort(scan.ts[calls[c_thread == thread]])
+    for queries, mine in _by_thread(calls, scan, q_thread):
+        starts = np.sort(scan.ts[mine])
         out[queries] = (np.searchsorted(starts, q_end[queries], "left")
                         > np.searchsorted(starts, q_start[queries], "right"))
     return out
