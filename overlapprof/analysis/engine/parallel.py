@@ -37,9 +37,9 @@ reports it, and the file is read again in this process, which words the error ex
 
 from __future__ import annotations
 
-import os
 from functools import partial
 
+from overlapprof.analysis import engine
 from overlapprof.analysis.columns import Index
 from overlapprof.analysis.engine.claims import Claims, can_share
 from overlapprof.analysis.rank.parts import Job, Merge, Part, pool_read, read_part, read_tail, unspool
@@ -50,11 +50,6 @@ from overlapprof.errors import OverlapprofError
 from overlapprof.trace import ranges as TR
 from overlapprof.trace.reader import LayoutError
 
-# Below this much text (bytes, decompressed) a file is read in one process. On a quiet 2-core
-# machine, `overlapprof analyze` end to end with two workers against one (2026-12-03, fastest of
-# 5): 20 MB of plain JSON 0.334 -> 0.307 s, 40 MB 0.528 -> 0.457 s (gzip 0.553 -> 0.439 s), the
-# 87 MB mtia trace 0.535 -> 0.432 s (gzip), 80 MB plain 0.895 -> 0.634 s.
-PARALLEL_MIN_TEXT = int(os.environ.get("OVERLAPPROF_PARALLEL_MIN_MB", "16")) << 20
 # Smallest byte range given to a worker (plain JSON). Each range is a part to send back and
 # merge: on 80 MB, 32 MB ranges (two) took 0.634 s, 16 MB (five) 0.742 s, 8 MB 0.742 s.
 RANGE_MIN = 32 << 20
@@ -231,7 +226,7 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, pool=N
         probe = TR.probe(path)
     except (LayoutError, OverlapprofError, OSError):
         return None
-    if probe.size - probe.first < PARALLEL_MIN_TEXT or (pool is None and not can_share()):
+    if probe.size - probe.first < engine.PARALLEL_MIN_TEXT or (pool is None and not can_share()):
         return None
     import shutil  # a small file needs no pool
     from concurrent.futures.process import BrokenProcessPool
