@@ -105,6 +105,8 @@ class NeedTimes:
 
 def lookup(needs: dict, corr: np.ndarray, ts: np.ndarray) -> np.ndarray:
     """The need times of events given by correlation and start (NaN: not needed by a wait)."""
+    if not needs:  # no CUDA sync events (most traces): no lookup per event
+        return np.full(corr.size, np.nan)
     return np.array([needs.get(key, np.nan) for key in zip(corr.tolist(), ts.tolist())], dtype=np.float64)
 
 
