@@ -221,7 +221,8 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, pool=N
     machines: then the ranges are read as plain ranges, their parts come back as
     results, and nothing is shared (no work stealing). ``sink``: makes where the columns go
     (see :func:`scan.read_chunks`; its ``result()`` is the first item), and then this process's
-    own parts wait in files as the pool's do."""
+    own parts wait in files as the pool's do, unless the sink keeps all its rows in memory
+    (its ``in_memory``)."""
     try:
         probe = TR.probe(path)
     except (LayoutError, OverlapprofError, OSError):
@@ -236,7 +237,10 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, pool=N
     base = Job(str(path), recorder is not None, recorder.comm_re if recorder else None,
                 recorder.own if recorder else False, header=probe.header,
                 record_rows=recorder.record_rows if recorder else True)
-    merged = Merge(names, recorder, rows_hint(probe.size - probe.first), sink() if sink is not None else None)
+    into = sink() if sink is not None else None
+    merged = Merge(names, recorder, rows_hint(probe.size - probe.first), into)
+    # this process's parts wait in files only when the sink's rows do not all stay in memory
+    spill_own = into is not None and not getattr(into, "in_memory", False)
     jobs = _jobs_of_ranges(probe, workers, base)
     tail, claims, top, last, spool = None, None, None, None, None
     try:  # the folder is made inside: a SIGTERM right after it still removes it (finally)
@@ -253,7 +257,7 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, pool=N
                 job.claims = claims.path
             make_pool = partial(forked, method="fork")  # where claims can be shared (can_share): POSIX
         with make_pool(workers - 1) as pool:
-            schedule = _Schedule(jobs, pool, workers - 1, claims, SKIP_COST if probe.gzip else 0.0, sink is not None)
+            schedule = _Schedule(jobs, pool, workers - 1, claims, SKIP_COST if probe.gzip else 0.0, spill_own)
             for part in schedule.parts():
                 if part.failed:
                     return None

@@ -126,6 +126,13 @@ class SpilledRows:
     def result(self):
         return self if self.size else None
 
+    @property
+    def in_memory(self) -> bool:
+        """Whether the file's rows were judged to fit the store's budget (one bucket, :func:`_buckets`):
+        a parallel read then keeps this process's own parts in memory while they wait
+        (:func:`~overlapprof.analysis.engine.parallel.read`), as a whole-file read did."""
+        return len(self.gpu) == 1
+
     def host_syncs(self, gpu: bool) -> tuple[np.ndarray, np.ndarray]:
         """The starts and ends of the host synchronizations the classification reads
         (:func:`~overlapprof.analysis.rank.scan.drop_unread_rows`: in GPU mode, runtime calls
