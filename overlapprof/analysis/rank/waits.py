@@ -90,7 +90,7 @@ class NeedTimes:
         order = np.lexsort((ts, corr, launch, thread))
         corr, ts, thread, launch = corr[order], ts[order], thread[order], launch[order]
         k = np.full(self.ts.size, -1, dtype=np.int64)
-        for t in np.unique(self.rec_thread).tolist():
+        for t in sorted(set(self.rec_thread.tolist())):  # (np.unique imports numpy.ma)
             q = np.flatnonzero(self.rec_thread == t)
             lo, hi = np.searchsorted(thread, t, "left"), np.searchsorted(thread, t, "right")
             got = lo + np.searchsorted(launch[lo:hi], self.rec_ts[q], "right") - 1
