@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import overlapprof
+from overlapprof.analysis import engine as E
 from overlapprof.analysis.engine import parallel as P
 from overlapprof.analysis.rank import parts as PR
 from overlapprof.analysis.columns import Index
@@ -39,7 +40,7 @@ TRICKY = ['a{"b": [1, {"c"}]}', 'say \\"hi\\" {', '}\n  {"ph":"X"}', "back\\\\sl
 @pytest.fixture
 def small(monkeypatch):
     """Every file is read in parallel, in many small ranges and pieces (workers inherit this: fork)."""
-    monkeypatch.setattr(P, "PARALLEL_MIN_TEXT", 0)
+    monkeypatch.setattr(E, "PARALLEL_MIN_TEXT", 0)
     monkeypatch.setattr(P, "RANGE_MIN", 1)
     monkeypatch.setattr(TR, "PIECE_BYTES", 3000)
     monkeypatch.setattr(R, "READ_BYTES", 997)
@@ -220,7 +221,7 @@ def test_cli_workers_one_line_error(tmp_path):
 def test_a_worker_killed_mid_read_leaves_one_process_to_read(tmp_path, monkeypatch):
     """A pool process killed while it reads its range: the parallel read gives up (None), so the
     file is read in this process; no folder is left behind."""
-    monkeypatch.setattr(P, "PARALLEL_MIN_TEXT", 0)
+    monkeypatch.setattr(E, "PARALLEL_MIN_TEXT", 0)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     path = S.write(tmp_path / "t.json", _kineto_text(_tricky_events(3000)), gz=False)
     parent = os.getpid()

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import overlapprof
 from overlapprof.analysis import analyzer
+from overlapprof.analysis import engine as E
 from overlapprof.analysis.engine import store as ST
 from overlapprof.analysis.options import AnalyzeOptions
 from overlapprof.analysis.rank import spilled, unions
@@ -185,7 +186,7 @@ def test_random_traces_in_small_pieces(tmp_path, small_pieces, seed):
 def test_two_processes_read_one_file(tmp_path, monkeypatch, small_pieces):
     """A large file is read by the parallel decoder into the spilled rows (this process's own
     parts wait in files too): the same report as one process in memory."""
-    monkeypatch.setattr(PS, "PARALLEL_MIN_TEXT", 1 << 10)
+    monkeypatch.setattr(E, "PARALLEL_MIN_TEXT", 1 << 10)
     monkeypatch.setattr(PS, "RANGE_MIN", 1 << 12)
     monkeypatch.setattr(parts, "SUBPART_BYTES", 1 << 13)  # a range comes back in several parts
     used = []

@@ -20,6 +20,7 @@ from overlapprof.analysis.crossrank.inputs import CrossRankInput, crossrank_inpu
 from overlapprof.analysis.crossrank.section import build_crossrank
 from overlapprof.analysis.exposure import explain
 from overlapprof.analysis.exposure.inputs import ExposureInput, exposure_input
+from overlapprof.analysis import engine
 from overlapprof.analysis.engine.store import Store
 from overlapprof.analysis.one_run import check_one_run, cycles_of_one_recording, one_recording_each, settle_ranks
 from overlapprof.analysis.options import DEFAULT_MEMORY_BUDGET, AnalyzeOptions
@@ -110,7 +111,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
     comm_re, comm_ann = compile_comm_kernels(options.comm_kernels), compile_comm_annotations(options.comm_backends)
     exports = any(nsys.is_sqlite(f) for f in files)
     parallel = None
-    if decode_workers > 1:
+    if decode_workers > 1 and any(engine.may_split(f) for f in files):
         from overlapprof.analysis.engine.parallel import Reader  # a small rank needs no pool
 
         parallel = Reader(decode_workers, range_pool)

@@ -137,6 +137,8 @@ class Buckets:
         if len(self.files) == 1:
             self.files[0].append(records)
             return
+        if len(self.files) <= np.iinfo(np.int16).max:  # a stable sort of int16 is a radix sort: 5x faster
+            bucket = bucket.astype(np.int16)
         order = np.argsort(bucket, kind="stable")
         bounds = np.searchsorted(bucket[order], np.arange(len(self.files) + 1))
         records = take(records, order)

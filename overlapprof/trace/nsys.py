@@ -16,7 +16,6 @@ import itertools
 import re
 import shutil
 import sqlite3
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -83,6 +82,8 @@ def export(report, notes: list[str]) -> Path:
     """The SQLite export of an Nsight Systems report, written beside it by ``nsys export`` when
     ``nsys`` is on PATH (an export beside it at least as new as the report is taken as it is);
     InputError (one line, with the command to run) otherwise or when nsys fails."""
+    import subprocess  # here: a run of Kineto traces does not need it (10 ms of import)
+
     report = Path(report)
     out = Path(re.sub(r"\.(nsys-rep|qdrep)$", "", str(report)) + ".sqlite")
     command = export_command(report)

@@ -37,9 +37,9 @@ reports it, and the file is read again in this process, which words the error ex
 
 from __future__ import annotations
 
-import os
 from functools import partial
 
+from overlapprof.analysis import engine
 from overlapprof.analysis.columns import Index
 from overlapprof.analysis.engine.claims import Claims, can_share
 from overlapprof.analysis.rank.parts import Job, Merge, Part, pool_read, read_part, read_tail, unspool
@@ -50,11 +50,6 @@ from overlapprof.errors import OverlapprofError
 from overlapprof.trace import ranges as TR
 from overlapprof.trace.reader import LayoutError
 
-# Below this much text (bytes, decompressed) a file is read in one process. On a quiet 2-core
-# machine, `overlapprof analyze` end to end with two workers against one (2026-12-03, fastest of
-# 5): 20 MB of plain JSON 0.334 -> 0.307 s, 40 MB 0.528 -> 0.457 s (gzip 0.553 -> 0.439 s), the
-# 87 MB mtia trace 0.535 -> 0.432 s (gzip), 80 MB plain 0.895 -> 0.634 s.
-PARALLEL_MIN_TEXT = int(os.environ.get("OVERLAPPROF_PARALLEL_MIN_MB", "16")) << 20
 # Smallest byte range given to a worker (plain JSON). Each range is a part to send back and
 # merge: on 80 MB, 32 MB ranges (two) took 0.634 s, 16 MB (five) 0.742 s, 8 MB 0.742 s.
 RANGE_MIN = 32 << 20
@@ -226,12 +221,13 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, pool=N
     machines: then the ranges are read as plain ranges, their parts come back as
     results, and nothing is shared (no work stealing). ``sink``: makes where the columns go
     (see :func:`scan.read_chunks`; its ``result()`` is the first item), and then this process's
-    own parts wait in files as the pool's do."""
+    own parts wait in files as the pool's do, unless the sink keeps all its rows in memory
+    (its ``in_memory``)."""
     try:
         probe = TR.probe(path)
     except (LayoutError, OverlapprofError, OSError):
         return None
-    if probe.size - probe.first < PARALLEL_MIN_TEXT or (pool is None and not can_share()):
+    if probe.size - probe.first < engine.PARALLEL_MIN_TEXT or (pool is None and not can_share()):
         return None
     import shutil  # a small file needs no pool
     from concurrent.futures.process import BrokenProcessPool
@@ -241,7 +237,10 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, pool=N
     base = Job(str(path), recorder is not None, recorder.comm_re if recorder else None,
                 recorder.own if recorder else False, header=probe.header,
                 record_rows=recorder.record_rows if recorder else True)
-    merged = Merge(names, recorder, rows_hint(probe.size - probe.first), sink() if sink is not None else None)
+    into = sink() if sink is not None else None
+    merged = Merge(names, recorder, rows_hint(probe.size - probe.first), into)
+    # this process's parts wait in files only when the sink's rows do not all stay in memory
+    spill_own = into is not None and not getattr(into, "in_memory", False)
     jobs = _jobs_of_ranges(probe, workers, base)
     tail, claims, top, last, spool = None, None, None, None, None
     try:  # the folder is made inside: a SIGTERM right after it still removes it (finally)
@@ -258,7 +257,7 @@ def read(path, names: Index, recorder: CommRecorder | None, workers: int, pool=N
                 job.claims = claims.path
             make_pool = partial(forked, method="fork")  # where claims can be shared (can_share): POSIX
         with make_pool(workers - 1) as pool:
-            schedule = _Schedule(jobs, pool, workers - 1, claims, SKIP_COST if probe.gzip else 0.0, sink is not None)
+            schedule = _Schedule(jobs, pool, workers - 1, claims, SKIP_COST if probe.gzip else 0.0, spill_own)
             for part in schedule.parts():
                 if part.failed:
                     return None

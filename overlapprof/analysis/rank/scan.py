@@ -120,26 +120,28 @@ class Threads(dict):
         value = self[key] = len(self)
         return value
 
-    def codes(self, events: list, rows: list) -> list:
-        """The codes of ``events[rows]`` (new threads get theirs in row order)."""
+    def codes(self, events: list, rows: list | None = None) -> list:
+        """The codes of ``events[rows]`` (None: every event; new threads get theirs in row order)."""
+        if rows is not None:  # the events picked once: reading each by its row twice cost 2x
+            events = [events[i] for i in rows]
         by_pid = self._by_pid
         try:
-            return [by_pid[events[i].pid][events[i].tid] for i in rows]
+            return [by_pid[e.pid][e.tid] for e in events]
         except KeyError:  # a new thread: this chunk as the dict numbers it
             known = len(self)
             try:
-                codes = [self[(events[i].pid, events[i].tid)] for i in rows]
+                codes = [self[(e.pid, e.tid)] for e in events]
             except TypeError:
-                return self._by_text(events, rows)
+                return self._by_text(events)
             for (pid, tid), code in list(self.items())[known:]:
                 by_pid.setdefault(pid, {})[tid] = code
             return codes
         except TypeError:
-            return self._by_text(events, rows)
+            return self._by_text(events)
 
-    def _by_text(self, events: list, rows: list) -> list:
+    def _by_text(self, events: list) -> list:
         """:meth:`codes` when a pid or tid is unhashable (odd JSON): by its text."""
-        return [self[(hashable(events[i].pid), hashable(events[i].tid))] for i in rows]
+        return [self[(hashable(e.pid), hashable(e.tid))] for e in events]
 
 
 # The columns of a file's complete events (see Scan), as read_chunks gives them.
@@ -262,14 +264,18 @@ def read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threa
         codes = np.array(_category_codes(xe), dtype=np.int8)
         if (odd := np.flatnonzero(codes == C.UNKNOWN)).size:
             unknown.sort(xe, odd, codes)
-        name_ids = np.array([names[e.name] for e in xe], dtype=np.int32)
+        try:
+            plain = names.plain
+            name_ids = np.array([plain[e.name] for e in xe], dtype=np.int32)
+        except KeyError:  # a new name: numbered by the Index
+            name_ids = np.array([names[e.name] for e in xe], dtype=np.int32)
         linked = np.flatnonzero(IS_CORRELATED[codes])
         params = np.flatnonzero((codes == C.CPU_OP) & (name_ids == params_id)).tolist()
         corr, kinds = chunk_args(path, xe, codes, name_ids, linked, params, index, recorder, sink.size)
         thread = np.full(len(xe), -1, dtype=np.int32)
         located = np.flatnonzero(_IS_THREADED[codes])
         if located.size:
-            thread[located] = threads.codes(xe, located.tolist())
+            thread[located] = threads.codes(xe, None if located.size == len(xe) else located.tolist())
             unknown.see_hosts(thread[_IS_HOST[codes]])
         collective = np.full(len(xe), -1, dtype=np.int8)
         if params:

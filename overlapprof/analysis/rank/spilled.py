@@ -104,13 +104,14 @@ class SpilledRows:
                               read_in_gpu_mode=(is_runtime | is_call)[sync])
         linked = IS_CORRELATED[codes]
         if corr.size:
-            rec = {k: columns[k][linked] for k in ("ts", "dur", "codes", "name_ids", "thread")}
-            rec["corr"], rec["row"] = corr, np.flatnonzero(linked) + row0
+            at = np.flatnonzero(linked)
+            rec = {k: columns[k][at] for k in ("ts", "dur", "codes", "name_ids", "thread")}
+            rec["corr"], rec["row"] = corr, at + row0
             if len(self.gpu) == 1:  # the whole file at once: no bucket numbers
                 self.gpu.files[0].append(rec)
-            else:
-                bucket = np.where(np.isfinite(corr), np.remainder(np.floor(np.nan_to_num(corr)), len(self.gpu)), 0)
-                self.gpu.route(bucket.astype(np.int64), rec)
+            else:  # no correlation (NaN) or an infinite one: bucket 0
+                known = np.nan_to_num(corr, nan=0.0, posinf=0.0, neginf=0.0)
+                self.gpu.route(np.remainder(np.floor(known), len(self.gpu)).astype(np.int64), rec)
             self.sample.add(rec["ts"])
         compute = is_cpu & ((role & _CPU_COMPUTE) != 0)
         if compute.any():
@@ -124,6 +125,13 @@ class SpilledRows:
 
     def result(self):
         return self if self.size else None
+
+    @property
+    def in_memory(self) -> bool:
+        """Whether the file's rows were judged to fit the store's budget (one bucket, :func:`_buckets`):
+        a parallel read then keeps this process's own parts in memory while they wait
+        (:func:`~overlapprof.analysis.engine.parallel.read`), as a whole-file read did."""
+        return len(self.gpu) == 1
 
     def host_syncs(self, gpu: bool) -> tuple[np.ndarray, np.ndarray]:
         """The starts and ends of the host synchronizations the classification reads
