@@ -11,7 +11,8 @@ An operation in flight across a barrier (issued before it, needed after it, on s
 measured with the barrier holding its lane: where the backend completes an operation only when
 its lane waits for it (gloo on CPUs) its measured transfer runs to that wait, and a barrier
 crosses the link with the data. Its transfer becomes the transfer model's for its bytes
-(latency + bus bytes / bandwidth, where the model has a bandwidth), never longer than measured.
+(latency + bus bytes / bandwidth, where the model has a bandwidth), never longer than measured,
+the latency read from the operations no barrier held (:func:`_modelled`).
 
 Host synchronizations that are not operations (``cudaStreamSynchronize``, ``aten::item``) are
 part of the lane's work between its keys: the trace does not say what the lane would have done
@@ -63,19 +64,29 @@ def drop_barriers(tr: Traced, model: Model) -> tuple[int, float]:
 
 
 def _modelled(tr: Traced, model: Model, insts: set[int]) -> float:
-    """Each of ``insts``' transfers down to the model's time for its bytes; the µs taken off."""
-    fits = {(f.kind, f.group_size): f for f in model.fits if f.bandwidth_gbps and f.latency_us is not None}
-    cut = 0.0
-    for k in sorted(insts):
-        rows = tr.members[k]
+    """Each of ``insts``' transfers down to the model's time for its bytes, its latency the median
+    of ``x − bytes / bandwidth`` over the instances of its kind and group size *not* in ``insts``
+    (past warm-up; none: 0): the model's own latency is fitted on the instances a barrier held
+    too, and would keep what it held. The µs taken off."""
+    fits = {(f.kind, f.group_size): f for f in model.fits if f.bandwidth_gbps}
+    groups: dict[tuple[str, int], list[tuple[int, float]]] = {}  # (kind, n) -> (instance, bus bytes)
+    for k, rows in enumerate(tr.members):
         first = int(rows[0])
         n = int(tr.group_size[first]) or rows.size
-        f = fits.get((KINDS[int(tr.kind[first])], n))
-        if f is None or np.isnan(tr.nbytes[rows]).all():
+        if not np.isnan(tr.nbytes[rows]).all():
+            b = bus_bytes(int(tr.kind[first]), float(np.nanmax(tr.nbytes[rows])), n)
+            groups.setdefault((KINDS[int(tr.kind[first])], n), []).append((k, b))
+    cut = 0.0
+    for key, members in groups.items():
+        f = fits.get(key)
+        if f is None:
             continue
-        b = bus_bytes(int(tr.kind[first]), float(np.nanmax(tr.nbytes[rows])), n)
-        x = f.latency_us + b / (f.bandwidth_gbps * 1e3)
-        if x < tr.transfer[k]:
-            cut += float(tr.transfer[k]) - x
-            tr.transfer[k] = x
+        rate = f.bandwidth_gbps * 1e3  # bytes/µs
+        free = [float(tr.transfer[k]) - b / rate for k, b in members if k not in insts and not tr.warm[k]]
+        latency = max(0.0, float(np.median(free))) if free else 0.0
+        for k, b in members:
+            x = latency + b / rate
+            if k in insts and x < tr.transfer[k]:
+                cut += float(tr.transfer[k]) - x
+                tr.transfer[k] = x
     return cut
