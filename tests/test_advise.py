@@ -199,18 +199,39 @@ def test_nothing_to_change_and_no_communication_say_so_in_one_line(tmp_path):
     assert text.exit_code == 0 and text.stdout.splitlines()[1] == f"{b.verdict}"
 
 
-def test_a_host_synchronization_is_a_hint_naming_it(tmp_path):
-    """An async all_reduce in flight while the main thread sits in a barrier (the ring's
-    ``--opt host_sync`` on CPUs): host_blocked, which the replay does not model: a hint, no
-    number, naming the call; nothing the replay can predict is listed."""
-    events = [S.step(1, 0, 1000), *_compute("layer3", 0, 400), *_async(400, 300, 1000),
-              S.cpu_op("c10d::barrier", 401, 299), S.annotation("gloo:barrier", 401, 299),
-              *_compute("layer4", 700, 300)]
+def _host_sync(transfer):
+    """An async all_reduce of ``transfer`` µs issued at 400 while the main thread sits in a barrier
+    [401, 700) (the ring's ``--opt host_sync`` on CPUs), 300 µs of layer4 after it."""
+    return [S.step(1, 0, 1000), *_compute("layer3", 0, 400), *_async(400, transfer, 1000),
+            S.cpu_op("c10d::barrier", 401, 299), S.annotation("gloo:barrier", 401, 299),
+            *_compute("layer4", 700, 300)]
+
+
+def test_a_host_synchronization_that_removing_saves_nothing_stays_a_hint_naming_it(tmp_path):
+    """The all_reduce ends when the barrier does (300 µs): without the barrier the lane waits for
+    it as long (nothing computes beside it), so no_host_sync saves nothing: not listed, the hint
+    naming the call stays, with the replay's number."""
+    events = _host_sync(300)
     a = advise([_write(tmp_path / "sync", {0: events, 1: events})], workers=1)
     hint = next(h for h in a.hints if h.rule == "host_sync")
     assert "`c10d::barrier` 0.299 ms a step" in hint.action and "host_blocked 0.299 ms a step" in hint.why
     assert not a.items and a.verdict.startswith("nothing worth changing: no change is predicted to save 3% or more")
-    assert "does not model" in hint.why and not hint.change
+    assert "removing the barriers is not predicted to save reliably (replayed: 1.000 ms" in hint.why
+    assert [r.change for r in a.rejected] == ["no_host_sync"]
+
+
+def test_a_barrier_holding_the_host_after_the_operation_ends_is_listed_removed(tmp_path):
+    """The all_reduce (200 µs) ends at 600, the barrier holds the host to 700: removing it saves
+    100 µs a step (a 900 µs step), listed with the host_sync action, and no hint for it."""
+    events = _host_sync(200)
+    run = {"workload": {"name": "ring", "path": str(REPO / "workloads/ring.py")}, "variant": "async",
+           "options": {"host_sync": True, "slow_rank": -1, "slow_ms": 0.0}}
+    a = advise([_write(tmp_path / "sync", {0: events, 1: events}, run)], workers=1)
+    item = a.items[0]
+    assert (item.rule, item.change, item.step_us, item.saving_us) == ("host_sync", "no_host_sync", 900, 100)
+    assert item.action.startswith("move the host synchronization out of the communication's window")
+    assert "`c10d::barrier`" in item.action and item.action.endswith("(this run: --opt host_sync=true: drop it)")
+    assert item.cause.startswith("host_blocked") and not any(h.rule == "host_sync" for h in a.hints)
 
 
 def test_json_round_trip_and_cli(tmp_path):

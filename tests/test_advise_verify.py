@@ -133,6 +133,15 @@ def test_no_straggler_drops_the_slow_rank_options(traced, tmp_path):
     assert not any("slow" in a for a in command(request, "x"))
 
 
+def test_no_host_sync_turns_the_host_sync_option_off(traced, tmp_path):
+    run = _copy(traced, tmp_path / "sync", options={"host_sync": True})
+    request = change_to_request(run, "no_host_sync")
+    assert request.options["host_sync"] is False and request.options["wait_early"] is True
+    assert change_to_request(traced, "no_host_sync") == (
+        "no_host_sync=all: workload allreduce has no host_sync option turned on: its host synchronizations are its "
+        "code's")
+
+
 def test_compute_scales_the_size_option(traced, tmp_path):
     assert change_to_request(traced, "compute=x0.5").options["batch"] == 1024  # compute ~ batch
     twice = change_to_request(traced, "compute=x2").options  # a whole number of times: the same ops repeated

@@ -13,7 +13,7 @@ from overlapprof.cli.formats import Output, emit_outputs
 @click.option("--set", "changes", multiple=True, metavar="NAME=VALUE[,NAME=VALUE]",
               help="A change to predict (repeat for several; commas combine changes into one): link_rate=4gbit, "
                    "bandwidth=x2, compute=x0.5, no_straggler=R, async=KIND (or KIND@end), bucket_cap_mb=N (DDP), "
-                   "prefetch=N (FSDP), micro_batches=N (a pipeline).")
+                   "prefetch=N (FSDP), micro_batches=N (a pipeline), no_host_sync (every barrier removed).")
 @click.option("--check", "check", type=click.Path(path_type=str), default=None, metavar="RUN2",
               help="The run that made the (one) change: compare the prediction with its measured step.")
 @click.option("--reference-bandwidth", "reference_bandwidth", default=None, metavar="RATE",

@@ -18,7 +18,8 @@ one-line reason when no rerun makes that change:
   compute op done that many times: exactly F x the compute), else its size option that scales
   compute alone (:data:`COMPUTE`),
   rounded: the factor the rerun really makes is said;
-- ``micro_batches=N``: the workload's ``micro_batches`` option (the replay does not model it).
+- ``micro_batches=N``: the workload's ``micro_batches`` option (the replay does not model it);
+- ``no_host_sync``: the workload's ``host_sync`` option turned off, where it was on.
 
 :func:`command` is the ``overlapprof run`` command line that makes a request. ``advise --verify``
 (:mod:`overlapprof.launch.verify`) and the advice benchmark use it. It launches nothing, but reads
@@ -193,6 +194,10 @@ def _apply(plan: _Plan, name: str, value: str) -> str | None:
         if not value.isdigit() or int(value) < 1:
             return "a whole number of at least 1"
         opts["micro_batches"] = int(value)
+    elif name == "no_host_sync":
+        if not opts.get("host_sync"):
+            return f"workload {workload} has no host_sync option turned on: its host synchronizations are its code's"
+        opts["host_sync"] = False
     else:
         return "not a change a rerun makes"
     return None

@@ -47,7 +47,8 @@ def advise(paths, top: int | None = None, workers: int | None = None,
     cands, hints, noise = candidates(f, rp.tr, rp.model.fits, cpu, rp.one_bucket)
     items, rejected, unmodelled = ranked(rp, cands, top)
     out.items, out.rejected = items, rejected + noise
-    out.hints = unmodelled + hints + _unlisted_straggler(cands, items, rejected)
+    out.hints = unmodelled + hints + _unlisted_straggler(cands, items, rejected) + _unlisted_host_sync(
+        cands, items, rejected, unmodelled)
     if (h := bandwidth_hint(rp, items)) is not None:
         out.hints.append(h)
     if not items:
@@ -74,6 +75,20 @@ def _unlisted_straggler(cands, items, rejected) -> list:
                             why=f"{c.cause}, but removing its extra work inside its traced steps is not predicted to "
                                 f"save reliably{said}: what makes it late may lie outside them (between its steps, or "
                                 "in its transfers)"))
+    return out
+
+
+def _unlisted_host_sync(cands, items, rejected, unmodelled) -> list:
+    """Barriers whose removal is not listed stay named, as the hint without a number they were."""
+    from overlapprof.report.advice import Hint
+
+    out = []
+    for c in cands:
+        if c.rule == "host_sync" and not any(i.rule == c.rule for i in items + unmodelled):
+            r = next((r for r in rejected if r.rule == c.rule), None)
+            said = f" (replayed: {(r.step_us or 0) / 1000:.3f} ms, {r.why})" if r is not None and r.step_us else ""
+            out.append(Hint(rule=c.rule, change=c.values[0], action=c.action(c.values[0]),
+                            why=f"{c.cause}, but removing the barriers is not predicted to save reliably{said}"))
     return out
 
 

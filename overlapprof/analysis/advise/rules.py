@@ -13,7 +13,10 @@ knob to search) and the hints (what the replay cannot model). One rule per cause
   median over the steps of how much longer the others wait for it than for anyone else is at least
   :data:`~overlapprof.analysis.exposure.late.STEADY_SHARE` of the step (ranks that take turns
   being late are noise, not a straggler; whatif's ``no_straggler`` says so in a note);
-- ``host_sync`` (``host_blocked``) and ``queued``: hints, the replay does not model them;
+- ``host_sync`` (``host_blocked``): with barrier operations in the trace, ``no_host_sync`` (every
+  barrier removed); without (host synchronizations that are not operations, as
+  ``cudaStreamSynchronize``), a hint: the replay does not model them;
+- ``queued``: a hint, the replay cannot place operations on a channel the trace does not show;
 - ``bandwidth`` (a faster link): a hint with its replayed number, added after the ranking
   (:mod:`.ranking`): hardware, not a setting.
 
@@ -148,7 +151,14 @@ def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
                 "no_straggler", [f"no_straggler={rank}"], f"late_peer: the others wait {_ms(us)} a step for rank {rank}",
                 lambda v, rank=rank, us=us: terms.straggler(facts, rank, us),
                 ["the rank's extra work brought down to the other ranks' median; what made it late is not modelled"]))
-    if facts.cause_us.get("host_blocked", 0.0) >= floor:
+    if facts.cause_us.get("host_blocked", 0.0) >= floor and (tr.kind == KINDS.index("barrier")).any():
+        out.append(Candidate(
+            "host_sync", ["no_host_sync"], f"host_blocked {_ms(facts.cause_us['host_blocked'])} a step: a barrier holds "
+                                           "the host while communication is in flight",
+            lambda v: terms.host_sync(facts),
+            ["each barrier removed, its rank going straight on; the operations in flight across it take the "
+             "transfer model's time for their bytes", *_common(facts, cpu)]))
+    elif facts.cause_us.get("host_blocked", 0.0) >= floor:
         hints.append(Hint(rule="host_sync", action=terms.host_sync(facts),
                           why=f"host_blocked {_ms(facts.cause_us['host_blocked'])} a step: the replay does not model "
                               "host synchronizations (moving one changes what the host launches when)"))

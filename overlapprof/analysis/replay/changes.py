@@ -28,6 +28,8 @@ A change is ``name=value``; several joined by commas are one combined change
 
 - ``micro_batches=N``: a pipeline's send/recv schedule cut into N micro-batches
   (:mod:`.microbatch`).
+
+- ``no_host_sync`` (``no_host_sync=all``): every barrier taken out of the steps (:mod:`.hostsync`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import numpy as np
 
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.replay.buckets import Refused, regroup
+from overlapprof.analysis.replay.hostsync import drop_barriers
 from overlapprof.analysis.replay.microbatch import micro_batches
 from overlapprof.analysis.replay.prefetch import prefetch
 from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
@@ -47,7 +50,9 @@ from overlapprof.analysis.stats import median
 from overlapprof.errors import InputError
 from overlapprof.units import HELP, bits_per_s
 
-NAMES = ("link_rate", "bandwidth", "compute", "no_straggler", "async", "bucket_cap_mb", "prefetch", "micro_batches")
+NAMES = ("link_rate", "bandwidth", "compute", "no_straggler", "async", "bucket_cap_mb", "prefetch", "micro_batches",
+         "no_host_sync")
+BARE = {"no_host_sync": "all"}  # changes that may be named without a value: the value they mean
 
 
 class Unmodelled(Exception):
@@ -77,6 +82,8 @@ def parse(text: str) -> list[tuple[str, str]]:
     for part in [p.strip() for p in str(text).split(",") if p.strip()]:
         name, eq, value = part.partition("=")
         name = name.strip().lower()
+        if not eq and name in BARE:
+            eq, value = "=", BARE[name]
         if not eq or not value.strip():
             raise InputError(f"--set {part}: a change is NAME=VALUE (one of {', '.join(NAMES)})")
         if name not in NAMES:
@@ -141,6 +148,8 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
                 raise Unmodelled(f"bucket_cap_mb={value}: {exc}") from None
             notes.append(f"bucket_cap_mb={value}: {made} bucket{'s' if made != 1 else ''} in all replace the traced "
                          "all_reduce operations")
+        elif name == "no_host_sync":
+            notes += _no_host_sync(tr, value, ctx)
         else:  # micro_batches
             notes += _micro_batches(tr, value, ctx)
     return Rewritten(tr, link, notes)
@@ -264,6 +273,23 @@ def _prefetch(tr: Traced, value: str) -> list[str]:
                          "all_gather operations to issue earlier")
     return [f"prefetch={value}: {moved} all_gather operations issued {depth} earlier (the memory that takes is "
             "not checked)"]
+
+
+def _no_host_sync(tr: Traced, value: str, ctx: Context) -> list[str]:
+    if value.lower() != "all":
+        raise InputError(f"--set no_host_sync={value}: the only value is 'all' (every barrier), or name it alone")
+    removed, cut = drop_barriers(tr, ctx.model)
+    if not removed:
+        raise Unmodelled("no_host_sync: the trace has no barrier operation to remove (a host synchronization that is "
+                         "not an operation, as cudaStreamSynchronize or aten::item, is part of the host's work: the "
+                         "replay cannot tell what the host would do without it)")
+    steps = max([len(lane.steps) for lane in tr.lanes.values()] + [1])
+    notes = [f"no_host_sync: {removed} barrier operations removed, each rank going straight on to what followed them"]
+    if cut > 0:
+        notes.append(f"no_host_sync: the operations in flight across a barrier take the transfer model's time for "
+                     f"their bytes, {cut / steps / 1000:.3f} ms of transfer a step less than measured (the barrier held "
+                     "their lanes, and their measured end with them)")
+    return notes
 
 
 def _step_pieces(lane) -> list[list[int]]:
