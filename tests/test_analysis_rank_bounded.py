@@ -452,3 +452,19 @@ def test_each_file_is_read_once(monkeypatch):
     assert got.crossrank is not None and any(r.operations for r in got.ranks)
     files = [str(f) for g in discover([folder]).groups for f in g.files]
     assert sorted(seen) == sorted(files)
+
+
+def test_a_communication_call_of_no_duration(tmp_path):
+    """A ``c10d::*`` call recorded with ``dur`` 0 has nothing inside it: the trace is measured, in
+    memory and on disk alike (it raised an IndexError in the calls' union, a traceback)."""
+    import synthetic as S
+
+    events = [S.step(1, 0, 1000), S.cpu_op("aten::mm", 0, 400), S.cpu_op("c10d::allreduce_", 400, 0),
+              S.annotation("gloo:all_reduce", 400, 300), S.cpu_op("aten::mm", 700, 300)]
+    for rank in (0, 1):
+        S.write(tmp_path / f"rank{rank}.json", S.trace(events, rank=rank, world_size=2, backend="gloo"))
+    memory = overlapprof.analyze(tmp_path, workers=1, **IN_MEMORY)
+    on_disk = overlapprof.analyze(tmp_path, workers=1, **ON_DISK)
+    _assert_same(_whole(memory), _whole(on_disk))
+    m = memory.ranks[0].metrics
+    assert m.comm_us == pytest.approx(300) and m.compute_us == pytest.approx(700)

@@ -55,6 +55,8 @@ def inside_calls(calls: np.ndarray, scan: Scan, q_thread: np.ndarray, q_time: np
     out = np.zeros(q_time.size, dtype=bool)
     for queries, mine in _by_thread(calls, scan, q_thread):
         starts, ends = union(scan.ts[mine], scan.end(mine))
+        if starts.size == 0:  # only calls of no duration on this thread: nothing lies inside them
+            continue
         t = q_time[queries]
         j = np.searchsorted(starts, t, "right") - 1
         out[queries] = (j >= 0) & (t < ends[np.maximum(j, 0)])
