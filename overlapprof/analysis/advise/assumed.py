@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from overlapprof.analysis.replay.cores import MAX_SHARE, Crowded, host_cores
+from overlapprof.analysis.replay.cores import MAX_SHARE, Crowded, host_cores, measured
 
 DEMOTED_MARGIN = 2.0  # a demoted change must save this many times the minimum saving
 HINT, CHARGED, DEMOTED = "hint", "charged", "demoted"
@@ -57,13 +57,6 @@ class Assumption:
     @property
     def hint(self) -> bool:
         return self.kind == HINT
-
-
-def measured(report) -> set[int]:
-    """The ranks whose trace measures its compute beside communication: a class with a factor
-    and time under communication (a factor at or below 1 is measured too: no slowdown)."""
-    return {r.rank for r in report.ranks if r.interference is not None and any(
-        c.factor and c.overlapped_us > 0 for c in r.interference.classes)}
 
 
 def assumptions(report, crowded: dict[int, Crowded]) -> dict[int, Assumption]:

@@ -191,7 +191,6 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
         lat = float(np.min(latency[insts[0]])) if insts[0].size else 0.0
         per_byte = float(np.sum(np.maximum(tr.transfer[insts[0]] - lat, 0.0)) / np.sum(nbytes))
         clean = min(per_byte, unhindered)
-        total = float(np.sum(nbytes))
         bounds = _bounds(nbytes, cap)
         if len(bounds) == nbytes.size and np.allclose(bounds, np.cumsum(nbytes)):
             made += len(bounds)  # the cap keeps the traced buckets: the step as traced, each its own time

@@ -12,8 +12,7 @@ bytes back; no core works meanwhile). Only the cores' share competes with comput
 bucket's burst): the link's time in each transfer is replayed through the link's token bucket.
 Instances are taken in the order of their latest start ``lo_k`` (warm-up too: it spends tokens),
 each putting ``b_k`` bytes on the link (a message's size for send/recv; for a collective on ``n``
-ranks, each rank's bus bytes, :func:`~overlapprof.analysis.replay.transfer.bus_bytes`, ``n``
-times: one medium shared by all ranks). The bucket refills at the rate up to the burst while
+ranks, each rank's bus bytes ``n`` times: one medium shared by all ranks, :func:`link_bytes`). The bucket refills at the rate up to the burst while
 the link is free; an instance that finds enough tokens passes unpaced (the default burst, 128
 KiB, lets a pipeline's 64 KiB activation through at once), one that does not waits for the
 tokens it lacks, after any instance queued before it::
@@ -43,7 +42,7 @@ import numpy as np
 
 from overlapprof.analysis.exposure import resources
 from overlapprof.analysis.replay.timeline import SEND_RECV, Traced
-from overlapprof.analysis.replay.transfer import bus_bytes
+from overlapprof.analysis.replay.transfer import instance_bytes
 
 MAX_SHARE = 0.5  # above this share the transfer is mostly the cores' work: advise does not list the change
 
@@ -78,18 +77,27 @@ def crowded_hosts(report) -> dict[int, tuple[int, int]]:
     return {rank: (cores, n) for rank, (cores, n) in host_cores(report).items() if 2 * n > cores}
 
 
+def link_bytes(tr: Traced) -> np.ndarray:
+    """Per instance, the bytes it puts on a link every rank shares (NaN: not known): a message's
+    size for send/recv; for a collective on ``n`` ranks, each rank's bus bytes ``n`` times."""
+    bus, kinds, sizes = instance_bytes(tr)
+    return bus * np.where(kinds == SEND_RECV, 1, sizes)
+
+
+def measured(report) -> set[int]:
+    """The ranks whose trace measures its compute beside communication: a class with a factor
+    and time under communication (a factor at or below 1 is measured too: no slowdown)."""
+    return {r.rank for r in report.ranks if r.interference is not None and any(
+        c.factor and c.overlapped_us > 0 for c in r.interference.classes)}
+
+
 def link_time(tr: Traced, link_bytes_per_us: float, burst_bytes: float) -> np.ndarray:
     """Per instance, the link's time in its transfer (µs; the module docstring's ``pacing_k``);
     NaN where its bytes are not known, or it is warm-up."""
     count = len(tr.members)
     out = np.full(count, np.nan)
-    lo, b = np.zeros(count), np.full(count, np.nan)
-    for k, rows in enumerate(tr.members):
-        first, nb = int(rows[0]), tr.nbytes[rows]
-        lo[k] = float(np.max(tr.start[rows]))
-        if not np.isnan(nb).all():
-            kind, n = int(tr.kind[first]), int(tr.group_size[first]) or rows.size
-            b[k] = bus_bytes(kind, float(np.nanmax(nb)), n) * (1 if kind == SEND_RECV else n)
+    lo = np.array([float(np.max(tr.start[rows])) for rows in tr.members])
+    b = link_bytes(tr)
     tokens, free = float(burst_bytes), -np.inf  # the bucket, and when the link is free to send
     for k in np.argsort(lo, kind="stable"):
         if np.isnan(b[k]):
@@ -111,9 +119,8 @@ def shares(report, tr: Traced) -> dict[int, Crowded]:
     beside communication (no compute class with a factor and time under it): its
     :class:`Crowded`, with the cores' share of its transfers (the module docstring)."""
     hosts = crowded_hosts(report)
-    measured = {r.rank for r in report.ranks if r.interference is not None and any(
-        c.factor and c.overlapped_us > 0 for c in r.interference.classes)}
-    ranks = [r.rank for r in report.ranks if r.mode == "cpu" and r.rank in hosts and r.rank not in measured]
+    done = measured(report)
+    ranks = [r.rank for r in report.ranks if r.mode == "cpu" and r.rank in hosts and r.rank not in done]
     if not ranks:
         return {}
     res, _, _ = resources(report.run, None)

@@ -25,7 +25,7 @@ from overlapprof.analysis.rank.classify import KINDS
 import numpy as np
 
 from overlapprof.analysis.replay.timeline import ISSUE, NEED, Traced
-from overlapprof.analysis.replay.transfer import Model, bus_bytes
+from overlapprof.analysis.replay.transfer import Model, instance_bytes
 
 BARRIER = KINDS.index("barrier")
 
@@ -70,12 +70,9 @@ def _modelled(tr: Traced, model: Model, insts: set[int]) -> float:
     too, and would keep what it held. The µs taken off."""
     fits = {(f.kind, f.group_size): f for f in model.fits if f.bandwidth_gbps}
     groups: dict[tuple[str, int], list[tuple[int, float]]] = {}  # (kind, n) -> (instance, bus bytes)
-    for k, rows in enumerate(tr.members):
-        first = int(rows[0])
-        n = int(tr.group_size[first]) or rows.size
-        if not np.isnan(tr.nbytes[rows]).all():
-            b = bus_bytes(int(tr.kind[first]), float(np.nanmax(tr.nbytes[rows])), n)
-            groups.setdefault((KINDS[int(tr.kind[first])], n), []).append((k, b))
+    bus, kinds, sizes = instance_bytes(tr)
+    for k in np.flatnonzero(~np.isnan(bus)).tolist():
+        groups.setdefault((KINDS[int(kinds[k])], int(sizes[k])), []).append((k, float(bus[k])))
     cut = 0.0
     for key, members in groups.items():
         f = fits.get(key)

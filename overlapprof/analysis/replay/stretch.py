@@ -38,8 +38,9 @@ import numpy as np
 
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.replay.engine import Replayed, replay
-from overlapprof.analysis.replay.timeline import SEND_RECV, Traced
-from overlapprof.analysis.replay.transfer import bus_bytes, slopes
+from overlapprof.analysis.replay.timeline import Traced
+from overlapprof.analysis.replay.cores import link_bytes
+from overlapprof.analysis.replay.transfer import slopes
 
 MAX_SLOPE = 1.0  # a transfer waits at most for the compute beside it
 # the rewrites that move compute beside a transfer (prefetch lengthens the all-gathers it moves itself)
@@ -82,15 +83,12 @@ def link_beside(tr: Traced, out: Replayed, rate: float, count: int) -> np.ndarra
     """Per instance ``k < count``, the link time (µs at ``rate`` bytes/µs) the other instances
     need inside its replayed transfer (NaN where it was not replayed whole)."""
     spans, need = [], []
-    for k, rows in enumerate(tr.members):
+    for k, b in enumerate(link_bytes(tr).tolist()):
         span = _window(tr, out, k)
-        nb = tr.nbytes[rows] if span is not None else np.array([np.nan])
-        if span is None or np.isnan(nb).all() or span[1] <= span[0]:
+        if span is None or np.isnan(tr.nbytes[tr.members[k]]).all() or span[1] <= span[0]:
             spans.append((np.nan, np.nan))
             need.append(0.0)
             continue
-        kind, n = int(tr.kind[rows[0]]), int(tr.group_size[rows[0]]) or rows.size
-        b = bus_bytes(kind, float(np.nanmax(nb)), n) * (1 if kind == SEND_RECV else n)
         spans.append(span)
         need.append(0.0 if np.isnan(b) else min(b / rate, span[1] - span[0]))
     lo, hi = np.array([s[0] for s in spans]), np.array([s[1] for s in spans])

@@ -56,20 +56,30 @@ def bus_bytes(kind: int, nbytes: float, n: int) -> float:
     return float("nan") if factor is None else nbytes * factor
 
 
+def instance_bytes(tr: Traced) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per instance of ``tr``: its bus bytes (:func:`bus_bytes` of its largest known size; NaN
+    where none is known), its kind and its group size."""
+    count = len(tr.members)
+    bus, kind, size = np.full(count, np.nan), np.zeros(count, dtype=np.int64), np.zeros(count, dtype=np.int64)
+    for k, rows in enumerate(tr.members):
+        if rows is None or not len(rows):
+            continue
+        first = int(rows[0])
+        kind[k], size[k] = int(tr.kind[first]), int(tr.group_size[first]) or rows.size
+        nb = tr.nbytes[rows]
+        if not np.isnan(nb).all():
+            bus[k] = bus_bytes(int(kind[k]), float(np.nanmax(nb)), int(size[k]))
+    return bus, kind, size
+
+
 def fit(tr: Traced, reference_bytes_per_us: float | None, link_bytes_per_us: float | None, sharing: int) -> Model:
     """The model of ``tr``'s instances. ``reference_bytes_per_us``: ``--reference-bandwidth``;
     ``link_bytes_per_us``: the run's shared link, ``sharing`` the ranks on it."""
-    count = len(tr.members)
-    latency = np.zeros(count)
+    latency = np.zeros(len(tr.members))
+    bus, kinds, sizes = instance_bytes(tr)
     groups: dict[tuple[int, int], list[int]] = {}
-    bus = np.full(count, np.nan)
-    for k, rows in enumerate(tr.members):
-        first = int(rows[0])
-        n = int(tr.group_size[first]) or rows.size
-        b = bus_bytes(int(tr.kind[first]), float(np.nanmax(tr.nbytes[rows])) if not np.isnan(tr.nbytes[rows]).all()
-                       else float("nan"), n)
-        bus[k] = b
-        groups.setdefault((int(tr.kind[first]), n), []).append(k)
+    for k, key in enumerate(zip(kinds.tolist(), sizes.tolist())):
+        groups.setdefault(key, []).append(k)
     fits, notes = [], []
     reference, source = (reference_bytes_per_us, "reference") if reference_bytes_per_us else (
         (link_bytes_per_us / max(sharing, 1), "link") if link_bytes_per_us else (None, "none"))
