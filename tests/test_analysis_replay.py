@@ -476,6 +476,51 @@ def test_micro_batches_keeps_what_a_hand_over_takes_beyond_its_bytes(tmp_path):
     assert got["micro_batches=4"].ranks == {0: pytest.approx(1800), 1: pytest.approx(1700)}
 
 
+def _shaped_pipeline(tmp_path, width):
+    """:func:`_pipeline` with shapes recorded: each hand-over moves a [500, ``width``]
+    micro-batch, and each 200 µs forward or backward is a 150 µs matmul on those rows and a 50
+    µs add on a [``width``, ``width``] weight (its gradient accumulated per micro-batch)."""
+    def p2p(kind, at, dur, peer):
+        call = "c10d::send" if kind == "send" else "c10d::recv_"
+        return [S.cpu_op(call, at, dur, args={"Concrete Inputs": ["", "", str(peer), "0"],
+                                              "Input Dims": [[[500, width]], [], [], []]}),
+                S.annotation(f"gloo:{kind}", at, dur, args={"Input Dims": [[500, width]], "Input type": ["float"]})]
+
+    def piece(at):
+        return [S.cpu_op("aten::mm", at, 150, args={"Input Dims": [[500, width], [width, width]]}),
+                S.cpu_op("aten::add_", at + 150, 50, args={"Input Dims": [[width, width], [width, width], []]})]
+
+    stage0 = [S.step(1, 0, 1600), *piece(0), *p2p("send", 200, 100, 1), *piece(300), *p2p("send", 500, 100, 1),
+              *p2p("recv", 600, 500, 1), *piece(1100), *p2p("recv", 1300, 100, 1), *piece(1400)]
+    stage1 = [S.step(1, 0, 1400), *p2p("recv", 0, 300, 0), *piece(300), *p2p("recv", 500, 100, 0), *piece(600),
+              *piece(800), *p2p("send", 1000, 100, 0), *piece(1100), *p2p("send", 1300, 100, 0)]
+    return _write(tmp_path, {0: stage0, 1: stage1})
+
+
+def test_micro_batches_pays_the_ops_without_the_rows_per_micro_batch(tmp_path):
+    """A quarter of the micro-batches' compute (800 µs a stage) is the adds on the weights: paid
+    per micro-batch. One micro-batch: 600 + 200 / 2 = 700 µs a stage, so 350 + 200 + 700 + 200
+    + 350 = 1800 on stage 0, 1450 on stage 1 (the compute kept gave 2000 and 1600). Four: 600 +
+    4 x 100 = 1000 a stage, pieces of 125 µs (were 100) and transfers of 50: 10 x 125 + 8 x 50 =
+    1650 on stage 0, 9 x 125 + 8 x 50 = 1525 on stage 1 (were 1400 and 1300)."""
+    got = _predict(_shaped_pipeline(tmp_path, 8), "micro_batches=2", "micro_batches=1", "micro_batches=4")
+    assert got["micro_batches=2"].ranks == {0: pytest.approx(1600), 1: pytest.approx(1400)}
+    assert got["micro_batches=1"].ranks == {0: pytest.approx(1800), 1: pytest.approx(1450)}
+    assert got["micro_batches=4"].ranks == {0: pytest.approx(1650), 1: pytest.approx(1525)}
+    assert got["micro_batches=1"].compute_factor == pytest.approx(700 / 800)
+    assert got["micro_batches=4"].compute_factor == pytest.approx(1000 / 800)
+    assert "ops without the rows took (25% by rank and step) paid per micro-batch" in got["micro_batches=4"].notes[0]
+
+
+def test_micro_batches_keeps_the_compute_where_the_rows_also_size_the_weights(tmp_path):
+    """Micro-batches of 500 rows of width 500: which dimension is the batch's is not known, so
+    the compute is kept (and the note says why): the numbers of the pipeline without shapes."""
+    got = _predict(_shaped_pipeline(tmp_path, 500), "micro_batches=1", "micro_batches=4")
+    assert got["micro_batches=1"].ranks == {0: pytest.approx(2000), 1: pytest.approx(1600)}
+    assert got["micro_batches=4"].ranks == {0: pytest.approx(1400), 1: pytest.approx(1300)}
+    assert "the step's compute kept" in got["micro_batches=4"].notes[0]
+
+
 def _irecv(at, until, peer):
     """An async gloo receive from ``peer``, issued at ``at`` and waited: its span ends at ``until``."""
     return [S.cpu_op("c10d::recv_", at, 1, args={"Concrete Inputs": ["", "", str(peer), "0"]}),

@@ -16,8 +16,9 @@ and read by :mod:`overlapprof.renderers.whatif_table`; saves to and loads from J
 - :class:`Check`: the prediction against the run that made the change (``--check``):
   ``error`` = ``predicted / measured − 1``; ``within`` whether the measured median lies in
   ``[low_us, high_us]``; ``compute_ratio`` = the run's median compute a (rank, step) / the
-  traced run's, divided by the change's own compute factor (``compute=xF``: F; ``no_straggler``:
-  the rewritten steps' median compute over the traced ones', ``Prediction.compute_factor``):
+  traced run's, divided by the change's own compute factor (``compute=xF``: F; ``no_straggler``
+  and ``micro_batches``: the rewritten steps' median compute over the traced ones',
+  ``Prediction.compute_factor``):
   far from 1, the machine (load, clocks) or the change's interference moved the run's compute,
   which the replay does not model.
 """

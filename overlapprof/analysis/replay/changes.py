@@ -43,6 +43,7 @@ from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.replay.buckets import Refused, regroup
 from overlapprof.analysis.replay.hostsync import drop_barriers
 from overlapprof.analysis.replay.microbatch import micro_batches
+from overlapprof.analysis.replay.percall import shares
 from overlapprof.analysis.replay.prefetch import prefetch
 from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
 from overlapprof.analysis.replay.transfer import UNHINDERED_PERCENTILE, Model, scaled, unhindered
@@ -67,6 +68,14 @@ class Context:
     model: Model
     link_bytes_per_us: float | None
     interference: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per instance, µs compute beside cost it
+    paths: tuple = ()  # the traces, read again for what micro_batches needs of their ops (:mod:`.percall`)
+    _per_call: dict | None = None
+
+    def per_call(self) -> dict:
+        """Rank -> step number -> the per-call share of the micro-batches' compute (read once)."""
+        if self._per_call is None:
+            self._per_call = shares(self.paths) if self.paths else {}
+        return self._per_call
 
 
 @dataclass
@@ -364,12 +373,20 @@ def _first_use(tr: Traced, lane, row: int, code: int, at_end: bool) -> int:
 def _micro_batches(tr: Traced, value: str, ctx: Context) -> list[str]:
     n = _count("micro_batches", value, "how many micro-batches a step")
     try:
-        m = micro_batches(tr, n, ctx.model.latency)
+        m = micro_batches(tr, n, ctx.model.latency, ctx.per_call())
     except Refused as exc:
         raise Unmodelled(f"micro_batches={value}: {exc}") from None
-    return [f"micro_batches={value}: the traced {m} micro-batches a step cut into {n} (each hand-over's bytes x "
-            f"{m}/{n}, what it took beyond them and the host work paid per micro-batch; the step's compute kept: "
-            "a trace of one count cannot say how much of it a micro-batch pays whatever its rows)"]
+    head = (f"micro_batches={value}: the traced {m} micro-batches a step cut into {n} (each hand-over's bytes x "
+            f"{m}/{n}, what it took beyond them and the host work paid per micro-batch; ")
+    found = [v for steps in ctx.per_call().values() for v in steps.values()]
+    if not found:
+        return [head + "the step's compute kept: the trace's shapes do not say which ops carry a micro-batch's "
+                "rows (none recorded, or the rows also size another dimension of the hand-over))"]
+    low, high = f"{100 * min(found):.0f}%", f"{100 * max(found):.0f}%"
+    return [head + f"of the micro-batches' compute, the share their ops without the rows took "
+            f"({low if low == high else low[:-1] + '-' + high} by rank and step) paid per micro-batch, the rest kept: "
+            "how an op with the rows runs at another row count, a matmul's speed at small sizes, is not in one "
+            "trace)"]
 
 
 def link_floor(tr: Traced, rate: float) -> dict[int, float]:

@@ -18,12 +18,14 @@ began, as :mod:`.buckets` reads them):
   start after the forward's last send). The N new keys cut the same stretch into N pieces: at
   the piecewise-linear interpolation of the positions at ``(j + 1) / N`` (sends) or ``j / N``
   (receives), j = 0 .. N−1. A need is never before its own issue;
-- the step's compute is kept as it was traced, position by position: the batch is the same, cut
-  finer or coarser, so its compute a step is unchanged. The rest of the work inside the
-  micro-batches' stretch (host code: a micro-batch's Python, dispatch, autograd bookkeeping) is
-  paid per micro-batch: × N/M. (Measured, loaded: the small pipeline of the tests, 8 → 4
-  micro-batches, +16.1% error without it, +2.1% with it; 4 → 8, −21.1% and +0.5%.) A kernel's
-  fixed cost inside compute is not scaled;
+- the step's compute is kept as it was traced, position by position (the batch is the same, cut
+  finer or coarser), except the share of the micro-batches' compute its ops without the rows
+  took (:mod:`.percall`: the weights' gradient accumulation, autograd's nodes; from the ops'
+  recorded shapes, per rank and step): that share, like the rest of the work inside the
+  micro-batches' stretch (host code: a micro-batch's Python, dispatch), is paid per
+  micro-batch: × N/M. (Measured, loaded: the small pipeline of the tests, 8 → 4 micro-batches,
+  +16.1% error without the host work's, +2.1% with it; 4 → 8, −21.1% and +0.5%.) How an op with
+  the rows runs at another row count (a matmul's speed at small sizes) is not scaled;
 - new operation j copies traced operation ``ceil((j + 1) M / N) − 1`` (its lead, tail, peer,
   instance's partner), with ``M / N`` of its bytes: send j of one rank is matched with receive j
   of its peer, as the workload sends and receives in the same order. Of its transfer ``x`` only
@@ -134,9 +136,11 @@ def _spread(p: np.ndarray, m: int, n: int, floor: float, ceiling: float, opens: 
     return np.interp(np.arange(1, n + 1) / n, knots, values)
 
 
-def micro_batches(tr: Traced, n: int, latency: np.ndarray) -> int:
+def micro_batches(tr: Traced, n: int, latency: np.ndarray, per_call: dict | None = None) -> int:
     """Rewrite ``tr`` in place for ``n`` micro-batches a step; the traced M (the largest, when
-    steps differ). Refused when the trace is not a pipeline's."""
+    steps differ). ``per_call``: rank -> step number -> the share of the micro-batches' compute
+    paid per micro-batch (:mod:`.percall`; none: the compute kept). Refused when the trace is not
+    a pipeline's."""
     pipe = (tr.kind == SEND_RECV)
     if not pipe.any():
         raise Refused("the trace has no send/recv between pipeline stages")
@@ -168,8 +172,9 @@ def micro_batches(tr: Traced, n: int, latency: np.ndarray) -> int:
             m = len(next(iter(groups.values())))
             traced_m = max(traced_m, m)
             out += keys[done:s]
+            share = (per_call or {}).get(rank, {}).get(lane.steps[k], 0.0)
             out += _rewrite_step(tr, lane, s, e, groups, m, n, rank, new_rows, new_inst, transfers, latency, waited,
-                                 bytes_part)
+                                 bytes_part, share)
             done = e + 1
         out += keys[done:]
         lane.t, lane.kind, lane.ref = [x[0] for x in out], [x[1] for x in out], [x[2] for x in out]
@@ -179,7 +184,7 @@ def micro_batches(tr: Traced, n: int, latency: np.ndarray) -> int:
 
 
 def _rewrite_step(tr, lane, s, e, groups, m, n, rank, new_rows, new_inst, transfers, latency, waited,
-                  bytes_part) -> list[tuple]:
+                  bytes_part, share) -> list[tuple]:
     pos, cum = _positions(lane, s, e)
     total = pos[-1]
     where = {}  # (row, kind) -> key index in [s, e]
@@ -232,8 +237,10 @@ def _rewrite_step(tr, lane, s, e, groups, m, n, rank, new_rows, new_inst, transf
             work = hi - a[0]
             compute = min(work, float(np.interp(hi, pos, cum) - np.interp(a[0], pos, cum)))
             inside = max(0.0, min(hi, stretch[1]) - max(a[0], stretch[0]))
-            if work > 0:  # the host work of a micro-batch: N of them, not M
-                work += (work - compute) * (n / m - 1) * inside / work
+            if work > 0:  # the host work and the per-call compute of a micro-batch: N of them, not M
+                more = (n / m - 1) * inside / work
+                work += (work - compute + share * compute) * more
+                compute += share * compute * more
         keys.append((lane.t[s] + a[0], a[3], a[4], max(work, 0.0), max(compute, 0.0)))
     return keys
 

@@ -188,7 +188,7 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
     cost, words = interference(tr, any(r.mode == "cpu" for r in report.ranks))
     result.notes += words
     longer = Stretcher(tr, cost, res.link_bytes_per_us)
-    ctx = Context(model, res.link_bytes_per_us, cost)
+    ctx = Context(model, res.link_bytes_per_us, cost, paths=tuple(paths))
     factors, crowded = rank_factors(report), shares(report, tr)
     before = _lane_compute(tr)
     for text, pairs in zip(changes, parsed):
@@ -197,8 +197,8 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
         except Unmodelled as exc:
             result.predictions.append(Prediction(change=text, modelled=False, reason=str(exc)))
             continue
-        moved = _lane_compute(new.traced) / before if before > 0 and any(n == "no_straggler" for n, _ in pairs) \
-            else None
+        moved = _lane_compute(new.traced) / before \
+            if before > 0 and any(n in ("no_straggler", "micro_batches") for n, _ in pairs) else None
         new.notes += slow(tr, new.traced, factors, crowded)
         new.notes += longer(new.traced, pairs, new.link_bytes_per_us)
         out = replay(new.traced)
