@@ -34,8 +34,9 @@ load between the runs: such a case is also predicted at the factor its run achie
 ratio), in a last column: that error is the replay's own, given the compute change the run made;
 the second set of target lines counts it in place of the first. A ``micro_batches=N`` case is
 predicted there with the compute its run did (``micro_batches=N,compute=xR``, R its compute
-ratio): a trace of one N cannot say how much of a step's compute each micro-batch pays whatever
-its rows (docs/whatif.md), and this column shows what the replay gets right once that is known.
+ratio over the compute the prediction made: the ops without the micro-batch's rows paid per
+micro-batch): how an op with the rows runs at another row count is not in a trace of one N
+(docs/whatif.md), and this column shows what the replay gets right once that is known.
 """
 
 from __future__ import annotations
