@@ -24,6 +24,7 @@ trace runs every such op at one size.
 
 from __future__ import annotations
 
+import bisect
 from pathlib import Path
 from typing import Any
 
@@ -117,31 +118,39 @@ def _step_share(ops: list[_Event], spans: list[_Event]) -> float | None:
 
 def file_shares(events) -> dict[int, float]:
     """Step number -> the per-call share of one rank's trace events (see the module docstring)."""
-    steps = [e for e in events if e.name.startswith(_STEP) and e.ph == "X" and e.dur is not None]
-    ops = sorted((e for e in events if e.ph == "X" and e.cat == "cpu_op" and e.ts is not None and e.dur is not None),
-                 key=lambda e: (e.ts, -e.dur))
+    events = [e for e in events if _kept(e)]
+    steps = [e for e in events if e.name.startswith(_STEP)]
+    ops = sorted((e for e in events if e.cat == "cpu_op"), key=lambda e: (e.ts, -e.dur))
+    starts = [e.ts for e in ops]
     out = {}
     for s in steps:
         try:
             number = int(s.name[len(_STEP):])
         except ValueError:
             continue
-        mine = [e for e in ops if e.tid == s.tid and s.ts <= e.ts < s.ts + s.dur]
-        spans = [e for e in events if e.ph == "X" and e.name in _HAND_OVERS and e.tid == s.tid
-                 and e.ts is not None and s.ts <= e.ts < s.ts + s.dur]
+        inside = ops[bisect.bisect_left(starts, s.ts):bisect.bisect_left(starts, s.ts + s.dur)]
+        mine = [e for e in inside if e.tid == s.tid]
+        spans = [e for e in events if e.name in _HAND_OVERS and e.tid == s.tid and s.ts <= e.ts < s.ts + s.dur]
         share = _step_share(mine, spans)
         if share is not None:
             out[number] = share
     return out
 
 
+def _kept(e: _Event) -> bool:
+    """What the shares read: complete events with times, of the host's ops, steps and hand-overs
+    (a GPU's kernels and the rest are dropped as each chunk is read)."""
+    return e.ph == "X" and e.ts is not None and e.dur is not None and (
+        e.cat == "cpu_op" or e.name in _HAND_OVERS or e.name.startswith(_STEP))
+
+
 def _events(path: Path) -> tuple[list[_Event], int | None]:
     reader = TraceReader(path, decoder=_DECODER)
     try:
-        events = [e for chunk in reader.chunks() for e in chunk.events]
+        events = [e for chunk in reader.chunks() for e in chunk.events if _kept(e)]
     except LayoutError:
         reader = TraceReader(path, decoder=_DECODER)
-        events = [e for chunk in reader.chunks(generic=True) for e in chunk.events]
+        events = [e for chunk in reader.chunks(generic=True) for e in chunk.events if _kept(e)]
     info = reader.header.distributedInfo if reader.header is not None else None
     return events, info.rank if info is not None else None
 
