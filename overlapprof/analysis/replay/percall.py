@@ -17,10 +17,10 @@ The share of a (rank, step) is per call / (per call + per row). A step is left o
 its compute kept) where its hand-overs record no shape, their rows also size another dimension
 of the same tensor (rows = width: which dimension is the batch is not known), or no op in the
 stretch records the rows. An op on a weight that has a dimension of the rows' size counts as
-per row (the shapes say sizes, not which is the batch's). Communication calls and what runs inside them are not compute here (as
-:func:`.timeline._outside_calls` leaves them out of the lanes). What this cannot see: an op
-with rows whose speed per row changes with the rows (a matmul's efficiency at small sizes): one
-trace runs every such op at one size.
+per row (the shapes say sizes, not which is the batch's). Communication calls and what runs
+inside them are not compute here (as :func:`.timeline._outside_calls` leaves them out of the
+lanes). What this cannot see: an op with rows whose speed per row changes with the rows (a
+matmul's efficiency at small sizes): one trace runs every such op at one size.
 """
 
 from __future__ import annotations
