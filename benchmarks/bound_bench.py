@@ -51,7 +51,8 @@ def launch(workload: str, nproc: int, opts: list[str], rate: str, out: Path, run
 
 
 def measure(out: Path, run_id: str) -> dict:
-    from overlapprof.compare import compare, load_reports
+    from overlapprof.compare import compare
+    from overlapprof.compare.inputs import load_reports
 
     reports, _ = load_reports([out / f"{run_id}-sync", out / f"{run_id}-async"])
     sync, async_ = compare(reports).variants

@@ -74,7 +74,7 @@ def unprofiled(run):
 
 def exposed_ms(run_dir):
     """Per-(rank, step) exposed communication of a run directory's traces, ms."""
-    from overlapprof.compare import load_reports
+    from overlapprof.compare.inputs import load_reports
 
     reports, _ = load_reports([run_dir])
     return [s.exposed_comm_us / 1000 for r in reports[0].ranks for s in r.steps]
@@ -84,7 +84,8 @@ def hidden_of_hideable(out, run_id):
     """What async hid of what it could hide, as tests/test_run_link.py asked of each workload (the
     allreduce's case moved here): (sync exposed - async exposed) / min(sync compute, sync exposed),
     per-step medians of the comparison; the test asked more than 0.3 (HIDDEN_SHARE)."""
-    from overlapprof.compare import compare, load_reports
+    from overlapprof.compare import compare
+    from overlapprof.compare.inputs import load_reports
 
     reports, _ = load_reports([out / f"{run_id}-sync", out / f"{run_id}-async"])
     sync, async_ = compare(reports).variants

@@ -544,7 +544,7 @@ def test_load_reports_gives_each_run_its_advice_from_the_analysis_just_done(tmp_
     the analysis load_reports just did); a saved report without advice gets it from its run; a
     trace folder that is not a run directory gets none."""
     from overlapprof.analysis.options import AnalyzeOptions
-    from overlapprof.compare import load_reports
+    from overlapprof.compare.inputs import load_reports
     from overlapprof.report import Report
 
     run = _plain(tmp_path, "run", run={"options": {}})

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from overlapprof import analyze
 from overlapprof.cli import main
-from overlapprof.compare import compare, load_reports
+from overlapprof.compare import compare
+from overlapprof.compare.inputs import load_reports
 from overlapprof.report import PER_STEP, WHOLE_TRACE, Comparison, VariantStats
 from overlapprof.renderers import compare_table
 

@@ -58,7 +58,8 @@ def test_async_exposes_less_communication_than_sync(linked):
     exposed communication is all its communication, and async can hide at most
     hideable = min(sync compute, sync exposed communication) of it a step. Values of a comparison
     are medians over (rank, step) pairs, so one slow step of a loaded machine does not decide it."""
-    from overlapprof.compare import compare, load_reports
+    from overlapprof.compare import compare
+    from overlapprof.compare.inputs import load_reports
 
     workload, _, dirs = linked
     reports, _ = load_reports([dirs["sync"], dirs["async"]])

@@ -198,7 +198,8 @@ def load_comparison(paths, labels, quiet, options, advice: bool = False):
     """The Comparison of the inputs (run directories, trace sets, saved reports or one saved
     comparison), the first as baseline, each run's report with its advice when ``advice``;
     bad input raises (the one error path: exit 2)."""
-    from overlapprof.compare import compare, load_reports
+    from overlapprof.compare import compare
+    from overlapprof.compare.inputs import load_reports
 
     if labels and len(labels) != len(paths):
         fail(f"{len(labels)} --label for {len(paths)} inputs; give one per input")
