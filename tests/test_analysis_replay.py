@@ -536,6 +536,24 @@ def test_compute_moved_beside_communication_is_slowed_by_the_measured_factor(tmp
                for n in got["async=all_reduce"].notes)
 
 
+def test_compute_scaled_where_it_was_measured_beside_communication_pays_nothing_more(tmp_path):
+    """An async all_reduce A (its span [1, 1201)) with five 60 µs matmuls beside it, then five
+    40 µs alone (factor 1.5), a blocking all_reduce of 150 µs and 200 µs of compute: 1751 µs.
+    The 300 µs beside A were measured beside it: scaled by F they stay as measured, and A's
+    transfer outlasts 600 of them, so compute=x2 gives 1201 + 400 + 150 + 400 = 2151 and x0.5
+    1201 + 100 + 150 + 100 = 1551 (charged against the unscaled 300 µs, x0.5 was credited
+    (1 − 1/1.5) × 150 = 50 µs for compute that never left A: 1501)."""
+    events = [S.step(1, 0, 1751), S.cpu_op("c10d::allreduce_", 0, 1),
+              S.annotation("gloo:all_reduce", 1, 1200, tid=200),
+              *[S.cpu_op("aten::mm", 1 + 60 * k, 60) for k in range(5)],
+              *[S.cpu_op("aten::mm", 1201 + 40 * k, 40) for k in range(5)], *_blocking(1401, 150),
+              *[S.cpu_op("aten::mm", 1551 + 40 * k, 40) for k in range(5)]]
+    got = _predict(_write(tmp_path, {0: events, 1: events}), "compute=x2", "compute=x0.5")
+    assert got["compute=x2"].step_us == pytest.approx(2151)
+    assert got["compute=x0.5"].step_us == pytest.approx(1551)
+    assert not any("interference: rank" in n for p in got.values() for n in p.notes)
+
+
 def test_async_whose_first_use_is_past_the_lanes_last_key(tmp_path):
     """A blocking all_reduce after the last step's end (nothing after it on the lane): made
     async, its wait goes to the lane's end, not past it."""

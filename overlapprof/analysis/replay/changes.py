@@ -74,6 +74,7 @@ class Rewritten:
     traced: Traced
     link_bytes_per_us: float | None  # the link the steps are floored by (None: no floor)
     notes: list[str]
+    compute_factor: float = 1.0  # the lanes' compute scaled by this (compute=xF, every one of the change)
 
 
 def parse(text: str) -> list[tuple[str, str]]:
@@ -111,6 +112,7 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
     tr = copy.deepcopy(tr)
     link = ctx.link_bytes_per_us
     notes: list[str] = []
+    scale = 1.0
     for name, value in changes:
         if name == "link_rate":
             bits = bits_per_s(value)
@@ -129,6 +131,7 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
                 link *= k
         elif name == "compute":
             f = factor(name, value)
+            scale *= f
             cost = ctx.interference[:tr.transfer.size]  # instances a rewrite before made (micro-batches): none fitted
             tr.transfer = tr.transfer - (1 - f) * np.pad(cost, (0, tr.transfer.size - cost.size))
             for lane in tr.lanes.values():
@@ -152,7 +155,7 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
             notes += _no_host_sync(tr, value, ctx)
         else:  # micro_batches
             notes += _micro_batches(tr, value, ctx)
-    return Rewritten(tr, link, notes)
+    return Rewritten(tr, link, notes, scale)
 
 
 def _size_mb(value: str) -> float:
