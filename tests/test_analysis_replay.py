@@ -392,6 +392,28 @@ def test_compute_also_shrinks_what_compute_beside_a_transfer_cost_it(tmp_path):
     assert result.predictions[0].step_us == pytest.approx((expected[3] + expected[4]) / 2)
 
 
+def test_compute_changes_a_transfer_by_at_most_what_one_rank_computed_beside_it(tmp_path):
+    """As above, but each transfer is 100 + 0.75 × 2c: the fit's slope (0.75 a µs of both ranks'
+    compute) says 1.5 µs a µs of one rank's, more than a transfer can wait for compute that runs
+    on both ranks at once. The part compute cost it is taken as at most c, what one rank computed
+    beside it: compute=x2 gives 1 + (100 + 2.5c) + 200 a step (not 100 + 3c), x0.5 1 + (100 + c)
+    + 50 (not 100 + 0.75c)."""
+    events, cs, start = [], [20 * k for k in range(1, 9)], 0
+    for k, c in enumerate(cs):
+        x = 100 + 0.75 * 2 * c
+        step = 1 + x + 100
+        events += [S.step(k + 1, start, step), S.cpu_op("c10d::allreduce_", start, 1),
+                   S.annotation("gloo:all_reduce", start + 1, x, tid=200), S.cpu_op("aten::mm", start + 1, c),
+                   S.cpu_op("aten::mm", start + 1 + x, 100)]
+        start += step
+    result = whatif([_write(tmp_path, {0: events, 1: events})], ["compute=x2", "compute=x0.5"], workers=1)
+    assert any("transfer = 100 us + 0.750 x the compute beside it (r = 1.00, 8 instances)" in n for n in result.notes)
+    got = {p.change: p.step_us for p in result.predictions}
+    for change, step in (("compute=x2", lambda c: 1 + 100 + 2.5 * c + 200), ("compute=x0.5", lambda c: 1 + 100 + c + 50)):
+        expected = sorted(step(c) for c in cs)
+        assert got[change] == pytest.approx((expected[3] + expected[4]) / 2)
+
+
 def test_an_end_seen_only_at_the_wait_moves_with_the_wait(tmp_path):
     """An async all_reduce issued at 0 on both ranks, moving [1, 201) (rank 1 waits for it at
     151 and sees it end at 201). Rank 0 computes [1, 401) beside it and sees it end only when it
