@@ -414,6 +414,22 @@ def test_compute_changes_a_transfer_by_at_most_what_one_rank_computed_beside_it(
         assert got[change] == pytest.approx((expected[3] + expected[4]) / 2)
 
 
+def test_an_operation_that_waited_for_a_worker_thread_starts_when_that_thread_frees(tmp_path):
+    """Three async all_reduces on one group, issued at 0, 10 and 20: A moves [1, 401) and B
+    [11, 411) on gloo's two worker threads, C waits for one and moves [401, 501) once A is done;
+    100 µs of compute, then the lane waits for them all: 511 µs. C queued behind A, not 381 µs of
+    its own: bandwidth=x2 ends A at 201, C at 251, the step at 261 (kept as a lead, 20 + 381 + 50
+    + 10 = 461); x0.5 ends A at 801, C at 1001, the step at 1011 (not 821)."""
+    def issued(at, start, dur, tid):
+        return [S.cpu_op("c10d::allreduce_", at, 1), S.annotation("gloo:all_reduce", start, dur, tid=tid)]
+
+    events = [S.step(1, 0, 511), *issued(0, 1, 400, 200), *issued(10, 11, 400, 201), *issued(20, 401, 100, 200),
+              S.cpu_op("aten::mm", 21, 100)]
+    got = _predict(_write(tmp_path, {0: events, 1: events}), "bandwidth=x2", "bandwidth=x0.5")
+    assert got["bandwidth=x2"].step_us == pytest.approx(261)
+    assert got["bandwidth=x0.5"].step_us == pytest.approx(1011)
+
+
 def test_an_end_seen_only_at_the_wait_moves_with_the_wait(tmp_path):
     """An async all_reduce issued at 0 on both ranks, moving [1, 201) (rank 1 waits for it at
     151 and sees it end at 201). Rank 0 computes [1, 401) beside it and sees it end only when it
