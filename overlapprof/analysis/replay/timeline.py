@@ -21,10 +21,10 @@ Per operation the replay keeps: its instance (matched across ranks; -1 none), it
 ``lead`` (start − the later of its issue and, on a collective channel whose operations ran in
 order, its predecessor's end: ``prev``; where it started only as an earlier operation still
 running at its issue ended, that one's: it waited for the backend's worker thread, gloo's two
-a group, and starts when that one ends in the replay too), its ``tail`` (end − the instance's latest start − the instance's transfer;
-unmatched: end − start − its duration, 0; where the row's data had moved before its lane came to
-wait for it, 0, and ``seen``, the µs from that need to its end: see :func:`_seen`), and per
-instance the measured transfer.
+a group, and starts when that one ends in the replay too), its ``tail`` (end − the instance's
+latest start − the instance's transfer; unmatched: end − start − its duration, 0; where the
+row's data had moved before its lane came to wait for it, 0, and ``seen``, the µs from that need
+to its end: see :func:`_seen`), and per instance the measured transfer.
 """
 
 from __future__ import annotations
