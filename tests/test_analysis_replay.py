@@ -430,6 +430,28 @@ def test_an_operation_that_waited_for_a_worker_thread_starts_when_that_thread_fr
     assert got["bandwidth=x0.5"].step_us == pytest.approx(1011)
 
 
+def test_more_compute_lengthens_only_the_transfers_it_held_back(tmp_path):
+    """Eight steps: all_reduce A issued at 0 moves [1, 1 + x), B issued at 2 queues behind it and
+    moves 125 µs; the lane computes from 3 + g to 50 µs past A's end (A ends while it computes),
+    then waits for B. Both fit transfer = 100 + 0.25 × both ranks' compute beside it (x = 198 −
+    g). compute=x2: A was only slowed beside the compute (the lane went on computing), so it keeps
+    x; B held the lane waiting, so it grows by its 25 µs to 150: a step of max(2x + 99 − g, 151 +
+    x) + 10 (lengthened too, A would take 0.5 × (x − 2 − g) more and delay B)."""
+    events, gs, start = [], [50 + 5 * k for k in range(8)], 0
+    for k, g in enumerate(gs):
+        x = 198 - g
+        step = 1 + x + 125 + 10
+        events += [S.step(k + 1, start, step), S.cpu_op("c10d::allreduce_", start, 1),
+                   S.annotation("gloo:all_reduce", start + 1, x, tid=200), S.cpu_op("c10d::allreduce_", start + 2, 1),
+                   S.annotation("gloo:all_reduce", start + 1 + x, 125, tid=201),
+                   S.cpu_op("aten::mm", start + 3 + g, x + 48 - g)]
+        start += step
+    result = whatif([_write(tmp_path, {0: events, 1: events})], ["compute=x2"], workers=1)
+    assert any("transfer = 100 us + 0.250 x the compute beside it (r = 1.00, 16 instances)" in n for n in result.notes)
+    expected = sorted(max(2 * (198 - g) + 99 - g, 151 + 198 - g) + 10 for g in gs)
+    assert result.predictions[0].step_us == pytest.approx((expected[3] + expected[4]) / 2)
+
+
 def test_an_end_seen_only_at_the_wait_moves_with_the_wait(tmp_path):
     """An async all_reduce issued at 0 on both ranks, moving [1, 201) (rank 1 waits for it at
     151 and sees it end at 201). Rank 0 computes [1, 401) beside it and sees it end only when it

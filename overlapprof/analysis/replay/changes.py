@@ -45,7 +45,7 @@ from overlapprof.analysis.replay.hostsync import drop_barriers
 from overlapprof.analysis.replay.microbatch import micro_batches
 from overlapprof.analysis.replay.prefetch import prefetch
 from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
-from overlapprof.analysis.replay.transfer import UNHINDERED_PERCENTILE, Model, scaled, unhindered
+from overlapprof.analysis.replay.transfer import UNHINDERED_PERCENTILE, Model, held, scaled, unhindered
 from overlapprof.analysis.stats import median
 from overlapprof.errors import InputError
 from overlapprof.units import HELP, bits_per_s
@@ -133,6 +133,8 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
             f = factor(name, value)
             scale *= f
             cost = ctx.interference[:tr.transfer.size]  # instances a rewrite before made (micro-batches): none fitted
+            if f > 1:  # more compute lengthens only the transfers it held back
+                cost = cost * held(tr)[:cost.size]
             tr.transfer = tr.transfer - (1 - f) * np.pad(cost, (0, tr.transfer.size - cost.size))
             for lane in tr.lanes.values():
                 lane.work = [w - (1 - f) * c for w, c in zip(lane.work, lane.compute)]

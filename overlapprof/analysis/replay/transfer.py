@@ -32,7 +32,7 @@ import numpy as np
 from overlapprof.analysis import intervals as iv
 from overlapprof.analysis.crossrank.bandwidth import bus_factor
 from overlapprof.analysis.rank.classify import KINDS
-from overlapprof.analysis.replay.timeline import SEND_RECV, Traced
+from overlapprof.analysis.replay.timeline import NEED, SEND_RECV, Traced
 from overlapprof.analysis.stats import median
 from overlapprof.report.whatif import TransferFit
 
@@ -137,6 +137,25 @@ def beside(tr: Traced, most: bool = False) -> np.ndarray:
         each = [float(iv.covered(tr.compute[r], np.array([lo]), np.array([hi]))[0])
                 for r in set(tr.rank[rows].tolist()) if r in tr.compute]
         out[k] = (max(each) if most else sum(each)) if each else 0.0
+    return out
+
+
+def held(tr: Traced) -> np.ndarray:
+    """Per instance, whether compute held its transfer back: a rank that computed beside it
+    stopped and waited for it (its need lies before the transfer's end), so more compute would
+    have held it longer. One that ended while every rank computing beside it still computed was
+    slowed beside that compute, and more of it beside does not make it slower."""
+    need = {ref: t for lane in tr.lanes.values() for t, kind, ref in zip(lane.t, lane.kind, lane.ref)
+            if kind == NEED}
+    out = np.zeros(len(tr.members), dtype=bool)
+    for k, rows in enumerate(tr.members):
+        lo = float(np.max(tr.start[rows]))
+        hi = lo + float(tr.transfer[k])
+        for row in rows.tolist():
+            r = int(tr.rank[row])
+            if r in tr.compute and need.get(row, hi) < hi and \
+                    iv.covered(tr.compute[r], np.array([lo]), np.array([hi]))[0] > 0:
+                out[k] = True
     return out
 
 
