@@ -392,6 +392,66 @@ def test_compute_also_shrinks_what_compute_beside_a_transfer_cost_it(tmp_path):
     assert result.predictions[0].step_us == pytest.approx((expected[3] + expected[4]) / 2)
 
 
+def test_compute_changes_a_transfer_by_at_most_what_one_rank_computed_beside_it(tmp_path):
+    """As above, but each transfer is 100 + 0.75 × 2c: the fit's slope (0.75 a µs of both ranks'
+    compute) says 1.5 µs a µs of one rank's, more than a transfer can wait for compute that runs
+    on both ranks at once. The part compute cost it is taken as at most c, what one rank computed
+    beside it: compute=x2 gives 1 + (100 + 2.5c) + 200 a step (not 100 + 3c), x0.5 1 + (100 + c)
+    + 50 (not 100 + 0.75c)."""
+    events, cs, start = [], [20 * k for k in range(1, 9)], 0
+    for k, c in enumerate(cs):
+        x = 100 + 0.75 * 2 * c
+        step = 1 + x + 100
+        events += [S.step(k + 1, start, step), S.cpu_op("c10d::allreduce_", start, 1),
+                   S.annotation("gloo:all_reduce", start + 1, x, tid=200), S.cpu_op("aten::mm", start + 1, c),
+                   S.cpu_op("aten::mm", start + 1 + x, 100)]
+        start += step
+    result = whatif([_write(tmp_path, {0: events, 1: events})], ["compute=x2", "compute=x0.5"], workers=1)
+    assert any("transfer = 100 us + 0.750 x the compute beside it (r = 1.00, 8 instances)" in n for n in result.notes)
+    got = {p.change: p.step_us for p in result.predictions}
+    for change, step in (("compute=x2", lambda c: 1 + 100 + 2.5 * c + 200), ("compute=x0.5", lambda c: 1 + 100 + c + 50)):
+        expected = sorted(step(c) for c in cs)
+        assert got[change] == pytest.approx((expected[3] + expected[4]) / 2)
+
+
+def test_an_operation_that_waited_for_a_worker_thread_starts_when_that_thread_frees(tmp_path):
+    """Three async all_reduces on one group, issued at 0, 10 and 20: A moves [1, 401) and B
+    [11, 411) on gloo's two worker threads, C waits for one and moves [401, 501) once A is done;
+    100 µs of compute, then the lane waits for them all: 511 µs. C queued behind A, not 381 µs of
+    its own: bandwidth=x2 ends A at 201, C at 251, the step at 261 (kept as a lead, 20 + 381 + 50
+    + 10 = 461); x0.5 ends A at 801, C at 1001, the step at 1011 (not 821)."""
+    def issued(at, start, dur, tid):
+        return [S.cpu_op("c10d::allreduce_", at, 1), S.annotation("gloo:all_reduce", start, dur, tid=tid)]
+
+    events = [S.step(1, 0, 511), *issued(0, 1, 400, 200), *issued(10, 11, 400, 201), *issued(20, 401, 100, 200),
+              S.cpu_op("aten::mm", 21, 100)]
+    got = _predict(_write(tmp_path, {0: events, 1: events}), "bandwidth=x2", "bandwidth=x0.5")
+    assert got["bandwidth=x2"].step_us == pytest.approx(261)
+    assert got["bandwidth=x0.5"].step_us == pytest.approx(1011)
+
+
+def test_more_compute_lengthens_only_the_transfers_it_held_back(tmp_path):
+    """Eight steps: all_reduce A issued at 0 moves [1, 1 + x), B issued at 2 queues behind it and
+    moves 125 µs; the lane computes from 3 + g to 50 µs past A's end (A ends while it computes),
+    then waits for B. Both fit transfer = 100 + 0.25 × both ranks' compute beside it (x = 198 −
+    g). compute=x2: A was only slowed beside the compute (the lane went on computing), so it keeps
+    x; B held the lane waiting, so it grows by its 25 µs to 150: a step of max(2x + 99 − g, 151 +
+    x) + 10 (lengthened too, A would take 0.5 × (x − 2 − g) more and delay B)."""
+    events, gs, start = [], [50 + 5 * k for k in range(8)], 0
+    for k, g in enumerate(gs):
+        x = 198 - g
+        step = 1 + x + 125 + 10
+        events += [S.step(k + 1, start, step), S.cpu_op("c10d::allreduce_", start, 1),
+                   S.annotation("gloo:all_reduce", start + 1, x, tid=200), S.cpu_op("c10d::allreduce_", start + 2, 1),
+                   S.annotation("gloo:all_reduce", start + 1 + x, 125, tid=201),
+                   S.cpu_op("aten::mm", start + 3 + g, x + 48 - g)]
+        start += step
+    result = whatif([_write(tmp_path, {0: events, 1: events})], ["compute=x2"], workers=1)
+    assert any("transfer = 100 us + 0.250 x the compute beside it (r = 1.00, 16 instances)" in n for n in result.notes)
+    expected = sorted(max(2 * (198 - g) + 99 - g, 151 + 198 - g) + 10 for g in gs)
+    assert result.predictions[0].step_us == pytest.approx((expected[3] + expected[4]) / 2)
+
+
 def test_an_end_seen_only_at_the_wait_moves_with_the_wait(tmp_path):
     """An async all_reduce issued at 0 on both ranks, moving [1, 201) (rank 1 waits for it at
     151 and sees it end at 201). Rank 0 computes [1, 401) beside it and sees it end only when it
@@ -579,6 +639,24 @@ def test_compute_moved_beside_communication_is_slowed_by_the_measured_factor(tmp
     assert got["async=all_reduce"].step_us == pytest.approx(751)
     assert any("1.50x as long beside communication" in n and "+0.050 ms a step" in n
                for n in got["async=all_reduce"].notes)
+
+
+def test_compute_scaled_where_it_was_measured_beside_communication_pays_nothing_more(tmp_path):
+    """An async all_reduce A (its span [1, 1201)) with five 60 µs matmuls beside it, then five
+    40 µs alone (factor 1.5), a blocking all_reduce of 150 µs and 200 µs of compute: 1751 µs.
+    The 300 µs beside A were measured beside it: scaled by F they stay as measured, and A's
+    transfer outlasts 600 of them, so compute=x2 gives 1201 + 400 + 150 + 400 = 2151 and x0.5
+    1201 + 100 + 150 + 100 = 1551 (charged against the unscaled 300 µs, x0.5 was credited
+    (1 − 1/1.5) × 150 = 50 µs for compute that never left A: 1501)."""
+    events = [S.step(1, 0, 1751), S.cpu_op("c10d::allreduce_", 0, 1),
+              S.annotation("gloo:all_reduce", 1, 1200, tid=200),
+              *[S.cpu_op("aten::mm", 1 + 60 * k, 60) for k in range(5)],
+              *[S.cpu_op("aten::mm", 1201 + 40 * k, 40) for k in range(5)], *_blocking(1401, 150),
+              *[S.cpu_op("aten::mm", 1551 + 40 * k, 40) for k in range(5)]]
+    got = _predict(_write(tmp_path, {0: events, 1: events}), "compute=x2", "compute=x0.5")
+    assert got["compute=x2"].step_us == pytest.approx(2151)
+    assert got["compute=x0.5"].step_us == pytest.approx(1551)
+    assert not any("interference: rank" in n for p in got.values() for n in p.notes)
 
 
 def test_async_whose_first_use_is_past_the_lanes_last_key(tmp_path):

@@ -119,7 +119,8 @@ class Replayer:
         else:
             moved = self._moved(new.traced) if change else {}
             if change:
-                new.notes += slow(self.tr, new.traced, self.factors, self.crowded)  # as whatif does, so the numbers agree
+                # as whatif does, so the numbers agree
+                new.notes += slow(self.tr, new.traced, self.factors, self.crowded, new.compute_factor)
                 new.notes += self.longer(new.traced, parse(change), new.link_bytes_per_us)
             replayed = replay(new.traced)
             floor = link_floor(new.traced, new.link_bytes_per_us) if new.link_bytes_per_us else None

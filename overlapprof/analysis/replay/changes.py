@@ -46,7 +46,7 @@ from overlapprof.analysis.replay.microbatch import micro_batches
 from overlapprof.analysis.replay.percall import shares
 from overlapprof.analysis.replay.prefetch import prefetch
 from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
-from overlapprof.analysis.replay.transfer import UNHINDERED_PERCENTILE, Model, scaled, unhindered
+from overlapprof.analysis.replay.transfer import UNHINDERED_PERCENTILE, Model, held, scaled, unhindered
 from overlapprof.analysis.stats import median
 from overlapprof.errors import InputError
 from overlapprof.units import HELP, bits_per_s
@@ -83,6 +83,7 @@ class Rewritten:
     traced: Traced
     link_bytes_per_us: float | None  # the link the steps are floored by (None: no floor)
     notes: list[str]
+    compute_factor: float = 1.0  # the lanes' compute scaled by this (compute=xF, every one of the change)
 
 
 def parse(text: str) -> list[tuple[str, str]]:
@@ -120,6 +121,7 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
     tr = copy.deepcopy(tr)
     link = ctx.link_bytes_per_us
     notes: list[str] = []
+    scale = 1.0
     for name, value in changes:
         if name == "link_rate":
             bits = bits_per_s(value)
@@ -138,7 +140,10 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
                 link *= k
         elif name == "compute":
             f = factor(name, value)
+            scale *= f
             cost = ctx.interference[:tr.transfer.size]  # instances a rewrite before made (micro-batches): none fitted
+            if f > 1:  # more compute lengthens only the transfers it held back
+                cost = cost * held(tr)[:cost.size]
             tr.transfer = tr.transfer - (1 - f) * np.pad(cost, (0, tr.transfer.size - cost.size))
             for lane in tr.lanes.values():
                 lane.work = [w - (1 - f) * c for w, c in zip(lane.work, lane.compute)]
@@ -161,7 +166,7 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
             notes += _no_host_sync(tr, value, ctx)
         else:  # micro_batches
             notes += _micro_batches(tr, value, ctx)
-    return Rewritten(tr, link, notes)
+    return Rewritten(tr, link, notes, scale)
 
 
 def _size_mb(value: str) -> float:

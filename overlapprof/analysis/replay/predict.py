@@ -199,7 +199,7 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
             continue
         moved = _lane_compute(new.traced) / before \
             if before > 0 and any(n in ("no_straggler", "micro_batches") for n, _ in pairs) else None
-        new.notes += slow(tr, new.traced, factors, crowded)
+        new.notes += slow(tr, new.traced, factors, crowded, new.compute_factor)
         new.notes += longer(new.traced, pairs, new.link_bytes_per_us)
         out = replay(new.traced)
         floor = link_floor(new.traced, new.link_bytes_per_us) if new.link_bytes_per_us else None

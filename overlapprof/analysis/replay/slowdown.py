@@ -69,12 +69,16 @@ def _steps(lane) -> list[int | None]:
     return out
 
 
-def slow(traced: Traced, new: Traced, factors: dict[int, float], crowded: dict | None = None) -> list[str]:
+def slow(traced: Traced, new: Traced, factors: dict[int, float], crowded: dict | None = None,
+         scaled: float = 1.0) -> list[str]:
     """Rewrite ``new`` (a rewritten copy of ``traced``) in place for the compute its change puts
     beside communication or takes away from it; a note per rank that changed. ``crowded``: rank
     -> :class:`~overlapprof.analysis.replay.cores.Crowded` for the ranks without a factor on a
     crowded CPU host: their moved compute is charged the cores' share of the transfers, where it
-    is measured (a link), instead of ``1 − 1/f``."""
+    is measured (a link), instead of ``1 − 1/f``. ``scaled``: the factor the change multiplied
+    every lane's compute by (``compute=xF``): the compute the trace measured beside communication
+    was measured there, slowed or not, so scaled it stays as measured, and only ``O' − F × O``
+    has moved."""
     notes = []
     crowded = crowded or {}
     for r, lane in new.lanes.items():
@@ -82,7 +86,7 @@ def slow(traced: Traced, new: Traced, factors: dict[int, float], crowded: dict |
         old = traced.lanes.get(r)
         if old is None:
             continue
-        o_old, o_new = _per_step(old, beside(traced, old)), beside(new, lane)
+        o_old, o_new = [scaled * o for o in _per_step(old, beside(traced, old))], beside(new, lane)
         charge = 1 - 1 / f if f else (crowded[r].share if r in crowded else None)  # None: not measured
         if charge is None:
             more = (sum(o_new) - sum(o_old)) / max(len(lane.steps), 1)

@@ -19,10 +19,12 @@ key its measured time back, so the traced steps are reproduced.
 
 Per operation the replay keeps: its instance (matched across ranks; -1 none), its own
 ``lead`` (start − the later of its issue and, on a collective channel whose operations ran in
-order, its predecessor's end: ``prev``), its ``tail`` (end − the instance's latest start − the instance's transfer;
-unmatched: end − start − its duration, 0; where the row's data had moved before its lane came to
-wait for it, 0, and ``seen``, the µs from that need to its end: see :func:`_seen`), and per
-instance the measured transfer.
+order, its predecessor's end: ``prev``; where it started only as an earlier operation still
+running at its issue ended, that one's: it waited for the backend's worker thread, gloo's two
+a group, and starts when that one ends in the replay too), its ``tail`` (end − the instance's
+latest start − the instance's transfer; unmatched: end − start − its duration, 0; where the
+row's data had moved before its lane came to wait for it, 0, and ``seen``, the µs from that need
+to its end: see :func:`_seen`), and per instance the measured transfer.
 """
 
 from __future__ import annotations
@@ -158,11 +160,20 @@ def traced(reports, inputs, matching) -> Traced:
         coll = rows[ops.kind[rows] != SEND_RECV]
         ch = _channels(ops, coll, modes.get(r, "cpu"))
         last: dict[int, int] = {}
+        running: dict[int, list[int]] = {}  # per channel, its earlier rows not ended by the latest issue
         for row, c in zip(coll.tolist(), ch.tolist()):
             p = last.get(c)
+            live = running[c] = [q for q in running.get(c, []) if end[q] > issue[row]]
             if p is not None and start[row] >= end[p]:  # it ran after its predecessor: in order
                 prev[row] = p
                 lead[row] = start[row] - max(issue[row], end[p])
+            else:  # it waited for a worker thread (gloo: two a group): started as an earlier one ended
+                held = [q for q in live if end[q] <= start[row]]
+                if held:
+                    q = max(held, key=lambda x: end[x])
+                    prev[row] = q
+                    lead[row] = start[row] - end[q]
+            live.append(row)
             last[c] = row
     lanes, compute = {}, {}
     for r in sorted(inputs):

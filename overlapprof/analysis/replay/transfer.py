@@ -32,7 +32,7 @@ import numpy as np
 from overlapprof.analysis import intervals as iv
 from overlapprof.analysis.crossrank.bandwidth import bus_factor
 from overlapprof.analysis.rank.classify import KINDS
-from overlapprof.analysis.replay.timeline import SEND_RECV, Traced
+from overlapprof.analysis.replay.timeline import NEED, SEND_RECV, Traced
 from overlapprof.analysis.stats import median
 from overlapprof.report.whatif import TransferFit
 
@@ -126,16 +126,36 @@ MIN_INSTANCES = 8  # instances an interference fit needs
 MIN_R = 0.5  # and the correlation it must show
 
 
-def beside(tr: Traced) -> np.ndarray:
+def beside(tr: Traced, most: bool = False) -> np.ndarray:
     """Per instance, the compute that ran beside its transfer: Σ over its ranks of their compute
-    in [its latest start, + its transfer) (µs; the ranks of one host share its cores)."""
+    in [its latest start, + its transfer) (µs; the ranks of one host share its cores); ``most``:
+    the most one of its ranks did there instead."""
     out = np.zeros(len(tr.members))
     for k, rows in enumerate(tr.members):
         lo = float(np.max(tr.start[rows]))
         hi = lo + float(tr.transfer[k])
-        for r in set(tr.rank[rows].tolist()):
-            if r in tr.compute:
-                out[k] += float(iv.covered(tr.compute[r], np.array([lo]), np.array([hi]))[0])
+        each = [float(iv.covered(tr.compute[r], np.array([lo]), np.array([hi]))[0])
+                for r in set(tr.rank[rows].tolist()) if r in tr.compute]
+        out[k] = (max(each) if most else sum(each)) if each else 0.0
+    return out
+
+
+def held(tr: Traced) -> np.ndarray:
+    """Per instance, whether compute held its transfer back: a rank that computed beside it
+    stopped and waited for it (its need lies before the transfer's end), so more compute would
+    have held it longer. One that ended while every rank computing beside it still computed was
+    slowed beside that compute, and more of it beside does not make it slower."""
+    need = {ref: t for lane in tr.lanes.values() for t, kind, ref in zip(lane.t, lane.kind, lane.ref)
+            if kind == NEED}
+    out = np.zeros(len(tr.members), dtype=bool)
+    for k, rows in enumerate(tr.members):
+        lo = float(np.max(tr.start[rows]))
+        hi = lo + float(tr.transfer[k])
+        for row in rows.tolist():
+            r = int(tr.rank[row])
+            if r in tr.compute and need.get(row, hi) < hi and \
+                    iv.covered(tr.compute[r], np.array([lo]), np.array([hi]))[0] > 0:
+                out[k] = True
     return out
 
 
@@ -164,9 +184,10 @@ def interference(tr: Traced, mode_cpu: bool) -> tuple[np.ndarray, list[str]]:
     notes: list[str] = []
     if not mode_cpu or not tr.members:
         return cost, notes
-    c = beside(tr)
+    c, most = beside(tr), beside(tr, most=True)
     for kind, n, insts, slope, x0, r, used in _fits(tr, c):
-        cost[insts] = np.minimum(slope * c[insts], tr.transfer[insts])
+        # the ranks compute side by side: a transfer waits at most as long as one of them computed beside it
+        cost[insts] = np.minimum(np.minimum(slope * c[insts], most[insts]), tr.transfer[insts])
         notes.append(f"interference: {KINDS[kind]} on {n} ranks: transfer = {x0:.0f} us + {slope:.3f} x the compute "
                      f"beside it (r = {r:.2f}, {used} instances): a compute change changes that part too")
     return cost, notes
