@@ -155,6 +155,14 @@ def lateness(ranks) -> tuple[dict[int, float], dict[int, float]]:
     number the most-waiting rank's wait, averaged over the step numbers), and the median over the
     step numbers of how much longer they waited for it than for any other rank (µs). A straggler
     is late step after step; ranks late by turns, as a loaded host makes them, have a median near 0."""
+    mean, nets = late_steps(ranks)
+    return mean, {who: float(np.median(n)) for who, n in nets.items()}
+
+
+def late_steps(ranks) -> tuple[dict[int, float], dict[int, list[float]]]:
+    """:func:`lateness`'s mean, and per rank waited for, per step number (ascending) how much
+    longer the others waited for it than for any other rank (µs; negative where another was
+    waited for longer)."""
     by_number: dict[int, dict[int, float]] = {}
     numbers = set()
     for r in ranks:
@@ -168,7 +176,27 @@ def lateness(ranks) -> tuple[dict[int, float], dict[int, float]]:
     for d in by_number.values():
         for who, us in d.items():
             mean[who] = mean.get(who, 0.0) + us / max(len(numbers), 1)
-    net = {who: float(np.median([by_number.get(n, {}).get(who, 0.0) - max(
-        (us for other, us in by_number.get(n, {}).items() if other != who), default=0.0) for n in sorted(numbers)]))
+    nets = {who: [by_number.get(n, {}).get(who, 0.0) - max(
+        (us for other, us in by_number.get(n, {}).items() if other != who), default=0.0) for n in sorted(numbers)]
         for who in mean}
-    return mean, net
+    return mean, nets
+
+
+def not_steady(nets: list[float], step_us: float, spread_us: float) -> str | None:
+    """Why a rank with these per-step net latenesses (:func:`late_steps`) is not a straggler, or
+    None when it is: late step after step means waited for longer than any other rank in every
+    traced step (all but a tenth of them, for a spike the host made) and, in the median step, by
+    at least :data:`STEADY_SHARE` of the step and at least the traced steps' own spread (their
+    median deviation from the median step: a smaller lead is the steps' noise)."""
+    if not nets:
+        return "no step to judge"
+    median = float(np.median(nets))
+    behind = sum(1 for n in nets if n > 0)
+    if median < STEADY_SHARE * step_us:
+        return f"in the median step {max(median, 0.0) / 1000:.3f} ms more than for any other rank"
+    if behind < len(nets) - len(nets) // 10:
+        return f"the last to arrive in {behind} of its {len(nets)} traced steps"
+    if median < spread_us:
+        return (f"in the median step {median / 1000:.3f} ms more than for any other rank, under the traced steps' "
+                f"own spread ({spread_us / 1000:.3f} ms)")
+    return None
