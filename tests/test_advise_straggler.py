@@ -13,16 +13,20 @@ from test_advise import _blocking, _compute, _host, _write
 
 
 def _late(steps):
-    """Two ranks, a step per ``(before, more0, more1)``: rank r computes ``before + more_r`` µs, then
-    a blocking all_reduce that ends 300 µs after the later rank's issue (the earlier one waits in it
-    for the later), then 300 µs of compute."""
+    """Two ranks, a step per ``(before, more0, more1[, gap0])``: rank r computes ``before + more_r``
+    µs (rank 0 from ``gap0`` µs after the step's start: it began its ProfilerStep late, outside its
+    work), then a blocking all_reduce that ends 300 µs after the later rank's issue (the earlier
+    one waits in it for the later), then 300 µs of compute."""
     ranks, base = {0: [], 1: []}, 0
     for k, (before, *more) in enumerate(steps):
-        end = base + before + max(more) + 300
+        gap = (more[2:] or [0])[0]
+        start = {0: base + gap, 1: base}
+        issue = {r: start[r] + before + more[r] for r in (0, 1)}
+        end = max(issue.values()) + 300
         for rank in (0, 1):
-            mine = before + more[rank]
-            ranks[rank] += [S.step(k + 1, base, end + 300 - base), *_compute("layer3", base, mine),
-                            *_blocking(base + mine, end - base - mine), *_compute("layer4", end, 300)]
+            ranks[rank] += [S.step(k + 1, start[rank], end + 300 - start[rank]),
+                            *_compute("layer3", start[rank], before + more[rank]),
+                            *_blocking(issue[rank], end - issue[rank]), *_compute("layer4", end, 300)]
         base = end + 300
     return ranks
 
@@ -44,9 +48,20 @@ def test_a_rank_late_in_three_steps_of_four_is_not_a_straggler(tmp_path):
     turns = advise([_write(tmp_path / "turns", _late([(400, 0, 1200)] * 3 + [(400, 100, 0)]), run=_host(8))],
                    workers=1)
     assert _straggler(turns) == [] and not any(h.rule == "no_straggler" for h in turns.hints)
-    assert "not step after step (the last to arrive in 3 of its 4 traced steps)" in _why(turns)
+    assert ("not step after step (the last to arrive in 3 of its 4 traced steps, and working longer than the others "
+            "in 3 of 4)") in _why(turns)
     steady = advise([_write(tmp_path / "steady", _late([(400, 0, 1200)] * 4), run=_host(8))], workers=1)
     assert _straggler(steady) == ["no_straggler=1"]
+
+
+def test_a_rank_with_more_work_in_every_step_is_a_straggler_though_another_arrived_later_once(tmp_path):
+    """Rank 1 computes 1200 µs more in every step, but in the first rank 0 starts its step 2000 µs
+    late (outside its work: a loaded host): there rank 1 waits for rank 0, so rank 1 is the last to
+    arrive in 3 of 4 steps (the advise bench's ring-two under load 15: 3 of 4, its extra compute
+    in all 4). Its extra work in every step, far above the steps' spread, makes it a straggler."""
+    a = advise([_write(tmp_path / "work", _late([(400, 0, 1200, 2000)] + [(400, 0, 1200)] * 3), run=_host(8))],
+               workers=1)
+    assert _straggler(a) == ["no_straggler=1"]
 
 
 def test_a_lead_within_the_steps_spread_is_not_a_straggler(tmp_path):

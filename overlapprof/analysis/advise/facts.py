@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from statistics import median
 
-from overlapprof.analysis.exposure.late import late_steps
+from overlapprof.analysis.exposure.late import extra_work, late_steps
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
 from overlapprof.report import CAUSES, Report
@@ -42,6 +42,7 @@ class Facts:
     # straggler is late step after step (late.not_steady); ranks that take turns (noise) are not
     late_net_us: dict[int, list[float]] = field(default_factory=dict)  # per step number, ascending
     spread_us: float = 0.0  # the traced steps' median deviation from the median step
+    extra_us: dict[int, list[float]] = field(default_factory=dict)  # rank -> per step, its work − the others' median
     blocking: dict[int, list[Blocking]] = field(default_factory=dict)  # rank -> its blocking operations
     kinds: set[str] = field(default_factory=set)  # kinds of operation in the trace
     workload: str | None = None  # an `overlapprof run` directory's workload; None: a user's own job
@@ -82,6 +83,7 @@ def read(report: Report, tr: Traced, step_us: float) -> Facts:
     return Facts(pairs=len(steps), step_us=step_us, exposed_us=sum(cause.values()), cause_us=cause,
                  kind_cause_us=kinds, late_us=late, late_net_us=late_net,
                  spread_us=median([abs(v - step_us) for v in traced]) if traced else 0.0,
+                 extra_us=extra_work({r: dict(zip(lane.steps, lane.step_work())) for r, lane in tr.lanes.items()}),
                  late_activity={a: us / total for a, us in activity.items()} if total > 0 else {},
                  blocking={r: _blocking(tr, lane) for r, lane in tr.lanes.items()},
                  kinds={KINDS[int(k)] for k in set(tr.kind.tolist())},

@@ -10,10 +10,10 @@ knob to search) and the hints (what the replay cannot model). One rule per cause
   where its result is first needed, or to the step's end;
 - ``no_straggler`` (``late_peer``): the most waited-for rank's extra work removed, when it is waited
   for at least :data:`STRAGGLER_RATIO` times as long as the next and is late step after step
-  (:func:`~overlapprof.analysis.exposure.late.not_steady`: waited for longer than any other rank
-  in every traced step, in the median step by at least 3% of the step and the traced steps' own
-  spread; ranks that take turns being late are noise, not a straggler; whatif's ``no_straggler``
-  says so in a note);
+  (:func:`~overlapprof.analysis.exposure.late.not_steady`: in the median step waited for longer
+  than any other rank by at least 3% of the step and the traced steps' own spread, and the last
+  to arrive in every traced step or working longer than the others in every one; ranks that take
+  turns being late are noise, not a straggler; whatif's ``no_straggler`` says so in a note);
 - ``host_sync`` (``host_blocked``): with barrier operations in the trace, ``no_host_sync`` (every
   barrier removed); without (host synchronizations that are not operations, as
   ``cudaStreamSynchronize``), a hint: the replay does not model them;
@@ -140,7 +140,7 @@ def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
     for rank, us in late[:1]:  # one straggler: the most waited-for rank, at least twice the next one,
         # and late step after step (late.not_steady)
         clear = len(late) < 2 or us >= STRAGGLER_RATIO * late[1][1]
-        noise = not_steady(facts.late_net_us.get(rank, []), facts.step_us, facts.spread_us)
+        noise = not_steady(facts.late_net_us.get(rank, []), facts.step_us, facts.spread_us, facts.extra_us.get(rank))
         if us >= floor and clear and noise is not None and rank in tr.lanes and len(tr.lanes) > 1:
             rejected.append(Rejected(
                 rule="no_straggler", change=f"no_straggler={rank}",
