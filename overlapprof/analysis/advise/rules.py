@@ -140,7 +140,8 @@ def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
     for rank, us in late[:1]:  # one straggler: the most waited-for rank, at least twice the next one,
         # and late step after step (late.not_steady)
         clear = len(late) < 2 or us >= STRAGGLER_RATIO * late[1][1]
-        noise = not_steady(facts.late_net_us.get(rank, []), facts.step_us, facts.spread_us, facts.extra_us.get(rank))
+        noise = not_steady(facts.late_net_us.get(rank, []), facts.step_us, facts.spread_us,
+                           facts.extra_us.get(rank))
         if us >= floor and clear and noise is not None and rank in tr.lanes and len(tr.lanes) > 1:
             rejected.append(Rejected(
                 rule="no_straggler", change=f"no_straggler={rank}",
