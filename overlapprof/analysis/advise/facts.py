@@ -9,8 +9,9 @@ up: the causes sum to the exposed communication a step).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from statistics import median
 
-from overlapprof.analysis.exposure.late import lateness
+from overlapprof.analysis.exposure.late import extra_work, late_steps
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
 from overlapprof.report import CAUSES, Report
@@ -37,9 +38,11 @@ class Facts:
     kind_cause_us: dict[str, dict[str, float]]  # kind -> cause -> µs a step
     late_us: dict[int, float]  # late rank -> µs a step the others waited for it (the most-waiting rank's)
     late_activity: dict[str, float]  # compute/comm/other -> share of the late ranks' time
-    # late rank -> median over the steps of (µs waited for it − µs waited for the most-waited other rank):
-    # a straggler is late step after step; ranks that take turns (noise) have a median near 0
-    late_net_us: dict[int, float] = field(default_factory=dict)
+    # late rank -> per step of (µs waited for it − µs waited for the most-waited other rank): a
+    # straggler is late step after step (late.not_steady); ranks that take turns (noise) are not
+    late_net_us: dict[int, list[float]] = field(default_factory=dict)  # per step number, ascending
+    spread_us: float = 0.0  # the traced steps' median deviation from the median step
+    extra_us: dict[int, list[float]] = field(default_factory=dict)  # rank -> per step, its work − the others' median
     blocking: dict[int, list[Blocking]] = field(default_factory=dict)  # rank -> its blocking operations
     kinds: set[str] = field(default_factory=set)  # kinds of operation in the trace
     workload: str | None = None  # an `overlapprof run` directory's workload; None: a user's own job
@@ -64,7 +67,8 @@ def read(report: Report, tr: Traced, step_us: float) -> Facts:
             row = kinds.setdefault(k.kind, {c: 0.0 for c in CAUSES})
             for c in CAUSES:
                 row[c] += getattr(k.exposure, f"{c}_us") / n
-    late, late_net = lateness(report.ranks)
+    late, late_net = late_steps(report.ranks)
+    traced = [v for lane in tr.lanes.values() for v in lane.measured_steps]
     activity: dict[str, float] = {}
     for r in report.ranks:
         if r.exposure:
@@ -78,6 +82,8 @@ def read(report: Report, tr: Traced, step_us: float) -> Facts:
     launched = "slow_rank" in options and "slow_ms" in options
     return Facts(pairs=len(steps), step_us=step_us, exposed_us=sum(cause.values()), cause_us=cause,
                  kind_cause_us=kinds, late_us=late, late_net_us=late_net,
+                 spread_us=median([abs(v - step_us) for v in traced]) if traced else 0.0,
+                 extra_us=extra_work({r: dict(zip(lane.steps, lane.step_work())) for r, lane in tr.lanes.items()}),
                  late_activity={a: us / total for a, us in activity.items()} if total > 0 else {},
                  blocking={r: _blocking(tr, lane) for r, lane in tr.lanes.items()},
                  kinds={KINDS[int(k)] for k in set(tr.kind.tolist())},

@@ -9,10 +9,11 @@ knob to search) and the hints (what the replay cannot model). One rule per cause
 - ``async`` (an operation of a kind blocks, ``no_window``): made asynchronous, its wait moved to
   where its result is first needed, or to the step's end;
 - ``no_straggler`` (``late_peer``): the most waited-for rank's extra work removed, when it is waited
-  for at least :data:`STRAGGLER_RATIO` times as long as the next and is late step after step: the
-  median over the steps of how much longer the others wait for it than for anyone else is at least
-  :data:`~overlapprof.analysis.exposure.late.STEADY_SHARE` of the step (ranks that take turns
-  being late are noise, not a straggler; whatif's ``no_straggler`` says so in a note);
+  for at least :data:`STRAGGLER_RATIO` times as long as the next and is late step after step
+  (:func:`~overlapprof.analysis.exposure.late.not_steady`: in the median step waited for longer
+  than any other rank by at least 3% of the step and the traced steps' own spread, and the last
+  to arrive in every traced step or working longer than the others in every one; ranks that take
+  turns being late are noise, not a straggler; whatif's ``no_straggler`` says so in a note);
 - ``host_sync`` (``host_blocked``): with barrier operations in the trace, ``no_host_sync`` (every
   barrier removed); without (host synchronizations that are not operations, as
   ``cudaStreamSynchronize``), a hint: the replay does not model them;
@@ -33,7 +34,7 @@ import numpy as np
 
 from overlapprof.analysis.advise import terms
 from overlapprof.analysis.advise.facts import Facts
-from overlapprof.analysis.exposure.late import STEADY_SHARE
+from overlapprof.analysis.exposure.late import not_steady
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.replay.timeline import Traced
 from overlapprof.report.advice import MIN_SAVING, Hint, Rejected
@@ -137,15 +138,15 @@ def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
                  "step's end (the trace does not say which tensor the program reads next)", *_common(facts, cpu)]))
     late = sorted(facts.late_us.items(), key=lambda kv: -kv[1])
     for rank, us in late[:1]:  # one straggler: the most waited-for rank, at least twice the next one,
-        # and late step after step (its median net lateness at least STEADY_SHARE of the step)
+        # and late step after step (late.not_steady)
         clear = len(late) < 2 or us >= STRAGGLER_RATIO * late[1][1]
-        net = facts.late_net_us.get(rank, us)
-        steady = net >= STEADY_SHARE * facts.step_us
-        if us >= floor and clear and not steady and rank in tr.lanes and len(tr.lanes) > 1:
+        noise = not_steady(facts.late_net_us.get(rank, []), facts.step_us, facts.spread_us,
+                           facts.extra_us.get(rank))
+        if us >= floor and clear and noise is not None and rank in tr.lanes and len(tr.lanes) > 1:
             rejected.append(Rejected(
                 rule="no_straggler", change=f"no_straggler={rank}",
-                why=f"the others wait {_ms(us)} a step for rank {rank} on average, but not step after step (in the "
-                    f"median step {_ms(max(net, 0.0))} more than for any other rank): ranks late by turns, not a straggler"))
+                why=f"the others wait {_ms(us)} a step for rank {rank} on average, but not step after step ({noise}): "
+                    "ranks late by turns, not a straggler"))
         elif us >= floor and clear and rank in tr.lanes and len(tr.lanes) > 1:
             out.append(Candidate(
                 "no_straggler", [f"no_straggler={rank}"], f"late_peer: the others wait {_ms(us)} a step for rank {rank}",

@@ -155,6 +155,14 @@ def lateness(ranks) -> tuple[dict[int, float], dict[int, float]]:
     number the most-waiting rank's wait, averaged over the step numbers), and the median over the
     step numbers of how much longer they waited for it than for any other rank (µs). A straggler
     is late step after step; ranks late by turns, as a loaded host makes them, have a median near 0."""
+    mean, nets = late_steps(ranks)
+    return mean, {who: float(np.median(n)) for who, n in nets.items()}
+
+
+def late_steps(ranks) -> tuple[dict[int, float], dict[int, list[float]]]:
+    """:func:`lateness`'s mean, and per rank waited for, per step number (ascending) how much
+    longer the others waited for it than for any other rank (µs; negative where another was
+    waited for longer)."""
     by_number: dict[int, dict[int, float]] = {}
     numbers = set()
     for r in ranks:
@@ -168,7 +176,45 @@ def lateness(ranks) -> tuple[dict[int, float], dict[int, float]]:
     for d in by_number.values():
         for who, us in d.items():
             mean[who] = mean.get(who, 0.0) + us / max(len(numbers), 1)
-    net = {who: float(np.median([by_number.get(n, {}).get(who, 0.0) - max(
-        (us for other, us in by_number.get(n, {}).items() if other != who), default=0.0) for n in sorted(numbers)]))
+    nets = {who: [by_number.get(n, {}).get(who, 0.0) - max(
+        (us for other, us in by_number.get(n, {}).items() if other != who), default=0.0) for n in sorted(numbers)]
         for who in mean}
-    return mean, net
+    return mean, nets
+
+
+def extra_work(work: dict[int, dict[int, float]]) -> dict[int, list[float]]:
+    """Per rank, per step number it shares with another rank (ascending), its work that step (µs:
+    what it did between its waits, ``work[rank][number]``) minus the median of the other ranks'."""
+    out = {}
+    for rank, mine in work.items():
+        numbers = [n for n in sorted(mine) if any(n in w for r, w in work.items() if r != rank)]
+        out[rank] = [mine[n] - float(np.median([w[n] for r, w in work.items() if r != rank and n in w]))
+                     for n in numbers]
+    return out
+
+
+def not_steady(nets: list[float], step_us: float, spread_us: float, extra: list[float] | None = None) -> str | None:
+    """Why a rank with these per-step net latenesses (:func:`late_steps`) is not a straggler, or
+    None when it is. Late step after step means, in the median step, waited for longer than any
+    other rank by at least :data:`STEADY_SHARE` of the step and at least the traced steps' own
+    spread (their median deviation from the median step: a smaller lead is the steps' noise); and
+    either the last to arrive in every traced step, or doing more work than the others in every
+    traced step (``extra``, :func:`extra_work`), by at least that spread in the median one (a load
+    that delays another rank in one step does not hide a rank with work the others do not do).
+    "Every" is all but a tenth of them, for a spike the host made."""
+    if not nets:
+        return "no step to judge"
+    median = float(np.median(nets))
+    if median < STEADY_SHARE * step_us:
+        return f"in the median step {max(median, 0.0) / 1000:.3f} ms more than for any other rank"
+    if median < spread_us:
+        return (f"in the median step {median / 1000:.3f} ms more than for any other rank, under the traced steps' "
+                f"own spread ({spread_us / 1000:.3f} ms)")
+    behind = sum(1 for n in nets if n > 0)
+    if behind >= len(nets) - len(nets) // 10:
+        return None
+    more = sum(1 for e in extra or [] if e > 0)
+    if extra and more >= len(extra) - len(extra) // 10 and float(np.median(extra)) >= spread_us:
+        return None
+    return (f"the last to arrive in {behind} of its {len(nets)} traced steps, and working longer than the others "
+            f"in {more} of {len(extra or [])}")

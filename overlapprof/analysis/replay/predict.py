@@ -15,7 +15,7 @@ from __future__ import annotations
 from overlapprof import __version__
 from overlapprof.analysis.analyzer import analyze_with_inputs
 from overlapprof.analysis.exposure import resources
-from overlapprof.analysis.exposure.late import STEADY_SHARE, lateness
+from overlapprof.analysis.exposure.late import extra_work, late_steps, not_steady
 from overlapprof.analysis.replay.changes import Context, Unmodelled, factor, link_floor, parse, rewrite
 from overlapprof.analysis.replay.cores import shares
 from overlapprof.analysis.replay.engine import Replayed, replay
@@ -130,20 +130,23 @@ def _load(paths, **options):
     return analyzed, traced(reports, analyzed.inputs, analyzed.matching)
 
 
-def _by_turns(report: Report, pairs, traced_step: float | None) -> list[str]:
-    """A note for each ``no_straggler=R`` whose rank is not late step after step (the median
-    step's net lateness, :func:`~overlapprof.analysis.exposure.late.lateness`, under
-    :data:`STEADY_SHARE` of the step): the prediction then removes noise, not a straggler."""
+def _by_turns(report: Report, tr: Traced, pairs, traced_step: float | None, traced: list[float]) -> list[str]:
+    """A note for each ``no_straggler=R`` whose rank is not late step after step
+    (:func:`~overlapprof.analysis.exposure.late.not_steady`, ``traced`` the traced steps whose
+    spread it is judged against, ``tr`` their lanes, whose work per step it compares): the
+    prediction then removes noise, not a straggler."""
     asked = [int(value) for name, value in pairs if name == "no_straggler"]
     if not asked or not traced_step:
         return []
-    mean, net = lateness(report.ranks)
+    mean, nets = late_steps(report.ranks)
+    spread = median([abs(v - traced_step) for v in traced]) if traced else 0.0
+    extra = extra_work({r: dict(zip(lane.steps, lane.step_work())) for r, lane in tr.lanes.items()})
     out = []
     for rank in asked:
-        if net.get(rank, 0.0) < STEADY_SHARE * traced_step:
+        why = not_steady(nets.get(rank, []), traced_step, spread, extra.get(rank))
+        if why is not None:
             out.append(f"no_straggler={rank}: rank {rank} is not late step after step (the others wait "
-                       f"{mean.get(rank, 0.0) / 1000:.3f} ms a step for it on average, in the median step "
-                       f"{max(net.get(rank, 0.0), 0.0) / 1000:.3f} ms more than for any other rank): ranks late by "
+                       f"{mean.get(rank, 0.0) / 1000:.3f} ms a step for it on average, {why}): ranks late by "
                        "turns, as a loaded host makes them; this predicts the run without that noise, not "
                        "without a straggler")
     return out
@@ -206,7 +209,7 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
         result.predictions.append(_prediction(text, out, new.traced, floor, traced_step, new.notes))
         if moved is not None:
             result.predictions[-1].compute_factor = moved  # the lanes carry a compute=xF of the same change too
-        result.predictions[-1].notes += _by_turns(report, pairs, traced_step)
+        result.predictions[-1].notes += _by_turns(report, tr, pairs, traced_step, traced_values)
     result.traced_compute_us = _compute(report)
     if check is not None and result.predictions and result.predictions[0].modelled:
         check_saved(result, check, workers)
