@@ -19,11 +19,12 @@ so a case with two causes needs both), the predicted saving of them together (th
 items' savings, from advise) against the realized one (the planted step − the step they led
 to), and the slowest any listed change made the step; then the four targets' shares:
 
-- **top**: the advice's changes together within 5% of the grid's best (no suggestion counts when
-  the planted configuration is itself within 5%), in >= 80% of cases; the first change alone's
-  share is printed beside it;
-- **saving**: the predicted saving of the changes together within ±25% of the realized one, in
-  >= 80% of the cases with a suggestion;
+- **top**: the top suggestion (the first change, alone) within 5% of the grid's best (no
+  suggestion counts when the planted configuration is itself within 5%), in >= 80% of cases: the
+  issue's words; the changes together's share is printed beside it (a case with two causes
+  needs both, which the first alone cannot reach);
+- **saving**: the top suggestion's predicted saving within ±25% of the realized one, in >= 80% of
+  the cases with a suggestion; that of the changes together (the sum of their savings) beside it;
 - **slower**: no listed change makes the step more than 2% slower than the planted one;
 - **quiet**: no advice at all where the grid finds nothing better than 3%, in every such case;
 
@@ -340,15 +341,17 @@ def _case(case: Case, rep: int, runner: Runner) -> dict:
         shown = led[:max(made, 1)]
         row["top"] = " + ".join(i["change"] for i, _, _ in shown) + (
             f" (+{len(led) - len(shown)} not rerun)" if len(led) > len(shown) else "")
-        row["first_ms"], row["top_ms"] = first[1], joint[1]
-        row["first_ok"] = first[1] is not None and first[1] <= 1.05 * best
-        row["top_ok"] = joint[1] is not None and joint[1] <= 1.05 * best
-        predicted = sum(i["saving_us"] for i, _, _ in shown) / 1e3
-        row["pred"] = predicted
+        row["top_ms"], row["joint_ms"] = first[1], joint[1]
+        row["top_ok"] = first[1] is not None and first[1] <= 1.05 * best
+        row["joint_ok"] = joint[1] is not None and joint[1] <= 1.05 * best
+        row["pred"] = first[0]["saving_us"] / 1e3
+        row["joint_pred"] = sum(i["saving_us"] for i, _, _ in shown) / 1e3
+        if first[1] is not None:
+            row["real"] = planted - first[1]
+            row["saving_ok"] = abs(row["pred"] - row["real"]) <= 0.25 * abs(row["real"])
         if joint[1] is not None:
-            realized = planted - joint[1]
-            row["real"] = realized
-            row["saving_ok"] = abs(predicted - realized) <= 0.25 * abs(realized)
+            real = planted - joint[1]
+            row["joint_saving_ok"] = abs(row["joint_pred"] - real) <= 0.25 * abs(real)
         row["why"] = led[made][2] if made < len(led) else ""
     slowest = [ms / planted - 1 for _, ms, _ in led if ms is not None]
     row["worst"] = max(slowest) if slowest else None
@@ -367,7 +370,7 @@ def _yes(value) -> str:
 
 def _print(r: dict) -> None:
     print(f"{r['case']:<22} {r['rep']:>3} {r['planted']:>8.2f} {r['best']:>8.2f} {r.get('top', '(none)')[:36]:<36} "
-          f"{_fmt(r.get('first_ms'), '8.2f'):>8} {_fmt(r.get('top_ms'), '8.2f'):>8} {_yes(r['top_ok']):>4} "
+          f"{_fmt(r.get('top_ms'), '8.2f'):>8} {_fmt(r.get('joint_ms'), '8.2f'):>8} {_yes(r['top_ok']):>4} "
           f"{_fmt(r.get('pred'), '8.2f'):>8} {_fmt(r.get('real'), '8.2f'):>8} {_yes(r.get('saving_ok')):>4} "
           f"{'-' if r['worst'] is None else format(100 * r['worst'], '+.1f') + '%':>7} {_yes(r['quiet_ok']):>5}"
           + (f"  ({r['why']})" if r.get("why") else ""), flush=True)
@@ -387,12 +390,13 @@ def _summary(rows: list[dict]) -> None:
     def verdict(share, target):
         return "n/a" if share is None else "PASS" if share >= target else "FAIL"
 
-    first, first_n = _share([r.get("first_ok", r["top_ok"]) for r in rows])
-    print(f"\nthe advice (its changes together) within 5% of the grid's best: {top_n} = {_fmt(top and 100 * top, '.0f')}% "
-          f"(target >= 80%: {verdict(top, 0.8)}); its first change alone: {first_n} = "
-          f"{_fmt(first and 100 * first, '.0f')}%")
-    print(f"predicted saving (its changes together) within ±25% of realized: {saving_n} = {_fmt(saving and 100 * saving, '.0f')}% "
-          f"(target >= 80%: {verdict(saving, 0.8)})")
+    joint, joint_n = _share([r.get("joint_ok", r["top_ok"]) for r in rows])
+    joint_saving, joint_saving_n = _share([r.get("joint_saving_ok") for r in rows])
+    print(f"\ntop suggestion within 5% of the grid's best: {top_n} = {_fmt(top and 100 * top, '.0f')}% "
+          f"(target >= 80%: {verdict(top, 0.8)}); its changes together: {joint_n} = {_fmt(joint and 100 * joint, '.0f')}%")
+    print(f"predicted saving within ±25% of realized: {saving_n} = {_fmt(saving and 100 * saving, '.0f')}% "
+          f"(target >= 80%: {verdict(saving, 0.8)}); its changes together: {joint_saving_n} = "
+          f"{_fmt(joint_saving and 100 * joint_saving, '.0f')}%")
     print(f"a suggestion more than 2% slower: {len(slower)} ({', '.join(r['case'] for r in slower) or 'none'}; "
           f"target 0: {'PASS' if not slower else 'FAIL'})")
     print(f"no advice where the grid finds nothing better than 3%: {quiet_n} = {_fmt(quiet and 100 * quiet, '.0f')}% "
