@@ -32,8 +32,9 @@ link-measured share is charged ``share × (O' − O)``, as a measured factor ``f
 ``(1 − 1/f) × (O' − O)``: of each µs of moved compute, the part the cores owed the transfer
 is not hidden. Over loopback it is charged the copying it is moved beside: ``Q' − Q``, with
 ``Q`` the compute that an operation's copying (not its whole transfer) covers, counted as ``O``
-is, on the rewritten operations too (a smaller bucket copies fewer bytes). A rank with both a
-factor and a share (its trace has some compute beside communication) is charged the larger:
+is, on the rewritten operations too (a smaller bucket copies fewer bytes). A loopback rank with
+both a factor and a share (its trace has some compute beside communication) is charged the larger
+(over a link the factor, as before: a paced transfer's share is not copying):
 the factor is measured on the little overlap the trace has, which may lie beside a transfer's
 waiting rather than its copying. A rank whose share is not measured is not charged (the note
 says so), and advise does not stand behind a change there, nor where the share is above
@@ -136,15 +137,18 @@ def link_time(tr: Traced, link_bytes_per_us: float, burst_bytes: float) -> np.nd
 
 def shares(report, tr: Traced, model=None) -> dict[int, Crowded]:
     """Per CPU rank on a crowded host (:func:`crowded_hosts`): its :class:`Crowded`, with the
-    cores' share of its transfers (the module docstring): measured against the run's link, or
-    over loopback from the transfers' bytes (``model``: the trace's transfer model)."""
+    cores' share of its transfers (the module docstring): measured against the run's link (the
+    ranks whose trace measures no slowdown), or over loopback from the transfers' bytes (every
+    rank; ``model``: the trace's transfer model)."""
     hosts = crowded_hosts(report)
     ranks = [r.rank for r in report.ranks if r.mode == "cpu" and r.rank in hosts]
     if not ranks or not len(tr.members):
         return {r: Crowded(r, *hosts[r], share=None) for r in ranks}
     res, _, _ = resources(report.run, None)
     rate = res.link_bytes_per_us
-    if rate:
+    if rate:  # over a link only where the trace measures no slowdown, as before
+        done = measured(report)
+        ranks = [r for r in ranks if r not in done]
         burst = float(((report.run or {}).get("link") or {}).get("burst_bytes") or 0.0)
         pacing = link_time(tr, rate, burst)
         busy, by = np.where(np.isnan(pacing), np.nan, tr.transfer[:pacing.size] - pacing), None

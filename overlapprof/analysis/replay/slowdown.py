@@ -80,8 +80,9 @@ def slow(traced: Traced, new: Traced, factors: dict[int, float], crowded: dict |
     """Rewrite ``new`` (a rewritten copy of ``traced``) in place for the compute its change puts
     beside communication or takes away from it; a note per rank that changed. ``crowded``: rank
     -> :class:`~overlapprof.analysis.replay.cores.Crowded` for the ranks on a crowded CPU host:
-    their moved compute is charged the cores' share of the transfers where it is measured, or
-    ``1 − 1/f`` where that is larger."""
+    a rank without a factor is charged the cores' share of the transfers where it is measured
+    (over loopback: the copying its compute is moved beside); a loopback rank with one, the
+    larger of the two."""
     notes = []
     crowded = crowded or {}
     traced_copy = None
@@ -93,9 +94,10 @@ def slow(traced: Traced, new: Traced, factors: dict[int, float], crowded: dict |
         o_old, o_new = _per_step(old, beside(traced, old)), beside(new, lane)
         c = crowded.get(r)
         share = c.share if c is not None else None
-        charge = max(1 - 1 / f, share or 0.0) if f else share  # None: not measured
+        copies = c is not None and c.rates is not None and share is not None  # over loopback
+        charge = (1 - 1 / f if not copies else max(1 - 1 / f, share)) if f else share  # None: not measured
         q_old = q_new = None  # over loopback: the compute beside the operations' copying
-        if c is not None and c.rates is not None and share is not None:
+        if copies:
             if traced_copy is None:
                 traced_copy = copy_time(traced, c.rates)
             q_old, q_new = _per_step(old, beside(traced, old, traced_copy)), beside(new, lane, copy_time(new, c.rates))
