@@ -57,7 +57,7 @@ def rates(tr: Traced, model=None) -> dict[tuple[int, int], float]:
     copied, bus, kinds, sizes = _copied(tr)
     own = {(f.kind, f.group_size): f.bandwidth_gbps * 1e3 for f in (model.fits if model else [])
            if f.source in ("fit", "reference") and f.bandwidth_gbps}
-    live = ~tr.warm[:copied.size] & ~np.isnan(copied) & (tr.transfer[:copied.size] > 0)
+    live = ~tr.warm[:copied.size] & (np.nan_to_num(copied) > 0) & (tr.transfer[:copied.size] > 0)
     out = {}
     for kind, n in set(zip(kinds[live].tolist(), sizes[live].tolist())):
         ks = np.flatnonzero(live & (kinds == kind) & (sizes == n))
