@@ -483,6 +483,61 @@ def test_overlap_on_a_host_with_fewer_cores_than_threads_is_a_hint(tmp_path):
     assert any("interference not measured" in c and "8 cores for 2 ranks" in c for c in item.confidence)
 
 
+def _loopback_steps(blocking):
+    """4 steps of 400 µs compute, a blocking ``blocking`` µs all_reduce of 64 KiB, 300 µs compute."""
+    events, base = [], 0
+    for k in range(4):
+        length = 700 + blocking
+        events += [S.step(k + 1, base, length), *_compute("layer3", base, 400),
+                   *_blocking(base + 400, blocking, 16384), *_compute("layer4", base + 400 + blocking, 300)]
+        base += length
+    return events
+
+
+def test_overlap_over_loopback_on_a_crowded_host_is_charged_the_copying(tmp_path):
+    """2 ranks on 2 cores over loopback, no compute beside communication. A 2-rank all_reduce is
+    2 hops of 60 µs latency; of a 150 µs one the other 30 µs are its bytes' copying (20%): the
+    300 µs of layer4 made to run beside it by async are charged those 30 µs, so async is listed,
+    saving 120 of the 850 µs, and whatif predicts the same 730 µs. Of a 300 µs one, 180 µs (60%)
+    are copying: more than half, a hint with the charged replay's saving (1000 -> 880 µs)."""
+    path = _write(tmp_path / "short", {r: _loopback_steps(150) for r in (0, 1)}, run=_host(2))
+    a = advise([path], workers=1)
+    item = a.items[0]
+    assert item.change == "async=all_reduce" and item.saving_us == pytest.approx(120, abs=1)
+    assert any("over loopback; 20% of its transfers' time is the cores' work (copying their bytes" in c
+               and "charged that share" in c for c in item.confidence)
+    result = whatif([path], ["async=all_reduce"], workers=1)
+    got = result.predictions[0]
+    assert got.step_us == pytest.approx(730, abs=1)
+    assert any("charged the copying it is moved beside: +0.030 ms a step" in n for n in got.notes)
+    assert result.transfer[0].latency_us == pytest.approx(120)  # 2 hops: what each added operation pays
+    assert any("all_reduce on 2 ranks over loopback: latency 120 us" in n for n in result.notes)
+    long = advise([_write(tmp_path / "long", {r: _loopback_steps(300) for r in (0, 1)}, run=_host(2))], workers=1)
+    assert not long.items
+    hint = next(h for h in long.hints if h.rule == "async")
+    assert "60% of its transfers' time is the cores' work" in hint.why and "0.120 ms a step less" in hint.why
+
+
+def test_over_loopback_a_fitted_transfer_model_gives_the_copying(tmp_path):
+    """Two sizes, so the transfer model fits: 64 KiB all_reduces of 150 µs and 128 KiB ones of
+    200 µs are 100 µs latency + 50 µs per 64 KiB. The copying is the fit's bytes part, 50 and 100
+    µs: 150 of the 350 µs (43%); async charges the 300 µs of layer4 beside each the copying under
+    it, 0.075 ms a step on average."""
+    events, base = [], 0
+    for k in range(4):
+        blocking, numel = (150, 16384) if k % 2 == 0 else (200, 32768)
+        events += [S.step(k + 1, base, 700 + blocking), *_compute("layer3", base, 400),
+                   *_blocking(base + 400, blocking, numel), *_compute("layer4", base + 400 + blocking, 300)]
+        base += 700 + blocking
+    result = whatif([_write(tmp_path / "two", {r: events for r in (0, 1)}, run=_host(2))], ["async=all_reduce"],
+                    workers=1)
+    fit = result.transfer[0]
+    assert fit.source == "fit" and fit.latency_us == pytest.approx(100)
+    notes = result.predictions[0].notes
+    assert any("over loopback; 43% of its transfers' time is the cores' work" in n
+               and "charged the copying it is moved beside: +0.075 ms a step" in n for n in notes)
+
+
 def _linked(cores, pacing_us, burst=0):
     """run.json of 2 ranks on ``cores`` cores over a shared --link-rate link on which the 1 MiB
     all_reduce of :func:`_linked_steps` (each rank's 1 MiB of bus bytes: 2 MiB on the link) takes

@@ -6,26 +6,28 @@ beside communication (a sync variant, a wait right after each issue) measures no
 host where each rank's compute thread and its backend's thread outnumber the cores, the replay
 charges the moved compute the *cores' share* of the transfers, measured from the trace against
 run.json's ``--link-rate`` link (:mod:`overlapprof.analysis.replay.cores`: over a paced link most
-of a transfer is the link holding the bytes back, which no core works for; over loopback there
-is no link to measure it against).
+of a transfer is the link holding the bytes back, which no core works for), or over loopback the
+copying of their bytes (:mod:`overlapprof.analysis.replay.copying`: a transfer's least hindered
+time less its hops' latency).
 
 Per rank of a CPU run without a measured slowdown (no compute class with a factor and time
 under communication), from run.json's nodes (``cpu_cores``, the ranks on the node):
 
 - ``ranks + backend threads > cores`` (2 × the ranks on the node) and the cores' share of its
-  transfers not measured (loopback: no link to measure it against): what overlap costs there is
+  transfers not measured (no transfer whose bytes are known): what overlap costs there is
   assumed to be **at least what it buys**, and the change is a **hint** (the uncharged replay's
   saving, and why), not an item. Charging the moved compute in full was tried and is not
   enough: it still left a saving of 2.4 ms on a run of ``allreduce-wait-early`` whose rerun was
   7.3 ms slower (the transfers slow down too, and the replay keeps their traced time);
 - the same host, the share measured above
   :data:`~overlapprof.analysis.replay.cores.MAX_SHARE` (the link paces little of each transfer:
-  the pipeline's 64 KiB sends pass in the 1 Gbit/s link's burst): a **hint** too, with the
-  charged saving;
-- the same host, the share at most that (the link paces most of each transfer): the change is
-  **charged**: listed as the charged replay predicts it, like a measured one, its item saying
-  the share it was charged (the advice benchmark's idle ``ring-sync`` trace over 1 Gbit/s: a
-  share of 2%, 5.28 ms a step predicted saved by its async variant, 5.30 ms realized);
+  the pipeline's 64 KiB sends pass in the 1 Gbit/s link's burst; over loopback, transfers
+  mostly copying: DDP's 1 MiB buckets): a **hint** too, with the charged saving;
+- the same host, the share at most that (the link paces most of each transfer; over loopback,
+  transfers mostly latency and waiting: the all_reduce workload's 64 KiB, a share of 3-8%): the
+  change is **charged**: listed as the charged replay predicts it, like a measured one, its item
+  saying the share it was charged (the advice benchmark's idle ``ring-sync`` trace over 1
+  Gbit/s: a share of 2%, 5.28 ms a step predicted saved by its async variant, 5.30 ms realized);
 - otherwise (cores enough for both, or the host's cores not recorded, as for a user's own
   traces): the change is *demoted*: nothing charged, listed only when it saves at least
   :data:`DEMOTED_MARGIN` times the minimum saving, and its item says what was not measured.

@@ -21,7 +21,8 @@ from overlapprof.analysis.advise.assumed import assumptions
 from overlapprof.analysis.exposure import resources
 from overlapprof.analysis.replay import predict as _replay
 from overlapprof.analysis.replay.changes import Context, Unmodelled, link_floor, parse, rewrite
-from overlapprof.analysis.replay.cores import shares
+from overlapprof.analysis.replay.copying import loopback_latency
+from overlapprof.analysis.replay.cores import loopback, shares
 from overlapprof.analysis.replay.engine import replay
 from overlapprof.analysis.replay.slowdown import beside, rank_factors, slow
 from overlapprof.analysis.replay.stretch import Stretcher
@@ -66,6 +67,8 @@ class Replayer:
         ref = self.report.options.reference_bandwidth
         self.model = fit(self.tr, ref / 1e6 if ref else None, res.link_bytes_per_us, sharing)
         cpu = any(r.mode == "cpu" for r in self.report.ranks)
+        if loopback(self.report):
+            loopback_latency(self.tr, self.model)
         cost, self.interference_notes = interference(self.tr, cpu)
         self.ctx = Context(self.model, res.link_bytes_per_us, cost)
         self.longer = Stretcher(self.tr, cost, res.link_bytes_per_us)
@@ -74,7 +77,7 @@ class Replayer:
         # the traced steps' own spread: their median absolute deviation from the median step
         self.spread_us = median([abs(v - self.traced_step_us) for v in traced]) if traced else 0.0
         self.factors = rank_factors(self.report)
-        self.crowded = shares(self.report, self.tr)
+        self.crowded = shares(self.report, self.tr, self.model)
         self.assumptions = assumptions(self.report, self.crowded)
         self._beside: dict[int, float] | None = None  # rank -> the trace's compute beside communication (µs)
         self._cache: dict[str, Outcome] = {}

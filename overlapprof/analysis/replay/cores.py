@@ -22,16 +22,23 @@ tokens it lacks, after any instance queued before it::
 The cores' share of a rank's transfers is ``Σ (x_k − pacing_k) / Σ x_k`` over the instances it
 takes part in (warm-up left out): what the link does not hold back (the copies through the
 kernel, gloo's protocol, the time a thread waits for a core) is taken as the cores' work.
-Without a link (loopback), or without a transfer whose bytes are known, it is not measured
-(None): the transfers are all the cores' work, but how much of their traced time that work
-takes (and how much is waiting for a peer or a core) the trace does not say.
+**Over loopback** (no link) the share is the copying of each transfer's bytes on the cores
+(:mod:`.copying`: its bytes at the rate the trace's least hindered transfers of its kind show,
+less their latency), and that copying is what moved compute is charged (below). Without a
+transfer whose bytes are known it is not measured (None).
 
 **The charge** (:func:`~.slowdown.slow`): compute moved beside communication on a rank with a
-measured share is charged ``share × (O' − O)``, as a measured factor ``f`` charges
+link-measured share is charged ``share × (O' − O)``, as a measured factor ``f`` charges
 ``(1 − 1/f) × (O' − O)``: of each µs of moved compute, the part the cores owed the transfer
-is not hidden. A rank whose share is not measured is not charged (the note says so), and advise
-does not stand behind a change there, nor where the share is above :data:`MAX_SHARE`
-(:mod:`overlapprof.analysis.advise.assumed`).
+is not hidden. Over loopback it is charged the copying it is moved beside: ``Q' − Q``, with
+``Q`` the compute that an operation's copying (not its whole transfer) covers, counted as ``O``
+is, on the rewritten operations too (a smaller bucket copies fewer bytes). A loopback rank with
+both a factor and a share (its trace has some compute beside communication) is charged the larger
+(over a link the factor, as before: a paced transfer's share is not copying):
+the factor is measured on the little overlap the trace has, which may lie beside a transfer's
+waiting rather than its copying. A rank whose share is not measured is not charged (the note
+says so), and advise does not stand behind a change there, nor where the share is above
+:data:`MAX_SHARE` (:mod:`overlapprof.analysis.advise.assumed`).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from overlapprof.analysis.exposure import resources
+from overlapprof.analysis.replay import copying
 from overlapprof.analysis.replay.timeline import SEND_RECV, Traced
 from overlapprof.analysis.replay.transfer import instance_bytes
 
@@ -49,19 +57,23 @@ MAX_SHARE = 0.5  # above this share the transfer is mostly the cores' work: advi
 
 @dataclass
 class Crowded:
-    """A rank on a crowded CPU host whose trace measures no slowdown: ``cores`` and ``ranks`` on
-    its node, ``share`` (the cores' share of its transfers, 0-1; None: not measured, loopback)."""
+    """A CPU rank on a crowded host: ``cores`` and ``ranks`` on its node, ``share`` (the cores'
+    share of its transfers, 0-1; None: not measured, no transfer's bytes known)."""
 
     rank: int
     cores: int
     ranks: int
     share: float | None
+    rates: dict | None = None  # over loopback: :func:`.copying.rates` of the trace
 
     def words(self) -> str:
         busy = 2 * self.ranks
         head = f"{self.ranks} ranks and their backend threads ({busy}) share {self.cores} cores"
         if self.share is None:
             return f"{head} over loopback: the transfers are the cores' work, for a share of their time not measured"
+        if self.rates is not None:
+            return (f"{head} over loopback; {100 * self.share:.0f}% of its transfers' time is the cores' work (copying "
+                    "their bytes; the rest latency and waiting, measured from its transfers)")
         return (f"{head}; {100 * self.share:.0f}% of its transfers' time is the cores' work (the rest the link's "
                 "pacing, measured against its rate)")
 
@@ -75,6 +87,15 @@ def host_cores(report) -> dict[int, tuple[int, int]]:
 def crowded_hosts(report) -> dict[int, tuple[int, int]]:
     """:func:`host_cores` of the ranks whose node's ranks and backend threads (2 each) outnumber its cores."""
     return {rank: (cores, n) for rank, (cores, n) in host_cores(report).items() if 2 * n > cores}
+
+
+def loopback(report) -> bool:
+    """Whether run.json puts every rank of this CPU run on one host with no ``--link-rate`` link:
+    gloo's transfers go over loopback."""
+    res, _, _ = resources(report.run, None)
+    ranks = {r.rank for r in report.ranks}
+    return (res.link_bytes_per_us is None and len(res.hosts) == 1 and bool(ranks)
+            and ranks <= set(next(iter(res.hosts.values()))[1]) and all(r.mode == "cpu" for r in report.ranks))
 
 
 def link_bytes(tr: Traced) -> np.ndarray:
@@ -114,26 +135,24 @@ def link_time(tr: Traced, link_bytes_per_us: float, burst_bytes: float) -> np.nd
     return out
 
 
-def shares(report, tr: Traced) -> dict[int, Crowded]:
-    """Per CPU rank on a crowded host (:func:`crowded_hosts`) whose trace measures no slowdown
-    beside communication (no compute class with a factor and time under it): its
-    :class:`Crowded`, with the cores' share of its transfers (the module docstring)."""
+def shares(report, tr: Traced, model=None) -> dict[int, Crowded]:
+    """Per CPU rank on a crowded host (:func:`crowded_hosts`): its :class:`Crowded`, with the
+    cores' share of its transfers (the module docstring): measured against the run's link (the
+    ranks whose trace measures no slowdown), or over loopback from the transfers' bytes (every
+    rank; ``model``: the trace's transfer model)."""
     hosts = crowded_hosts(report)
-    done = measured(report)
-    ranks = [r.rank for r in report.ranks if r.mode == "cpu" and r.rank in hosts and r.rank not in done]
-    if not ranks:
-        return {}
+    ranks = [r.rank for r in report.ranks if r.mode == "cpu" and r.rank in hosts]
+    if not ranks or not len(tr.members):
+        return {r: Crowded(r, *hosts[r], share=None) for r in ranks}
     res, _, _ = resources(report.run, None)
     rate = res.link_bytes_per_us
-    burst = float(((report.run or {}).get("link") or {}).get("burst_bytes") or 0.0)
-    pacing = link_time(tr, rate, burst) if rate and len(tr.members) else None
-    out = {}
-    for r in ranks:
-        share = None
-        if pacing is not None:
-            ks = [k for k, rows in enumerate(tr.members) if r in tr.rank[rows] and not np.isnan(pacing[k])]
-            total = float(sum(tr.transfer[k] for k in ks))
-            if total > 0:
-                share = min(max(float(sum(tr.transfer[k] - pacing[k] for k in ks)) / total, 0.0), 1.0)
-        out[r] = Crowded(r, *hosts[r], share=share)
-    return out
+    if rate:  # over a link only where the trace measures no slowdown, as before
+        done = measured(report)
+        ranks = [r for r in ranks if r not in done]
+        burst = float(((report.run or {}).get("link") or {}).get("burst_bytes") or 0.0)
+        pacing = link_time(tr, rate, burst)
+        busy, by = np.where(np.isnan(pacing), np.nan, tr.transfer[:pacing.size] - pacing), None
+    else:
+        by = copying.rates(tr, model)
+        busy = copying.copy_time(tr, by)
+    return {r: Crowded(r, *hosts[r], share=copying.share(tr, r, busy), rates=by) for r in ranks}

@@ -17,7 +17,8 @@ from overlapprof.analysis.analyzer import analyze_with_inputs
 from overlapprof.analysis.exposure import resources
 from overlapprof.analysis.exposure.late import extra_work, late_steps, not_steady
 from overlapprof.analysis.replay.changes import Context, Unmodelled, factor, link_floor, parse, rewrite
-from overlapprof.analysis.replay.cores import shares
+from overlapprof.analysis.replay.copying import loopback_latency
+from overlapprof.analysis.replay.cores import loopback, shares
 from overlapprof.analysis.replay.engine import Replayed, replay
 from overlapprof.analysis.replay.slowdown import rank_factors, slow
 from overlapprof.analysis.replay.stretch import Stretcher
@@ -172,6 +173,8 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
     res, _, sharing = resources(report.run, None)
     ref = report.options.reference_bandwidth
     model = fit(tr, ref / 1e6 if ref else None, res.link_bytes_per_us, sharing)
+    if loopback(report):
+        model.notes += loopback_latency(tr, model)
     base = replay(tr)
     traced_values = [v for r in tr.lanes.values() for v in r.measured_steps]
     traced_step = median(traced_values) if traced_values else None
@@ -192,7 +195,7 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
     result.notes += words
     longer = Stretcher(tr, cost, res.link_bytes_per_us)
     ctx = Context(model, res.link_bytes_per_us, cost, paths=tuple(paths))
-    factors, crowded = rank_factors(report), shares(report, tr)
+    factors, crowded = rank_factors(report), shares(report, tr, model)
     before = _lane_compute(tr)
     for text, pairs in zip(changes, parsed):
         try:

@@ -23,6 +23,9 @@ counted), and compute that outlasts the transfer beside it is charged for the tr
 
 from __future__ import annotations
 
+import numpy as np
+
+from overlapprof.analysis.replay.copying import copy_time
 from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
 
 
@@ -42,14 +45,18 @@ def rank_factors(report) -> dict[int, float]:
     return out
 
 
-def beside(tr: Traced, lane) -> list[float]:
-    """Per key of ``lane``, the compute of the work after it that an open operation covers (µs)."""
+def beside(tr: Traced, lane, span=None) -> list[float]:
+    """Per key of ``lane``, the compute of the work after it that an open operation covers (µs).
+    ``span``: per instance, the µs of it that count (default: its transfer; NaN counts none)."""
     left: dict[int, float] = {}  # open operation -> its transfer's µs not yet covered
     out = []
     for kind, ref, work, compute in zip(lane.kind, lane.ref, lane.work, lane.compute):
         if kind == ISSUE:
             inst = int(tr.inst[ref])
-            left[ref] = float(tr.transfer[inst]) if inst >= 0 else float(tr.dur[ref])
+            if span is not None:
+                left[ref] = float(np.nan_to_num(span[inst])) if 0 <= inst < len(span) else 0.0
+            else:
+                left[ref] = float(tr.transfer[inst]) if inst >= 0 else float(tr.dur[ref])
         elif kind == NEED:
             left.pop(ref, None)
         reach = max(left.values(), default=0.0)
@@ -73,21 +80,31 @@ def slow(traced: Traced, new: Traced, factors: dict[int, float], crowded: dict |
          scaled: float = 1.0) -> list[str]:
     """Rewrite ``new`` (a rewritten copy of ``traced``) in place for the compute its change puts
     beside communication or takes away from it; a note per rank that changed. ``crowded``: rank
-    -> :class:`~overlapprof.analysis.replay.cores.Crowded` for the ranks without a factor on a
-    crowded CPU host: their moved compute is charged the cores' share of the transfers, where it
-    is measured (a link), instead of ``1 − 1/f``. ``scaled``: the factor the change multiplied
-    every lane's compute by (``compute=xF``): the compute the trace measured beside communication
-    was measured there, slowed or not, so scaled it stays as measured, and only ``O' − F × O``
-    has moved."""
+    -> :class:`~overlapprof.analysis.replay.cores.Crowded` for the ranks on a crowded CPU host:
+    a rank without a factor is charged the cores' share of the transfers where it is measured
+    (over loopback: the copying its compute is moved beside); a loopback rank with one, the
+    larger of the two. ``scaled``: the factor the change multiplied every lane's compute by
+    (``compute=xF``): the compute the trace measured beside communication was measured there,
+    slowed or not, so scaled it stays as measured, and only ``O' − F × O`` has moved."""
     notes = []
     crowded = crowded or {}
+    traced_copy = None
     for r, lane in new.lanes.items():
         f = factors.get(r)
         old = traced.lanes.get(r)
         if old is None:
             continue
         o_old, o_new = [scaled * o for o in _per_step(old, beside(traced, old))], beside(new, lane)
-        charge = 1 - 1 / f if f else (crowded[r].share if r in crowded else None)  # None: not measured
+        c = crowded.get(r)
+        share = c.share if c is not None else None
+        copies = c is not None and c.rates is not None and share is not None  # over loopback
+        charge = (1 - 1 / f if not copies else max(1 - 1 / f, share)) if f else share  # None: not measured
+        q_old = q_new = None  # over loopback: the compute beside the operations' copying
+        if copies:
+            if traced_copy is None:
+                traced_copy = copy_time(traced, c.rates)
+            q_old = [scaled * q for q in _per_step(old, beside(traced, old, traced_copy))]
+            q_new = beside(new, lane, copy_time(new, c.rates))
         if charge is None:
             more = (sum(o_new) - sum(o_old)) / max(len(lane.steps), 1)
             if more > 0.01 * max(sum(lane.work) / max(len(lane.steps), 1), 1e-9):
@@ -102,7 +119,12 @@ def slow(traced: Traced, new: Traced, factors: dict[int, float], crowded: dict |
         for k in range(len(lane.steps)):
             keys = [j for j, s in enumerate(steps) if s == k]
             shift += sum(o_new[j] for j in keys) - o_old[k]
-            delta = charge * (sum(o_new[j] for j in keys) - o_old[k])
+            if q_new is None:
+                delta = charge * (sum(o_new[j] for j in keys) - o_old[k])
+            else:
+                delta = sum(q_new[j] for j in keys) - q_old[k]
+                if f:
+                    delta = max(delta, (1 - 1 / f) * (sum(o_new[j] for j in keys) - o_old[k]))
             if abs(delta) < 1e-9:
                 continue
             weights = [o_new[j] if delta > 0 else lane.compute[j] - o_new[j] for j in keys]
@@ -115,8 +137,14 @@ def slow(traced: Traced, new: Traced, factors: dict[int, float], crowded: dict |
                 lane.compute[j] += add
             moved += delta
         if abs(moved) > 1e-6:
-            why = (f"runs {f:.2f}x as long beside communication (measured)" if f else
-                   f"is not measured beside communication; {crowded[r].words()}: charged that share")
+            what = "the copying it is moved beside" if q_new is not None else "that share"
+            if f and (q_new is not None or charge > 1 - 1 / f):
+                why = (f"runs {f:.2f}x as long beside communication (measured); {c.words()}: charged {what} where "
+                       "that is more")
+            elif f:
+                why = f"runs {f:.2f}x as long beside communication (measured)"
+            else:
+                why = f"is not measured beside communication; {c.words()}: charged {what}"
             notes.append(f"interference: rank {r}'s compute {why}: {moved / len(lane.steps) / 1000:+.3f} ms a step for "
                          f"the compute this change moves {'beside' if shift > 0 else 'away from'} it")
     return notes
