@@ -57,6 +57,7 @@ def gpu_table(f: SpilledFile, comm: np.ndarray, values, needs: dict) -> CommTabl
     :meth:`~overlapprof.analysis.rank.waits.NeedTimes.result`)."""
     heap.release(f.rows.size)  # the classified buckets' pages, before the per-operation arrays
     recs = f.rows.recs.arrays()
+    f.rows.recs = None  # (its buffers go with the views below)
     n_recs = recs["row"].size
     rows = np.concatenate((recs["row"], comm["row"]))
     order = np.argsort(rows, kind="stable")
@@ -71,9 +72,10 @@ def gpu_table(f: SpilledFile, comm: np.ndarray, values, needs: dict) -> CommTabl
     anchor = np.where(launched, comm["launch_ts"], comm["ts"])
     at = where[n_recs:].copy()
     del cols, rows, order, where, recs  # (per operation: not held while the table is built)
-    return comm_table(rec, values, gpu=True, rows=at, kinds=comm["kind"], launch_ts=comm["launch_ts"],
-                      host_thread=host_thread, anchor=anchor, issue_ts=anchor,
-                      need_ts=lookup(needs, comm["corr"], comm["ts"]))
+    kinds, launch_ts, need_ts = comm["kind"].copy(), comm["launch_ts"].copy(), lookup(needs, comm["corr"], comm["ts"])
+    del comm  # (the caller holds none: its rows, 54 bytes an operation, are not held while the table is built)
+    return comm_table(rec, values, gpu=True, rows=at, kinds=kinds, launch_ts=launch_ts, host_thread=host_thread,
+                      anchor=anchor, issue_ts=anchor, need_ts=need_ts)
 
 
 def cpu_table(f: SpilledFile, comm_re, comm_ann, names: list[str], values, activity, ends) -> CommTable:

@@ -171,7 +171,10 @@ def concat_operations(parts: dict[int, CommOperations], group_sizes: dict[str, i
     """All ranks' operations (``parts`` by rank): rank column set, unknown group sizes taken from
     ``group_sizes``, scaled byte counts multiplied by the group size (unknown size: unknown bytes)."""
     ranks = sorted(parts)
-    cat = {n: np.concatenate([getattr(parts[r], n) for r in ranks]).astype(t) for n, t in _COLUMNS.items()}
+    if len(ranks) == 1:  # one rank's columns, shared (not written to): one copy of its operations, not two
+        cat = {n: np.asarray(getattr(parts[ranks[0]], n), dtype=t) for n, t in _COLUMNS.items()}
+    else:
+        cat = {n: np.concatenate([getattr(parts[r], n) for r in ranks]).astype(t) for n, t in _COLUMNS.items()}
     cat["rank"] = np.repeat(np.array(ranks, dtype=np.int64), [len(parts[r]) for r in ranks])
     names = Index()
     cat["group"] = np.concatenate(
