@@ -167,9 +167,17 @@ def rank_operations(table: CommTable) -> CommOperations:
     order = np.argsort(table.ts, kind="stable")
     n = order.size
     group_ids = Index()  # codes in order of first appearance, block after block as in one pass
-    parts = [_block_columns(table, order[lo : lo + OPS_BLOCK], group_ids) for lo in range(0, max(n, 1), OPS_BLOCK)]
+    cols = None
+    for lo in range(0, max(n, 1), OPS_BLOCK):
+        part = _block_columns(table, order[lo : lo + OPS_BLOCK], group_ids)
+        if n <= OPS_BLOCK:
+            cols = part
+            break
+        if cols is None:  # filled a block at a time, not joined at the end (see CommTable.filled)
+            cols = {k: np.empty(n, dtype=v.dtype) for k, v in part.items()}
+        for k, v in part.items():
+            cols[k][lo : lo + OPS_BLOCK] = v
     del order
-    cols = {k: parts[0].pop(k) if len(parts) == 1 else np.concatenate([p.pop(k) for p in parts]) for k in list(parts[0])}
     by_seq, seq, call_ts = cols.pop("by_seq"), cols.pop("raw_seq"), cols.pop("call_ts")
     group_code = cols["group"]
     # Kernels of one host call (or one group + sequence number) become one operation.

@@ -64,28 +64,35 @@ class CommTable:
         return self.ts.size
 
     @classmethod
-    def concat(cls, parts: list[CommTable], release: bool = False) -> CommTable:
-        """The tables one after the other. ``release``: each column of the parts is let go of
-        once joined (the parts are not used again), so the join holds one column twice, not
-        every one."""
+    def concat(cls, parts: list[CommTable]) -> CommTable:
         first = parts[0]
         if len(parts) == 1:
             return first
-
-        def joined(get, put):
-            out = np.concatenate([get(p) for p in parts])
-            if release:
-                for p in parts:
-                    put(p)
-            return out
-
-        arrays = {}
-        for n in _ARRAYS:
-            arrays[n] = joined(lambda p: getattr(p, n), lambda p: setattr(p, n, None))
-        strings = {k: joined(lambda p: p.strings[k], lambda p: p.strings.pop(k)) for k in list(first.strings)}
-        numbers = {k: joined(lambda p: p.numbers[k], lambda p: p.numbers.pop(k)) for k in list(first.numbers)}
+        arrays = {n: np.concatenate([getattr(p, n) for p in parts]) for n in _ARRAYS}
         own = None if first.own is None else {k: [v for p in parts for v in p.own[k]] for k in first.own}
-        return cls(source=first.source, values=first.values, **arrays, strings=strings, numbers=numbers, own=own)
+        return cls(source=first.source, values=first.values, **arrays,
+                   strings={k: np.concatenate([p.strings[k] for p in parts]) for k in first.strings},
+                   numbers={k: np.concatenate([p.numbers[k] for p in parts]) for k in first.numbers}, own=own)
+
+    def filled(self, out: CommTable | None, at: slice, n: int) -> CommTable:
+        """This block's rows written at ``at`` of ``out``, a table of ``n`` rows (None: made
+        here, of this block's column types): one table's columns, filled a block at a time,
+        not blocks joined at the end (freed blocks would stay in the heap beside the join)."""
+        if out is None:
+            made = lambda a: np.empty(n, dtype=a.dtype)  # noqa: E731
+            out = CommTable(source=self.source, values=self.values, **{k: made(getattr(self, k)) for k in _ARRAYS},
+                            strings={k: made(v) for k, v in self.strings.items()},
+                            numbers={k: made(v) for k, v in self.numbers.items()},
+                            own=None if self.own is None else {k: [] for k in self.own})
+        for k in _ARRAYS:
+            getattr(out, k)[at] = getattr(self, k)
+        for mine, theirs in ((self.strings, out.strings), (self.numbers, out.numbers)):
+            for k, v in mine.items():
+                theirs[k][at] = v
+        if self.own is not None:
+            for k, v in self.own.items():
+                out.own[k] += v
+        return out
 
     def string(self, name: str) -> list:
         """The values of a string field, by row (None: absent)."""
@@ -219,7 +226,7 @@ def comm_table(rec: Records, values: Values, *, gpu: bool, rows: np.ndarray, kin
     near = [enclosing(K.CPU_OP, PARAMS), enclosing(K.CPU_OP, CALL)] + ([enclosing(K.ANNOTATION, ANNOTATION)] if gpu else [])
     seq, lower = rec.numbers["seq"], rec.numbers["seq_lower"]
     seq = lower if seq.size == 0 else seq if lower.size == 0 else np.where(np.isnan(seq), lower, seq)
-    parts = []
+    out = None
     for lo in range(0, max(n, 1), TABLE_BLOCK):  # (one empty block when there is no event)
         at = slice(lo, lo + TABLE_BLOCK)
         part = _block(rec, values, near, seq, gpu, rows[at], host_thread[at], anchor[at], launch_ts[at])
@@ -228,8 +235,10 @@ def comm_table(rec: Records, values: Values, *, gpu: bool, rows: np.ndarray, kin
             part.issue_ts = issue_ts[at]
         if need_ts is not None:
             part.need_ts = need_ts[at]
-        parts.append(part)
-    return CommTable.concat(parts, release=True)
+        if n <= TABLE_BLOCK:
+            return part
+        out = part.filled(out, at, n)
+    return out
 
 
 def _block(rec: Records, values: Values, near: list, seq: np.ndarray, gpu: bool, rows: np.ndarray,
