@@ -203,7 +203,7 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
     for k, (f, comm) in enumerate(zip(read, few_sets)):
         if gpu:
             buckets = sample.quantiles(len(f.rows.gpu))
-            waits, events = (NeedTimes(), CommEvents()) if records else (None, None)
+            waits, events = (NeedTimes(), CommEvents(store)) if records else (None, None)
             _classify_gpu(f, comm_re, comm_ann, order, feed, buckets, store, waits, events)
             if records:
                 tables.append(bucket_records.gpu_table(f, events.result(), values, waits.result()))

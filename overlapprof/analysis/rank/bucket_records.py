@@ -28,10 +28,11 @@ _COMM_ROW = np.dtype([("row", "<i8"), ("ts", "<f8"), ("dur", "<f8"), ("codes", "
 
 
 class CommEvents:
-    """A file's communication GPU events, a classified time bucket at a time."""
+    """A file's communication GPU events, a classified time bucket at a time, in a bin of the
+    rank's store (past its budget, on disk: a row per operation)."""
 
-    def __init__(self):
-        self.parts: list[np.ndarray] = []
+    def __init__(self, store):
+        self.bin = store.file("comm", _COMM_ROW)
 
     def add(self, joined: np.ndarray, kinds: np.ndarray) -> None:
         """The communication events of a bucket: their joined rows
@@ -39,12 +40,12 @@ class CommEvents:
         out = np.empty(kinds.size, dtype=_COMM_ROW)
         for k in _COMM_ROW.names:
             out[k] = kinds if k == "kind" else joined[k]
-        self.parts.append(out)
+        self.bin.append(out)
 
     def result(self) -> np.ndarray:
-        """The events in file order."""
-        rows = np.concatenate([np.empty(0, dtype=_COMM_ROW), *self.parts])
-        self.parts = []
+        """The events in file order (the bin is emptied)."""
+        rows = self.bin.read()
+        self.bin.remove()
         row = rows["row"]
         if np.all(row[1:] > row[:-1]):  # one bucket, or buckets in file order: no gather of every record
             return rows
@@ -56,7 +57,8 @@ def gpu_table(f: SpilledFile, comm: np.ndarray, values, needs: dict) -> CommTabl
     and the need times measured from its CUDA sync events (``needs``:
     :meth:`~overlapprof.analysis.rank.waits.NeedTimes.result`)."""
     heap.release(f.rows.size)  # the classified buckets' pages, before the per-operation arrays
-    recs = f.rows.recs.arrays()
+    recs = f.rows.recs.read()
+    f.rows.recs.remove()
     n_recs = recs["row"].size
     rows = np.concatenate((recs["row"], comm["row"]))
     order = np.argsort(rows, kind="stable")
@@ -71,16 +73,17 @@ def gpu_table(f: SpilledFile, comm: np.ndarray, values, needs: dict) -> CommTabl
     anchor = np.where(launched, comm["launch_ts"], comm["ts"])
     at = where[n_recs:].copy()
     del cols, rows, order, where, recs  # (per operation: not held while the table is built)
-    return comm_table(rec, values, gpu=True, rows=at, kinds=comm["kind"], launch_ts=comm["launch_ts"],
-                      host_thread=host_thread, anchor=anchor, issue_ts=anchor,
-                      need_ts=lookup(needs, comm["corr"], comm["ts"]))
+    kinds, launch_ts, need_ts = comm["kind"].copy(), comm["launch_ts"].copy(), lookup(needs, comm["corr"], comm["ts"])
+    del comm  # (the caller holds none: its rows, 54 bytes an operation, are not held while the table is built)
+    return comm_table(rec, values, gpu=True, rows=at, kinds=kinds, launch_ts=launch_ts, host_thread=host_thread,
+                      anchor=anchor, issue_ts=anchor, need_ts=need_ts)
 
 
 def cpu_table(f: SpilledFile, comm_re, comm_ann, names: list[str], values, activity, ends) -> CommTable:
     """CPU mode: the file's table from its calls and annotations, classified as in memory
     (``activity``: the host activity of its compute CPU ops; ``ends``: see
     :func:`~overlapprof.analysis.rank.events.ends_at_peer`)."""
-    recs = f.rows.recs.arrays()
+    recs = f.rows.recs.read()
     rec = f.recorder.records(recs["thread"], f.threads, recs["row"])
     rec.rows = np.arange(recs["row"].size)
     scan = Scan.of_columns(f.path, {k: recs[k] for k in SCAN_COLUMNS}, None, rec)

@@ -38,6 +38,9 @@ _GPU_ROW = np.dtype([("corr", "<f8"), ("ts", "<f8"), ("dur", "<f8"), ("codes", "
                      ("thread", "<i4"), ("row", "<i8")])
 _CPU_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("thread", "<i4"), ("name_ids", "<i4")])
 _CALL_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("thread", "<i4"), ("name_ids", "<i4"), ("collective", "i1")])
+# the rows the communication records read (a call or annotation per operation): in the store, so past
+# its budget they wait on disk as the other rows do
+_REC_ROW = np.dtype([*((k, np.dtype(t)) for k, t in SCAN_COLUMNS.items()), ("row", "<i8")])
 _JOINED_ROW = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("codes", "i1"), ("name_ids", "<i4"), ("launch_ts", "<f8"),
                         ("launch_thread", "<i4"), ("corr", "<f8"), ("thread", "<i4"), ("row", "<i8")])
 # Roles of a name, for the few rows and the CPU ops kept (bits).
@@ -71,7 +74,7 @@ class SpilledRows:
         self.cpu = store.file("cpu", _CPU_ROW)
         self.calls = store.file("calls", _CALL_ROW)
         self.sample = Sample()  # of the times kept on disk: where the time buckets are cut
-        self.recs = GrowingColumns({**SCAN_COLUMNS, "row": np.int64}, 1 << 10) if records else None
+        self.recs = store.file("recs", _REC_ROW, columns=True) if records else None
 
     def append(self, columns: dict, corr: np.ndarray) -> None:
         codes, name_ids = columns["codes"], columns["name_ids"]
@@ -84,7 +87,7 @@ class SpilledRows:
         is_call = is_cpu & ((role & _CALL) != 0)
         row0 = self.size
         if self.recs is not None and (rec_rows := np.flatnonzero(is_call | (is_ann & ((role & _RECORD_ANN) != 0)))).size:
-            self.recs.append(row=rec_rows + row0, **{k: v[rec_rows] for k, v in columns.items()})
+            self.recs.append({"row": rec_rows + row0, **{k: v[rec_rows] for k, v in columns.items()}})
         if is_call.any():
             rec = np.empty(int(np.count_nonzero(is_call)), dtype=_CALL_ROW)
             for k in _CALL_ROW.names:
@@ -151,6 +154,8 @@ class SpilledRows:
         self.gpu.remove()
         self.cpu.remove()
         self.calls.remove()
+        if self.recs is not None:
+            self.recs.remove()
 
 
 @dataclass

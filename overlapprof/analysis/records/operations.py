@@ -100,9 +100,15 @@ def _first_of_runs(mask: np.ndarray, *keys: np.ndarray) -> np.ndarray:
     return owner
 
 
-def rank_operations(table: CommTable) -> CommOperations:
-    """One rank's logical operations, in time order (module docstring); ``rank`` is left -1."""
-    order = np.argsort(table.ts, kind="stable")
+# Table rows whose operation columns are made at once (rank_operations): the temporaries are per
+# block (about 240 bytes an operation at once on the 300 MB generated trace, 2026-12-07).
+OPS_BLOCK = 1 << 16
+
+
+def _block_columns(table: CommTable, order: np.ndarray, group_ids: Index) -> dict[str, np.ndarray]:
+    """The operation columns of the table's rows ``order`` (one per row, before merging), with
+    what merging reads: ``by_seq``, ``raw_seq`` and ``call_ts``; ``group_ids``: the group
+    names' codes, grown here."""
     v, n = table.values, order.size
     names, strings = v.names, v.strings
     text = lambda f, code: strings[f].values[code] if code >= 0 else None  # noqa: E731
@@ -115,7 +121,6 @@ def rank_operations(table: CommTable) -> CommOperations:
         kind_code = table.kind[order].astype(np.int8)
     p2p = kind_code == KINDS.index("send_recv")
     pg = table.strings["pg_name"][order]
-    group_ids = Index()
     found, inverse = per_distinct(lambda c: group_ids[text("pg_name", c) or DEFAULT_GROUP], pg)
     group_code = np.array(found + [0], dtype=np.int64)[inverse]
     seq = table.numbers["seq"][order]
@@ -151,8 +156,31 @@ def rank_operations(table: CommTable) -> CommOperations:
         "issue": np.fmin(table.issue_ts[order], ts), "need": table.need_ts[order].astype(np.float64),
         "thread": table.thread[order].astype(np.int64),
     }
+    cols.update(by_seq=by_seq, raw_seq=seq, call_ts=table.call_ts[order])
+    return cols
+
+
+def rank_operations(table: CommTable) -> CommOperations:
+    """One rank's logical operations, in time order (module docstring); ``rank`` is left -1.
+    Each operation's columns are made :data:`OPS_BLOCK` of the table's rows at a time (the
+    temporaries are per block), then the kernels of one operation merged."""
+    order = np.argsort(table.ts, kind="stable")
+    n = order.size
+    group_ids = Index()  # codes in order of first appearance, block after block as in one pass
+    cols = None
+    for lo in range(0, max(n, 1), OPS_BLOCK):
+        part = _block_columns(table, order[lo : lo + OPS_BLOCK], group_ids)
+        if n <= OPS_BLOCK:
+            cols = part
+            break
+        if cols is None:  # filled a block at a time, not joined at the end (see CommTable.filled)
+            cols = {k: np.empty(n, dtype=v.dtype) for k, v in part.items()}
+        for k, v in part.items():
+            cols[k][lo : lo + OPS_BLOCK] = v
+    del order
+    by_seq, seq, call_ts = cols.pop("by_seq"), cols.pop("raw_seq"), cols.pop("call_ts")
+    group_code = cols["group"]
     # Kernels of one host call (or one group + sequence number) become one operation.
-    call_ts = table.call_ts[order]
     owner = _first_of_runs(by_seq, group_code, seq)
     by_call = ~by_seq & ~np.isnan(call_ts)
     owner = np.where(by_call, _first_of_runs(by_call, call_ts), owner)
@@ -171,7 +199,10 @@ def concat_operations(parts: dict[int, CommOperations], group_sizes: dict[str, i
     """All ranks' operations (``parts`` by rank): rank column set, unknown group sizes taken from
     ``group_sizes``, scaled byte counts multiplied by the group size (unknown size: unknown bytes)."""
     ranks = sorted(parts)
-    cat = {n: np.concatenate([getattr(parts[r], n) for r in ranks]).astype(t) for n, t in _COLUMNS.items()}
+    if len(ranks) == 1:  # one rank's columns, shared (not written to): one copy of its operations, not two
+        cat = {n: np.asarray(getattr(parts[ranks[0]], n), dtype=t) for n, t in _COLUMNS.items()}
+    else:
+        cat = {n: np.concatenate([getattr(parts[r], n) for r in ranks]).astype(t) for n, t in _COLUMNS.items()}
     cat["rank"] = np.repeat(np.array(ranks, dtype=np.int64), [len(parts[r]) for r in ranks])
     names = Index()
     cat["group"] = np.concatenate(

@@ -68,13 +68,31 @@ class CommTable:
         first = parts[0]
         if len(parts) == 1:
             return first
-        arrays = {n: np.concatenate([getattr(p, n) for p in parts])
-                  for n in ("kind", "name", "thread", "ts", "dur", "step", "launch_ts", "annotation", "call",
-                            "call_ts", "peer", "issue_ts", "need_ts")}
+        arrays = {n: np.concatenate([getattr(p, n) for p in parts]) for n in _ARRAYS}
         own = None if first.own is None else {k: [v for p in parts for v in p.own[k]] for k in first.own}
         return cls(source=first.source, values=first.values, **arrays,
                    strings={k: np.concatenate([p.strings[k] for p in parts]) for k in first.strings},
                    numbers={k: np.concatenate([p.numbers[k] for p in parts]) for k in first.numbers}, own=own)
+
+    def filled(self, out: CommTable | None, at: slice, n: int) -> CommTable:
+        """This block's rows written at ``at`` of ``out``, a table of ``n`` rows (None: made
+        here, of this block's column types): one table's columns, filled a block at a time,
+        not blocks joined at the end (freed blocks would stay in the heap beside the join)."""
+        if out is None:
+            made = lambda a: np.empty(n, dtype=a.dtype)  # noqa: E731
+            out = CommTable(source=self.source, values=self.values, **{k: made(getattr(self, k)) for k in _ARRAYS},
+                            strings={k: made(v) for k, v in self.strings.items()},
+                            numbers={k: made(v) for k, v in self.numbers.items()},
+                            own=None if self.own is None else {k: [] for k in self.own})
+        for k in _ARRAYS:
+            getattr(out, k)[at] = getattr(self, k)
+        for mine, theirs in ((self.strings, out.strings), (self.numbers, out.numbers)):
+            for k, v in mine.items():
+                theirs[k][at] = v
+        if self.own is not None:
+            for k, v in self.own.items():
+                out.own[k] += v
+        return out
 
     def string(self, name: str) -> list:
         """The values of a string field, by row (None: absent)."""
@@ -103,6 +121,13 @@ class CommTable:
         return [CommRecord(source=self.source, **dict(zip(keys, row))) for row in zip(*cols.values())]
 
 
+_ARRAYS = ("kind", "name", "thread", "ts", "dur", "step", "launch_ts", "annotation", "call", "call_ts", "peer",
+           "issue_ts", "need_ts")
+# Events whose table rows are made at once (comm_table): the lookups' temporaries are per block,
+# not per operation of the rank (about 380 bytes an operation at once, 2026-12-06).
+TABLE_BLOCK = 1 << 16
+
+
 def _id_value(value):
     """A pid/tid as CommRecord types it: int or str (anything else: None)."""
     return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
@@ -111,28 +136,43 @@ def _id_value(value):
 def innermost(c_thread, c_start, c_end, q_thread, q_time) -> np.ndarray:
     """For each query (thread, time): the candidate on that thread that encloses the time
     (``start <= t <= end``) most tightly, or -1. A thread's candidates nest (host-side ops)."""
-    out = np.full(q_time.size, -1, dtype=np.int64)
-    if c_start.size == 0 or q_time.size == 0:
+    return Nested(c_thread, c_start, c_end).find(q_thread, q_time)
+
+
+class Nested:
+    """Candidates of :func:`innermost`, sorted once by (thread, start), for queries that come a
+    block at a time (:func:`comm_table`)."""
+
+    def __init__(self, c_thread, c_start, c_end):
+        self.order = np.lexsort((c_start, c_thread)) if c_start.size else np.empty(0, np.int64)  # stable
+        self.threads, self.starts, self.ends = c_thread[self.order], c_start[self.order], c_end[self.order]
+        self._parents: dict[int, list[int]] = {}  # a thread's first candidate -> its candidates' parents
+
+    def find(self, q_thread, q_time) -> np.ndarray:
+        """The innermost enclosing candidate of each query (an index into the candidates), or -1."""
+        out = np.full(q_time.size, -1, dtype=np.int64)
+        if self.starts.size == 0 or q_time.size == 0:
+            return out
+        order, threads, starts, ends = self.order, self.threads, self.starts, self.ends
+        lo, hi = np.searchsorted(threads, q_thread, "left"), np.searchsorted(threads, q_thread, "right")
+        for thread in np.flatnonzero(np.bincount(q_thread[hi > lo])).tolist():  # (np.unique imports numpy.ma)
+            queries = np.flatnonzero(q_thread == thread)
+            a, b = int(lo[queries[0]]), int(hi[queries[0]])
+            t = q_time[queries]
+            j = a + np.searchsorted(starts[a:b], t, "right") - 1
+            found = (j >= a) & (ends[np.maximum(j, a)] >= t)
+            out[queries[found]] = order[j[found]]
+            late = np.flatnonzero((j >= a) & ~found)  # the last op started before t ended before it
+            if late.size:
+                if a not in self._parents:
+                    self._parents[a] = _parents(starts[a:b], ends[a:b])
+                parent = self._parents[a]
+                for q, k in zip(queries[late].tolist(), (j[late] - a).tolist()):
+                    tq = q_time[q]
+                    while k >= 0 and ends[a + k] < tq:
+                        k = parent[k]
+                    out[q] = order[a + k] if k >= 0 else -1
         return out
-    order = np.lexsort((c_start, c_thread))  # stable: equal starts keep their order
-    threads, starts, ends = c_thread[order], c_start[order], c_end[order]
-    lo, hi = np.searchsorted(threads, q_thread, "left"), np.searchsorted(threads, q_thread, "right")
-    for thread in np.flatnonzero(np.bincount(q_thread[hi > lo])).tolist():  # (np.unique imports numpy.ma)
-        queries = np.flatnonzero(q_thread == thread)
-        a, b = int(lo[queries[0]]), int(hi[queries[0]])
-        t = q_time[queries]
-        j = a + np.searchsorted(starts[a:b], t, "right") - 1
-        found = (j >= a) & (ends[np.maximum(j, a)] >= t)
-        out[queries[found]] = order[j[found]]
-        late = np.flatnonzero((j >= a) & ~found)  # the last op started before t ended before it
-        if late.size:
-            parent = _parents(starts[a:b], ends[a:b])
-            for q, k in zip(queries[late].tolist(), (j[late] - a).tolist()):
-                tq = q_time[q]
-                while k >= 0 and ends[a + k] < tq:
-                    k = parent[k]
-                out[q] = order[a + k] if k >= 0 else -1
-    return out
 
 
 def _parents(starts: np.ndarray, ends: np.ndarray) -> list[int]:
@@ -176,20 +216,44 @@ def comm_table(rec: Records, values: Values, *, gpu: bool, rows: np.ndarray, kin
     is left -1 (the caller knows the steps). ``issue_ts`` (default: the launch, else the start)
     and ``need_ts`` (default NaN: unknown): see :class:`CommTable`."""
     n = rows.size
-    own_rec = np.searchsorted(rec.rows, rows)
     rec_role = values.roles[rec.name]
 
     def enclosing(category, role):
         cand = np.flatnonzero((rec.code == category) & ((rec_role & role) != 0))
         ts = rec.ts[cand]
-        return _take(cand, innermost(rec.thread[cand], ts, event_ends(ts, rec.dur[cand]), host_thread, anchor), -1)
+        return cand, Nested(rec.thread[cand], ts, event_ends(ts, rec.dur[cand]))
 
-    params, call = enclosing(K.CPU_OP, PARAMS), enclosing(K.CPU_OP, CALL)
-    annotation = enclosing(K.ANNOTATION, ANNOTATION) if gpu else np.full(n, -1, dtype=np.int64)
-    sources = [own_rec, annotation, params]
-    arg_sources = [rec.args_of(s) for s in sources]
+    near = [enclosing(K.CPU_OP, PARAMS), enclosing(K.CPU_OP, CALL)] + ([enclosing(K.ANNOTATION, ANNOTATION)] if gpu else [])
     seq, lower = rec.numbers["seq"], rec.numbers["seq_lower"]
     seq = lower if seq.size == 0 else seq if lower.size == 0 else np.where(np.isnan(seq), lower, seq)
+    out = None
+    for lo in range(0, max(n, 1), TABLE_BLOCK):  # (one empty block when there is no event)
+        at = slice(lo, lo + TABLE_BLOCK)
+        part = _block(rec, values, near, seq, gpu, rows[at], host_thread[at], anchor[at], launch_ts[at])
+        part.kind = kinds[at].astype(np.int8)
+        if issue_ts is not None:
+            part.issue_ts = issue_ts[at]
+        if need_ts is not None:
+            part.need_ts = need_ts[at]
+        if n <= TABLE_BLOCK:
+            return part
+        out = part.filled(out, at, n)
+    return out
+
+
+def _block(rec: Records, values: Values, near: list, seq: np.ndarray, gpu: bool, rows: np.ndarray,
+           host_thread: np.ndarray, anchor: np.ndarray, launch_ts: np.ndarray) -> CommTable:
+    """The table of a block of :func:`comm_table`'s events (``near``: the candidates of the
+    enclosing params, call and (GPU) annotation, with their :class:`Nested`; ``seq``: the
+    records' sequence numbers, Seq's else Seq Lower's). ``kind`` is left for the caller."""
+    n = rows.size
+    own_rec = np.searchsorted(rec.rows, rows)
+    found = [_take(cand, nested.find(host_thread, anchor), -1) for cand, nested in near]
+    params, call = found[0], found[1]
+    annotation = found[2] if gpu else np.full(n, -1, dtype=np.int64)
+    del found
+    sources = [own_rec, annotation, params]
+    arg_sources = [rec.args_of(s) for s in sources]
     strings = {k: _merge(rec.strings[k], arg_sources, -1) for k in MERGED_STRINGS}
     numbers = {k: _merge(seq if k == "seq" else rec.numbers[k], arg_sources, np.nan) for k in MERGED_NUMBERS}
     names = _take(rec.name, sources[1], -1), _take(rec.name, call, -1)
@@ -199,13 +263,13 @@ def comm_table(rec: Records, values: Values, *, gpu: bool, rows: np.ndarray, kin
     own = None
     if rec.own is not None:
         own = {k: [v[i] if i >= 0 else None for i in arg_sources[0].tolist()] for k, v in rec.own.items()}
+    ts = rec.ts[own_rec]
     return CommTable(
-        source="kernel" if gpu else "annotation", values=values, kind=kinds.astype(np.int8),
-        name=rec.name[own_rec].astype(np.int32), thread=rec.thread[own_rec], ts=rec.ts[own_rec],
+        source="kernel" if gpu else "annotation", values=values, kind=np.empty(0, np.int8),
+        name=rec.name[own_rec].astype(np.int32), thread=rec.thread[own_rec], ts=ts,
         dur=rec.dur[own_rec], step=np.full(n, -1, dtype=np.int64), launch_ts=launch_ts,
         annotation=names[0].astype(np.int32), call=names[1].astype(np.int32), call_ts=call_ts, peer=peer,
-        issue_ts=np.where(np.isnan(launch_ts), rec.ts[own_rec], launch_ts) if issue_ts is None else issue_ts,
-        need_ts=np.full(n, np.nan) if need_ts is None else need_ts,
+        issue_ts=np.where(np.isnan(launch_ts), ts, launch_ts), need_ts=np.full(n, np.nan),
         strings=strings, numbers=numbers, own=own,
     )
 
