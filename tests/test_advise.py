@@ -453,15 +453,44 @@ def test_a_saving_under_3_percent_is_left_out_and_the_run_is_quiet(tmp_path):
 
 def test_a_saving_inside_the_traced_steps_spread_is_left_out(tmp_path):
     """Steps of 1000 and 2000 µs (layer3 400 or 1400 µs): their median deviation from the median
-    step is 500 µs, so the 300 µs the async all_reduce saves is not told from the run's noise."""
+    step is 500 µs, so over 4 steps the 300 µs the async all_reduce saves is not told from the
+    run's noise; over 32 steps, whose median is known that much better, it is."""
     path = _write(tmp_path / "noisy", {r: _steps([400, 1400, 400, 1400]) for r in (0, 1)}, run=_host(8))
     a = advise([path], workers=1)
     assert not a.items and a.verdict.startswith("nothing worth changing")
     why = next(r.why for r in a.rejected if r.rule == "async")
-    assert "it saves 0.300 ms, under the traced steps' own spread (0.500 ms" in why
+    # two medians of 4 such steps differ by sqrt(2) x 1.858 x 500 / sqrt(4) = 0.657 ms as noise
+    assert "it saves 0.300 ms, under the standard error of a saving from the median step it starts from" in why
+    assert "(0.657 ms, its steps' spread 0.500 ms)" in why
     steady = advise([_write(tmp_path / "steady", {r: _steps([400, 400, 400, 400]) for r in (0, 1)},
                             run=_host(8))], workers=1)
     assert [i.change for i in steady.items] == ["async=all_reduce"]  # the same change, without the spread
+    longer = advise([_write(tmp_path / "longer", {r: _steps([400, 1400] * 16) for r in (0, 1)}, run=_host(8))],
+                    workers=1)
+    # the same spread over 32 steps: their medians differ by 0.232 ms as noise, under the 0.300 saved
+    assert [i.change for i in longer.items] == ["async=all_reduce"]
+    assert longer.items[0].saving_us == pytest.approx(300)
+
+
+def test_a_second_item_is_weighed_against_the_noise_left_after_the_first(tmp_path):
+    """Rank 1 computes 2000 or 4000 µs more by turns before a blocking all_reduce: steps of 3000
+    and 5000 µs (spread 1000 µs: two medians of 4 such steps differ by 1.314 ms as noise). Without the
+    straggler every step is 1000 µs: the 300 µs that making the all_reduce async then saves is
+    weighed against those replayed steps' spread (none), not the traced one, and is listed."""
+    def step(base, extra, wait):
+        return [*_compute("layer3", base, 400 + extra), *_blocking(base + 400 + extra, 300 + wait),
+                *_compute("layer4", base + 700 + extra + wait, 300)]
+
+    extras = [2000, 4000, 2000, 4000]
+    fast, slow, base = [], [], 0
+    for k, extra in enumerate(extras):
+        length = 1000 + extra
+        fast += [S.step(k + 1, base, length), *step(base, 0, extra)]
+        slow += [S.step(k + 1, base, length), *step(base, extra, 0)]
+        base += length
+    a = advise([_write(tmp_path / "two", {0: fast, 1: slow}, run=_host(8))], workers=1)
+    assert [i.change for i in a.items] == ["no_straggler=1", "async=all_reduce"], (a.items, a.rejected)
+    assert a.items[1].saving_us == pytest.approx(300)
 
 
 def test_overlap_on_a_host_with_fewer_cores_than_threads_is_a_hint(tmp_path):

@@ -31,6 +31,9 @@ from overlapprof.analysis.replay.transfer import fit, interference
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.report.whatif import Prediction
 
+# the standard error of the difference of two runs' median steps (this one's and a rerun's, taken
+# as noisy as it) per median absolute deviation and 1/sqrt(steps): sqrt(2) x sqrt(pi/2) x 1.4826
+MEDIAN_SE = 2 ** 0.5 * 1.2533 * 1.4826
 MOVED = 0.01  # compute moved beside communication, as a share of the rank's work a step, that counts
 
 
@@ -169,3 +172,20 @@ class Replayer:
         if not diffs:
             return mid, mid, mid
         return mid, percentile(diffs, 2.5), percentile(diffs, 97.5)
+
+    def noise(self, o: Outcome) -> tuple[float, float]:
+        """(standard error, spread) of a saving from ``o``'s median step (µs): the spread the
+        median absolute deviation of its (rank, step) steps each from its rank's median (a rank the
+        change leaves longer than the others every step is not noise), the error the difference of
+        two medians of that spread would have (``MEDIAN_SE`` times it over the square root of the
+        steps of one rank: its ranks run in lock-step, so their steps are not more samples). The
+        traced steps for the run unchanged; after a change, the replayed ones: a straggler's
+        jitter goes with the straggler."""
+        by: dict[int, list[float]] = {}
+        for (rank, _), v in o.pairs.items():
+            by.setdefault(rank, []).append(v)
+        if not by:
+            return self.spread_us, self.spread_us
+        spread = median([abs(v - median(vs)) for vs in by.values() for v in vs])
+        per_rank = len(o.pairs) / len(by)
+        return MEDIAN_SE * spread / max(per_rank, 1.0) ** 0.5, spread
