@@ -42,10 +42,10 @@ import numpy as np
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.replay.buckets import Refused, regroup
 from overlapprof.analysis.replay.hostsync import drop_barriers
-from overlapprof.analysis.replay.microbatch import micro_batches
+from overlapprof.analysis.replay.microbatch import RECV, micro_batches, pipeline
 from overlapprof.analysis.replay.percall import shares
 from overlapprof.analysis.replay.prefetch import prefetch
-from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
+from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, SEND_RECV, Traced
 from overlapprof.analysis.replay.transfer import UNHINDERED_PERCENTILE, Model, held, scaled, unhindered
 from overlapprof.analysis.stats import median
 from overlapprof.errors import InputError
@@ -328,22 +328,24 @@ def _make_async(tr: Traced, value: str) -> list[str]:
     if not (tr.kind == code).any():
         raise Unmodelled(f"async={value}: the trace has no {kind_name} operation")
     moved = 0
+    inputs = code == SEND_RECV and pipeline(tr)
     for lane in tr.lanes.values():
-        moved += _move_needs(tr, lane, code, at_end=where == "end")
+        moved += _move_needs(tr, lane, code, at_end=where == "end", keep_receives=inputs)
     if not moved:
         raise Unmodelled(f"async={value}: every {kind_name} operation already has compute in its window "
                          "(it is asynchronous already)")
     return [f"async={value}: {moved} blocking {kind_name} operations made asynchronous"]
 
 
-def _move_needs(tr: Traced, lane, code: int, at_end: bool) -> int:
+def _move_needs(tr: Traced, lane, code: int, at_end: bool, keep_receives: bool = False) -> int:
     issued, moved = {}, 0
     cum = 0.0
     blocking = []
     for j, (kind, ref) in enumerate(zip(lane.kind, lane.ref)):
         if kind == ISSUE:
             issued[ref] = cum
-        elif kind == NEED and tr.kind[ref] == code and ref in issued and cum - issued[ref] <= 0:
+        elif kind == NEED and tr.kind[ref] == code and ref in issued and cum - issued[ref] <= 0 \
+                and not (keep_receives and tr.direction[ref] == RECV):
             blocking.append(ref)
         cum += lane.compute[j]
     for row in blocking:

@@ -136,6 +136,22 @@ def _spread(p: np.ndarray, m: int, n: int, floor: float, ceiling: float, opens: 
     return np.interp(np.arange(1, n + 1) / n, knots, values)
 
 
+def pipeline(tr: Traced) -> bool:
+    """Whether every step that issues send/recv operations is a pipeline's (:func:`_check`: per
+    peer, the sends and the receives in two runs, a forward then a backward; not a ring's hops)."""
+    seen = False
+    for rank, lane in tr.lanes.items():
+        for k, (s, e) in enumerate(_steps(lane)):
+            groups = _groups(tr, lane, s, e)
+            if groups:
+                try:
+                    _check(tr, rank, lane.steps[k], groups)
+                except Refused:
+                    return False
+                seen = True
+    return seen
+
+
 def micro_batches(tr: Traced, n: int, latency: np.ndarray, per_call: dict | None = None) -> int:
     """Rewrite ``tr`` in place for ``n`` micro-batches a step; the traced M (the largest, when
     steps differ). ``per_call``: rank -> step number -> the share of the micro-batches' compute
