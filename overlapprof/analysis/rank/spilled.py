@@ -7,7 +7,8 @@ parts of a parallel read): in memory it keeps only the ``ProfilerStep#N`` spans 
 kernel is seen (CPU mode), the communication calls and annotations; in the store (the
 :class:`~overlapprof.analysis.engine.store.Store` it is handed) the GPU activity
 and runtime calls in buckets of correlation id (:data:`BUCKET_ROWS` rows each, about), the
-communication calls in file order and the CPU ops that may be compute. :func:`joined_by_time`
+communication calls in file order and, until a kernel is seen, the CPU ops that may be
+compute (GPU mode never reads them). :func:`joined_by_time`
 then joins each GPU event to its launch a correlation bucket at a time and puts the result in
 buckets of time; :func:`calls_by_time` puts each call in every time bucket it overlaps.
 """
@@ -118,11 +119,16 @@ class SpilledRows:
             self.sample.add(rec["ts"])
         compute = is_cpu & ((role & _CPU_COMPUTE) != 0)
         if compute.any():
-            rec = np.empty(int(np.count_nonzero(compute)), dtype=_CPU_ROW)
-            for k in ("ts", "dur", "thread", "name_ids"):
-                rec[k] = columns[k][compute]
-            self.cpu.append(rec)
-            self.sample.add(rec["ts"])
+            # Once a kernel is seen the rank is in GPU mode, which never reads these rows: they
+            # are not kept (on the generated trace, half the rows, written to disk past the
+            # budget). Their times still go to the sample, so the time buckets are cut where
+            # they always were.
+            if not self.kernels:
+                rec = np.empty(int(np.count_nonzero(compute)), dtype=_CPU_ROW)
+                for k in ("ts", "dur", "thread", "name_ids"):
+                    rec[k] = columns[k][compute]
+                self.cpu.append(rec)
+            self.sample.add(columns["ts"][compute])
         self.negative += int(np.count_nonzero(columns["dur"] < 0))
         self.size += codes.size
 
