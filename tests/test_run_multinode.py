@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, SHORT_SCHEDULE, _overlapprof
+from conftest import REPO, SHORT_SCHEDULE, _overlapprof, overlapprof_here
 
 
 def free_port():
@@ -58,11 +58,12 @@ def test_one_run_directory_holds_every_rank(two_nodes, variant):
 
 
 def test_a_finished_run_cannot_be_joined(two_nodes):
+    """Refused before any rank starts: in this process (a subprocess's imports cost ~1 s)."""
     out = two_nodes[0]
-    proc = _overlapprof("run", "workloads/ring.py", "--nproc", 2, "--nnodes", 2, "--node-rank", 1,
-                        "--run-id", "mn", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
-                        "--out", out, "--variant", "sync")
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1] == (
+    result = overlapprof_here("run", "workloads/ring.py", "--nproc", 2, "--nnodes", 2, "--node-rank", 1,
+                              "--run-id", "mn", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+                              "--out", out, "--variant", "sync")
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert result.stderr.strip().splitlines()[-1] == (
         f"Error: run directory {out / 'mn-sync'} exists and is not a running 2-node run of "
         "--run-id mn; runs are never overwritten")
