@@ -378,6 +378,11 @@ def test_the_words_of_a_run_of_overlapprof_run_name_its_options():
     assert late == ("rank 1 is late by 20.000 ms a step, 15.000 ms of it outside compute and communication: look at "
                     "its data loading and host code (this run: --opt slow_ms=20 on rank 1: drop it)")
     assert terms.host_sync(facts("async", host_sync=True)).endswith("(this run: --opt host_sync=true: drop it)")
+    assert terms.bucket(facts("async", bucket_cap_mb=2.0), "bucket_cap_mb=1") == "rerun with --opt bucket_cap_mb=1 (was 2)"
+    sync = facts("sync", bucket_cap_mb=2.0)
+    sync.said["async_variant"] = "yes"  # DDP's sync variant: no_sync, one all_reduce after backward
+    assert terms.bucket(sync, "bucket_cap_mb=1") == (
+        "rerun with --variant async --opt bucket_cap_mb=1 (the sync variant has no buckets)")
     own = facts("async")
     own.workload = None
     assert terms.bucket(own, "bucket_cap_mb=5") == "DistributedDataParallel(model, bucket_cap_mb=5)"

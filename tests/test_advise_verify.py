@@ -22,7 +22,7 @@ import pytest
 import overlapprof
 from overlapprof.errors import InputError
 from overlapprof.launch import netns
-from overlapprof.launch.rerun import change_to_request, command
+from overlapprof.launch.rerun import change_to_request, command, plan_rerun
 from overlapprof.launch.verify import RESULT, VerifyFailed, verify
 from overlapprof.report.advice import Verification
 
@@ -93,6 +93,15 @@ def test_bucket_cap_mb_sets_ddps_option(traced, tmp_path):
     assert request.options["bucket_cap_mb"] == 8.0 and request.variants == ["async"]
     assert request.workload.name == "ddp" and request.nproc == 2 and request.schedule.active == 3
     assert "bucket_cap_mb=8.0" in command(request, "x")
+
+
+def test_bucket_cap_mb_on_ddps_sync_variant_reruns_the_async_one(traced, tmp_path):
+    """The sync variant reduces its gradients in one all_reduce after backward (no_sync): a bucket
+    size changes nothing there, so the rerun that makes the replayed buckets is the async one."""
+    run = _copy(traced, tmp_path / "ddp", workload="ddp", variant="sync")
+    planned = plan_rerun(run, "bucket_cap_mb=1")
+    assert planned.request.variants == ["async"] and planned.request.options["bucket_cap_mb"] == 1.0
+    assert any("--variant async" in n and "no buckets" in n for n in planned.notes)
 
 
 def test_prefetch_is_fsdps_option_on_top_of_the_traced_depth(traced, tmp_path):

@@ -853,3 +853,17 @@ def test_compute_does_not_scale_the_time_an_op_spends_inside_the_communication_c
     assert got["compute=x2"].step_us == pytest.approx(1600)
     # x0.5: issued at 200, the span from 400 to 700; the lane at its wait at 200 + 200 + 100 = 500
     assert got["compute=x0.5"].step_us == pytest.approx(700 + 50)
+
+
+def test_buckets_nothing_computed_beside_keep_the_steps_own_pace(tmp_path):
+    """Two 4000-byte buckets taking 300 + 100 µs with nothing computed beside them (compute
+    [0, 400), the first bucket, compute to 1100, the second, compute [1200, 1400)): what slowed the
+    first is not compute, so merged into one 8000-byte bucket (issued and waited at once after 800
+    µs of work) it moves at the step's own pace, 400 µs, not the least hindered traced one (the
+    10th percentile over both ranks, 0.025 µs a byte: 200 µs, a 1200 µs step): the step is the traced 1400, 800 + 400 + 200."""
+    events = [S.step(1, 0, 1400), S.cpu_op("aten::mm", 0, 400), *_async_bucket(400, 300),
+              S.cpu_op("aten::mm", 700, 400), *_async_bucket(1100, 100), S.cpu_op("aten::mm", 1200, 200)]
+    change = f"bucket_cap_mb={8000 / (1 << 20)!r}"
+    got = _predict(_write(tmp_path, {0: events, 1: events}), change)[change]
+    assert got.modelled and "1 bucket in all" in got.notes[0]
+    assert got.step_us == pytest.approx(1400)

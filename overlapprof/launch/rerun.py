@@ -4,7 +4,9 @@ whatif``'s ``--set`` strings, comma-combined ones too) into the
 ``run.json`` (its variant, options, ranks, device, link and profiler schedule), or into a
 one-line reason when no rerun makes that change:
 
-- ``bucket_cap_mb=N``: the workload's ``bucket_cap_mb`` option (DDP's bucket size), N MiB;
+- ``bucket_cap_mb=N``: the workload's ``bucket_cap_mb`` option (DDP's bucket size), N MiB, on
+  the variant whose buckets it sizes (:data:`BUCKETED`: ddp's sync variant reduces every gradient
+  in one all_reduce after backward, whatever the size);
 - ``prefetch=N``: the workload's ``prefetch`` option (FSDP), on its ``async`` variant; the replay
   issues each all-gather N units earlier *than traced*, so the rerun prefetches the traced depth
   (0 for the sync variant) + N;
@@ -56,6 +58,8 @@ ASYNC = {
                   ("async", "all_reduce"): ("async", {"wait_early": False, "host_sync": False}, "end")},
     "ddp": {("sync", "all_reduce"): ("async", {}, "end")},
 }
+# bucket_cap_mb=N: per bundled workload, the variant whose gradient buckets the option sizes
+BUCKETED = {"ddp": "async"}
 _ASYNC_NOTE = {"ddp": "DDP's async variant also splits the gradients into buckets (bucket_cap_mb), which the replay "
                       "of one all_reduce made asynchronous does not"}
 
@@ -149,6 +153,11 @@ def _apply(plan: _Plan, name: str, value: str) -> str | None:
         if not 0 < mb < float("inf"):
             return "a size in MiB, a positive number"
         opts["bucket_cap_mb"] = mb
+        bucketed = BUCKETED.get(workload)
+        if bucketed and req.variants != [bucketed]:
+            plan.notes.append(f"bucket_cap_mb={value}: rerun with --variant {bucketed} (the {req.variants[0]} variant "
+                              "has no buckets: its gradients are reduced in one all_reduce after backward)")
+            req.variants = [bucketed]
     elif name == "prefetch":
         if "prefetch" not in opts or "async" not in req.workload.variants:
             return f"workload {workload} has no prefetch option on an async variant (FSDP's prefetching)"

@@ -102,6 +102,8 @@ def _run(facts: Facts) -> bool:
 def bucket(facts: Facts, change: str) -> str:
     mb = change.split("=", 1)[1]
     if _run(facts) and "bucket_cap_mb" in facts.options:
+        if facts.variant == "sync" and facts.said.get("async_variant"):  # no_sync: the option sizes nothing there
+            return f"rerun with --variant async --opt bucket_cap_mb={mb} (the sync variant has no buckets)"
         return f"rerun with --opt bucket_cap_mb={mb} (was {facts.options['bucket_cap_mb']:g})"
     return f"DistributedDataParallel(model, bucket_cap_mb={mb})"
 

@@ -11,7 +11,9 @@ of its last byte; each moves ``latency + bytes × pace``: the step's own time pe
 (``Σ (x_j − latency) / Σ B_j``, the transfer model's latency) for as much of it as its window
 (the work between its issue and the wait) holds, the least hindered traced pace (the 10th
 percentile over the trace's buckets: on CPU runs the compute beside a bucket stretches it several
-times over) for the rest, at most as many run at once as the traced ones
+times over) for the rest, as far as compute explains the step's pace (:func:`_pace`: at most the
+time compute ran beside the traced buckets; a step whose buckets had none beside keeps its own pace:
+what slowed them was not compute, and a regrouping does not remove it), at most as many run at once as the traced ones
 did (gloo's worker threads), with the rank's smallest traced lead over the run, and all are waited where the last
 traced bucket was (DDP waits for every bucket when backward ends). The k-th new bucket of every
 rank is one instance.
@@ -35,6 +37,7 @@ import numpy as np
 
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
+from overlapprof.analysis.replay.transfer import beside
 
 ALL_REDUCE = KINDS.index("all_reduce")
 MIB = 1 << 20
@@ -161,6 +164,27 @@ def _unhindered_per_byte(tr: Traced, per_rank: dict, latency: np.ndarray) -> flo
     return float(np.percentile(np.maximum(tr.transfer[inst] - lat, 0.0) / tr.nbytes[rows], 10))
 
 
+def _hindered_share(transfer: np.ndarray, compute: np.ndarray) -> float:
+    """The share of a step's traced bucket time that had compute beside it (per bucket, its ranks'
+    compute beside its transfer, summed as the ranks of one host share its cores, at most its
+    transfer)."""
+    total = float(np.sum(transfer))
+    return float(np.sum(np.minimum(transfer, compute))) / total if total > 0 else 0.0
+
+
+def _pace(per_byte: float, clean: float, traced_share: float, share: float) -> float:
+    """A new bucket's time per byte: the step's own ``per_byte`` less what compute beside the
+    traced buckets explains of it, for the hindered share the new bucket loses (``traced_share``
+    of the traced buckets' time had compute beside it, ``share`` of the new one's has). Compute
+    explains at most the gap to the least hindered pace (``per_byte − clean``) and at most the time
+    it ran beside them (``traced_share × per_byte``): where little or nothing computed beside the
+    traced buckets, their pace is the link's or the host's that step, and it is kept."""
+    if traced_share <= 0 or share >= traced_share:
+        return per_byte
+    explained = min(per_byte - clean, traced_share * per_byte)
+    return per_byte - explained * (traced_share - share) / traced_share
+
+
 def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
     """Rewrite ``tr`` in place for buckets of ``cap_mb`` MiB (see the module docstring); the new
     buckets per step. Refused when the trace lacks what it needs."""
@@ -173,6 +197,7 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
     # a start's delay beyond its issue is the scheduling of gloo's thread: the least one over the run's
     # buckets, not a step's (a single bucket's one-off delay repeated per bucket cost 0.5 ms each)
     least_lead = {r: float(np.min(tr.lead[[x for v in b.values() for x in v]])) for r, b in per_rank.items() if b}
+    compute_beside = beside(tr)
     new_rows: list[dict] = []
     made = 0
     for k in steps:
@@ -191,6 +216,7 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
         lat = float(np.min(latency[insts[0]])) if insts[0].size else 0.0
         per_byte = float(np.sum(np.maximum(tr.transfer[insts[0]] - lat, 0.0)) / np.sum(nbytes))
         clean = min(per_byte, unhindered)
+        traced_share = _hindered_share(tr.transfer[insts[0]], compute_beside[insts[0]])
         bounds = _bounds(nbytes, cap)
         if len(bounds) == nbytes.size and np.allclose(bounds, np.cumsum(nbytes)):
             made += len(bounds)  # the cap keeps the traced buckets: the step as traced, each its own time
@@ -238,7 +264,7 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray) -> int:
             # the step's own pace for as much of the transfer as compute runs beside it (its window:
             # the work between its issue and the wait), the unhindered pace for the rest
             share = min(1.0, min(w[m] for w in windows) / hindered) if hindered > 0 else 1.0
-            tr.transfer = np.append(tr.transfer, lat + size * (clean + (per_byte - clean) * share))
+            tr.transfer = np.append(tr.transfer, lat + size * _pace(per_byte, clean, traced_share, share))
             tr.warm = np.append(tr.warm, False)
         made += len(bounds)
     _append(tr, new_rows)
