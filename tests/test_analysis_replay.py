@@ -373,20 +373,28 @@ def test_prefetch_slows_a_gather_moved_beside_compute_as_the_fit_says(tmp_path):
     assert got["prefetch=1"].step_us == pytest.approx(490)
 
 
-def test_compute_also_shrinks_what_compute_beside_a_transfer_cost_it(tmp_path):
-    """Eight steps: an async all_reduce issued at 0 (its span from 1), compute c = 20 .. 160 µs
-    beside it, the wait, 100 µs more compute. Its transfer is 100 + 0.25 × (compute beside it on
-    both ranks, 2c): the fit finds slope 0.25 (r = 1), and compute=x0.5 takes 0.25 × c off each
-    transfer: 1 + (100 + 0.25c) + 50 a step."""
+def _compute_beside_an_all_reduce(tmp_path, slope: float) -> tuple[str, list[int]]:
+    """Eight steps on 2 ranks: an async all_reduce issued at 0 (its span from 1), compute c = 20 ..
+    160 µs beside it, the wait, 100 µs more compute; its transfer 100 + slope × 2c (both ranks'
+    compute beside it). Returns the trace folder and the c's."""
     events, cs, start = [], [20 * k for k in range(1, 9)], 0
     for k, c in enumerate(cs):
-        x = 100 + 0.25 * 2 * c
+        x = 100 + slope * 2 * c
         step = 1 + x + 100
         events += [S.step(k + 1, start, step), S.cpu_op("c10d::allreduce_", start, 1),
                    S.annotation("gloo:all_reduce", start + 1, x, tid=200), S.cpu_op("aten::mm", start + 1, c),
                    S.cpu_op("aten::mm", start + 1 + x, 100)]
         start += step
-    result = whatif([_write(tmp_path, {0: events, 1: events})], ["compute=x0.5"], workers=1)
+    return _write(tmp_path, {0: events, 1: events}), cs
+
+
+def test_compute_also_shrinks_what_compute_beside_a_transfer_cost_it(tmp_path):
+    """Eight steps: an async all_reduce issued at 0 (its span from 1), compute c = 20 .. 160 µs
+    beside it, the wait, 100 µs more compute. Its transfer is 100 + 0.25 × (compute beside it on
+    both ranks, 2c): the fit finds slope 0.25 (r = 1), and compute=x0.5 takes 0.25 × c off each
+    transfer: 1 + (100 + 0.25c) + 50 a step."""
+    folder, cs = _compute_beside_an_all_reduce(tmp_path, 0.25)
+    result = whatif([folder], ["compute=x0.5"], workers=1)
     assert any("transfer = 100 us + 0.250 x the compute beside it (r = 1.00, 8 instances)" in n for n in result.notes)
     expected = sorted(1 + (100 + 0.25 * c) + 50 for c in cs)
     assert result.predictions[0].step_us == pytest.approx((expected[3] + expected[4]) / 2)
@@ -398,15 +406,8 @@ def test_compute_changes_a_transfer_by_at_most_what_one_rank_computed_beside_it(
     on both ranks at once. The part compute cost it is taken as at most c, what one rank computed
     beside it: compute=x2 gives 1 + (100 + 2.5c) + 200 a step (not 100 + 3c), x0.5 1 + (100 + c)
     + 50 (not 100 + 0.75c)."""
-    events, cs, start = [], [20 * k for k in range(1, 9)], 0
-    for k, c in enumerate(cs):
-        x = 100 + 0.75 * 2 * c
-        step = 1 + x + 100
-        events += [S.step(k + 1, start, step), S.cpu_op("c10d::allreduce_", start, 1),
-                   S.annotation("gloo:all_reduce", start + 1, x, tid=200), S.cpu_op("aten::mm", start + 1, c),
-                   S.cpu_op("aten::mm", start + 1 + x, 100)]
-        start += step
-    result = whatif([_write(tmp_path, {0: events, 1: events})], ["compute=x2", "compute=x0.5"], workers=1)
+    folder, cs = _compute_beside_an_all_reduce(tmp_path, 0.75)
+    result = whatif([folder], ["compute=x2", "compute=x0.5"], workers=1)
     assert any("transfer = 100 us + 0.750 x the compute beside it (r = 1.00, 8 instances)" in n for n in result.notes)
     got = {p.change: p.step_us for p in result.predictions}
     for change, step in (("compute=x2", lambda c: 1 + 100 + 2.5 * c + 200), ("compute=x0.5", lambda c: 1 + 100 + c + 50)):

@@ -117,6 +117,22 @@ class ThreadRowEvent(RowEvent, gc=False):
     tid: Any = None
 
 
+class ShapeArgs(msgspec.Struct, gc=False):
+    """An op's recorded input shapes (``record_shapes=True``), decoded."""
+
+    input_dims: Any = msgspec.field(default=None, name=K.INPUT_DIMS)
+
+
+class ShapedEvent(_Basic, gc=False):
+    """One trace event with its thread and its ops' input shapes (the what-if's per-call share)."""
+
+    tid: Any = None
+    args: ShapeArgs | None = None
+
+
+SHAPED_DECODER = msgspec.json.Decoder(list[ShapedEvent])
+
+
 class DistributedInfo(msgspec.Struct, gc=False):
     """``distributedInfo`` as torch.profiler writes it for a rank of a process group."""
 

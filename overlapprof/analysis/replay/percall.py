@@ -27,32 +27,12 @@ from __future__ import annotations
 
 import bisect
 from pathlib import Path
-from typing import Any
-
-import msgspec
-
+from overlapprof.trace.decode import SHAPED_DECODER, ShapedEvent
 from overlapprof.trace.discover import discover, rank_from_name
 from overlapprof.trace.reader import LayoutError, TraceReader
 
 _HAND_OVERS = {"c10d::send": "send", "c10d::recv_": "recv", "gloo:send": "send", "gloo:recv": "recv"}
 _STEP = "ProfilerStep#"
-
-
-class _Args(msgspec.Struct, gc=False):
-    input_dims: Any = msgspec.field(default=None, name="Input Dims")
-
-
-class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    ts: float | None = None
-    dur: float | None = None
-    tid: Any = None
-    args: _Args | None = None
-
-
-_DECODER = msgspec.json.Decoder(list[_Event])
 
 
 def _shapes(dims) -> list[list[int]]:
@@ -90,7 +70,7 @@ def _stretch(hand_overs) -> tuple[float, float] | None:
     return (lo, hi) if lo < hi else None
 
 
-def _step_share(ops: list[_Event], spans: list[_Event]) -> float | None:
+def _step_share(ops: list[ShapedEvent], spans: list[ShapedEvent]) -> float | None:
     """``ops``: the step's cpu_ops in order; ``spans``: its gloo send/recv spans (shapes only)."""
     hand_overs = [e for e in ops + spans if e.name in _HAND_OVERS]
     rows, stretch = _rows(hand_overs), _stretch(hand_overs)
@@ -138,19 +118,19 @@ def file_shares(events) -> dict[int, float]:
     return out
 
 
-def _kept(e: _Event) -> bool:
+def _kept(e: ShapedEvent) -> bool:
     """What the shares read: complete events with times, of the host's ops, steps and hand-overs
     (a GPU's kernels and the rest are dropped as each chunk is read)."""
     return e.ph == "X" and e.ts is not None and e.dur is not None and (
         e.cat == "cpu_op" or e.name in _HAND_OVERS or e.name.startswith(_STEP))
 
 
-def _events(path: Path) -> tuple[list[_Event], int | None]:
-    reader = TraceReader(path, decoder=_DECODER)
+def _events(path: Path) -> tuple[list[ShapedEvent], int | None]:
+    reader = TraceReader(path, decoder=SHAPED_DECODER)
     try:
         events = [e for chunk in reader.chunks() for e in chunk.events if _kept(e)]
     except LayoutError:
-        reader = TraceReader(path, decoder=_DECODER)
+        reader = TraceReader(path, decoder=SHAPED_DECODER)
         events = [e for chunk in reader.chunks(generic=True) for e in chunk.events if _kept(e)]
     info = reader.header.distributedInfo if reader.header is not None else None
     return events, info.rank if info is not None else None
