@@ -61,3 +61,24 @@ def test_a_late_rank_a_rerun_cannot_speed_up_is_a_hint_without_a_number(tmp_path
     assert [i.change for i in planted.items if i.rule == "no_straggler"] == ["no_straggler=1"]
     users = advise([_write(tmp_path / "users", late, run=_host(8))], workers=1)
     assert [i.change for i in users.items if i.rule == "no_straggler"] == ["no_straggler=1"]
+
+
+def test_a_small_message_inside_the_links_burst_is_charged_its_copying_not_its_latency(tmp_path):
+    """pipeline-sync's trace: a 64 KiB message passes inside the link's 128 KiB burst (here a
+    10 Gbit/s link), unpaced, in about one hop's latency. The link holds back none of its 130 µs,
+    but its bytes' copying is 16 µs (at most 8000 bytes a µs, for the 128 KiB its 2 ranks' bus
+    bytes put on the link): 13% the cores' work, not 100%, so making it asynchronous is listed
+    (it was a hint), the 300 µs of compute moved beside it charged 13% of the 130 µs it hides."""
+    events, base = [], 0
+    for k in range(4):
+        events += [S.step(k + 1, base, 830), *_compute("layer3", base, 400),
+                   S.cpu_op("c10d::allreduce_", base + 400, 130),
+                   S.annotation("gloo:all_reduce", base + 400, 130,
+                                args={"Input Dims": [[16384]], "Input type": ["float"]}),
+                   *_compute("layer4", base + 530, 300)]
+        base += 830
+    run = {**_host(2), "link": {"shared": True, "bits_per_s": 1e10, "burst_bytes": 128 * 1024}}
+    a = advise([_write(tmp_path / "burst", {0: events, 1: events}, run=run)], workers=1)
+    item = next(i for i in a.items if i.rule == "async")
+    assert any("13% of its transfers' time is the cores' work (copying their bytes" in c for c in item.confidence)
+    assert item.saving_us == pytest.approx(130 * (1 - 0.126), abs=3)
