@@ -5,15 +5,20 @@ knob to search) and the hints (what the replay cannot model). One rule per cause
   of the ladder from a sixteenth of the step's gradients up to one bucket holding them all (one
   bucket a step: with backward's start from the trace, :mod:`.onebucket`, the sizes below it,
   else a hint);
-- ``prefetch`` (FSDP's all_gather exposed): 1 to 3 units more ahead;
+- ``prefetch`` (FSDP's all_gather exposed): 1 to 3 units more ahead, a deeper one kept only when
+  it saves :data:`~overlapprof.report.advice.MIN_SAVING` of the step more (``Candidate.margin``);
 - ``async`` (an operation of a kind blocks, ``no_window``): made asynchronous, its wait moved to
-  where its result is first needed, or to the step's end;
+  where its result is first needed, or to the step's end; where ``prefetch`` fires, not FSDP's
+  all_gather (prefetching is how FSDP overlaps it) and a blocking reduce_scatter is a hint (FSDP
+  waits it: no argument of the user's makes it async);
 - ``no_straggler`` (``late_peer``): the most waited-for rank's extra work removed, when it is waited
   for at least :data:`STRAGGLER_RATIO` times as long as the next and is late step after step
   (:func:`~overlapprof.analysis.exposure.late.not_steady`: in the median step waited for longer
   than any other rank by at least 3% of the step and the traced steps' own spread, and the last
   to arrive in every traced step or working longer than the others in every one; ranks that take
-  turns being late are noise, not a straggler; whatif's ``no_straggler`` says so in a note);
+  turns being late are noise, not a straggler; whatif's ``no_straggler`` says so in a note); in a
+  run of ``overlapprof run`` whose slow-rank options do not slow that rank, a hint without a
+  number (its extra work is the workload's own: a pipeline's last stage computing the loss);
 - ``host_sync`` (``host_blocked``): with barrier operations in the trace, ``no_host_sync`` (every
   barrier removed); without (host synchronizations that are not operations, as
   ``cudaStreamSynchronize``), a hint: the replay does not model them;
