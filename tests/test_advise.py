@@ -611,7 +611,8 @@ def test_overlap_over_a_paced_link_on_a_crowded_host_is_charged_the_cores_share(
     assert "67% of its transfers' time is the cores' work" in hint.why and "0.100 ms a step less" in hint.why
     burst = advise([_write(tmp_path / "burst", {r: _linked_steps() for r in (0, 1)}, run=_linked(2, 270, 2 * MIB))],
                    workers=1)
-    assert not burst.items and "100% of its transfers' time is the cores' work" in next(
+    # unpaced: the cores' share is its copying, the trace's 300 µs less 2 hops' latency (87%, not 100%)
+    assert not burst.items and "87% of its transfers' time is the cores' work" in next(
         h.why for h in burst.hints if h.rule == "async")
     roomy = advise([_write(tmp_path / "roomy", {r: _linked_steps() for r in (0, 1)}, run=_linked(8, 100))],
                    workers=1)

@@ -47,7 +47,8 @@ def _best(replayer: Replayer, applied: list[str], before: Outcome, c: Candidate)
                                 f"gives {saved:.3f} ms a step less ({v}): check it with --verify")
             continue
         tried[v] = o.prediction.step_us
-        if best is None or o.prediction.step_us < best[1].prediction.step_us - TIE * abs(best[1].prediction.step_us):
+        if best is None or o.prediction.step_us < best[1].prediction.step_us - max(TIE, c.margin) * abs(
+                best[1].prediction.step_us):
             best = (v, o)
         elif c.prefer_last and o.prediction.step_us <= best[1].prediction.step_us + TIE * abs(best[1].prediction.step_us):
             best = (v, o)  # as good: the later value (for buckets, the larger: fewer operations)

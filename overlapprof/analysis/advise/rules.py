@@ -5,15 +5,20 @@ knob to search) and the hints (what the replay cannot model). One rule per cause
   of the ladder from a sixteenth of the step's gradients up to one bucket holding them all (one
   bucket a step: with backward's start from the trace, :mod:`.onebucket`, the sizes below it,
   else a hint);
-- ``prefetch`` (FSDP's all_gather exposed): 1 to 3 units more ahead;
+- ``prefetch`` (FSDP's all_gather exposed): 1 to 3 units more ahead, a deeper one kept only when
+  it saves :data:`~overlapprof.report.advice.MIN_SAVING` of the step more (``Candidate.margin``);
 - ``async`` (an operation of a kind blocks, ``no_window``): made asynchronous, its wait moved to
-  where its result is first needed, or to the step's end;
+  where its result is first needed, or to the step's end; where ``prefetch`` fires, not FSDP's
+  all_gather (prefetching is how FSDP overlaps it) and a blocking reduce_scatter is a hint (FSDP
+  waits it: no argument of the user's makes it async);
 - ``no_straggler`` (``late_peer``): the most waited-for rank's extra work removed, when it is waited
   for at least :data:`STRAGGLER_RATIO` times as long as the next and is late step after step
   (:func:`~overlapprof.analysis.exposure.late.not_steady`: in the median step waited for longer
   than any other rank by at least 3% of the step and the traced steps' own spread, and the last
   to arrive in every traced step or working longer than the others in every one; ranks that take
-  turns being late are noise, not a straggler; whatif's ``no_straggler`` says so in a note);
+  turns being late are noise, not a straggler; whatif's ``no_straggler`` says so in a note); in a
+  run of ``overlapprof run`` whose slow-rank options do not slow that rank, a hint without a
+  number (its extra work is the workload's own: a pipeline's last stage computing the loss);
 - ``host_sync`` (``host_blocked``): with barrier operations in the trace, ``no_host_sync`` (every
   barrier removed); without (host synchronizations that are not operations, as
   ``cudaStreamSynchronize``), a hint: the replay does not model them;
@@ -57,6 +62,9 @@ class Candidate:
     action: Callable[[str], str]
     confidence: list[str] = field(default_factory=list)
     prefer_last: bool = False  # among values as good as each other, the last (the largest bucket)
+    # a later value replaces an earlier one only when its step is shorter by at least this share
+    # (more prefetching holds more gathered units, a cost the replay does not check)
+    margin: float = 0.0
 
 
 def _ms(us: float) -> str:
@@ -124,12 +132,21 @@ def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
             f"all_gather exposed {_ms(sum(ag.values()))} a step (no_window {_ms(ag.get('no_window', 0))}, "
             f"window_short {_ms(ag.get('window_short', 0))}, queued {_ms(ag.get('queued', 0))})",
             lambda v: terms.prefetch(facts, v),
-            ["the memory of more gathered units is not checked", *_common(facts, cpu)]))
+            ["the memory of more gathered units is not checked", *_common(facts, cpu)], margin=MIN_SAVING))
+    fsdp = any(c.rule == "prefetch" for c in out)
     for kind in KINDS:
-        if kind in ("barrier", "other"):
+        if kind in ("barrier", "other") or (fsdp and kind == "all_gather"):
+            # FSDP issues its all-gathers itself: prefetching is how they overlap (an FSDP run's async
+            # variant is prefetch=1 from its sync one), not an async_op the user's code passes
             continue
         blocked = facts.kind_cause_us.get(kind, {}).get("no_window", 0.0)
-        if blocked >= floor and any(b.kind == kind for bl in facts.blocking.values() for b in bl):
+        if blocked >= floor and fsdp and kind == "reduce_scatter" and any(
+                b.kind == kind for bl in facts.blocking.values() for b in bl):
+            hints.append(Hint(
+                rule="async", change=f"async={kind}", action=terms.make_async(facts, kind, f"async={kind}"),
+                why=f"{kind} blocking: no_window {_ms(blocked)} a step, but FSDP issues and waits its reduce-scatters "
+                    "itself: no argument of the user's code makes them asynchronous"))
+        elif blocked >= floor and any(b.kind == kind for bl in facts.blocking.values() for b in bl):
             out.append(Candidate(
                 "async", [f"async={kind}", f"async={kind}@end"],
                 f"{kind} blocking: no_window {_ms(blocked)} a step (nothing computes beside it)",
@@ -147,11 +164,18 @@ def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
                 rule="no_straggler", change=f"no_straggler={rank}",
                 why=f"the others wait {_ms(us)} a step for rank {rank} on average, but not step after step ({noise}): "
                     "ranks late by turns, not a straggler"))
-        elif us >= floor and clear and rank in tr.lanes and len(tr.lanes) > 1:
+        elif us >= floor and clear and rank in tr.lanes and len(tr.lanes) > 1 and not _planted_elsewhere(facts, rank):
             out.append(Candidate(
                 "no_straggler", [f"no_straggler={rank}"], f"late_peer: the others wait {_ms(us)} a step for rank {rank}",
                 lambda v, rank=rank, us=us: terms.straggler(facts, rank, us),
                 ["the rank's extra work brought down to the other ranks' median; what made it late is not modelled"]))
+        elif us >= floor and clear and rank in tr.lanes and len(tr.lanes) > 1:
+            hints.append(Hint(
+                rule="no_straggler", change=f"no_straggler={rank}", action=terms.straggler(facts, rank, us),
+                why=f"late_peer: the others wait {_ms(us)} a step for rank {rank}, but it is not this run's slow rank "
+                    f"(slow_rank={facts.options.get('slow_rank')}, slow_ms={facts.options.get('slow_ms')}): its extra "
+                    "work is the workload's own (a pipeline stage's share of the model, say), which no option of a "
+                    "rerun removes: balance the ranks' work in the code"))
     if facts.cause_us.get("host_blocked", 0.0) >= floor and (tr.kind == KINDS.index("barrier")).any():
         out.append(Candidate(
             "host_sync", ["no_host_sync"], f"host_blocked {_ms(facts.cause_us['host_blocked'])} a step: a barrier holds "
@@ -168,6 +192,15 @@ def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
                           why=f"queued {_ms(facts.cause_us['queued'])} a step: another process group or stream is not "
                               "in the trace's operations, so the replay cannot place the operations on it"))
     return out, hints, rejected
+
+
+def _planted_elsewhere(facts: Facts, rank: int) -> bool:
+    """An `overlapprof run` run whose late rank is not the one its slow-rank options slow (none
+    slowed, or another): what makes it late is the workload's own code, not a setting a rerun
+    changes. A user's own job (no workload) is never: its slow rank is theirs to fix."""
+    if facts.workload is None:
+        return False
+    return facts.options.get("slow_rank") != rank or not (facts.options.get("slow_ms") or 0) > 0
 
 
 def _nice(mb: float) -> str:
