@@ -24,8 +24,10 @@ began, as :mod:`.buckets` reads them):
   recorded shapes, per rank and step): that share, like the rest of the work inside the
   micro-batches' stretch (host code: a micro-batch's Python, dispatch), is paid per
   micro-batch: × N/M. (Measured, loaded: the small pipeline of the tests, 8 → 4 micro-batches,
-  +16.1% error without the host work's, +2.1% with it; 4 → 8, −21.1% and +0.5%.) How an op with
-  the rows runs at another row count (a matmul's speed at small sizes) is not scaled;
+  +16.1% error without the host work's, +2.1% with it; 4 → 8, −21.1% and +0.5%.) So is the
+  compute beyond M pieces of each pass at its least hindered (:func:`_stalled`: stalls, met once
+  a micro-batch). How an op with the rows runs at another row count (a matmul's speed at small
+  sizes) is not scaled;
 - new operation j copies traced operation ``ceil((j + 1) M / N) − 1`` (its lead, tail, peer,
   instance's partner), with ``M / N`` of its bytes: send j of one rank is matched with receive j
   of its peer, as the workload sends and receives in the same order. Of its transfer ``x`` only
