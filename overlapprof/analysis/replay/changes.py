@@ -389,8 +389,9 @@ def _micro_batches(tr: Traced, value: str, ctx: Context) -> list[str]:
                "compute by rank and step, paid per micro-batch as a stall met once a micro-batch; " if stalls else ""))
     found = [v for steps in ctx.per_call().values() for v in steps.values()]
     if not found:
-        return [head + ("the rest of " if stalls else "") + "the step's compute kept: the trace's shapes do not say which ops carry a micro-batch's "
-                "rows (none recorded, or the rows also size another dimension of the hand-over))"]
+        return [head + ("the rest of " if stalls else "") + "the step's compute kept: the trace's shapes do not say "
+                "which ops carry a micro-batch's rows (none recorded, or the rows also size another dimension of the "
+                "hand-over))"]
     return [head + f"of the rest, the share their ops without the rows took ({_span(found)} by rank and step) "
             "paid per micro-batch, the rest kept: "
             "how an op with the rows runs at another row count, a matmul's speed at small sizes, is not in one "
