@@ -537,6 +537,41 @@ def test_micro_batches_keeps_what_a_hand_over_takes_beyond_its_bytes(tmp_path):
     assert got["micro_batches=4"].ranks == {0: pytest.approx(1800), 1: pytest.approx(1700)}
 
 
+def test_micro_batches_pays_a_stall_per_micro_batch(tmp_path):
+    """Four steps of the pipeline above; in steps 3 and 4 stage 0's backward of micro-batch 1
+    takes 300 µs where the same work took 200 in steps 1 and 2 (its core stalled), and its last
+    receive waits for it: [1400, 1500), 1700 and 1500 µs a step. Each pass's least hindered piece
+    (the 10th percentile of its four: 200, 200, 300, 300) is 200 µs, so 100 of the 900 µs of
+    stage 0's micro-batch compute in steps 3 and 4 is a stall met once a micro-batch: paid × N/M
+    as the host work is, the rest kept. Traced: 1650 and 1450 (the medians of 1600, 1600, 1700,
+    1700 and 1400, 1400, 1500, 1500). One micro-batch, steps 3 and 4: stage 0's compute 900 −
+    100 / 2 = 850 µs, each piece × 850/900: forward 400 × 17/18, send 200, stage 1's 800 and its
+    send back 200, backward 500 × 17/18: 2050 on stage 0 (steps 1 and 2: 2000; the stall kept
+    whole gave 2100). Stage 1 replays its steps back to back with its traced 200 µs between them
+    and waits for stage 0's forward and send each step: it starts 200 µs before stage 0 from step
+    2 on and ends 400 × 17/18 + 1200 after stage 0's start (1600 in steps 1 and 2), so its steps
+    are 1600, 1800, 1800 − 400/18 and 1850 (stage 0 ran 50 µs longer in step 3): median 1800 −
+    200/18 (the stall kept whole: 1600, 1800, 1800, 1900, median 1800)."""
+    mm = lambda at, d=200: S.cpu_op("aten::mm", at, d)  # noqa: E731
+    stage0, stage1, base = [], [], 0
+    for k, stall in enumerate((0, 0, 100, 100)):
+        b, x = base, stall
+        stage0 += [S.step(k + 1, b, 1600 + x), mm(b), *_p2p("send", b + 200, 100, 1), mm(b + 300),
+                   *_p2p("send", b + 500, 100, 1), *_p2p("recv", b + 600, 500, 1), mm(b + 1100, 200 + x),
+                   *_p2p("recv", b + 1300 + x, 100, 1), mm(b + 1400 + x)]
+        stage1 += [S.step(k + 1, b, 1400 + x), *_p2p("recv", b, 300, 0), mm(b + 300), *_p2p("recv", b + 500, 100, 0),
+                   mm(b + 600), mm(b + 800), *_p2p("send", b + 1000, 100, 0), mm(b + 1100),
+                   *_p2p("send", b + 1300, 100 + x, 0)]
+        base += 1600 + x
+    result = whatif([_write(tmp_path, {0: stage0, 1: stage1})], ["micro_batches=2", "micro_batches=1"], workers=1)
+    _unchanged_ok(result)
+    got = {p.change: p for p in result.predictions}
+    assert got["micro_batches=2"].ranks == {0: pytest.approx(1650), 1: pytest.approx(1450)}
+    assert got["micro_batches=1"].ranks == {0: pytest.approx((2000 + 2050) / 2),
+                                            1: pytest.approx(1800 - 200 / 18)}
+    assert "least hindered micro-batch, 0-11% of the micro-batches' compute" in got["micro_batches=1"].notes[0]
+
+
 def _shaped_pipeline(tmp_path, width):
     """:func:`_pipeline` with shapes recorded: each hand-over moves a [500, ``width``]
     micro-batch, and each 200 µs forward or backward is a 150 µs matmul on those rows and a 50

@@ -280,20 +280,27 @@ def _first_use(tr: Traced, lane, row: int, code: int, at_end: bool) -> int:
 def _micro_batches(tr: Traced, value: str, ctx: Context) -> list[str]:
     n = _count("micro_batches", value, "how many micro-batches a step")
     try:
-        m = micro_batches(tr, n, ctx.model.latency, ctx.per_call())
+        m, stalls = micro_batches(tr, n, ctx.model.latency, ctx.per_call())
     except Refused as exc:
         raise Unmodelled(f"micro_batches={value}: {exc}") from None
     head = (f"micro_batches={value}: the traced {m} micro-batches a step cut into {n} (each hand-over's bytes x "
-            f"{m}/{n}, what it took beyond them and the host work paid per micro-batch; ")
+            f"{m}/{n}, what it took beyond them and the host work paid per micro-batch; "
+            + (f"the compute beyond each pass's least hindered micro-batch, {_span(stalls)} of the micro-batches' "
+               "compute by rank and step, paid per micro-batch as a stall met once a micro-batch; " if stalls else ""))
     found = [v for steps in ctx.per_call().values() for v in steps.values()]
     if not found:
-        return [head + "the step's compute kept: the trace's shapes do not say which ops carry a micro-batch's "
-                "rows (none recorded, or the rows also size another dimension of the hand-over))"]
-    low, high = f"{100 * min(found):.0f}%", f"{100 * max(found):.0f}%"
-    return [head + f"of the micro-batches' compute, the share their ops without the rows took "
-            f"({low if low == high else low[:-1] + '-' + high} by rank and step) paid per micro-batch, the rest kept: "
+        return [head + ("the rest of " if stalls else "") + "the step's compute kept: the trace's shapes do not say "
+                "which ops carry a micro-batch's rows (none recorded, or the rows also size another dimension of the "
+                "hand-over))"]
+    return [head + f"of the rest, the share their ops without the rows took ({_span(found)} by rank and step) "
+            "paid per micro-batch, the rest kept: "
             "how an op with the rows runs at another row count, a matmul's speed at small sizes, is not in one "
             "trace)"]
+
+
+def _span(shares: list[float]) -> str:
+    low, high = f"{100 * min(shares):.0f}%", f"{100 * max(shares):.0f}%"
+    return low if low == high else low[:-1] + "-" + high
 
 
 def link_floor(tr: Traced, rate: float) -> dict[int, float]:

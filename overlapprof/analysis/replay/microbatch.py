@@ -24,8 +24,10 @@ began, as :mod:`.buckets` reads them):
   recorded shapes, per rank and step): that share, like the rest of the work inside the
   micro-batches' stretch (host code: a micro-batch's Python, dispatch), is paid per
   micro-batch: × N/M. (Measured, loaded: the small pipeline of the tests, 8 → 4 micro-batches,
-  +16.1% error without the host work's, +2.1% with it; 4 → 8, −21.1% and +0.5%.) How an op with
-  the rows runs at another row count (a matmul's speed at small sizes) is not scaled;
+  +16.1% error without the host work's, +2.1% with it; 4 → 8, −21.1% and +0.5%.) So is the
+  compute beyond M pieces of each pass at its least hindered (:func:`_stalled`: stalls, met once
+  a micro-batch). How an op with the rows runs at another row count (a matmul's speed at small
+  sizes) is not scaled;
 - new operation j copies traced operation ``ceil((j + 1) M / N) − 1`` (its lead, tail, peer,
   instance's partner), with ``M / N`` of its bytes: send j of one rank is matched with receive j
   of its peer, as the workload sends and receives in the same order. Of its transfer ``x`` only
@@ -152,11 +154,12 @@ def pipeline(tr: Traced) -> bool:
     return seen
 
 
-def micro_batches(tr: Traced, n: int, latency: np.ndarray, per_call: dict | None = None) -> int:
+def micro_batches(tr: Traced, n: int, latency: np.ndarray, per_call: dict | None = None) -> tuple[int, list]:
     """Rewrite ``tr`` in place for ``n`` micro-batches a step; the traced M (the largest, when
     steps differ). ``per_call``: rank -> step number -> the share of the micro-batches' compute
-    paid per micro-batch (:mod:`.percall`; none: the compute kept). Refused when the trace is not
-    a pipeline's."""
+    paid per micro-batch (:mod:`.percall`; none: the compute kept). Also returns the stalled
+    shares of the rewritten (rank, step)s' micro-batch compute (:func:`_stalled`). Refused when
+    the trace is not a pipeline's."""
     pipe = (tr.kind == SEND_RECV)
     if not pipe.any():
         raise Refused("the trace has no send/recv between pipeline stages")
@@ -170,11 +173,13 @@ def micro_batches(tr: Traced, n: int, latency: np.ndarray, per_call: dict | None
     if not plan:
         raise Refused("no step issues send/recv operations")
     _index(tr, plan)
+    least = _least_pieces(tr, plan)
     waited = _seen_at_wait(tr)
     bytes_part = _bytes_part(tr, waited)
     new_rows: list[dict] = []
     new_inst: dict[tuple, int] = {}
     transfers: list[float] = []
+    stalls: list[float] = []
     traced_m = 0
     for rank, lane in tr.lanes.items():
         ranges = _steps(lane)
@@ -190,17 +195,17 @@ def micro_batches(tr: Traced, n: int, latency: np.ndarray, per_call: dict | None
             out += keys[done:s]
             share = (per_call or {}).get(rank, {}).get(lane.steps[k], 0.0)
             out += _rewrite_step(tr, lane, s, e, groups, m, n, rank, new_rows, new_inst, transfers, latency, waited,
-                                 bytes_part, share)
+                                 bytes_part, share, least.get(rank), stalls)
             done = e + 1
         out += keys[done:]
         lane.t, lane.kind, lane.ref = [x[0] for x in out], [x[1] for x in out], [x[2] for x in out]
         lane.work, lane.compute = [x[3] for x in out], [x[4] for x in out]
     _append(tr, new_rows, transfers)
-    return traced_m
+    return traced_m, stalls
 
 
 def _rewrite_step(tr, lane, s, e, groups, m, n, rank, new_rows, new_inst, transfers, latency, waited,
-                  bytes_part, share) -> list[tuple]:
+                  bytes_part, share, least, stalls) -> list[tuple]:
     pos, cum = _positions(lane, s, e)
     total = pos[-1]
     where = {}  # (row, kind) -> key index in [s, e]
@@ -243,6 +248,11 @@ def _rewrite_step(tr, lane, s, e, groups, m, n, rank, new_rows, new_inst, transf
             new_rows.append(dict(template=template, inst=new_inst[key], scale=m / n, seen=seen))
             for kind in (ISSUE, NEED):
                 placed.append((float(at[kind][j]), where[(template, kind)], j, kind, row))
+    if least is not None and stretch[1] > stretch[0]:
+        inside = float(np.interp(stretch[1], pos, cum) - np.interp(stretch[0], pos, cum))
+        stalled = _stalled(inside, m, least)
+        stalls.append(stalled)
+        share = stalled + (1 - stalled) * share
     placed.sort(key=lambda x: (x[0], x[1], x[2]))  # the start BOUND first, the end last (positions 0, total)
     keys = []
     for a, b in zip(placed, placed[1:] + [None]):
@@ -259,6 +269,47 @@ def _rewrite_step(tr, lane, s, e, groups, m, n, rank, new_rows, new_inst, transf
                 compute += share * compute * more
         keys.append((lane.t[s] + a[0], a[3], a[4], max(work, 0.0), max(compute, 0.0)))
     return keys
+
+
+def _piece_keys(lane, s: int, e: int, rows: list[int], d: int) -> list[int]:
+    """The key indexes in [s, e] that bound the group's micro-batch pieces: a send's issue (the
+    forward before it made its data), a receive's need (the compute after it uses its data; an
+    async receive is posted early, so its issue bounds nothing)."""
+    kind = ISSUE if d == SEND else NEED
+    at = {lane.ref[j]: j for j in range(s, e + 1) if lane.kind[j] == kind}
+    return [at[row] for row in rows if row in at]
+
+
+def _least_pieces(tr: Traced, plan) -> dict[int, dict[tuple[int, int], float]]:
+    """Rank -> (direction, peer) -> the compute of the group's least hindered micro-batch piece
+    (the 10th percentile over the trace's steps of the compute between consecutive keys of
+    :func:`_piece_keys`), for ranks whose steps talk to one peer (a 2-stage pipeline: the sends'
+    pieces are one pass, the receives' the other; a middle stage's forward is both a receive's
+    piece and a send's). Every piece of a group does the same work on as many rows, so what one
+    takes beyond the least hindered is not its rows' work: a stall of the rank's core (a
+    blocked peer's hand-over, the other threads on a pinned core), met once a micro-batch."""
+    pieces: dict[int, dict[tuple[int, int], list[float]]] = {}
+    one_peer = {r for r, _ in plan} - {r for (r, _), groups in plan.items() if len({q for _, q in groups}) != 1}
+    for (rank, k), groups in plan.items():
+        if rank not in one_peer:
+            continue
+        lane = tr.lanes[rank]
+        s, e = _steps(lane)[k]
+        cum = np.concatenate(([0.0], np.cumsum(lane.compute[s:e])))
+        for g, rows in groups.items():
+            at = [cum[j - s] for j in _piece_keys(lane, s, e, rows, g[0])]
+            pieces.setdefault(rank, {}).setdefault(g, []).extend(np.diff(at).tolist())
+    return {rank: {g: float(np.percentile(v, 10)) for g, v in by.items() if v} for rank, by in pieces.items()
+            if all(by.values())}
+
+
+def _stalled(inside: float, m: int, least: dict) -> float:
+    """The share of the compute inside the micro-batches' stretch beyond M pieces of each group
+    at its least hindered (:func:`_least_pieces`): paid per micro-batch, as the stalls that made
+    it are met once a micro-batch."""
+    if inside <= 0:
+        return 0.0
+    return max(0.0, inside - m * sum(least.values())) / inside
 
 
 def _seen_at_wait(tr: Traced) -> dict[int, dict[int, float]]:
