@@ -10,7 +10,7 @@ import pytest
 from overlapprof.analysis.advise import advise
 
 import synthetic as S
-from test_advise import _compute, _host, _write
+from test_advise import _async, _compute, _host, _write
 from test_advise_straggler import _late
 
 
@@ -39,6 +39,42 @@ def test_blocking_fsdp_all_gathers_are_advised_as_prefetching_not_async(tmp_path
     assert [i.change for i in a.items] == ["prefetch=1"]
     assert a.items[0].step_us == pytest.approx(1100, abs=5)
     assert not any(c.rule == "async" for c in [*a.items, *a.rejected, *a.hints])
+
+
+def _fsdp2_on_gloo():
+    """The same three units as FSDP2 issues them on gloo with ``_set_unshard_async_op`` (both
+    variants of workloads/fsdp.py at prefetch 0): a 1 µs ``c10d::_allgather_base_`` issue, the
+    200 µs transfer on gloo's worker thread, waited inside ``FSDP::all_gather_copy_out`` (no wait
+    event of its own), then the unit's 300 µs of compute."""
+    events, base = [], 0
+    for k in range(4):
+        events.append(S.step(k + 1, base, 1500))
+        for u in range(3):
+            at = base + 500 * u
+            events += [*_async(at, 200, 1000, kind="all_gather", call="_allgather_base_"),
+                       S.annotation(f"FSDP::all_gather_copy_out ({u})", at + 1, 199),
+                       *_compute(f"unit{u + 1}", at + 200, 300)]
+        base += 1500
+    return events
+
+
+@pytest.mark.parametrize("events", [_sync_fsdp, _fsdp2_on_gloo])
+def test_fsdps_sync_variant_is_advised_what_its_async_variant_at_prefetch_0_is(tmp_path, events):
+    """workloads/fsdp.py's sync variant and its async one at prefetch=0 run the same program (one
+    trace here): advise predicts the same step from either, 1100 µs, and says the rerun that makes
+    it (from the sync variant, its async one: the replay's prefetch is on top of the traced depth,
+    0 in both; the sync run records the option's default, 1, which it does not use)."""
+    trace = events()
+    actions = {}
+    for variant, prefetch in (("sync", 1), ("async", 0)):
+        options = {"layers": 3, "prefetch": prefetch, "slow_rank": -1, "slow_ms": 0.0}
+        run = {"workload": {"name": "fsdp"}, "variant": variant, "options": options, **_host(8)}
+        a = advise([_write(tmp_path / variant, {0: trace, 1: trace}, run=run)], workers=1)
+        assert [(i.change, i.step_us, i.saving_us) for i in a.items] == [
+            ("prefetch=1", pytest.approx(1100, abs=5), pytest.approx(400, abs=5))]
+        actions[variant] = a.items[0].action
+    assert actions == {"sync": "rerun with --variant async --opt prefetch=1 (was 0: 1 more unit ahead)",
+                       "async": "rerun with --opt prefetch=1 (was 0: 1 more unit ahead)"}
 
 
 def _run(slow_rank, slow_ms):
