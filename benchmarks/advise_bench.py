@@ -53,8 +53,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-SCHEDULE = {"warmup_steps": 1, "wait": 0, "warmup": 1, "active": 4}
-ACTIVE = {"allreduce": {"active": 12}}  # its 4-13 ms steps: a steadier median for 0.1 s more a run
+# 12 traced steps a run (4 until 2026-12-07: FSDP's same program ran 6 ms a step apart in two runs
+# from its 4 steps' transfers alone, more than the changes it judged; 12 cost a run 0.1-0.3 s)
+SCHEDULE = {"warmup_steps": 1, "wait": 0, "warmup": 1, "active": 12}
+ACTIVE = {"allreduce": {"active": 12}}
 SECONDS_PER_RUN = 3.0  # a 2-rank run of these sizes, start to end (launch and torch's import most of it)
 SECONDS_PER_ADVICE = 1.5  # overlapprof advise on one of them
 # Sizes that keep a step to tens of milliseconds on 2 cores.

@@ -19,7 +19,7 @@ quote idle runs only. A run that fails is said and its pairs left out.
 
 The runs pin each rank to a core of its own (``OVERLAPPROF_PIN=1``, unless set: 0 to compare;
 launch/host.pin_rank): unpinned, two ranks' main threads could share one of the 2 cores for much
-of a run, doubling its compute. The all-reduce traces 12 steps, not 3 (ACTIVE).
+of a run, doubling its compute. A run traces 8 steps, the all-reduce's 12 (ACTIVE).
 
     python benchmarks/whatif_bench.py --dry-run             # the plan: pairs, runs, time
     python benchmarks/whatif_bench.py                       # every pair, 3 repeats (~15 min idle)
@@ -52,9 +52,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-SCHEDULE = ["--warmup-steps", "1", "--wait", "0", "--warmup", "1", "--active", "3"]
-# the all-reduce's 5-13 ms steps: 12 traced steps (and 12 unprofiled) cost a run 0.2 s more and
-# steady its median, which 3 left at the mercy of one slow step
+SCHEDULE = ["--warmup-steps", "1", "--wait", "0", "--warmup", "1", "--active", "8"]
+# 8 traced steps a run (3 until 2026-12-07: a run's median of 6 (rank, step) pairs moved with one
+# slow step, FSDP's by up to 20% between repeats of one configuration, more than most changes
+# move it); the all-reduce's 5-13 ms steps: 12 (and 12 unprofiled), 0.2 s more a run
 ACTIVE = {"allreduce": 12}
 # seconds a run and a prediction take on 2 idle cores, for --dry-run's estimate: the whole grid,
 # 3 repeats, took 8 min 50 s idle at d5be1a0 (2026-12-06 22:21-22:30 UTC, benchmarks/RESULTS.md)
