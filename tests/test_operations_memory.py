@@ -73,3 +73,25 @@ def test_blocks_of_operations_give_one_report(folder, dense, monkeypatch):
     monkeypatch.setattr(table, "TABLE_BLOCK", 7)
     monkeypatch.setattr(operations, "OPS_BLOCK", 5)
     assert strip(analyze_with_inputs([str(path)], workers=1, comm_ops=True).report) == whole
+
+
+def test_argument_columns_wait_in_the_store(dense, monkeypatch):
+    """The recorder's argument columns (string codes and numbers, about 100 bytes an operation)
+    are a bin of the rank's store while the file is read: on disk at budget 0, with only each
+    argument row's file row (8 bytes) in memory when the records are made."""
+    from overlapprof.analysis.rank import bucket_records
+
+    seen = []
+    made = bucket_records.gpu_table
+
+    def entry(f, comm, values, needs):
+        r = f.recorder
+        seen.append((r._bin.file is not None, r._bin.rows, sum(a.nbytes for a in r._arg_rows),
+                     [p for parts in (*r._strings.values(), *r._numbers.values()) for p in parts]))
+        return made(f, comm, values, needs)
+
+    monkeypatch.setattr(bucket_records, "gpu_table", entry)
+    analyze_with_inputs([str(dense)], workers=1, memory_budget="0")
+    [(on_disk, rows, in_memory, kept)] = seen
+    assert on_disk and rows > 5000 and not kept
+    assert in_memory == 8 * rows

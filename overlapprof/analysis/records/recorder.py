@@ -65,6 +65,9 @@ _EMPTY_ARGS = D.EventArgs()
 # A field's value when its key is absent (the struct's default: the same object every time).
 _ABSENT = {f.name: f.default for f in msgspec.structs.fields(D.EventArgs)}
 _IS_GPU = np.isin(np.arange(K.CATEGORIES), K.GPU_CATEGORIES)
+# An argument row's fields in a store's bin: its string fields' codes and its numbers (its file
+# row stays in memory: the order of the rows is known before the bin is read).
+_ARG_ROW = np.dtype([(k, "<i4") for k in STRING_FIELDS] + [(k, "<f8") for k in NUMBER_FIELDS])
 
 
 def _role(name: str, comm_re) -> int:
@@ -134,10 +137,16 @@ class CommRecorder:
     event's own stream, device, correlation and external id (CommRecord structs).
     ``record_rows``: keep which rows are record rows (else only the argument rows: a rank measured
     a bucket at a time knows its record rows once classified, and hands them to :meth:`records`;
-    a row per GPU event kept here would be memory per event)."""
+    a row per GPU event kept here would be memory per event). ``store``: the argument rows'
+    string codes and numbers wait in a bin of this :class:`~overlapprof.analysis.engine.store.Store`
+    (past its budget, on disk) instead of in memory: about 100 bytes an operation while the
+    rank's store fills."""
 
-    def __init__(self, comm_re, values: Values, own: bool = False, record_rows: bool = True):
+    def __init__(self, comm_re, values: Values, own: bool = False, record_rows: bool = True, store=None):
         self.comm_re, self.values, self.own, self.record_rows = comm_re, values, own, record_rows
+        self.store = store
+        self._bin = store.file("args", _ARG_ROW, columns=True) if store is not None else None
+        self._present: set = set()  # the fields a batch in the bin held
         wanted = {*STRING_FIELDS, *NUMBER_FIELDS, *(OWN_FIELDS if own else ())}
         self._markers = [(m, probe, fields) for m, (probe, fields) in _MARKERS.items() if wanted.intersection(fields)]
         self._wanted = [f.name for f in msgspec.structs.fields(D.EventArgs) if f.name in wanted]
@@ -199,13 +208,33 @@ class CommRecorder:
         """Keep the columns of the ``present`` fields of a batch (``column(name)``: the field's
         values, by row); the other fields are kept as the batch's length (see :meth:`records`)."""
         n = rows.size
-        self._arg_rows.append(rows)
-        for name, field in self.values.strings.items():
-            self._strings[name].append(field.codes(column(name)) if name in present else n)
-        for name in NUMBER_FIELDS:  # None -> NaN
-            self._numbers[name].append(np.array(column(name), dtype=np.float64) if name in present else n)
+        strings = {name: field.codes(column(name)) if name in present else n for name, field in self.values.strings.items()}
+        numbers = {name: np.array(column(name), dtype=np.float64) if name in present else n  # None -> NaN
+                   for name in NUMBER_FIELDS}
+        self._batch(rows, strings, numbers)
         for name in OWN_FIELDS if self.own else ():
             self._own[name].append(column(name) if name in present else n)
+
+    def _batch(self, rows: np.ndarray, strings: dict, numbers: dict) -> None:
+        """Keep a batch of argument rows: each field's codes or numbers, or the batch's length
+        where the batch held none of it (an absent field's values, -1 or NaN, are not kept)."""
+        self._arg_rows.append(rows)
+        if self._bin is None:
+            for name, part in strings.items():
+                self._strings[name].append(part)
+            for name, part in numbers.items():
+                self._numbers[name].append(part)
+            return
+        n = rows.size
+        out = {}
+        for parts, absent, dtype in ((strings, -1, np.int32), (numbers, np.nan, np.float64)):
+            for name, part in parts.items():
+                if isinstance(part, int):
+                    out[name] = np.full(n, absent, dtype=dtype)
+                else:
+                    out[name] = part
+                    self._present.add(name)
+        self._bin.append(out)
 
     def export(self) -> dict:
         """What this recorder collected, with its codes' keys (picklable): a worker's share of a
@@ -219,17 +248,18 @@ class CommRecorder:
         its chunks had been added here: the codes are those reading them here would give."""
         v = self.values
         self._rows += [r + row0 for r in part["rows"]]
-        self._arg_rows += [r + row0 for r in part["arg_rows"]]
+        recodes = {}
         for name, field in v.strings.items():
             keys = part["keys"][name]
-            recode = np.full(max((c for _, c in keys), default=-1) + 2, -1, dtype=np.int32)
+            recode = recodes[name] = np.full(max((c for _, c in keys), default=-1) + 2, -1, dtype=np.int32)
             for key, code in keys:  # in the order the other recorder met them
                 got = field[key]
                 if code >= 0:
                     recode[code] = got
-            self._strings[name] += [c if isinstance(c, int) else recode[c] for c in part["strings"][name]]
-        for name in NUMBER_FIELDS:
-            self._numbers[name] += part["numbers"][name]
+        for k, rows in enumerate(part["arg_rows"]):
+            strings = {name: c if isinstance(c, int) else recodes[name][c]
+                       for name, c in ((name, part["strings"][name][k]) for name in v.strings)}
+            self._batch(rows + row0, strings, {name: part["numbers"][name][k] for name in NUMBER_FIELDS})
         if self._own is not None:
             for name in OWN_FIELDS:
                 self._own[name] += part["own"][name]
@@ -245,7 +275,9 @@ class CommRecorder:
 
     def fresh(self) -> CommRecorder:
         """A recorder like this one, empty (to read the file again)."""
-        return CommRecorder(self.comm_re, self.values, self.own, self.record_rows)
+        if self._bin is not None:
+            self._bin.remove()
+        return CommRecorder(self.comm_re, self.values, self.own, self.record_rows, self.store)
 
     def records(self, thread: np.ndarray, threads, rows: np.ndarray | None = None) -> Records:
         """The file's Records; ``thread``: the scan's thread code of each row, ``threads``: the
@@ -269,14 +301,30 @@ class CommRecorder:
         own = None
         if self._own is not None:
             own = {k: _column(self._own.pop(k), at, None, object).tolist() for k in list(self._own)}
+        if self._bin is not None:
+            stored = self._from_bin(at)
+            strings, numbers = {k: stored.pop(k) for k in STRING_FIELDS}, stored
+        else:
+            strings = {k: _column(self._strings.pop(k), at, -1, np.int32) for k in list(self._strings)}
+            numbers = {k: _column(self._numbers.pop(k), at, np.nan, np.float64) for k in list(self._numbers)}
         index = self.values.threads
         return Records(
-            rows=rows, args_at=args_at,
-            strings={k: _column(self._strings.pop(k), at, -1, np.int32) for k in list(self._strings)},
-            numbers={k: _column(self._numbers.pop(k), at, np.nan, np.float64) for k in list(self._numbers)},
-            own=own, row_thread=thread,
+            rows=rows, args_at=args_at, strings=strings, numbers=numbers, own=own, row_thread=thread,
             thread_codes=np.array([index[key] for key in threads] + [-1], dtype=np.int32),
         )
+
+    def _from_bin(self, at: np.ndarray) -> dict:
+        """Every field's column in row order (``at``: where each collected row goes) from the bin,
+        a window at a time (the bin is emptied); a field no batch held is an empty column."""
+        out = {k: np.empty(at.size if k in self._present else 0, dtype=_ARG_ROW[k]) for k in _ARG_ROW.names}
+        present = [k for k in _ARG_ROW.names if k in self._present]
+        start = 0
+        for window in self._bin.drain(1 << 16):
+            n = window[_ARG_ROW.names[0]].size
+            for k in present:
+                out[k][at[start : start + n]] = window[k]
+            start += n
+        return out
 
 
 def _column(parts: list, at: np.ndarray, absent, dtype) -> np.ndarray:
