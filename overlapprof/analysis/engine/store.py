@@ -168,20 +168,13 @@ class Bin:
         for at in range(0, whole.size, rows):
             yield whole[at : at + rows]
 
-    def drain(self, rows: int):
-        """The records in order, a part as appended (in memory) or at most ``rows`` (on disk) at
-        a time, each let go of once given: the bin is empty at the end."""
-        if self.file is None:
-            while self.parts:
-                part = self.parts.pop(0)
-                nbytes = sum(v.nbytes for v in part.values()) if self.columns else part.nbytes
-                self.bytes -= nbytes
-                self.store.held -= nbytes
-                yield part
-        else:
-            for got in self.file.windows(rows):
-                yield {k: got[k] for k in self.dtype.names} if self.columns else got
-        self.remove()
+    def span(self, lo: int, hi: int):
+        """Records ``lo`` to ``hi`` (not included), in order (the bin stays)."""
+        if self.file is not None:
+            rows = self.file.span(lo, hi)
+            return {k: rows[k] for k in self.dtype.names} if self.columns else rows
+        whole = self.read()
+        return {k: v[lo:hi] for k, v in whole.items()} if self.columns else whole[lo:hi]
 
     def remove(self) -> None:
         if self.file is not None:

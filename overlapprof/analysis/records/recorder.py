@@ -99,6 +99,7 @@ class Records:
     code: np.ndarray | None = None
     name: np.ndarray | None = None
     thread: np.ndarray | None = None
+    args: object = None  # the argument rows' columns in a store's bin instead (see arg_columns)
 
     def thread_of(self, rows: np.ndarray) -> np.ndarray:
         """The rank's thread code of each row (before :meth:`gather`)."""
@@ -125,6 +126,21 @@ class Records:
             self.ts, self.dur, self.code, self.name = ts[self.rows], dur[self.rows], codes[self.rows], name_ids[self.rows]
         self.thread, self.row_thread = self.thread_of(self.rows), None
 
+    def arg_columns(self, idx: list[np.ndarray]) -> tuple[list[np.ndarray], dict, dict]:
+        """The string and number columns that the argument rows ``idx`` (arrays of them, -1:
+        none) read, and ``idx`` as indices into those. Kept in a store's bin (``args``), they
+        are read from it only from the first to the last of ``idx``'s rows: a block of records
+        needs the argument rows near it in the file, not the whole file's."""
+        if self.args is None:
+            return idx, self.strings, self.numbers
+        used = [i[i >= 0] for i in idx]
+        used = [u for u in used if u.size]
+        lo = min(int(u.min()) for u in used) if used else 0
+        hi = max(int(u.max()) for u in used) + 1 if used else 0
+        cols = self.args.span(lo, hi)
+        return ([np.where(i >= 0, i - lo, -1) for i in idx], {k: cols[k] for k in STRING_FIELDS},
+                {k: cols[k] for k in NUMBER_FIELDS})
+
     def args_of(self, idx: np.ndarray) -> np.ndarray:
         """The argument row of each record index ``idx`` (-1 stays -1)."""
         return np.where(idx >= 0, self.args_at[np.maximum(idx, 0)], -1) if self.args_at.size else np.full(idx.size, -1)
@@ -146,7 +162,6 @@ class CommRecorder:
         self.comm_re, self.values, self.own, self.record_rows = comm_re, values, own, record_rows
         self.store = store
         self._bin = store.file("args", _ARG_ROW, columns=True) if store is not None else None
-        self._present: set = set()  # the fields a batch in the bin held
         wanted = {*STRING_FIELDS, *NUMBER_FIELDS, *(OWN_FIELDS if own else ())}
         self._markers = [(m, probe, fields) for m, (probe, fields) in _MARKERS.items() if wanted.intersection(fields)]
         self._wanted = [f.name for f in msgspec.structs.fields(D.EventArgs) if f.name in wanted]
@@ -217,7 +232,7 @@ class CommRecorder:
 
     def _batch(self, rows: np.ndarray, strings: dict, numbers: dict) -> None:
         """Keep a batch of argument rows: each field's codes or numbers, or the batch's length
-        where the batch held none of it (an absent field's values, -1 or NaN, are not kept)."""
+        where the batch held none of it (in memory; in the store's bin, rows of -1 or NaN)."""
         self._arg_rows.append(rows)
         if self._bin is None:
             for name, part in strings.items():
@@ -229,11 +244,7 @@ class CommRecorder:
         out = {}
         for parts, absent, dtype in ((strings, -1, np.int32), (numbers, np.nan, np.float64)):
             for name, part in parts.items():
-                if isinstance(part, int):
-                    out[name] = np.full(n, absent, dtype=dtype)
-                else:
-                    out[name] = part
-                    self._present.add(name)
+                out[name] = np.full(n, absent, dtype=dtype) if isinstance(part, int) else part
         self._bin.append(out)
 
     def export(self) -> dict:
@@ -296,35 +307,23 @@ class CommRecorder:
         args_at = np.full(rows.size, -1, dtype=np.int64)
         place = np.minimum(np.searchsorted(rows, arg_rows[order]), max(rows.size - 1, 0))
         hit = rows[place] == arg_rows[order] if rows.size else np.zeros(order.size, dtype=bool)
-        args_at[place[hit]] = np.arange(order.size)[hit]
+        stored, self._bin = self._bin, None
+        if stored is not None:  # the argument rows stay in the bin, in the order collected
+            args_at[place[hit]] = order[hit]
+            at = np.arange(order.size)
+        else:
+            args_at[place[hit]] = np.arange(order.size)[hit]
         del arg_rows, order
         own = None
         if self._own is not None:
             own = {k: _column(self._own.pop(k), at, None, object).tolist() for k in list(self._own)}
-        if self._bin is not None:
-            stored = self._from_bin(at)
-            strings, numbers = {k: stored.pop(k) for k in STRING_FIELDS}, stored
-        else:
-            strings = {k: _column(self._strings.pop(k), at, -1, np.int32) for k in list(self._strings)}
-            numbers = {k: _column(self._numbers.pop(k), at, np.nan, np.float64) for k in list(self._numbers)}
+        strings = {k: _column(self._strings.pop(k), at, -1, np.int32) for k in list(self._strings)}
+        numbers = {k: _column(self._numbers.pop(k), at, np.nan, np.float64) for k in list(self._numbers)}
         index = self.values.threads
         return Records(
-            rows=rows, args_at=args_at, strings=strings, numbers=numbers, own=own, row_thread=thread,
+            rows=rows, args_at=args_at, strings=strings, numbers=numbers, own=own, row_thread=thread, args=stored,
             thread_codes=np.array([index[key] for key in threads] + [-1], dtype=np.int32),
         )
-
-    def _from_bin(self, at: np.ndarray) -> dict:
-        """Every field's column in row order (``at``: where each collected row goes) from the bin,
-        a window at a time (the bin is emptied); a field no batch held is an empty column."""
-        out = {k: np.empty(at.size if k in self._present else 0, dtype=_ARG_ROW[k]) for k in _ARG_ROW.names}
-        present = [k for k in _ARG_ROW.names if k in self._present]
-        start = 0
-        for window in self._bin.drain(1 << 16):
-            n = window[_ARG_ROW.names[0]].size
-            for k in present:
-                out[k][at[start : start + n]] = window[k]
-            start += n
-        return out
 
 
 def _column(parts: list, at: np.ndarray, absent, dtype) -> np.ndarray:
