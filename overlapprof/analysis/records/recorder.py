@@ -68,6 +68,7 @@ _IS_GPU = np.isin(np.arange(K.CATEGORIES), K.GPU_CATEGORIES)
 # An argument row's fields in a store's bin: its string fields' codes and its numbers (its file
 # row stays in memory: the order of the rows is known before the bin is read).
 _ARG_ROW = np.dtype([(k, "<i4") for k in STRING_FIELDS] + [(k, "<f8") for k in NUMBER_FIELDS])
+_ARG_FILL = {**{k: -1 for k in STRING_FIELDS}, **{k: np.nan for k in NUMBER_FIELDS}}  # absent
 
 
 def _role(name: str, comm_re) -> int:
@@ -161,7 +162,7 @@ class CommRecorder:
     def __init__(self, comm_re, values: Values, own: bool = False, record_rows: bool = True, store=None):
         self.comm_re, self.values, self.own, self.record_rows = comm_re, values, own, record_rows
         self.store = store
-        self._bin = store.file("args", _ARG_ROW, columns=True) if store is not None else None
+        self._bin = store.file("args", _ARG_ROW, columns=True, fill=_ARG_FILL) if store is not None else None
         wanted = {*STRING_FIELDS, *NUMBER_FIELDS, *(OWN_FIELDS if own else ())}
         self._markers = [(m, probe, fields) for m, (probe, fields) in _MARKERS.items() if wanted.intersection(fields)]
         self._wanted = [f.name for f in msgspec.structs.fields(D.EventArgs) if f.name in wanted]
@@ -232,7 +233,7 @@ class CommRecorder:
 
     def _batch(self, rows: np.ndarray, strings: dict, numbers: dict) -> None:
         """Keep a batch of argument rows: each field's codes or numbers, or the batch's length
-        where the batch held none of it (in memory; in the store's bin, rows of -1 or NaN)."""
+        where the batch held none of it (in the store's bin too: see ``_ARG_FILL``)."""
         self._arg_rows.append(rows)
         if self._bin is None:
             for name, part in strings.items():
@@ -240,12 +241,7 @@ class CommRecorder:
             for name, part in numbers.items():
                 self._numbers[name].append(part)
             return
-        n = rows.size
-        out = {}
-        for parts, absent, dtype in ((strings, -1, np.int32), (numbers, np.nan, np.float64)):
-            for name, part in parts.items():
-                out[name] = np.full(n, absent, dtype=dtype) if isinstance(part, int) else part
-        self._bin.append(out)
+        self._bin.append({**strings, **numbers})
 
     def export(self) -> dict:
         """What this recorder collected, with its codes' keys (picklable): a worker's share of a
