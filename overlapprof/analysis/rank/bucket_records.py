@@ -64,7 +64,7 @@ def gpu_table(f: SpilledFile, comm: np.ndarray, values, needs: dict) -> CommTabl
     order = np.argsort(rows, kind="stable")
     cols = {k: np.concatenate((recs[k], comm[k]))[order] for k in ("ts", "dur", "codes", "name_ids", "thread")}
     rec = f.recorder.records(cols["thread"], f.threads, rows[order])
-    rec.rows = np.arange(rows.size)
+    rec.rows = np.arange(rows.size, dtype=np.int32 if rows.size < 2**31 else np.int64)  # (per record row)
     where = np.empty_like(order)
     where[order] = np.arange(order.size)
     launched = ~np.isnan(comm["launch_ts"])

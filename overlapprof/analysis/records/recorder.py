@@ -300,7 +300,7 @@ class CommRecorder:
         order = np.argsort(arg_rows, kind="stable")
         at = np.empty_like(order)  # where each collected argument row goes in row order
         at[order] = np.arange(order.size)
-        args_at = np.full(rows.size, -1, dtype=np.int64)
+        args_at = np.full(rows.size, -1, dtype=_index_type(max(rows.size, order.size)))
         place = np.minimum(np.searchsorted(rows, arg_rows[order]), max(rows.size - 1, 0))
         hit = rows[place] == arg_rows[order] if rows.size else np.zeros(order.size, dtype=bool)
         stored, self._bin = self._bin, None
@@ -320,6 +320,11 @@ class CommRecorder:
             rows=rows, args_at=args_at, strings=strings, numbers=numbers, own=own, row_thread=thread, args=stored,
             thread_codes=np.array([index[key] for key in threads] + [-1], dtype=np.int32),
         )
+
+
+def _index_type(n: int):
+    """The integer type of indices into ``n`` rows: 4 bytes where they fit (per record row)."""
+    return np.int32 if n < 2**31 else np.int64
 
 
 def _column(parts: list, at: np.ndarray, absent, dtype) -> np.ndarray:
