@@ -80,6 +80,35 @@ def test_column_bins_give_the_same_columns_whatever_the_budget(tmp_path, monkeyp
             assert np.array_equal(got["ts"], want["ts"][want["k"] % 3 == k])
             assert np.array_equal(got["k"], want["k"][want["k"] % 3 == k])
         assert (store.spilled == 0) == (budget is None)
+        for k, b in enumerate(buckets):
+            mine = want[want["k"] % 3 == k]
+            for lo, hi in ((0, 7), (100, 450), (990, 2000), (5, 5)):
+                got = b.span(lo, hi)
+                assert np.array_equal(got["ts"], mine["ts"][lo:hi]) and got["k"].dtype == np.int32
+        for b in buckets:
+            b.remove()
+        assert store.held == 0
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("budget", [None, 0, 1_000])
+def test_fields_a_batch_lacks_read_back_as_their_fill(tmp_path, monkeypatch, budget):
+    """A field of ``fill`` missing from a batch (its length instead) costs no memory and reads
+    back as its fill value; one no batch held reads back empty, whatever the budget."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    dtype = np.dtype([("a", "<i4"), ("b", "<f8"), ("c", "<i4")])
+    with ST.Store(budget) as store:
+        b = store.file("f", dtype, columns=True, fill={"b": np.nan, "c": -1})
+        b.append({"a": np.arange(100), "b": 100, "c": 100})
+        assert b.bytes == (400 if b.file is None else 0)
+        b.append({"a": np.arange(100, 300), "b": np.arange(200) / 2, "c": 200})
+        got = b.read()
+        assert np.array_equal(got["a"], np.arange(300)) and got["c"].size == 0
+        assert np.isnan(got["b"][:100]).all() and np.array_equal(got["b"][100:], np.arange(200) / 2)
+        part = b.span(90, 110)
+        assert np.array_equal(part["a"], np.arange(90, 110)) and part["c"].size == 0
+        assert np.isnan(part["b"][:10]).all() and np.array_equal(part["b"][10:], np.arange(10) / 2)
+        assert (b.file is not None) == (budget is not None)
     assert not list(tmp_path.iterdir())
 
 

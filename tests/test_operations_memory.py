@@ -73,3 +73,36 @@ def test_blocks_of_operations_give_one_report(folder, dense, monkeypatch):
     monkeypatch.setattr(table, "TABLE_BLOCK", 7)
     monkeypatch.setattr(operations, "OPS_BLOCK", 5)
     assert strip(analyze_with_inputs([str(path)], workers=1, comm_ops=True).report) == whole
+
+
+def test_argument_columns_wait_in_the_store(dense, monkeypatch):
+    """The recorder's argument columns (string codes and numbers, about 100 bytes an operation)
+    are a bin of the rank's store while the file is read and while the table is made from them:
+    on disk at budget 0, with only each argument row's file row (8 bytes) in memory when the
+    records are made, and no whole column of them when the table is."""
+    from overlapprof.analysis.rank import bucket_records
+
+    seen = []
+    made = bucket_records.gpu_table
+
+    def entry(f, comm, values, needs):
+        r = f.recorder
+        seen.append((r._bin.file is not None, r._bin.rows, sum(a.nbytes for a in r._arg_rows),
+                     [p for parts in (*r._strings.values(), *r._numbers.values()) for p in parts]))
+        return made(f, comm, values, needs)
+
+    tabled = []
+    make_table = bucket_records.comm_table
+
+    def table_entry(rec, values, **kw):
+        tabled.append((rec.args.file is not None, rec.args.rows, [v.size for v in (*rec.strings.values(), *rec.numbers.values())]))
+        return make_table(rec, values, **kw)
+
+    monkeypatch.setattr(bucket_records, "gpu_table", entry)
+    monkeypatch.setattr(bucket_records, "comm_table", table_entry)
+    analyze_with_inputs([str(dense)], workers=1, memory_budget="0")
+    [(on_disk, rows, in_memory, kept)] = seen
+    assert on_disk and rows > 5000 and not kept
+    assert in_memory == 8 * rows
+    [(on_disk, rows_then, sizes)] = tabled  # the table is made from the bin, not from whole columns
+    assert on_disk and rows_then == rows and not any(sizes)

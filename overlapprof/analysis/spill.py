@@ -100,6 +100,15 @@ class SpillFile:
         except OSError as exc:
             raise SpillFailed(self.path, exc) from None
 
+    def span(self, lo: int, hi: int) -> np.ndarray:
+        """Records ``lo`` to ``hi`` (not included)."""
+        self._close()
+        try:
+            with open(self.path, "rb") as f:
+                return np.fromfile(f, dtype=self.dtype, count=max(hi - lo, 0), offset=lo * self.dtype.itemsize)
+        except OSError as exc:
+            raise SpillFailed(self.path, exc) from None
+
     def remove(self) -> None:
         self._close()
         try:

@@ -63,10 +63,11 @@ class Store:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None
 
-    def file(self, name: str, dtype, columns: bool = False) -> Bin:
+    def file(self, name: str, dtype, columns: bool = False, fill: dict | None = None) -> Bin:
         """A new bin of records of ``dtype`` (``name``: its file's, should it go to disk).
-        ``columns``: its records are a dict of arrays, one per field of ``dtype`` (see :class:`Bin`)."""
-        b = Bin(self, f"{len(self.bins)}.{name}", np.dtype(dtype), columns)
+        ``columns``: its records are a dict of arrays, one per field of ``dtype`` (see :class:`Bin`);
+        ``fill``: the value of each of these fields where a batch of records has none of it."""
+        b = Bin(self, f"{len(self.bins)}.{name}", np.dtype(dtype), columns, fill)
         self.bins.append(b)
         if self.budget == 0:
             b.spill()
@@ -101,18 +102,28 @@ class Bin:
     sends it to disk (:meth:`spill`). A bin of ``columns`` takes and gives its records as a
     dict of arrays, a field each (:func:`~overlapprof.analysis.spill.take` indexes them): in
     memory they stay columns, so a bin that is never written costs no structured rows; on disk
-    they are the dtype's rows."""
+    they are the dtype's rows.
 
-    def __init__(self, store: Store, name: str, dtype: np.dtype, columns: bool = False):
+    A field of ``fill`` may be missing from a batch of columns (given as the batch's length, an
+    int): in memory it costs nothing, on disk it is written as its fill value, and a field that
+    no batch held is read back as an empty column whatever the budget."""
+
+    def __init__(self, store: Store, name: str, dtype: np.dtype, columns: bool = False, fill: dict | None = None):
         self.store, self.name, self.dtype, self.columns = store, name, dtype, columns
+        self.fill = fill or {}
+        self.held_fields: set = set()  # the fields of fill that some batch held
         self.parts: list = []
         self.bytes = self.rows = 0
         self.file: SpillFile | None = None
 
     def append(self, records) -> None:
         if self.columns:
-            records = {k: _own(np.asarray(records[k], dtype=self.dtype[k])) for k in self.dtype.names}
-            size, nbytes = records[self.dtype.names[0]].size, sum(v.nbytes for v in records.values())
+            records = {k: v if isinstance(v := records[k], int) and k in self.fill else _own(np.asarray(v, dtype=self.dtype[k]))
+                       for k in self.dtype.names}
+            arrays = [v for v in records.values() if not isinstance(v, int)]
+            size = arrays[0].size if arrays else records[self.dtype.names[0]]
+            nbytes = sum(v.nbytes for v in arrays)
+            self.held_fields.update(k for k in self.fill if not isinstance(records[k], int))
         else:
             size = records.size
         if size == 0:
@@ -131,9 +142,9 @@ class Bin:
     def _rows(self, records) -> np.ndarray:
         if not self.columns:
             return records
-        rows = np.empty(records[self.dtype.names[0]].size, dtype=self.dtype)
+        rows = np.empty(_size(records[self.dtype.names[0]]), dtype=self.dtype)
         for k in self.dtype.names:
-            rows[k] = records[k]
+            rows[k] = self.fill[k] if isinstance(records[k], int) else records[k]
         return rows
 
     def spill(self) -> None:
@@ -148,15 +159,31 @@ class Bin:
     def read(self):
         """Every record (the bin stays)."""
         if self.file is not None:
-            rows = self.file.read()
-            return {k: rows[k] for k in self.dtype.names} if self.columns else rows
-        if len(self.parts) > 1:
-            self.parts = [{k: np.concatenate([p[k] for p in self.parts]) for k in self.dtype.names} if self.columns
-                          else np.concatenate(self.parts)]
+            return self._columns(self.file.read())
+        if self.columns and self.parts:  # joined a field at a time, each batch's let go of as it is
+            joined = {}
+            for k in self.dtype.names:
+                column = [p.pop(k) for p in self.parts]
+                if k in self.fill and k not in self.held_fields:
+                    joined[k] = np.empty(0, dtype=self.dtype[k])
+                elif len(column) == 1 and not isinstance(column[0], int):
+                    joined[k] = column[0]
+                else:
+                    joined[k] = np.concatenate([np.full(v, self.fill[k], dtype=self.dtype[k]) if isinstance(v, int) else v
+                                                for v in column])
+            self.parts = [joined]
+        elif len(self.parts) > 1:
+            self.parts = [np.concatenate(self.parts)]
         if self.parts:
             return self.parts[0]
-        empty = np.empty(0, dtype=self.dtype)
-        return {k: empty[k] for k in self.dtype.names} if self.columns else empty
+        return self._columns(np.empty(0, dtype=self.dtype))
+
+    def _columns(self, rows: np.ndarray):
+        """Rows read back as a bin of columns gives them (a field of ``fill`` no batch held: empty)."""
+        if not self.columns:
+            return rows
+        return {k: rows[k] if k not in self.fill or k in self.held_fields else np.empty(0, dtype=self.dtype[k])
+                for k in self.dtype.names}
 
     def windows(self, rows: int):
         """The records, at most ``rows`` at a time, in order (a bin of rows)."""
@@ -168,12 +195,23 @@ class Bin:
         for at in range(0, whole.size, rows):
             yield whole[at : at + rows]
 
+    def span(self, lo: int, hi: int):
+        """Records ``lo`` to ``hi`` (not included), in order (the bin stays)."""
+        if self.file is not None:
+            return self._columns(self.file.span(lo, hi))
+        whole = self.read()
+        return {k: v[lo:hi] for k, v in whole.items()} if self.columns else whole[lo:hi]
+
     def remove(self) -> None:
         if self.file is not None:
             self.file.remove()
             self.file = None
         self.store.held -= self.bytes
         self.parts, self.bytes = [], 0
+
+
+def _size(column) -> int:
+    return column if isinstance(column, int) else column.size
 
 
 def _own(a: np.ndarray) -> np.ndarray:

@@ -178,7 +178,8 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
     values = Values() if records else None
     names = values.index if records else Index()
     read = [read_spilled(path, names, comm_ann, store, parallel,
-                         CommRecorder(comm_re, values, options.comm_records, record_rows=False) if records else None)
+                         CommRecorder(comm_re, values, options.comm_records, record_rows=False, store=store)
+                         if records else None)
             for path in files]
     gpu = any(f.rows.kernels for f in read)
     order = names.order

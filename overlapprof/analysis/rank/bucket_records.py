@@ -64,7 +64,7 @@ def gpu_table(f: SpilledFile, comm: np.ndarray, values, needs: dict) -> CommTabl
     order = np.argsort(rows, kind="stable")
     cols = {k: np.concatenate((recs[k], comm[k]))[order] for k in ("ts", "dur", "codes", "name_ids", "thread")}
     rec = f.recorder.records(cols["thread"], f.threads, rows[order])
-    rec.rows = np.arange(rows.size)
+    rec.rows = np.arange(rows.size, dtype=np.int32 if rows.size < 2**31 else np.int64)  # (per record row)
     where = np.empty_like(order)
     where[order] = np.arange(order.size)
     launched = ~np.isnan(comm["launch_ts"])
@@ -75,8 +75,10 @@ def gpu_table(f: SpilledFile, comm: np.ndarray, values, needs: dict) -> CommTabl
     del cols, rows, order, where, recs  # (per operation: not held while the table is built)
     kinds, launch_ts, need_ts = comm["kind"].copy(), comm["launch_ts"].copy(), lookup(needs, comm["corr"], comm["ts"])
     del comm  # (the caller holds none: its rows, 54 bytes an operation, are not held while the table is built)
-    return comm_table(rec, values, gpu=True, rows=at, kinds=kinds, launch_ts=launch_ts, host_thread=host_thread,
-                      anchor=anchor, issue_ts=anchor, need_ts=need_ts)
+    table = comm_table(rec, values, gpu=True, rows=at, kinds=kinds, launch_ts=launch_ts, host_thread=host_thread,
+                       anchor=anchor, issue_ts=anchor, need_ts=need_ts)
+    rec.args.remove()  # the argument rows' bin (see CommRecorder's store)
+    return table
 
 
 def cpu_table(f: SpilledFile, comm_re, comm_ann, names: list[str], values, activity, ends) -> CommTable:
@@ -87,4 +89,6 @@ def cpu_table(f: SpilledFile, comm_re, comm_ann, names: list[str], values, activ
     rec = f.recorder.records(recs["thread"], f.threads, recs["row"])
     rec.rows = np.arange(recs["row"].size)
     scan = Scan.of_columns(f.path, {k: recs[k] for k in SCAN_COLUMNS}, None, rec)
-    return extract(scan, False, comm_re, comm_ann, names, values, activity, ends)[2]
+    table = extract(scan, False, comm_re, comm_ann, names, values, activity, ends)[2]
+    rec.args.remove()
+    return table

@@ -65,6 +65,10 @@ _EMPTY_ARGS = D.EventArgs()
 # A field's value when its key is absent (the struct's default: the same object every time).
 _ABSENT = {f.name: f.default for f in msgspec.structs.fields(D.EventArgs)}
 _IS_GPU = np.isin(np.arange(K.CATEGORIES), K.GPU_CATEGORIES)
+# An argument row's fields in a store's bin: its string fields' codes and its numbers (its file
+# row stays in memory: the order of the rows is known before the bin is read).
+_ARG_ROW = np.dtype([(k, "<i4") for k in STRING_FIELDS] + [(k, "<f8") for k in NUMBER_FIELDS])
+_ARG_FILL = {**{k: -1 for k in STRING_FIELDS}, **{k: np.nan for k in NUMBER_FIELDS}}  # absent
 
 
 def _role(name: str, comm_re) -> int:
@@ -96,6 +100,7 @@ class Records:
     code: np.ndarray | None = None
     name: np.ndarray | None = None
     thread: np.ndarray | None = None
+    args: object = None  # the argument rows' columns in a store's bin instead (see arg_columns)
 
     def thread_of(self, rows: np.ndarray) -> np.ndarray:
         """The rank's thread code of each row (before :meth:`gather`)."""
@@ -122,6 +127,21 @@ class Records:
             self.ts, self.dur, self.code, self.name = ts[self.rows], dur[self.rows], codes[self.rows], name_ids[self.rows]
         self.thread, self.row_thread = self.thread_of(self.rows), None
 
+    def arg_columns(self, idx: list[np.ndarray]) -> tuple[list[np.ndarray], dict, dict]:
+        """The string and number columns that the argument rows ``idx`` (arrays of them, -1:
+        none) read, and ``idx`` as indices into those. Kept in a store's bin (``args``), they
+        are read from it only from the first to the last of ``idx``'s rows: a block of records
+        needs the argument rows near it in the file, not the whole file's."""
+        if self.args is None:
+            return idx, self.strings, self.numbers
+        used = [i[i >= 0] for i in idx]
+        used = [u for u in used if u.size]
+        lo = min(int(u.min()) for u in used) if used else 0
+        hi = max(int(u.max()) for u in used) + 1 if used else 0
+        cols = self.args.span(lo, hi)
+        return ([np.where(i >= 0, i - lo, -1) for i in idx], {k: cols[k] for k in STRING_FIELDS},
+                {k: cols[k] for k in NUMBER_FIELDS})
+
     def args_of(self, idx: np.ndarray) -> np.ndarray:
         """The argument row of each record index ``idx`` (-1 stays -1)."""
         return np.where(idx >= 0, self.args_at[np.maximum(idx, 0)], -1) if self.args_at.size else np.full(idx.size, -1)
@@ -134,10 +154,15 @@ class CommRecorder:
     event's own stream, device, correlation and external id (CommRecord structs).
     ``record_rows``: keep which rows are record rows (else only the argument rows: a rank measured
     a bucket at a time knows its record rows once classified, and hands them to :meth:`records`;
-    a row per GPU event kept here would be memory per event)."""
+    a row per GPU event kept here would be memory per event). ``store``: the argument rows'
+    string codes and numbers wait in a bin of this :class:`~overlapprof.analysis.engine.store.Store`
+    (past its budget, on disk) instead of in memory: about 100 bytes an operation while the
+    rank's store fills."""
 
-    def __init__(self, comm_re, values: Values, own: bool = False, record_rows: bool = True):
+    def __init__(self, comm_re, values: Values, own: bool = False, record_rows: bool = True, store=None):
         self.comm_re, self.values, self.own, self.record_rows = comm_re, values, own, record_rows
+        self.store = store
+        self._bin = store.file("args", _ARG_ROW, columns=True, fill=_ARG_FILL) if store is not None else None
         wanted = {*STRING_FIELDS, *NUMBER_FIELDS, *(OWN_FIELDS if own else ())}
         self._markers = [(m, probe, fields) for m, (probe, fields) in _MARKERS.items() if wanted.intersection(fields)]
         self._wanted = [f.name for f in msgspec.structs.fields(D.EventArgs) if f.name in wanted]
@@ -199,13 +224,24 @@ class CommRecorder:
         """Keep the columns of the ``present`` fields of a batch (``column(name)``: the field's
         values, by row); the other fields are kept as the batch's length (see :meth:`records`)."""
         n = rows.size
-        self._arg_rows.append(rows)
-        for name, field in self.values.strings.items():
-            self._strings[name].append(field.codes(column(name)) if name in present else n)
-        for name in NUMBER_FIELDS:  # None -> NaN
-            self._numbers[name].append(np.array(column(name), dtype=np.float64) if name in present else n)
+        strings = {name: field.codes(column(name)) if name in present else n for name, field in self.values.strings.items()}
+        numbers = {name: np.array(column(name), dtype=np.float64) if name in present else n  # None -> NaN
+                   for name in NUMBER_FIELDS}
+        self._batch(rows, strings, numbers)
         for name in OWN_FIELDS if self.own else ():
             self._own[name].append(column(name) if name in present else n)
+
+    def _batch(self, rows: np.ndarray, strings: dict, numbers: dict) -> None:
+        """Keep a batch of argument rows: each field's codes or numbers, or the batch's length
+        where the batch held none of it (in the store's bin too: see ``_ARG_FILL``)."""
+        self._arg_rows.append(rows)
+        if self._bin is None:
+            for name, part in strings.items():
+                self._strings[name].append(part)
+            for name, part in numbers.items():
+                self._numbers[name].append(part)
+            return
+        self._bin.append({**strings, **numbers})
 
     def export(self) -> dict:
         """What this recorder collected, with its codes' keys (picklable): a worker's share of a
@@ -219,17 +255,18 @@ class CommRecorder:
         its chunks had been added here: the codes are those reading them here would give."""
         v = self.values
         self._rows += [r + row0 for r in part["rows"]]
-        self._arg_rows += [r + row0 for r in part["arg_rows"]]
+        recodes = {}
         for name, field in v.strings.items():
             keys = part["keys"][name]
-            recode = np.full(max((c for _, c in keys), default=-1) + 2, -1, dtype=np.int32)
+            recode = recodes[name] = np.full(max((c for _, c in keys), default=-1) + 2, -1, dtype=np.int32)
             for key, code in keys:  # in the order the other recorder met them
                 got = field[key]
                 if code >= 0:
                     recode[code] = got
-            self._strings[name] += [c if isinstance(c, int) else recode[c] for c in part["strings"][name]]
-        for name in NUMBER_FIELDS:
-            self._numbers[name] += part["numbers"][name]
+        for k, rows in enumerate(part["arg_rows"]):
+            strings = {name: c if isinstance(c, int) else recodes[name][c]
+                       for name, c in ((name, part["strings"][name][k]) for name in v.strings)}
+            self._batch(rows + row0, strings, {name: part["numbers"][name][k] for name in NUMBER_FIELDS})
         if self._own is not None:
             for name in OWN_FIELDS:
                 self._own[name] += part["own"][name]
@@ -245,7 +282,9 @@ class CommRecorder:
 
     def fresh(self) -> CommRecorder:
         """A recorder like this one, empty (to read the file again)."""
-        return CommRecorder(self.comm_re, self.values, self.own, self.record_rows)
+        if self._bin is not None:
+            self._bin.remove()
+        return CommRecorder(self.comm_re, self.values, self.own, self.record_rows, self.store)
 
     def records(self, thread: np.ndarray, threads, rows: np.ndarray | None = None) -> Records:
         """The file's Records; ``thread``: the scan's thread code of each row, ``threads``: the
@@ -261,22 +300,31 @@ class CommRecorder:
         order = np.argsort(arg_rows, kind="stable")
         at = np.empty_like(order)  # where each collected argument row goes in row order
         at[order] = np.arange(order.size)
-        args_at = np.full(rows.size, -1, dtype=np.int64)
+        args_at = np.full(rows.size, -1, dtype=_index_type(max(rows.size, order.size)))
         place = np.minimum(np.searchsorted(rows, arg_rows[order]), max(rows.size - 1, 0))
         hit = rows[place] == arg_rows[order] if rows.size else np.zeros(order.size, dtype=bool)
-        args_at[place[hit]] = np.arange(order.size)[hit]
+        stored, self._bin = self._bin, None
+        if stored is not None:  # the argument rows stay in the bin, in the order collected
+            args_at[place[hit]] = order[hit]
+            at = np.arange(order.size)
+        else:
+            args_at[place[hit]] = np.arange(order.size)[hit]
         del arg_rows, order
         own = None
         if self._own is not None:
             own = {k: _column(self._own.pop(k), at, None, object).tolist() for k in list(self._own)}
+        strings = {k: _column(self._strings.pop(k), at, -1, np.int32) for k in list(self._strings)}
+        numbers = {k: _column(self._numbers.pop(k), at, np.nan, np.float64) for k in list(self._numbers)}
         index = self.values.threads
         return Records(
-            rows=rows, args_at=args_at,
-            strings={k: _column(self._strings.pop(k), at, -1, np.int32) for k in list(self._strings)},
-            numbers={k: _column(self._numbers.pop(k), at, np.nan, np.float64) for k in list(self._numbers)},
-            own=own, row_thread=thread,
+            rows=rows, args_at=args_at, strings=strings, numbers=numbers, own=own, row_thread=thread, args=stored,
             thread_codes=np.array([index[key] for key in threads] + [-1], dtype=np.int32),
         )
+
+
+def _index_type(n: int):
+    """The integer type of indices into ``n`` rows: 4 bytes where they fit (per record row)."""
+    return np.int32 if n < 2**31 else np.int64
 
 
 def _column(parts: list, at: np.ndarray, absent, dtype) -> np.ndarray:

@@ -224,12 +224,10 @@ def comm_table(rec: Records, values: Values, *, gpu: bool, rows: np.ndarray, kin
         return cand, Nested(rec.thread[cand], ts, event_ends(ts, rec.dur[cand]))
 
     near = [enclosing(K.CPU_OP, PARAMS), enclosing(K.CPU_OP, CALL)] + ([enclosing(K.ANNOTATION, ANNOTATION)] if gpu else [])
-    seq, lower = rec.numbers["seq"], rec.numbers["seq_lower"]
-    seq = lower if seq.size == 0 else seq if lower.size == 0 else np.where(np.isnan(seq), lower, seq)
     out = None
     for lo in range(0, max(n, 1), TABLE_BLOCK):  # (one empty block when there is no event)
         at = slice(lo, lo + TABLE_BLOCK)
-        part = _block(rec, values, near, seq, gpu, rows[at], host_thread[at], anchor[at], launch_ts[at])
+        part = _block(rec, values, near, gpu, rows[at], host_thread[at], anchor[at], launch_ts[at])
         part.kind = kinds[at].astype(np.int8)
         if issue_ts is not None:
             part.issue_ts = issue_ts[at]
@@ -241,28 +239,33 @@ def comm_table(rec: Records, values: Values, *, gpu: bool, rows: np.ndarray, kin
     return out
 
 
-def _block(rec: Records, values: Values, near: list, seq: np.ndarray, gpu: bool, rows: np.ndarray,
+def _block(rec: Records, values: Values, near: list, gpu: bool, rows: np.ndarray,
            host_thread: np.ndarray, anchor: np.ndarray, launch_ts: np.ndarray) -> CommTable:
     """The table of a block of :func:`comm_table`'s events (``near``: the candidates of the
-    enclosing params, call and (GPU) annotation, with their :class:`Nested`; ``seq``: the
-    records' sequence numbers, Seq's else Seq Lower's). ``kind`` is left for the caller."""
+    enclosing params, call and (GPU) annotation, with their :class:`Nested`). ``kind`` is left
+    for the caller."""
     n = rows.size
     own_rec = np.searchsorted(rec.rows, rows)
     found = [_take(cand, nested.find(host_thread, anchor), -1) for cand, nested in near]
     params, call = found[0], found[1]
     annotation = found[2] if gpu else np.full(n, -1, dtype=np.int64)
     del found
-    sources = [own_rec, annotation, params]
-    arg_sources = [rec.args_of(s) for s in sources]
-    strings = {k: _merge(rec.strings[k], arg_sources, -1) for k in MERGED_STRINGS}
-    numbers = {k: _merge(seq if k == "seq" else rec.numbers[k], arg_sources, np.nan) for k in MERGED_NUMBERS}
-    names = _take(rec.name, sources[1], -1), _take(rec.name, call, -1)
+    own_args = rec.args_of(own_rec)
+    arg_sources, arg_strings, arg_numbers = rec.arg_columns(
+        [own_args, rec.args_of(annotation), rec.args_of(params), rec.args_of(call)])
+    call_args = arg_sources.pop()
+    seq, lower = arg_numbers["seq"], arg_numbers["seq_lower"]  # Seq's, else Seq Lower's
+    seq = lower if seq.size == 0 else seq if lower.size == 0 else np.where(np.isnan(seq), lower, seq)
+    strings = {k: _merge(arg_strings[k], arg_sources, -1) for k in MERGED_STRINGS}
+    numbers = {k: _merge(seq if k == "seq" else arg_numbers[k], arg_sources, np.nan) for k in MERGED_NUMBERS}
+    names = _take(rec.name, annotation, -1), _take(rec.name, call, -1)
     host = np.where(params >= 0, params, np.where(annotation >= 0, annotation, call))
     call_ts = _take(rec.ts, host, np.nan) if gpu else np.full(n, np.nan)
-    peer = _peers(rec, values, params, annotation if gpu else own_rec, call, strings["pg_ranks"])
+    peer = _peers(rec, values, arg_strings, arg_sources[2], call_args, annotation if gpu else own_rec, call,
+                  strings["pg_ranks"])
     own = None
     if rec.own is not None:
-        own = {k: [v[i] if i >= 0 else None for i in arg_sources[0].tolist()] for k, v in rec.own.items()}
+        own = {k: [v[i] if i >= 0 else None for i in own_args.tolist()] for k, v in rec.own.items()}
     ts = rec.ts[own_rec]
     return CommTable(
         source="kernel" if gpu else "annotation", values=values, kind=np.empty(0, np.int8),
@@ -274,10 +277,11 @@ def _block(rec: Records, values: Values, near: list, seq: np.ndarray, gpu: bool,
     )
 
 
-def _peers(rec: Records, values: Values, params, near, call, ranks) -> np.ndarray:
+def _peers(rec: Records, values: Values, arg_strings: dict, params_args, call_args, near, call, ranks) -> np.ndarray:
     """CommRecord.peer of each record (NaN: unknown): record_param_comms' global Dst Rank, else
     its Src Rank, else the group rank of ``near`` (annotation ``0->1``) or of the c10d
-    send/recv's arguments, mapped to a global rank through the merged Process Group Ranks."""
+    send/recv's arguments, mapped to a global rank through the merged Process Group Ranks
+    (``arg_strings``, ``params_args``, ``call_args``: :meth:`Records.arg_columns`')."""
     f = values.strings
     rec_names = rec.name
 
@@ -295,10 +299,9 @@ def _peers(rec: Records, values: Values, params, near, call, ranks) -> np.ndarra
             return group[local] if local < len(group) else None
         return local
 
-    params_args, call_args = rec.args_of(params), rec.args_of(call)
     found, inverse = per_distinct(
-        peer, _take(rec.strings["dst_rank"], params_args, -1), _take(rec.strings["src_rank"], params_args, -1),
-        _take(rec_names, near, -1), _take(rec_names, call, -1), _take(rec.strings["concrete_inputs"], call_args, -1),
+        peer, _take(arg_strings["dst_rank"], params_args, -1), _take(arg_strings["src_rank"], params_args, -1),
+        _take(rec_names, near, -1), _take(rec_names, call, -1), _take(arg_strings["concrete_inputs"], call_args, -1),
         ranks,
     )
     return np.array([np.nan if p is None else p for p in found] + [np.nan], dtype=np.float64)[inverse]
