@@ -18,6 +18,8 @@ import contextlib
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import signal
+import threading
 
 ENV = "OVERLAPPROF_FORKSERVER"
 _PRELOAD = ["overlapprof.launch.rank_server", "overlapprof.launch.harness"]
@@ -48,11 +50,18 @@ def _server_environment():
     saved = dict(os.environ)
     os.environ["PYTHONUNBUFFERED"] = "1"
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # Ignored, SIGINT stays ignored across exec: a Ctrl-C while the server imports torch does not
+    # print a KeyboardInterrupt traceback from it (the launcher reports the interruption; the
+    # harness's import sets its own quiet handler, which the ranks get).
+    main_thread = threading.current_thread() is threading.main_thread()
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None
     try:
         yield
     finally:
         os.environ.clear()
         os.environ.update(saved)
+        if main_thread:
+            signal.signal(signal.SIGINT, handler)
 
 
 def forked_main(argv, environ):
