@@ -82,3 +82,32 @@ def forked_main(argv, environ):
     harness.run_rank(argv)
     sys.stdout.flush()
     sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def every_failure_reported():
+    """While a launch of forked ranks runs: torchelastic's launch of function entrypoints
+    (``MultiprocessContext``) reports only the first failed rank it notices, where its launch of
+    fresh interpreters reports every rank that exited non-zero (those it then stopped included).
+    Two ranks ending at once (one dying hard, its peer failing on the broken connection) would
+    then be blamed by whichever the poll saw first; this reports each, as before."""
+    from torch.distributed.elastic.multiprocessing.api import MultiprocessContext
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    poll = MultiprocessContext._poll
+
+    def poll_every_failure(self):
+        result = poll(self)
+        if result is not None and result.failures:
+            for local_rank, process in enumerate(self._pc.processes):
+                if local_rank not in result.failures and process.exitcode:  # all ended: closed
+                    result.failures[local_rank] = ProcessFailure(
+                        local_rank=local_rank, pid=process.pid, exitcode=process.exitcode,
+                        error_file=self.error_files[local_rank])
+        return result
+
+    MultiprocessContext._poll = poll_every_failure
+    try:
+        yield
+    finally:
+        MultiprocessContext._poll = poll

@@ -299,9 +299,11 @@ def _elastic_launch(request, variant, run_dir):
     if forkserver.start():  # every rank a fork of the server that imported torch once
         start_method, entrypoint = "forkserver", forkserver.forked_main
         entrypoint_args = (harness_args, dict(os.environ))
+        failures_reported = forkserver.every_failure_reported()
     else:
         start_method, entrypoint = "spawn", sys.executable
         entrypoint_args = ["-u", "-m", "overlapprof.launch.harness", *harness_args]
+        failures_reported = contextlib.nullcontext()
     config = LaunchConfig(min_nodes=request.nnodes, max_nodes=request.nnodes,
                           nproc_per_node=request.nproc, max_restarts=0, monitor_interval=0.1,
                           start_method=start_method, log_line_prefix_template="[rank${rank}]: ",
@@ -311,7 +313,7 @@ def _elastic_launch(request, variant, run_dir):
             if not quiet else None)
     clear = beat.clear if beat else None
     try:
-        with elastic_logging_to(directory.launcher_log(run_dir, request.node_rank)), \
+        with elastic_logging_to(directory.launcher_log(run_dir, request.node_rank)), failures_reported, \
                 contextlib.redirect_stdout(ConsoleLines(sys.stdout, clear, quiet)), \
                 contextlib.redirect_stderr(ConsoleLines(sys.stderr, clear, quiet)):
             elastic_launch(config, entrypoint)(*entrypoint_args)
