@@ -126,6 +126,10 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, on_sigint)
+    if not list_variants and (not link_rate or _inside_link()):  # this process launches the ranks
+        from overlapprof.launch import forkserver
+
+        forkserver.start()  # its import of torch for the ranks runs beside this one's
     import torch  # noqa: F401  (slow: after the cheap checks, and not counted in the workload's --timeout)
 
     from overlapprof.launch import launcher
@@ -174,6 +178,13 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         fail(f"{loaded.name}/{failed.variant} failed: {failed.failure_line()}; "
              f"{kept} kept in {failed.run_dir}", exit_code=1)
     _end_process()
+
+
+def _inside_link() -> bool:
+    """Whether this is the run that --link-rate re-executed inside its network namespace."""
+    from overlapprof.launch import netns
+
+    return netns.inside() is not None
 
 
 def _end_process():

@@ -393,6 +393,18 @@ class Harness:
 
 @record
 def main(argv=None):
+    """The entrypoint of a rank started as a fresh interpreter (``python -u -m ...harness``)."""
+    run_rank(argv)
+    # Everything is written (traces, the rank's record, its progress). The interpreter's teardown
+    # after torch's profiler took ~0.65 s a rank (measured; ~0.3 s after `import torch` alone), and
+    # the launcher waited that long for each launch's "ok": end here instead.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def run_rank(argv):
+    """Parse the harness's arguments and run the rank; a failure exits (SystemExit) with its code."""
     parser = argparse.ArgumentParser(prog="python -m overlapprof.launch.harness",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", required=True, help="the run directory")
@@ -404,12 +416,6 @@ def main(argv=None):
         harness.run()
     except BaseException as exc:
         sys.exit(exit_code(harness, exc))
-    # Everything is written (traces, the rank's record, its progress). The interpreter's teardown
-    # after torch's profiler took ~0.65 s a rank (measured; ~0.3 s after `import torch` alone), and
-    # the launcher waited that long for each launch's "ok": end here instead.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 if __name__ == "__main__":

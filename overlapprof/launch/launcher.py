@@ -3,7 +3,9 @@
 ``run(request)`` validates everything it can before any rank starts (device, run directories),
 then for each variant creates (or joins) the run directory, writes this node's config to
 ``nodes/node<K>.json`` and calls ``torch.distributed.launcher.api.elastic_launch`` with the
-harness (``python -u -m overlapprof.launch.harness``) as the entrypoint of every rank:
+harness as the entrypoint of every rank (a fork of :mod:`overlapprof.launch.forkserver`'s server,
+which imported torch once; with ``OVERLAPPROF_FORKSERVER=0``, ``python -u -m
+overlapprof.launch.harness``):
 
 - single node: a c10d rendezvous on ``localhost:0`` (torchrun ``--standalone``);
 - ``--nnodes N``: the static rendezvous of ``torchrun --node-rank K --master-addr/port``: node 0
@@ -27,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from overlapprof.launch import netns
+from overlapprof.launch import forkserver, netns
 from overlapprof.launch.host import oversubscription, relevant_env, resolve_device, usable_cores, versions
 from overlapprof.launch.step_times import step_summary
 from overlapprof.launch.watchdog import first_line, main_thread_location
@@ -293,21 +295,28 @@ def _elastic_launch(request, variant, run_dir):
         rdzv = dict(rdzv_backend="static", rdzv_endpoint=request.rdzv_endpoint,
                     rdzv_configs={"rank": request.node_rank, "timeout": timeout},
                     run_id=f"{request.run_id}-{variant}")
+    harness_args = ["--run-dir", str(run_dir), "--node-rank", str(request.node_rank)]
+    if forkserver.start():  # every rank a fork of the server that imported torch once
+        start_method, entrypoint = "forkserver", forkserver.forked_main
+        entrypoint_args = (harness_args, dict(os.environ))
+        failures_reported = forkserver.every_failure_reported()
+    else:
+        start_method, entrypoint = "spawn", sys.executable
+        entrypoint_args = ["-u", "-m", "overlapprof.launch.harness", *harness_args]
+        failures_reported = contextlib.nullcontext()
     config = LaunchConfig(min_nodes=request.nnodes, max_nodes=request.nnodes,
                           nproc_per_node=request.nproc, max_restarts=0, monitor_interval=0.1,
-                          start_method="spawn", log_line_prefix_template="[rank${rank}]: ",
+                          start_method=start_method, log_line_prefix_template="[rank${rank}]: ",
                           logs_specs=RunLogsSpecs(run_dir), **_shutdown_timeout(LaunchConfig), **rdzv)
-    entrypoint_args = ["-u", "-m", "overlapprof.launch.harness", "--run-dir", str(run_dir),
-                       "--node-rank", str(request.node_rank)]
     quiet = request.quiet
     beat = (Heartbeat(run_dir, range(request.nnodes * request.nproc), sys.stderr).start()
             if not quiet else None)
     clear = beat.clear if beat else None
     try:
-        with elastic_logging_to(directory.launcher_log(run_dir, request.node_rank)), \
+        with elastic_logging_to(directory.launcher_log(run_dir, request.node_rank)), failures_reported, \
                 contextlib.redirect_stdout(ConsoleLines(sys.stdout, clear, quiet)), \
                 contextlib.redirect_stderr(ConsoleLines(sys.stderr, clear, quiet)):
-            elastic_launch(config, sys.executable)(*entrypoint_args)
+            elastic_launch(config, entrypoint)(*entrypoint_args)
     except ChildFailedError as exc:
         return dict(exc.failures), None
     except SignalException as exc:

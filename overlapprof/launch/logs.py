@@ -69,18 +69,21 @@ _DOUBLE_PREFIX = re.compile(r"^(\[rank(\d+)\]: )\[rank\2\]: ?")
 @contextlib.contextmanager
 def elastic_logging_to(path):
     """Send torchelastic's own log lines ("Received 2 death signal, shutting down workers", its
-    failure reports) to the file ``path`` instead of the console, for the ``with`` block. Its
-    loggers set their own levels (LOGLEVEL, default WARNING), so only their common parent's
-    handlers and propagation are changed."""
-    parent = logging.getLogger("torch.distributed.elastic")
+    failure reports) to the file ``path`` instead of the console, for the ``with`` block, and
+    torch.multiprocessing's ("Terminating process N via signal SIGTERM", when it stops the
+    forked ranks of a failed run). Their loggers set their own levels (LOGLEVEL, default
+    WARNING), so only their common parents' handlers and propagation are changed."""
+    parents = [logging.getLogger(name) for name in ("torch.distributed.elastic", "torch.multiprocessing")]
     handler = logging.FileHandler(path, delay=True)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    propagate = parent.propagate
-    parent.addHandler(handler)
-    parent.propagate = False
+    propagate = [parent.propagate for parent in parents]
+    for parent in parents:
+        parent.addHandler(handler)
+        parent.propagate = False
     try:
         yield
     finally:
-        parent.removeHandler(handler)
-        parent.propagate = propagate
+        for parent, was in zip(parents, propagate):
+            parent.removeHandler(handler)
+            parent.propagate = was
         handler.close()
