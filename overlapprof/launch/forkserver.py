@@ -98,8 +98,10 @@ def every_failure_reported():
 
     def poll_every_failure(self):
         result = poll(self)
-        if result is not None and result.failures:
-            for local_rank, process in enumerate(self._pc.processes):
+        # torch's private attributes (torch 2.13, which setup.sh pins); another torch reports as it does
+        processes = getattr(getattr(self, "_pc", None), "processes", None)
+        if result is not None and result.failures and processes is not None:
+            for local_rank, process in enumerate(processes):
                 if local_rank not in result.failures and process.exitcode:  # all ended: closed
                     result.failures[local_rank] = ProcessFailure(
                         local_rank=local_rank, pid=process.pid, exitcode=process.exitcode,
