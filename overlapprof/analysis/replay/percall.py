@@ -103,6 +103,8 @@ def file_shares(events) -> dict[int, float]:
     steps = [e for e in events if e.name.startswith(_STEP)]
     ops = sorted((e for e in events if e.cat == "cpu_op"), key=lambda e: (e.ts, -e.dur))
     starts = [e.ts for e in ops]
+    hand_overs = sorted((e for e in events if e.name in _HAND_OVERS), key=lambda e: e.ts)
+    handed = [e.ts for e in hand_overs]
     out = {}
     for s in steps:
         try:
@@ -111,7 +113,8 @@ def file_shares(events) -> dict[int, float]:
             continue
         inside = ops[bisect.bisect_left(starts, s.ts):bisect.bisect_left(starts, s.ts + s.dur)]
         mine = [e for e in inside if e.tid == s.tid]
-        spans = [e for e in events if e.name in _HAND_OVERS and e.tid == s.tid and s.ts <= e.ts < s.ts + s.dur]
+        spans = [e for e in hand_overs[bisect.bisect_left(handed, s.ts):bisect.bisect_left(handed, s.ts + s.dur)]
+                 if e.tid == s.tid]
         share = _step_share(mine, spans)
         if share is not None:
             out[number] = share
