@@ -18,16 +18,11 @@ from dataclasses import dataclass, field
 
 from overlapprof.analysis.advise import names, onebucket
 from overlapprof.analysis.advise.assumed import assumptions
-from overlapprof.analysis.exposure import resources
 from overlapprof.analysis.replay import predict as _replay
-from overlapprof.analysis.replay.changes import Context, Unmodelled, link_floor, parse, rewrite
-from overlapprof.analysis.replay.copying import loopback_latency
-from overlapprof.analysis.replay.cores import loopback, shares
+from overlapprof.analysis.replay.changes import Unmodelled, link_floor, parse, rewrite
 from overlapprof.analysis.replay.engine import replay
-from overlapprof.analysis.replay.slowdown import beside, rank_factors, slow
-from overlapprof.analysis.replay.stretch import Stretcher
+from overlapprof.analysis.replay.slowdown import beside, slow
 from overlapprof.analysis.replay.timeline import traced as traced_of
-from overlapprof.analysis.replay.transfer import fit, interference
 from overlapprof.analysis.stats import median, percentile
 from overlapprof.report.whatif import Prediction
 
@@ -66,21 +61,14 @@ class Replayer:
         else:
             self.analyzed, self.tr = _replay._load(list(paths), **options)
         self.report = self.analyzed.report
-        res, _, sharing = resources(self.report.run, None)
-        ref = self.report.options.reference_bandwidth
-        self.model = fit(self.tr, ref / 1e6 if ref else None, res.link_bytes_per_us, sharing)
-        cpu = any(r.mode == "cpu" for r in self.report.ranks)
-        if loopback(self.report):
-            loopback_latency(self.tr, self.model)
-        cost, self.interference_notes = interference(self.tr, cpu)
-        self.ctx = Context(self.model, res.link_bytes_per_us, cost)
-        self.longer = Stretcher(self.tr, cost, res.link_bytes_per_us)
+        prepared = _replay.prepare(self.report, self.tr, paths)  # as whatif does, so the numbers agree
+        self.model, self.ctx, self.longer = prepared.model, prepared.ctx, prepared.longer
+        self.interference_notes = prepared.interference_notes
         traced = [v for lane in self.tr.lanes.values() for v in lane.measured_steps]
         self.traced_step_us = median(traced) if traced else None
         # the traced steps' own spread: their median absolute deviation from the median step
         self.spread_us = median([abs(v - self.traced_step_us) for v in traced]) if traced else 0.0
-        self.factors = rank_factors(self.report)
-        self.crowded = shares(self.report, self.tr, self.model)
+        self.factors, self.crowded = prepared.factors, prepared.crowded
         self.assumptions = assumptions(self.report, self.crowded)
         self._beside: dict[int, float] | None = None  # rank -> the trace's compute beside communication (µs)
         self._cache: dict[str, Outcome] = {}

@@ -12,6 +12,8 @@ rank, the exposed transfers, or the link's bytes when its floor sets the step.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from overlapprof import __version__
 from overlapprof.analysis.analyzer import analyze_with_inputs
 from overlapprof.analysis.exposure import resources
@@ -158,6 +160,33 @@ def run_steps(report: Report) -> list[float]:
     return [s.step_us for r in report.ranks for s in r.steps]
 
 
+@dataclass
+class Prepared:
+    """What every change of one trace is replayed with (``whatif`` and advise's replayer alike,
+    so that their numbers agree): the transfer model, the rewrites' context, the stretch, the
+    measured slowdown factors and the crowded cores' shares; ``latency_notes``: what the loopback
+    latency said, ``interference_notes``: what the interference fit said."""
+
+    model: object
+    ctx: Context
+    longer: Stretcher
+    factors: dict
+    crowded: dict
+    latency_notes: list
+    interference_notes: list
+
+
+def prepare(report: Report, tr: Traced, paths=()) -> Prepared:
+    res, _, sharing = resources(report.run, None)
+    ref = report.options.reference_bandwidth
+    model = fit(tr, ref / 1e6 if ref else None, res.link_bytes_per_us, sharing)
+    latency = loopback_latency(tr, model) if loopback(report) else []
+    cost, words = interference(tr, any(r.mode == "cpu" for r in report.ranks))
+    return Prepared(model, Context(model, res.link_bytes_per_us, cost, paths=tuple(paths)),
+                    Stretcher(tr, cost, res.link_bytes_per_us), rank_factors(report), shares(report, tr, model),
+                    latency, words)
+
+
 def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, check: str | None = None,
            workers: int | None = None) -> WhatIf:
     """Replay the traced run of ``paths`` unchanged and with each of ``changes`` (``name=value``,
@@ -170,11 +199,9 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
         options["reference_bandwidth"] = reference_bandwidth
     analyzed, tr = _load(list(paths), **options)
     report = analyzed.report
-    res, _, sharing = resources(report.run, None)
-    ref = report.options.reference_bandwidth
-    model = fit(tr, ref / 1e6 if ref else None, res.link_bytes_per_us, sharing)
-    if loopback(report):
-        model.notes += loopback_latency(tr, model)
+    prepared = prepare(report, tr, paths)
+    model = prepared.model
+    model.notes += prepared.latency_notes
     base = replay(tr)
     traced_values = [v for r in tr.lanes.values() for v in r.measured_steps]
     traced_step = median(traced_values) if traced_values else None
@@ -191,11 +218,8 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
     if any(r.mode == "cpu" for r in report.ranks) and len(report.ranks) > 1:
         result.notes.append("ranks share host cores: the replay keeps each rank's traced compute times, so a change "
                             "that moves compute beside other ranks' compute is not slowed for it")
-    cost, words = interference(tr, any(r.mode == "cpu" for r in report.ranks))
-    result.notes += words
-    longer = Stretcher(tr, cost, res.link_bytes_per_us)
-    ctx = Context(model, res.link_bytes_per_us, cost, paths=tuple(paths))
-    factors, crowded = rank_factors(report), shares(report, tr, model)
+    result.notes += prepared.interference_notes
+    ctx, longer, factors, crowded = prepared.ctx, prepared.longer, prepared.factors, prepared.crowded
     before = _lane_compute(tr)
     for text, pairs in zip(changes, parsed):
         try:
