@@ -13,7 +13,9 @@ A change is ``name=value``; several joined by commas are one combined change
 - ``async=KIND`` (``async=KIND@end``): every KIND operation with no compute in its window
   becomes asynchronous: its need moves to the issue of the next KIND operation issued after
   some compute (the first use its result can have in a chain of such calls: a ring's next
-  send), else (and always with ``@end``) to the end of its step.
+  send), else (and always with ``@end``) to the end of its step. A pipeline's receives keep
+  their waits (the stage computes on what they bring) and are posted where the step's first
+  one was (:func:`_post_receives_early`).
 
 - ``bucket_cap_mb=N``: DDP's all_reduce operations regrouped into buckets of N MiB
   (:mod:`.buckets`).
@@ -231,6 +233,8 @@ def _make_async(tr: Traced, value: str) -> list[str]:
     inputs = code == SEND_RECV and pipeline(tr)
     for lane in tr.lanes.values():
         moved += _move_needs(tr, lane, code, at_end=where == "end", keep_receives=inputs)
+        if inputs:
+            _post_receives_early(tr, lane)
     if not moved:
         raise Unmodelled(f"async={value}: every {kind_name} operation already has compute in its window "
                          "(it is asynchronous already)")
@@ -260,6 +264,31 @@ def _move_needs(tr: Traced, lane, code: int, at_end: bool, keep_receives: bool =
             getattr(lane, name).insert(target, v)
         moved += 1
     return moved
+
+
+def _post_receives_early(tr: Traced, lane) -> None:
+    """A pipeline made asynchronous posts its receives ahead (``irecv``), each still waited for
+    before the compute that uses it: every receive of a step is issued where the step's first
+    receive was, in their traced order, so its data moves as soon as the peer's send is issued
+    instead of once the stage has finished computing the micro-batch before it. The work after
+    a moved issue (none for a blocking call) goes to the key before it."""
+    out, first = [], None  # first: where in ``out`` this step's receives are posted
+    for key in zip(lane.t, lane.kind, lane.ref, lane.work, lane.compute):
+        t, kind, ref, work, compute = key
+        if kind == BOUND:
+            first = None
+        elif kind == ISSUE and tr.kind[ref] == SEND_RECV and tr.direction[ref] == RECV:
+            if first is None:
+                first = len(out) + 1
+            elif out:
+                out[-1][3] += work
+                out[-1][4] += compute
+                out.insert(first, [out[first - 1][0], ISSUE, ref, 0.0, 0.0])
+                first += 1
+                continue
+        out.append(list(key))
+    for i, name in enumerate(("t", "kind", "ref", "work", "compute")):
+        setattr(lane, name, [k[i] for k in out])
 
 
 def _first_use(tr: Traced, lane, row: int, code: int, at_end: bool) -> int:
