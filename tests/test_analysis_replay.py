@@ -320,6 +320,27 @@ def test_prefetch_issues_each_all_gather_earlier(tmp_path):
     assert not got["prefetch=3"].modelled and "has more than 3" in got["prefetch=3"].reason
 
 
+def test_prefetch_deeper_runs_two_all_gathers_at_once_on_gloo(tmp_path):
+    """FSDP's forward at prefetch 0 on gloo: four units, each all-gather (300 µs) issued and
+    waited at once, then 100 µs of the unit's compute: 1600 µs. prefetch=1: each gather is
+    issued where the one before it was and runs after it on the group (FSDP waits for a unit's
+    own gather before it prefetches the next): g2 [300, 600), g3 [600, 900), g4 [900, 1200), the
+    last unit computing [1200, 1300). prefetch=2: g3 is issued beside g1 with g2, and g4 where g2
+    was, each behind a gather moved ahead of its slot, not behind the slot's own: gloo's two
+    worker threads run them two at once, g2 and g3 [300, 600), g4 [600, 900) (after g2), the
+    units computing [300, 400), [600, 700), [700, 800), [900, 1000): 1000 µs (1300, the same
+    as prefetch=1, with the group running them one at a time). prefetch=3: g4 beside g1 too,
+    still after g2: 1000."""
+    events = [S.step(1, 0, 1600)]
+    for at in (0, 400, 800, 1200):
+        events += [*_gather(at, 300), S.cpu_op("aten::mm", at + 300, 100)]
+    got = _predict(_write(tmp_path, {0: events, 1: events}), "compute=x1", "prefetch=1", "prefetch=2", "prefetch=3")
+    assert got["compute=x1"].step_us == pytest.approx(1600)
+    assert got["prefetch=1"].step_us == pytest.approx(1300)
+    assert got["prefetch=2"].step_us == pytest.approx(1000)
+    assert got["prefetch=3"].step_us == pytest.approx(1000)
+
+
 def test_prefetch_on_fsdp_passes_waited_at_once(tmp_path):
     """FSDP with prefetch 0 on gloo: each 200 µs all-gather is waited at once. Forward: g1 at 0,
     unit 1 computes [200, 500), g2 at 500, unit 2 [700, 1000); gloo's worker copies the gathered

@@ -8,7 +8,8 @@ and the gathers moved there before it, before anything the lane did next, so bef
 followed it): the first unit's pre-forward (pre-backward) issues the next N, each later one the
 N-th after it. Their needs do not move (the unit's compute still needs its parameters then).
 A backward all-gather issued ahead of the reduce-scatter that the trace ran before it does not
-wait for it (:func:`_rechain`). On CPU runs a moved all-gather's transfer grows with the compute
+wait for it (:func:`_rechain`). On CPU runs two all-gathers run at once where FSDP has two in
+flight (:func:`_two_at_once`: gloo's two worker threads a process group). On CPU runs a moved all-gather's transfer grows with the compute
 it now has beside it, at the slope the trace's own all-gathers show (:func:`_stretch`). What the
 memory of N more gathered units would allow is not in the trace: the rewrite does not limit it.
 """
@@ -69,6 +70,8 @@ def prefetch(tr: Traced, depth: int) -> int:
         lane.t, lane.kind, lane.ref = [k[0] for k in out], [k[1] for k in out], [k[2] for k in out]
         lane.work, lane.compute = [k[3] for k in out], [k[4] for k in out]
         _rechain(tr, lane, leaving)
+        if tr.mode == "cpu":
+            _two_at_once(tr, after, leaving)
         moved |= leaving
     _stretch(tr, moved, slope, was)
     return len(moved)
@@ -91,6 +94,22 @@ def _stretch(tr: Traced, moved: set[int], slope, was) -> None:
             for row in open_:
                 open_[row] += compute
     tr.transfer += slope * np.maximum(now - was, 0.0)
+
+
+def _two_at_once(tr: Traced, after: dict[int, list[int]], moved: set[int]) -> None:
+    """A moved all-gather whose channel predecessor is another gather moved ahead of its slot
+    (issued at an earlier slot, not the slot's own, which FSDP waits for before it prefetches)
+    waits only for that one's predecessor: the two run at once, as gloo's two worker threads a
+    process group run them (at a depth of 2 the traces show it: two gathers in flight, each
+    started before the other ended). At a depth of 1 the predecessor is the slot's own gather,
+    ended before the issue: in order, as traced. Each keeps its traced transfer: what two at once
+    cost each other is not measured in a trace that ran them one at a time."""
+    prev = tr.prev.copy()
+    for slot, rows in after.items():
+        for row in rows:
+            p = int(prev[row])
+            if p >= 0 and p != slot and p in moved and tr.kind[p] == ALL_GATHER:
+                tr.prev[row] = prev[p]
 
 
 def _rechain(tr: Traced, lane, moved: set[int]) -> None:
