@@ -10,7 +10,8 @@ import pytest
 
 import overlapprof
 
-from overlapprof.analysis.replay.predict import whatif
+from overlapprof.analysis.replay.predict import _load, whatif
+from overlapprof.analysis.replay.prefetch import prefetch
 from overlapprof.errors import InputError
 
 import real_data
@@ -341,6 +342,23 @@ def test_prefetch_deeper_runs_two_all_gathers_at_once_on_gloo(tmp_path):
     assert got["prefetch=3"].step_us == pytest.approx(1000)
 
 
+def test_one_unit_more_on_a_prefetching_trace_runs_two_all_gathers_at_once(tmp_path):
+    """The same four units traced at prefetch 1: g1 issued and waited [0, 300); each next gather
+    issued after the wait, beside the unit's compute (g2 [300, 600) beside unit 1's [301, 400),
+    after the 1 µs issue call), and waited when the next unit starts: 1300 µs. prefetch=1 more (depth 2): g3 is issued where
+    g2 was, at 300, and g2 is still in flight there (the lane waits for it after unit 1's
+    compute, not at once): the two run at once, g3 [300, 600); g4, where g3 was, after g2:
+    [600, 900); the units compute to 400, 700, 800 and [900, 1000): 1000 µs, as
+    the depth-2 prediction from prefetch 0 above (1300 with the group running them one at a
+    time)."""
+    events = [S.step(1, 0, 1300), *_gather(0, 300)]
+    for k, at in enumerate((300, 600, 900, 1200)):
+        events += [*_gather(at, 300), S.cpu_op("aten::mm", at + 1, 99)] if k < 3 else [S.cpu_op("aten::mm", at, 100)]
+    got = _predict(_write(tmp_path, {0: events, 1: events}), "compute=x1", "prefetch=1")
+    assert got["compute=x1"].step_us == pytest.approx(1300)
+    assert got["prefetch=1"].step_us == pytest.approx(1000)
+
+
 def test_prefetch_on_fsdp_passes_waited_at_once(tmp_path):
     """FSDP with prefetch 0 on gloo: each 200 µs all-gather is waited at once. Forward: g1 at 0,
     unit 1 computes [200, 500), g2 at 500, unit 2 [700, 1000); gloo's worker copies the gathered
@@ -375,9 +393,10 @@ def test_prefetch_slows_a_gather_moved_beside_compute_as_the_fit_says(tmp_path):
     160 µs of compute, its transfer 100 + 0.25 × (the compute beside it on both ranks, 2c); g3
     (100 µs) waited at once, then 99 µs of compute: 400 + c/2 a step. The fit finds slope 0.25.
     prefetch=1: g3 is issued where g2 was, so the c µs of compute (at most its 100 µs transfer)
-    run beside it on each rank: its transfer grows by 0.25 × 2 min(c, 100), and it still waits for
-    g2 on the group: 400 + c/2 + min(c, 100)/2 a step; the median of the eight (c = 80 and 100):
-    (480 + 500) / 2 (without the growth: 445, the traced median)."""
+    run beside it on each rank: its transfer grows by 0.25 × 2 min(c, 100). g2 is still in flight
+    there (the lane waits for it after the compute), so gloo runs g3 beside it, from g1's end:
+    g3 ends by g2's end, 200 + c/2, and the step is 300 + c/2; the median of the eight (c = 80
+    and 100): (340 + 350) / 2 (the traced median: 445)."""
     def gather(at, dur):
         return [S.cpu_op("c10d::allgather_", at, 1), S.annotation("gloo:all_gather", at, dur, tid=200)]
 
@@ -389,9 +408,14 @@ def test_prefetch_slows_a_gather_moved_beside_compute_as_the_fit_says(tmp_path):
                    S.cpu_op("aten::mm", base + 101, c), *gather(base + 100 + x2, 100),
                    S.cpu_op("aten::mm", base + 201 + x2, 99)]
         base += 300 + x2
-    got = _predict(_write(tmp_path, {0: events, 1: events}), "compute=x1", "prefetch=1")
+    folder = _write(tmp_path, {0: events, 1: events})
+    got = _predict(folder, "compute=x1", "prefetch=1")
     assert got["compute=x1"].step_us == pytest.approx(445)
-    assert got["prefetch=1"].step_us == pytest.approx(490)
+    assert got["prefetch=1"].step_us == pytest.approx(345)
+    _, tr = _load([folder], workers=1)
+    prefetch(tr, 1)
+    third = [tr.transfer[tr.inst[row]] for row in range(tr.rank.size) if tr.rank[row] == 0][2::3]
+    assert third == pytest.approx([100 + 0.5 * min(20 * k, 100) for k in range(1, 9)])
 
 
 def _compute_beside_an_all_reduce(tmp_path, slope: float) -> tuple[str, list[int]]:

@@ -9,7 +9,8 @@ followed it): the first unit's pre-forward (pre-backward) issues the next N, eac
 N-th after it. Their needs do not move (the unit's compute still needs its parameters then).
 A backward all-gather issued ahead of the reduce-scatter that the trace ran before it does not
 wait for it (:func:`_rechain`). On CPU runs two all-gathers run at once where FSDP has two in
-flight (:func:`_two_at_once`: gloo's two worker threads a process group). On CPU runs a moved all-gather's transfer grows with the compute
+flight (:func:`_two_at_once`: gloo's two worker threads a process group; from a trace already
+prefetching one unit ahead, one more is two in flight). On CPU runs a moved all-gather's transfer grows with the compute
 it now has beside it, at the slope the trace's own all-gathers show (:func:`_stretch`). What the
 memory of N more gathered units would allow is not in the trace: the rewrite does not limit it.
 """
@@ -58,6 +59,7 @@ def prefetch(tr: Traced, depth: int) -> int:
         leaving = {row for rows in after.values() for row in rows}
         if not leaving:
             continue
+        waited = _waited_at(lane, after)
         keys = list(zip(lane.t, lane.kind, lane.ref, lane.work, lane.compute))
         out: list[list] = []
         for t, kind, ref, work, compute in keys:
@@ -71,7 +73,7 @@ def prefetch(tr: Traced, depth: int) -> int:
         lane.work, lane.compute = [k[3] for k in out], [k[4] for k in out]
         _rechain(tr, lane, leaving)
         if tr.mode == "cpu":
-            _two_at_once(tr, after, leaving)
+            _two_at_once(tr, after, leaving, waited)
         moved |= leaving
     _stretch(tr, moved, slope, was)
     return len(moved)
@@ -96,19 +98,37 @@ def _stretch(tr: Traced, moved: set[int], slope, was) -> None:
     tr.transfer += slope * np.maximum(now - was, 0.0)
 
 
-def _two_at_once(tr: Traced, after: dict[int, list[int]], moved: set[int]) -> None:
-    """A moved all-gather whose channel predecessor is another gather moved ahead of its slot
-    (issued at an earlier slot, not the slot's own, which FSDP waits for before it prefetches)
-    waits only for that one's predecessor: the two run at once, as gloo's two worker threads a
-    process group run them (at a depth of 2 the traces show it: two gathers in flight, each
-    started before the other ended). At a depth of 1 the predecessor is the slot's own gather,
-    ended before the issue: in order, as traced. Each keeps its traced transfer: what two at once
-    cost each other is not measured in a trace that ran them one at a time."""
+def _waited_at(lane, after: dict[int, list[int]]) -> dict[int, set[int]]:
+    """Per slot (the row whose traced issue the moved gathers follow), the rows the traced lane
+    waits for there: their needs reached from the slot's issue before any compute."""
+    out: dict[int, set[int]] = {}
+    for j, (kind, ref) in enumerate(zip(lane.kind, lane.ref)):
+        if kind != ISSUE or ref not in after:
+            continue
+        rows, computed = out.setdefault(ref, set()), lane.compute[j]
+        for k in range(j + 1, len(lane.kind)):
+            if computed > 0 or lane.kind[k] == BOUND:
+                break
+            if lane.kind[k] == NEED:
+                rows.add(lane.ref[k])
+            computed += lane.compute[k]
+    return out
+
+
+def _two_at_once(tr: Traced, after: dict[int, list[int]], moved: set[int], waited: dict[int, set[int]]) -> None:
+    """A moved all-gather whose channel predecessor is another moved gather still in flight at
+    its slot (not one the lane waits for there: FSDP waits for the unit's own gather before it
+    prefetches) waits only for that one's predecessor: the two run at once, as gloo's two worker
+    threads a process group run them (the prefetch=2 traces show it: two gathers in flight, each
+    started before the other ended). One unit ahead of a trace that waited each gather where it
+    was issued (prefetch=0), the predecessor is the one waited at the slot: in order, as traced.
+    Each keeps its traced transfer: what two at once cost each other is not measured in a trace
+    that ran them one at a time."""
     prev = tr.prev.copy()
     for slot, rows in after.items():
         for row in rows:
             p = int(prev[row])
-            if p >= 0 and p != slot and p in moved and tr.kind[p] == ALL_GATHER:
+            if p >= 0 and p in moved and tr.kind[p] == ALL_GATHER and p not in waited.get(slot, ()):
                 tr.prev[row] = prev[p]
 
 
