@@ -68,8 +68,8 @@ SCHEDULE = {"warmup_steps": 1, "wait": 0, "warmup": 1, "active": 12}
 # 0.2-0.3 s of warm-up before the first unprofiled step and 0.3-0.4 s of traced steps at these sizes'
 # idle steps (all-reduce 5-10 ms, DDP 9-13, pipeline 7-9, ring 17-30, FSDP 28-37); a run's
 # unprofiled steps (as many as the traced ones) come between the two. With 1 and 12, the median of
-# one configuration's profiled steps moved by 26% (all-reduce, DDP) and 16% (FSDP) over 6 runs
-# (benchmarks/RESULTS.md, "Steady state").
+# one configuration's profiled steps moved by 26-95% (all-reduce), 23-26% (DDP) and 16-22% (FSDP)
+# over 6 runs, loaded; 7-22%, 19% and 6-15% with these (benchmarks/RESULTS.md, "steady state").
 STEADY = {"allreduce": {"warmup_steps": 30, "active": 30}, "ddp": {"warmup_steps": 20, "active": 24},
           "pipeline": {"warmup_steps": 30, "active": 30}, "ring": {"warmup_steps": 10, "active": 16},
           "fsdp": {"warmup_steps": 8, "active": 16}}

@@ -64,3 +64,13 @@ def test_advise_bench_refuses_fewer_than_one_run_in_one_line():
                           capture_output=True, text=True)
     assert proc.returncode != 0
     assert proc.stderr.strip() == "advise_bench: --runs and --repeat must be at least 1"
+
+
+def test_steady_bench_compares_the_old_schedule_with_the_benches_steady_one():
+    steady_bench = _bench("steady_bench")
+    assert steady_bench.steady("allreduce") == {"--warmup-steps": "30", "--active": "30"}
+    assert steady_bench.steady("fsdp") == {"--warmup-steps": "8", "--active": "16"}
+    assert steady_bench.CONFIGS["ddp-async-0.5"][2]["bucket_cap_mb"] == 0.5
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "steady_bench.py"), "--runs", "1"],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and proc.stderr.strip() == "steady_bench: --runs must be at least 2 (a spread needs two runs)"
