@@ -66,9 +66,10 @@ STEADY = {"allreduce": {"--warmup-steps": "30", "--active": "30"}, "ring": {"--w
 # seconds a run and a prediction take on 2 idle cores, for --dry-run's estimate: the whole grid,
 # 3 repeats, took 8 min 50 s idle at d5be1a0 (2026-12-06 22:21-22:30 UTC, benchmarks/RESULTS.md)
 SECONDS_A_RUN = {2: 2.8, 3: 3.8, 4: 4.7}
-# what STEADY adds to a run: the all-reduce's 2-rank run took 0.5-0.6 s more (2.2 -> 2.7-2.8 s, loaded,
-# RESULTS.md), its 4-rank and compute x4 ones (20-40 ms steps) up to 3 s more; the ring's about 0.4 s
-SECONDS_STEADY = {"allreduce": 1.2, "ring": 0.4}
+# what STEADY adds to a run: the all-reduce's 2-rank run took 0.5-0.6 s more (2.2 -> 2.7-2.8 s), the
+# allreduce-async group's 4 runs (2 of 4 ranks) 1.6-2.0 s more on average (34 -> 53-58 s for 3
+# repeats; loaded, RESULTS.md); the ring's about 0.4 s
+SECONDS_STEADY = {"allreduce": 1.6, "ring": 0.4}
 SECONDS_A_PREDICTION = 1.0
 
 
