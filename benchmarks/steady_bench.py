@@ -78,7 +78,8 @@ def main() -> None:
     os.environ.setdefault("OVERLAPPROF_PIN", "1")
     out = args.out or Path(tempfile.mkdtemp(prefix="steady-bench-"))
     pairs = [(name, schedule) for name in (args.only or CONFIGS) for schedule in ("before", "steady")]
-    print(f"load average at the start: {os.getloadavg()[0]:.2f}; {args.runs} runs of each of {len(pairs)}; runs in {out}")
+    print(f"load average at the start: {os.getloadavg()[0]:.2f}; {args.runs} runs of each of {len(pairs)}; "
+          f"runs in {out}")
     results: dict = {}
     for k in range(args.runs):
         for name, schedule in (pairs if k % 2 == 0 else pairs[::-1]):

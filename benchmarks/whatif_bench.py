@@ -59,9 +59,9 @@ SCHEDULE = ["--warmup-steps", "1", "--wait", "0", "--warmup", "1", "--active", "
 # move it). The short-step workloads warm up and trace longer (steady state, 2026-12-07): the
 # all-reduce's 5-10 ms steps, 1 warm-up step and 12 traced ones (about 0.1 s of each), moved the
 # async configuration's median by 26% and 95% over 6 runs (two loaded batches), 7% and 22% with 30
-# and 30 (benchmarks/RESULTS.md, "steady state"); the ring's 17-30 ms ones get 5 and 16. The unprofiled steps (as many as the traced
-# ones) come between the warm-up and the traced steps: DDP's, FSDP's and the pipeline's 8, of
-# 45-110 ms, are 0.4-0.9 s of warm-up already.
+# and 30 (benchmarks/RESULTS.md, "steady state"); the ring's 17-30 ms ones get 5 and 16. The
+# unprofiled steps (as many as the traced ones) come between the warm-up and the traced steps:
+# DDP's, FSDP's and the pipeline's 8, of 45-110 ms, are 0.4-0.9 s of warm-up already.
 STEADY = {"allreduce": {"--warmup-steps": "30", "--active": "30"}, "ring": {"--warmup-steps": "5", "--active": "16"}}
 # seconds a run and a prediction take on 2 idle cores, for --dry-run's estimate: the whole grid,
 # 3 repeats, took 8 min 50 s idle at d5be1a0 (2026-12-06 22:21-22:30 UTC, benchmarks/RESULTS.md)

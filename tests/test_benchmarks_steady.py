@@ -73,4 +73,5 @@ def test_steady_bench_compares_the_old_schedule_with_the_benches_steady_one():
     assert steady_bench.CONFIGS["ddp-async-0.5"][2]["bucket_cap_mb"] == 0.5
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "steady_bench.py"), "--runs", "1"],
                           capture_output=True, text=True)
-    assert proc.returncode != 0 and proc.stderr.strip() == "steady_bench: --runs must be at least 2 (a spread needs two runs)"
+    assert proc.returncode != 0
+    assert proc.stderr.strip() == "steady_bench: --runs must be at least 2 (a spread needs two runs)"
