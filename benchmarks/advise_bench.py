@@ -31,9 +31,17 @@ to), and the slowest any listed change made the step; then the four targets' sha
 with ``uptime``'s load at the start and the end: quote idle runs only. ``--dry-run`` prints the
 plan (cases, grid, runs, time estimate) and runs nothing.
 
+A run warms up and traces per workload (``STEADY``: 0.2-0.3 s of warm-up steps, 0.3-0.4 s of
+traced steps), so that a configuration's step is its steady state. What one run's step still
+moves by between runs (a few % idle, far more under load) can exceed the differences a case
+judges: ``--runs K`` runs every configuration K times a repeat, interleaved, scores each case
+by the median of its configurations' K steps and prints, beside it, the scoring by their first
+runs alone (K times the runs; the advice is the planted configuration's first run's).
+
     python benchmarks/advise_bench.py --dry-run
     python benchmarks/advise_bench.py                             # every case, once
     python benchmarks/advise_bench.py --only ddp --repeat 2 --out /tmp/ab
+    python benchmarks/advise_bench.py --only allreduce --runs 3   # each configuration 3 times
 """
 
 from __future__ import annotations
@@ -56,8 +64,16 @@ sys.path.insert(0, str(REPO))
 # 12 traced steps a run (4 until 2026-12-07: FSDP's same program ran 6 ms a step apart in two runs
 # from its 4 steps' transfers alone, more than the changes it judged; 12 cost a run 0.1-0.3 s)
 SCHEDULE = {"warmup_steps": 1, "wait": 0, "warmup": 1, "active": 12}
-ACTIVE = {"allreduce": {"active": 12}}
-SECONDS_PER_RUN = 3.0  # a 2-rank run of these sizes, start to end (launch and torch's import most of it)
+# Steady state (issue 37, 2026-12-07): the warm-up steps and the traced steps per workload, for about
+# 0.2-0.3 s of warm-up before the first unprofiled step and 0.3-0.4 s of traced steps at these sizes'
+# idle steps (all-reduce 5-10 ms, DDP 9-13, pipeline 7-9, ring 17-30, FSDP 28-37); a run's
+# unprofiled steps (as many as the traced ones) come between the two. With 1 and 12, the median of
+# one configuration's profiled steps moved by 26-95% (all-reduce), 23-26% (DDP) and 16-22% (FSDP)
+# over 6 runs, loaded; 7-22%, 19% and 6-15% with these (benchmarks/RESULTS.md, "steady state").
+STEADY = {"allreduce": {"warmup_steps": 30, "active": 30}, "ddp": {"warmup_steps": 20, "active": 24},
+          "pipeline": {"warmup_steps": 30, "active": 30}, "ring": {"warmup_steps": 10, "active": 16},
+          "fsdp": {"warmup_steps": 8, "active": 16}}
+SECONDS_PER_RUN = 3.5  # a 2-rank run of these sizes, start to end (launch and torch's import most of it)
 SECONDS_PER_ADVICE = 1.5  # overlapprof advise on one of them
 # Sizes that keep a step to tens of milliseconds on 2 cores.
 DDP = {"layers": 6, "width": 256, "batch": 128}  # 6 layers of 0.25 MiB: 1.5 MiB of gradients
@@ -155,18 +171,30 @@ def grid_configs(case: Case) -> list[tuple]:
 
 @dataclass
 class Runner:
-    """Runs configurations once per repeat (``overlapprof run`` through verify.command), keeps
-    their run directories and steps."""
+    """Runs configurations (``overlapprof run`` through verify.command), keeps their run
+    directories and steps: ``run`` once per repeat (the first run of a configuration: its
+    directory, its step), ``again`` once more (``--runs K``: each run's step in ``runs``)."""
 
     out: Path
     tag: str
     dirs: dict = field(default_factory=dict)
     steps: dict = field(default_factory=dict)
     count: int = 0
+    runs: dict = field(default_factory=dict)  # config -> the step of each of its runs, in order
 
     def run(self, config: tuple, like: Path | None = None) -> Path:
         if config in self.dirs:
             return self.dirs[config]
+        run_dir = self._launch(config)
+        self.dirs[config], self.steps[config] = run_dir, step_ms(run_dir)
+        self.runs[config] = [self.steps[config]]
+        return run_dir
+
+    def again(self, config: tuple) -> None:
+        """One more run of a configuration run already (its step added to ``runs``)."""
+        self.runs[config].append(step_ms(self._launch(config)))
+
+    def _launch(self, config: tuple) -> Path:
         from overlapprof.launch import launcher, netns
         from overlapprof.launch.rerun import command
         from overlapprof.rundir.schedule import ProfilerSchedule
@@ -177,15 +205,26 @@ class Runner:
                                       options=loaded.resolve_options([f"{k}={v}" for k, v in options]),
                                       nproc=2, device="cpu", backend="gloo", out=self.out, quiet=True,
                                       link=netns.link_for(rate) if rate else None,
-                                      schedule=ProfilerSchedule(**{**SCHEDULE, **ACTIVE.get(workload, {})}))
+                                      schedule=ProfilerSchedule(**{**SCHEDULE, **STEADY.get(workload, {})}))
         self.count += 1
         run_id = f"{self.tag}-{self.count:03d}-{workload}"
         proc = subprocess.run(command(request, run_id), capture_output=True, text=True)
         if proc.returncode != 0:
             sys.exit(f"advise_bench: {run_id} ({_describe(config)}) failed:\n{proc.stderr[-3000:]}")
-        run_dir = self.out / f"{run_id}-{variant}"
-        self.dirs[config], self.steps[config] = run_dir, step_ms(run_dir)
-        return run_dir
+        return self.out / f"{run_id}-{variant}"
+
+
+@dataclass
+class MedianOfRuns(Runner):
+    """The runs a Runner made, each configuration's step the median of its runs (nothing run)."""
+
+    def run(self, config: tuple, like: Path | None = None) -> Path:
+        return self.dirs[config]
+
+
+def median_of_runs(runner: Runner) -> MedianOfRuns:
+    return MedianOfRuns(runner.out, runner.tag, dirs=runner.dirs, runs=runner.runs,
+                        steps={k: statistics.median(v) for k, v in runner.runs.items()})
 
 
 def step_ms(run_dir: Path) -> float:
@@ -239,12 +278,19 @@ def advise_available() -> str | None:
     return None if proc.returncode == 0 else (proc.stderr.strip().splitlines() or ["no output"])[-1]
 
 
+_ADVICE: dict = {}
+
+
 def advise(run_dir: Path) -> dict:
+    """``overlapprof advise RUN --json`` (once per run directory: the median-of-K scoring asks again)."""
+    if run_dir in _ADVICE:
+        return _ADVICE[run_dir]
     proc = subprocess.run([sys.executable, "-m", "overlapprof", "advise", str(run_dir), "--json", "-q",
                            "--workers", "1"], capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"advise_bench: overlapprof advise {run_dir} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout)
+    _ADVICE[run_dir] = json.loads(proc.stdout)
+    return _ADVICE[run_dir]
 
 
 def _uptime() -> str:
@@ -254,21 +300,22 @@ def _uptime() -> str:
         return "uptime: not available"
 
 
-def plan(cases: list[Case], repeat: int) -> None:
+def plan(cases: list[Case], repeat: int, runs: int = 1) -> None:
     configs = {c.name: grid_configs(c) for c in cases}
     unique = {k for ks in configs.values() for k in ks}
-    print(f"{len(cases)} cases, {repeat} repeat(s); 2 gloo ranks; schedule {SCHEDULE} (the all-reduce's {ACTIVE['allreduce']})")
+    print(f"{len(cases)} cases, {repeat} repeat(s), each configuration run {runs} time(s); 2 gloo ranks; schedule "
+          f"{SCHEDULE}, per workload {STEADY}")
     for c in cases:
         grid = ", ".join(f"{n} in {v}" for n, v in c.grid.items())
         print(f"  {c.name:<22} {_describe(_key(c.workload, c.variant, c.rate, c.options))}")
         print(f"  {'':<22} planted: {c.what}; grid: {grid} ({len(configs[c.name])} runs); expected first: "
               f"{c.expected or 'nothing'}")
-    runs = len(unique) * repeat
-    extra = len(cases) * repeat  # about one configuration a suggestion leads to, outside its grid
-    seconds = (runs + extra) * SECONDS_PER_RUN + len(cases) * repeat * SECONDS_PER_ADVICE
-    print(f"runs: {len(unique)} distinct configurations x {repeat} = {runs}, up to ~{extra} more for suggestions "
-          f"outside the grids; {len(cases) * repeat} advise calls; about {seconds / 60:.0f} min on 2 idle cores "
-          f"({SECONDS_PER_RUN:g} s a run, {SECONDS_PER_ADVICE:g} s an advice)")
+    total = len(unique) * repeat * runs
+    extra = len(cases) * repeat * runs  # about one configuration a suggestion leads to, outside its grid
+    seconds = (total + extra) * SECONDS_PER_RUN + len(cases) * repeat * SECONDS_PER_ADVICE
+    print(f"runs: {len(unique)} distinct configurations x {repeat} x {runs} = {total}, up to ~{extra} more for "
+          f"suggestions outside the grids; {len(cases) * repeat} advise calls; about {seconds / 60:.0f} min on 2 idle "
+          f"cores ({SECONDS_PER_RUN:g} s a run, {SECONDS_PER_ADVICE:g} s an advice)")
 
 
 def main() -> None:
@@ -276,14 +323,20 @@ def main() -> None:
     parser.add_argument("--only", action="append", help="cases whose name starts with this (repeatable): " +
                         ", ".join(c.name for c in CASES))
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=1, metavar="K",
+                        help="run each configuration K times a repeat, interleaved (every configuration once, then "
+                             "again, in alternating order), and score by the median of its K steps; the scoring "
+                             "by each configuration's first run is printed beside it")
     parser.add_argument("--out", type=Path, default=None, help="keep the run directories here")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     args = parser.parse_args()
     cases = [c for c in CASES if not args.only or any(c.name.startswith(o) for o in args.only)]
     if not cases:
         sys.exit(f"advise_bench: no case starts with {args.only}")
+    if args.runs < 1 or args.repeat < 1:
+        sys.exit("advise_bench: --runs and --repeat must be at least 1")
     if args.dry_run:
-        plan(cases, args.repeat)
+        plan(cases, args.repeat, args.runs)
         return
     missing = advise_available()
     if missing is not None:
@@ -299,13 +352,34 @@ def main() -> None:
     print(f"start: {time.strftime('%H:%M:%S', time.gmtime())} UTC; {start}; runs in {out}")
     print(f"{'case':<22} {'rep':>3} {'planted':>8} {'best':>8} {'its changes, in order':<36} {'1st ms':>8} "
           f"{'all ms':>8} {'5%':>4} {'pred sav':>8} {'real sav':>8} {'25%':>4} {'worst':>7} {'quiet':>5}")
-    rows = []
+    rows, median_rows = [], []
     for rep in range(args.repeat):
         runner = Runner(out, f"r{rep}")
-        for case in (cases if rep % 2 == 0 else cases[::-1]):
+        order = cases if rep % 2 == 0 else cases[::-1]
+        for case in order:
             rows.append(_case(case, rep, runner))
+        if args.runs > 1:
+            median_rows += _median_of_runs(order, rep, runner, args.runs)
+    if args.runs > 1:
+        print(f"\nscored by the median of each configuration's {args.runs} runs:")
+        _summary(median_rows)
+        print("\nscored by each configuration's first run (the rows above the median-of-runs ones):")
     _summary(rows)
     print(f"end: {time.strftime('%H:%M:%S', time.gmtime())} UTC; {_uptime()}")
+
+
+def _median_of_runs(cases: list[Case], rep: int, runner: Runner, runs: int) -> list[dict]:
+    """``--runs K``: every configuration the cases ran (grids, the configurations suggestions led
+    to) K - 1 times more, all of them once a round in alternating order, so that the load moves
+    them alike; then the cases scored again with each configuration's step the median of its K
+    (the advice is still that of the planted configuration's first run)."""
+    configs = list(runner.runs)
+    for k in range(1, runs):
+        for config in (configs if k % 2 == 0 else configs[::-1]):
+            runner.again(config)
+    print(f"-- repeat {rep}: the same cases, each configuration's step the median of its {runs} runs --")
+    medians = median_of_runs(runner)
+    return [_case(case, rep, medians) for case in cases]
 
 
 def _case(case: Case, rep: int, runner: Runner) -> dict:

@@ -19,7 +19,8 @@ quote idle runs only. A run that fails is said and its pairs left out.
 
 The runs pin each rank to a core of its own (``OVERLAPPROF_PIN=1``, unless set: 0 to compare;
 launch/host.pin_rank): unpinned, two ranks' main threads could share one of the 2 cores for much
-of a run, doubling its compute. A run traces 8 steps, the all-reduce's 12 (ACTIVE).
+of a run, doubling its compute. A run traces 8 steps after 1 warm-up step and 8 unprofiled ones; the all-reduce 30 after 30
+and 30, the ring 16 after 5 and 16 (STEADY: their short steps' steady state).
 
     python benchmarks/whatif_bench.py --dry-run             # the plan: pairs, runs, time
     python benchmarks/whatif_bench.py                       # every pair, 3 repeats (~15 min idle)
@@ -55,11 +56,20 @@ sys.path.insert(0, str(REPO))
 SCHEDULE = ["--warmup-steps", "1", "--wait", "0", "--warmup", "1", "--active", "8"]
 # 8 traced steps a run (3 until 2026-12-07: a run's median of 6 (rank, step) pairs moved with one
 # slow step, FSDP's by up to 20% between repeats of one configuration, more than most changes
-# move it); the all-reduce's 5-13 ms steps: 12 (and 12 unprofiled), 0.2 s more a run
-ACTIVE = {"allreduce": 12}
+# move it). The short-step workloads warm up and trace longer (steady state, 2026-12-07): the
+# all-reduce's 5-10 ms steps, 1 warm-up step and 12 traced ones (about 0.1 s of each), moved the
+# async configuration's median by 26% and 95% over 6 runs (two loaded batches), 7% and 22% with 30
+# and 30 (benchmarks/RESULTS.md, "steady state"); the ring's 17-30 ms ones get 5 and 16. The
+# unprofiled steps (as many as the traced ones) come between the warm-up and the traced steps:
+# DDP's, FSDP's and the pipeline's 8, of 45-110 ms, are 0.4-0.9 s of warm-up already.
+STEADY = {"allreduce": {"--warmup-steps": "30", "--active": "30"}, "ring": {"--warmup-steps": "5", "--active": "16"}}
 # seconds a run and a prediction take on 2 idle cores, for --dry-run's estimate: the whole grid,
 # 3 repeats, took 8 min 50 s idle at d5be1a0 (2026-12-06 22:21-22:30 UTC, benchmarks/RESULTS.md)
 SECONDS_A_RUN = {2: 2.8, 3: 3.8, 4: 4.7}
+# what STEADY adds to a run: the all-reduce's 2-rank run took 0.5-0.6 s more (2.2 -> 2.7-2.8 s), the
+# allreduce-async group's 4 runs (2 of 4 ranks) 1.6-2.0 s more on average (34 -> 53-58 s for 3
+# repeats; loaded, RESULTS.md); the ring's about 0.4 s
+SECONDS_STEADY = {"allreduce": 1.6, "ring": 0.4}
 SECONDS_A_PREDICTION = 1.0
 
 
@@ -149,9 +159,8 @@ def launch(config, out: Path, tag: str, reuse: bool = False) -> Path | None:
     if reuse and (out / f"{run_id}-{variant}" / "run.json").is_file():
         return out / f"{run_id}-{variant}"
     command = [sys.executable, "-m", "overlapprof", "run", str(REPO / "workloads" / f"{workload}.py"), "--nproc",
-               str(nproc), "--variant", variant, "--run-id", run_id, "--out", str(out), "--no-analyze", "-q", *SCHEDULE]
-    if workload in ACTIVE:
-        command[-1] = str(ACTIVE[workload])
+               str(nproc), "--variant", variant, "--run-id", run_id, "--out", str(out), "--no-analyze", "-q",
+               *schedule(workload)]
     if rate:
         command += ["--link-rate", rate]
     if opts:
@@ -163,6 +172,12 @@ def launch(config, out: Path, tag: str, reuse: bool = False) -> Path | None:
     return out / f"{run_id}-{variant}"
 
 
+def schedule(workload: str) -> list[str]:
+    """``overlapprof run``'s schedule flags for a run of ``workload``: SCHEDULE, STEADY's over it."""
+    flags = dict(zip(SCHEDULE[::2], SCHEDULE[1::2])) | STEADY.get(workload, {})
+    return [x for flag, value in flags.items() for x in (flag, value)]
+
+
 def plan(cases, repeat: int) -> list[str]:
     """--dry-run's lines: the pairs per group, the runs, and the time they should take idle."""
     configs = list(dict.fromkeys([c[1] for c in cases] + [c[3] for c in cases]))
@@ -171,7 +186,7 @@ def plan(cases, repeat: int) -> list[str]:
         mine = [c for c in cases if c[0] == group]
         lines.append(f"{group}: {len(mine)} pairs: " + "; ".join(f"{_name(c[1])} --set {c[2]} -> {_name(c[3])}"
                                                                   for c in mine))
-    runs = sum(SECONDS_A_RUN.get(c[4], 5.0 * c[4]) for c in configs)
+    runs = sum(SECONDS_A_RUN.get(c[4], 5.0 * c[4]) + SECONDS_STEADY.get(c[0], 0.0) for c in configs)
     seconds = repeat * (runs + len(cases) * SECONDS_A_PREDICTION)
     lines.append(f"{len(cases)} pairs over {len({c[1][0] for c in cases})} workloads from {len(configs)} runs a repeat "
                  f"(traced runs shared); {repeat} repeats, interleaved: {repeat * len(configs)} runs and "

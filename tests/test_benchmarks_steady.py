@@ -1,0 +1,77 @@
+"""The what-if and advise benches' steady-state settings (per-workload warm-up and traced steps) and
+advise_bench's ``--runs K`` (a configuration scored by the median of its K runs)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _bench(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)  # its dataclasses need the module known
+    spec.loader.exec_module(module)
+    return module
+
+
+whatif_bench = _bench("whatif_bench")
+advise_bench = _bench("advise_bench")
+
+
+def _parsed(flags: list[str]) -> dict:
+    """``overlapprof run``'s own parse of the flags (nothing run)."""
+    from overlapprof.cli.run_cmd import run
+
+    return run.make_context("run", [str(REPO / "workloads" / "allreduce.py"), *flags]).params
+
+
+def test_whatif_bench_warms_up_and_traces_the_short_step_workloads_longer():
+    allreduce = _parsed(whatif_bench.schedule("allreduce"))
+    assert (allreduce["warmup_steps"], allreduce["active"], allreduce["wait"]) == (30, 30, 0)
+    ring = _parsed(whatif_bench.schedule("ring"))
+    assert (ring["warmup_steps"], ring["active"]) == (5, 16)
+    fsdp = _parsed(whatif_bench.schedule("fsdp"))  # 8 unprofiled steps of ~100 ms: warm already
+    assert (fsdp["warmup_steps"], fsdp["active"], fsdp["warmup"]) == (1, 8, 1)
+
+
+def test_advise_bench_schedule_per_workload_is_a_profiler_schedule():
+    from overlapprof.rundir.schedule import ProfilerSchedule
+
+    for workload in ("allreduce", "ddp", "fsdp", "ring", "pipeline"):
+        steady = ProfilerSchedule(**{**advise_bench.SCHEDULE, **advise_bench.STEADY.get(workload, {})})
+        assert steady.warmup_steps >= 8 and steady.active >= 16, workload
+    assert ProfilerSchedule(**{**advise_bench.SCHEDULE, **advise_bench.STEADY["allreduce"]}).steps_needed() == 91
+
+
+def test_median_of_runs_scores_each_configuration_by_the_median_of_its_runs(tmp_path):
+    runner = advise_bench.Runner(tmp_path, "r0")
+    a, b = ("allreduce", "sync", None, ()), ("allreduce", "async", None, ())
+    runner.dirs = {a: tmp_path / "a", b: tmp_path / "b"}
+    runner.steps = {a: 9.0, b: 5.0}  # each configuration's first run
+    runner.runs = {a: [9.0, 6.0, 6.5], b: [5.0, 7.0, 5.5]}
+    medians = advise_bench.median_of_runs(runner)
+    assert medians.steps == {a: 6.5, b: 5.5}
+    assert runner.steps == {a: 9.0, b: 5.0}  # the first runs' scoring is kept beside it
+    assert medians.run(a) == tmp_path / "a" and medians.count == 0  # nothing run again
+
+
+def test_advise_bench_refuses_fewer_than_one_run_in_one_line():
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "advise_bench.py"), "--runs", "0"],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert proc.stderr.strip() == "advise_bench: --runs and --repeat must be at least 1"
+
+
+def test_steady_bench_compares_the_old_schedule_with_the_benches_steady_one():
+    steady_bench = _bench("steady_bench")
+    assert steady_bench.steady("allreduce") == {"--warmup-steps": "30", "--active": "30"}
+    assert steady_bench.steady("fsdp") == {"--warmup-steps": "8", "--active": "16"}
+    assert steady_bench.CONFIGS["ddp-async-0.5"][2]["bucket_cap_mb"] == 0.5
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "steady_bench.py"), "--runs", "1"],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert proc.stderr.strip() == "steady_bench: --runs must be at least 2 (a spread needs two runs)"
