@@ -54,7 +54,7 @@ def test_a_fitted_kind_gives_the_hop_latency_and_the_copy_rate_of_a_kind_of_one_
     of 400 + 150 or 200 + 360, median 935 µs (traced 985)."""
     path = _write(tmp_path / "fitted", _steps([(150, 16384), (200, 32768)]))
     analyzed, tr = _load([path], workers=1)
-    prepared = prepare(analyzed.report, tr, [path])
+    prepared = prepare(analyzed.report, tr)
     hop = copying.loopback_hop(prepared.model)
     assert hop.us == pytest.approx(50) and hop.rate == pytest.approx(2 * 65536 / 50) and not hop.assumed
     gather = (1, 2)  # all_gather on 2 ranks
@@ -77,7 +77,7 @@ def test_a_trace_of_one_size_a_kind_says_the_constants_were_assumed(tmp_path):
     the crowded cores) say they were assumed. The all_gather's copying is then 110 − 60 = 50 µs."""
     path = _write(tmp_path / "one", _steps([(150, 16384), (150, 16384)]))
     analyzed, tr = _load([path], workers=1)
-    prepared = prepare(analyzed.report, tr, [path])
+    prepared = prepare(analyzed.report, tr)
     hop = copying.loopback_hop(prepared.model)
     assert (hop.us, hop.rate, hop.assumed) == (copying.HOP_US, copying.MAX_RATE, ("latency", "rate"))
     assert copying.rates(tr, prepared.model)[(1, 2)] == pytest.approx(2 * 65536 / 50)
