@@ -86,16 +86,18 @@ class OpShapes:
         except msgspec.MsgspecError:  # an odd args: each on its own, a bad one as no shapes
             args = [_one(r) for r in raws]
         dims, first = np.zeros(keep.size, np.int32), np.zeros(keep.size, np.int32)
-        at = np.zeros(keep.size, np.int64)
+        ints: list[int] = []  # the chunk's, one array at the end
         for i, a in enumerate(args):
             found = shapes(a.input_dims) if a is not None else []
-            if not found:
-                at[i] = self.size
-                continue
-            ints = np.array([d for s in found for d in s], dtype=np.int64)
-            at[i], dims[i], first[i] = self.size, ints.size, len(found[0])
-            self.flat.append(ints)
-            self.size += ints.size
+            if found:
+                before = len(ints)
+                for s in found:
+                    ints += s
+                dims[i], first[i] = len(ints) - before, len(found[0])
+        at = self.size + np.concatenate(([0], np.cumsum(dims[:-1], dtype=np.int64)))
+        if ints:
+            self.flat.append(np.array(ints, dtype=np.int64))
+            self.size += len(ints)
         self.rows.append(ts=columns["ts"][keep], dur=columns["dur"][keep], thread=columns["thread"][keep],
                          name_ids=name_ids[keep], dims_at=at, dims=dims, first=first)
 
