@@ -441,17 +441,64 @@ def test_random_traces_one_report_whatever_the_budget(tmp_path_factory, seed, gp
     _assert_same(_rank_reports(folder, None, comm_ops=True), _rank_reports(folder, budget, comm_ops=True))
 
 
+def _reads(monkeypatch) -> list[str]:
+    """The path of every read of a trace file's events from now on (any reader: the analysis's,
+    or one that reads a file again for something it left out), counted at its first chunk (a
+    file not in the line layout is found so before any, and read by the generic reader)."""
+    from overlapprof.trace.reader import TraceReader
+
+    seen = []
+    real = TraceReader.chunks
+
+    def chunks(self, *a, **k):
+        for n, chunk in enumerate(real(self, *a, **k)):
+            if n == 0:
+                seen.append(self.path)
+            yield chunk
+
+    monkeypatch.setattr(TraceReader, "chunks", chunks)
+    return seen
+
+
 def test_each_file_is_read_once(monkeypatch):
     """The records come from the same read as the unions: each file is read once, the cross-rank
     section and --comm-ops records included."""
-    seen = []
-    real = spilled.read_file
-    monkeypatch.setattr(spilled, "read_file", lambda path, *a, **k: seen.append(str(path)) or real(path, *a, **k))
+    seen = _reads(monkeypatch)
     folder = DATA / "nccl_parser_config"
     got = overlapprof.analyze(folder, workers=1, **ON_DISK, comm_ops=True)
     assert got.crossrank is not None and any(r.operations for r in got.ranks)
     files = [str(f) for g in discover([folder]).groups for f in g.files]
     assert sorted(seen) == sorted(files)
+
+
+def test_whatif_micro_batches_reads_each_file_once(monkeypatch, tmp_path):
+    """``micro_batches`` reads the ops' shapes (the per-call share, replay/percall.py) from the
+    analysis's one read of each file, which until 2026-12-07 it read again: a 2-stage pipeline,
+    each 200 µs piece a 150 µs matmul on the micro-batch's 500 rows and a 50 µs add on a [8, 8]
+    weight, so a quarter of the compute is paid per micro-batch: one micro-batch gives 1800 µs on
+    stage 0 and 1450 on stage 1 (the compute kept: 2000 and 1600)."""
+    from overlapprof.analysis.replay.predict import whatif
+
+    def p2p(kind, at, dur, peer):
+        call = "c10d::send" if kind == "send" else "c10d::recv_"
+        return [S.cpu_op(call, at, dur, args={"Concrete Inputs": ["", "", str(peer), "0"],
+                                              "Input Dims": [[[500, 8]], [], [], []]}),
+                S.annotation(f"gloo:{kind}", at, dur, args={"Input Dims": [[500, 8]], "Input type": ["float"]})]
+
+    def piece(at):
+        return [S.cpu_op("aten::mm", at, 150, args={"Input Dims": [[500, 8], [8, 8]]}),
+                S.cpu_op("aten::add_", at + 150, 50, args={"Input Dims": [[8, 8], [8, 8], []]})]
+
+    stage0 = [S.step(1, 0, 1600), *piece(0), *p2p("send", 200, 100, 1), *piece(300), *p2p("send", 500, 100, 1),
+              *p2p("recv", 600, 500, 1), *piece(1100), *p2p("recv", 1300, 100, 1), *piece(1400)]
+    stage1 = [S.step(1, 0, 1400), *p2p("recv", 0, 300, 0), *piece(300), *p2p("recv", 500, 100, 0), *piece(600),
+              *piece(800), *p2p("send", 1000, 100, 0), *piece(1100), *p2p("send", 1300, 100, 0)]
+    for rank, events in ((0, stage0), (1, stage1)):
+        S.write(tmp_path / f"rank{rank}.json", S.trace(events, rank=rank, world_size=2, backend="gloo"))
+    seen = _reads(monkeypatch)
+    got = whatif([str(tmp_path)], ["micro_batches=1"], workers=1).predictions[0]
+    assert got.ranks == {0: pytest.approx(1800), 1: pytest.approx(1450)}
+    assert sorted(seen) == sorted(str(tmp_path / f"rank{r}.json") for r in (0, 1))
 
 
 def test_a_communication_call_of_no_duration(tmp_path):

@@ -66,6 +66,7 @@ class RankResult:
     exposure_input: ExposureInput | None = None  # the rank's share of the causes of exposure (with crossrank_input)
     recording: tuple | None = None  # what identifies the recording's content (see one_run.one_recording_each)
     lookalikes: dict[str, int] = field(default_factory=dict)  # compute kernels named like communication: counts
+    op_shapes: list | None = None  # per file, the host ops with their input shapes (asked: op_shapes)
 
 
 def _apply_filters(ev: RankEvents, options: Options, label: str, warnings: list[str]) -> None:
@@ -96,7 +97,8 @@ def _window(bounds: tuple[float, float] | None, base_ns: int | None) -> tuple[fl
 
 
 def analyze_group(files: list[str], options: Options, decode_workers: int = 1, range_pool=None,
-                  ends: dict | None = None, budget: int | None = DEFAULT_MEMORY_BUDGET) -> RankResult:
+                  ends: dict | None = None, budget: int | None = DEFAULT_MEMORY_BUDGET,
+                  op_shapes: bool = False) -> RankResult:
     """Decode, classify and measure one rank's files (a large file in ``decode_workers``
     processes: forked here, or ``range_pool``'s, see :class:`~overlapprof.analysis.engine.parallel.Reader`),
     a time bucket at a time (:func:`~overlapprof.analysis.rank.bounded.measure`; an Nsight
@@ -104,7 +106,9 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
     ``ends``: the absolute path of a rank's first file -> the sends whose communication ends at
     their partner's receive (:func:`~overlapprof.analysis.rank.events.ends_at_peer`). ``budget``:
     the bytes of rows the rank's :class:`~overlapprof.analysis.engine.store.Store` keeps in
-    memory (None: all; 0: none). Errors come back in ``error``."""
+    memory (None: all; 0: none). ``op_shapes``: keep the host ops with their input shapes from
+    the same read (Kineto traces; :mod:`~overlapprof.analysis.rank.op_shapes`). Errors come back
+    in ``error``."""
     result = RankResult(files=[str(f) for f in files])
     ends = ends.get(os.path.abspath(files[0])) if ends else None
     label = files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} files)"
@@ -120,7 +124,9 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
             raise InputError(f"{files[0]}: --like-hta reads Kineto traces only, not Nsight Systems exports")
         if not exports:
             with Store(budget, label) as store:
-                ev = bounded.measure([str(f) for f in files], comm_re, comm_ann, options, label, store, parallel, ends)
+                ev = bounded.measure([str(f) for f in files], comm_re, comm_ann, options, label, store, parallel, ends,
+                                     op_shapes)
+            result.op_shapes = ev.op_shapes
             heap.release(ev.events)  # the store's and the measuring's pages, before the per-operation data
         else:
             ev = rank_events(files, comm_re, records=options.comm_records or options.crossrank,
@@ -195,11 +201,12 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
 def _run_groups(
     groups: list[TraceGroup], options: Options, workers: int | None, progress, warnings: list[str],
     dask_scheduler=None, ends: dict | None = None, budget: int | None = DEFAULT_MEMORY_BUDGET,
+    op_shapes: bool = False,
 ) -> list[RankResult]:
     """Analyze each group: on a Dask cluster when a scheduler is given, else in worker
     processes when there are several and it pays; a single group decodes a large file in
-    ``workers`` processes (``ends``, ``budget``: see :func:`analyze_group`)."""
-    work = functools.partial(analyze_group, ends=ends, budget=budget)
+    ``workers`` processes (``ends``, ``budget``, ``op_shapes``: see :func:`analyze_group`)."""
+    work = functools.partial(analyze_group, ends=ends, budget=budget, op_shapes=op_shapes)
     total = len(groups)
     sizes = [g.size for g in groups]
     if workers is None:
@@ -254,11 +261,14 @@ def _run_groups(
 class Analyzed:
     """A report with what its causes and bounds were measured from, for the replay
     (:mod:`overlapprof.analysis.replay`): the cross-rank ``matching`` (None without one) and each
-    rank's :class:`~overlapprof.analysis.exposure.inputs.ExposureInput`."""
+    rank's :class:`~overlapprof.analysis.exposure.inputs.ExposureInput`; ``op_shapes``: rank ->
+    its files' host ops with their input shapes (:class:`~overlapprof.analysis.rank.op_shapes.OpRows`;
+    asked by ``AnalyzeOptions.op_shapes``, else empty)."""
 
     report: Report
     matching: object | None
     inputs: dict[int, ExposureInput]
+    op_shapes: dict = field(default_factory=dict)
 
 
 def analyze(paths, options: AnalyzeOptions | None = None, **fields) -> Report:
@@ -286,7 +296,8 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
     if asked.memory_budget is not None and all(nsys.is_sqlite(f) for g in inputs.groups for f in g.files):
         warnings.append("--memory-budget: Nsight Systems exports are measured in memory (SQLite reads their "
                         "rows a batch at a time)")
-    results = _run_groups(inputs.groups, recorded, workers, progress, warnings, dask_scheduler, budget=budget)
+    results = _run_groups(inputs.groups, recorded, workers, progress, warnings, dask_scheduler, budget=budget,
+                          op_shapes=asked.op_shapes)
     warnings += [w for r in results for w in r.warnings]
     warnings = list(dict.fromkeys(warnings))  # the ranks of one export say the same of it
     good = [(r, g) for r, g in zip(results, inputs.groups) if r.error is None]
@@ -354,7 +365,8 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
                                      "split overlapprof's exposed communication, not HolisticTraceAnalysis's)")
     report.exposure_notes += explain(report, inputs, matching[0] if matching and inputs else None, run,
                                      recorded.reference_bandwidth, recorded.comm_records)
-    return Analyzed(report, matching[0] if matching else None, inputs)
+    return Analyzed(report, matching[0] if matching else None, inputs,
+                    {r.report.rank: r.op_shapes for r in results if r.op_shapes is not None})
 
 
 def _ends_from_peers(results: list[RankResult], groups: list[TraceGroup], options: Options, matching: list, crossrank,
@@ -379,6 +391,7 @@ def _ends_from_peers(results: list[RankResult], groups: list[TraceGroup], option
                 raise new.error
             old = results[k]
             new.report.rank, new.report.rank_source = old.report.rank, old.report.rank_source
+            new.op_shapes = old.op_shapes  # the first read's (measured again without them)
             results[k] = new
         matching.clear()
         crossrank = _cross_rank(results, options, matching)

@@ -70,6 +70,11 @@ class AnalyzeOptions:
     lanes: bool = False
     """Give each rank its :class:`~overlapprof.report.Lanes`: every step's unions on the common
     clock, for ``overlapprof export``; default off."""
+    op_shapes: bool = False
+    """Keep each rank's host ops with their recorded input shapes from its read
+    (``Analyzed.op_shapes``; what ``whatif``'s ``micro_batches`` reads of a pipeline's ops): the
+    args of every ``cpu_op`` are decoded, and a large file is read by one process. Changes no
+    number of the report; default off."""
     step_range: str | None = None
     """Nsight Systems exports: the NVTX range that marks a step (``--step-range``; its ranges are
     numbered in time order); default None: ``ProfilerStep#N`` ranges, else the whole capture."""

@@ -61,7 +61,7 @@ class Replayer:
         else:
             self.analyzed, self.tr = _replay._load(list(paths), **options)
         self.report = self.analyzed.report
-        prepared = _replay.prepare(self.report, self.tr, paths)  # as whatif does, so the numbers agree
+        prepared = _replay.prepare(self.report, self.tr, self.analyzed.op_shapes)  # as whatif does: the same numbers
         self.model, self.ctx, self.longer = prepared.model, prepared.ctx, prepared.longer
         self.interference_notes = prepared.interference_notes
         traced = [v for lane in self.tr.lanes.values() for v in lane.measured_steps]

@@ -72,6 +72,7 @@ class BoundedRank:
     interference: tuple | None = None  # (Interference, slowed µs per step): InterferenceBuilder.result's
     lookalikes: dict[str, int] = field(default_factory=dict)  # compute kernels named like communication: counts
     calls: Intervals | None = None  # CPU mode: the union of the c10d::* calls (issuing.call_union)
+    op_shapes: list | None = None  # per file, its host ops with their shapes (op_shapes.OpRows), when asked
 
 
 class _Feed:
@@ -164,7 +165,8 @@ def _classify_cpu_ops(f: SpilledFile, names: list[str], feed: _Feed, thread_base
     return merged(reach, thread_reach)
 
 
-def measure(files: list[str], comm_re, comm_ann, options, label: str, store, parallel=None, ends=None) -> BoundedRank:
+def measure(files: list[str], comm_re, comm_ann, options, label: str, store, parallel=None, ends=None,
+            op_shapes: bool = False) -> BoundedRank:
     """Read, classify and measure one rank's files in bounded memory (see the module
     docstring); the report is :func:`~overlapprof.analysis.rank.metrics.rank_report`'s of the
     same files, float for float. ``options``: the analysis options (their two filters);
@@ -173,14 +175,16 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
     ``parallel``: reads a large file in several processes (the result is the same with any
     number; see :func:`~overlapprof.analysis.rank.read.read_file`);
     ``ends``: CPU mode, the sends whose communication ends at their partner's receive
-    (:func:`~overlapprof.analysis.rank.events.ends_at_peer`)."""
+    (:func:`~overlapprof.analysis.rank.events.ends_at_peer`); ``op_shapes``: keep each file's
+    host ops with their input shapes (:mod:`~overlapprof.analysis.rank.op_shapes`) from the same read."""
     records = options.crossrank or options.comm_records
     values = Values() if records else None
     names = values.index if records else Index()
     read = [read_spilled(path, names, comm_ann, store, parallel,
                          CommRecorder(comm_re, values, options.comm_records, record_rows=False, store=store)
-                         if records else None)
+                         if records else None, op_shapes)
             for path in files]
+    shaped = [f.rows.shapes.result() for f in read] if op_shapes else None
     gpu = any(f.rows.kernels for f in read)
     order = names.order
     few_sets, step_parts = [], []
@@ -230,4 +234,4 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
         headers=[f.header for f in read], bounds=bounds, host_sync=host_sync, warnings=warnings, table=table,
         interference=measured,
         lookalikes=merged_counts(feed.lookalikes),
-        calls=call_union(EventSet.concat(few_sets), order) if not gpu and few_sets else None)
+        calls=call_union(EventSet.concat(few_sets), order) if not gpu and few_sets else None, op_shapes=shaped)

@@ -200,7 +200,7 @@ class FileColumns:
     def size(self) -> int:
         return self.columns.size
 
-    def append(self, columns: dict, corr: np.ndarray) -> None:
+    def append(self, columns: dict, corr: np.ndarray, events: list | None = None) -> None:
         """A chunk's :data:`SCAN_COLUMNS` and the correlations of its correlated rows, in row order."""
         self.columns.append(**columns)
         if corr.size:
@@ -304,7 +304,7 @@ def read_chunks(path, chunks, names: Index, recorder: CommRecorder | None, threa
             end = event_ends(ts, dur)
         problems.check(ts, dur, end, index)
         columns = dict(ts=ts, dur=dur, codes=codes, name_ids=name_ids, thread=thread, collective=collective)
-        sink.append(columns, corr)
+        sink.append(columns, corr, xe)
     return sink.result(), unknown.on_devices(threads), problems
 
 

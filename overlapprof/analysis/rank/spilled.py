@@ -24,6 +24,7 @@ from overlapprof.analysis.columns import GrowingColumns, Index
 from overlapprof.analysis.intervals import event_ends
 from overlapprof.analysis.rank import classify as C
 from overlapprof.analysis.rank.events import step_number
+from overlapprof.analysis.rank.op_shapes import OpShapes
 from overlapprof.analysis.rank.read import read_file
 from overlapprof.analysis.rank.scan import IS_CORRELATED, IS_GPU, SCAN_COLUMNS, launch_rows, Scan, file_rows_hint
 from overlapprof.analysis.spill import Sample, take
@@ -61,9 +62,11 @@ class SpilledRows:
     a bucket; no correlation: bucket 0; ``row``: the file's row) and ``cpu`` (CPU ops that may be
     compute). With ``records``, ``recs`` keeps the calls and ``a:b`` annotations that the
     communication records read (the recorder's record rows but GPU events: the scan's columns
-    and ``row``), a size per operation."""
+    and ``row``), a size per operation. With ``shapes``, ``shapes`` keeps the host's ops with
+    their input shapes (:class:`~overlapprof.analysis.rank.op_shapes.OpShapes`), from the
+    events themselves: a file read in one process."""
 
-    def __init__(self, store, buckets: int, names: Index, comm_ann, records: bool = False):
+    def __init__(self, store, buckets: int, names: Index, comm_ann, records: bool = False, shapes: bool = False):
         self.names, self.comm_ann = names, comm_ann
         self.size = self.negative = 0
         self.kernels = False
@@ -76,9 +79,12 @@ class SpilledRows:
         self.calls = store.file("calls", _CALL_ROW)
         self.sample = Sample()  # of the times kept on disk: where the time buckets are cut
         self.recs = store.file("recs", _REC_ROW, columns=True) if records else None
+        self.shapes = OpShapes(names) if shapes else None
 
-    def append(self, columns: dict, corr: np.ndarray) -> None:
+    def append(self, columns: dict, corr: np.ndarray, events: list | None = None) -> None:
         codes, name_ids = columns["codes"], columns["name_ids"]
+        if self.shapes is not None and events is not None:
+            self.shapes.add(events, columns)
         if len(self.names.order) > self.roles.size:
             new = [_role(n, self.comm_ann) for n in self.names.order[self.roles.size :]]
             self.roles = np.concatenate((self.roles, np.array(new, dtype=np.int8)))
@@ -188,18 +194,23 @@ def _buckets(path, budget: float) -> int:
     return int(min(MAX_BUCKETS, max(1, -(-rows // BUCKET_ROWS))))
 
 
-def read_spilled(path: str, names: Index, comm_ann, store, parallel=None, recorder=None) -> SpilledFile:
+def read_spilled(path: str, names: Index, comm_ann, store, parallel=None, recorder=None,
+                 shapes: bool = False) -> SpilledFile:
     """A file read into :class:`SpilledRows` in ``store``: by ``parallel`` when it is given and
     the file is large (see :func:`~overlapprof.analysis.rank.read.read_file`), else by this one.
     ``recorder``: a :class:`~overlapprof.analysis.records.recorder.CommRecorder` that keeps no
-    record rows (the records asked for), reading the args in the same pass."""
+    record rows (the records asked for), reading the args in the same pass. ``shapes``: keep
+    the host's ops with their input shapes too (``rows.shapes``); the file is then read by this
+    process (a parallel read's parts carry no event's args back)."""
     made: list[SpilledRows] = []
+    if shapes:
+        parallel = None
 
     def sink():
         for old in made:  # read again (not the line layout): what was kept goes
             old.remove()
         made.append(SpilledRows(store, _buckets(path, store.budget), names, comm_ann,
-                                recorder is not None))
+                                recorder is not None, shapes))
         return made[-1]
 
     rows, unclassified, header, threads, recorder = read_file(path, names, recorder, parallel, sink=sink)

@@ -64,13 +64,15 @@ class Context:
     model: Model
     link_bytes_per_us: float | None
     interference: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per instance, µs compute beside cost it
-    paths: tuple = ()  # the traces, read again for what micro_batches needs of their ops (:mod:`.percall`)
+    # rank -> its files' host ops with their shapes, from the analysis's one read (Analyzed.op_shapes):
+    # what micro_batches reads of their ops (:mod:`.percall`)
+    op_shapes: dict = field(default_factory=dict)
     _per_call: dict | None = None
 
     def per_call(self) -> dict:
-        """Rank -> step number -> the per-call share of the micro-batches' compute (read once)."""
+        """Rank -> step number -> the per-call share of the micro-batches' compute (made once)."""
         if self._per_call is None:
-            self._per_call = shares(self.paths) if self.paths else {}
+            self._per_call = shares(self.op_shapes)
         return self._per_call
 
 

@@ -15,9 +15,17 @@ received: twice) and ``rate`` (bytes a µs):
   latency: ``w = bus bytes / bandwidth``;
 - else, from the least hindered transfers of the kind (the 10th percentile ``u`` of its
   transfers, warm-up left out, as :func:`~.transfer.unhindered` takes it): ``u`` less the
-  latency of its hops (:data:`HOP_US` each: a ring all_reduce on ``n`` ranks ``2(n − 1)``, other
-  collectives ``n − 1``, a send/recv 1) is what its bytes took, at most :data:`MAX_RATE`:
-  ``rate = c / max(u − latency, c / MAX_RATE)``.
+  latency of its hops (``h`` each: a ring all_reduce on ``n`` ranks ``2(n − 1)``, other
+  collectives ``n − 1``, a send/recv 1) is what its bytes took, at most ``R``:
+  ``rate = c / max(u − latency, c / R)``.
+
+``h`` and ``R`` come from the trace where it can show them (:func:`loopback_hop`): a kind fitted
+on two or more sizes has a latency of its own (the fit's intercept) and a copy rate (its slope,
+as above), so ``h`` is the fits' latency a hop (their median, each fit's latency over its hops)
+and ``R`` the fastest of their copy rates. A trace whose kinds each have one size (the all_reduce
+workload's 64 KiB, a pipeline's activations) cannot tell a kind's latency from its copying: ``h``
+is then :data:`HOP_US` and ``R`` :data:`MAX_RATE`, measured on the project's test VM, and the
+notes say they were assumed (a user's machine differs).
 
 So a 64 KiB all_reduce whose fastest instances take 160 µs is mostly latency (about 40 µs of
 copying), a 1.5 MiB one that takes 2 ms mostly copying. ``share`` (the cores' share of a rank's
@@ -26,17 +34,63 @@ transfers, :func:`share`) is ``Σ min(w_k, x_k) / Σ x_k`` over the instances it
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.replay.timeline import SEND_RECV, Traced
 from overlapprof.analysis.replay.transfer import UNHINDERED_PERCENTILE, instance_bytes
+from overlapprof.analysis.stats import median
 
+# The fallbacks, for a trace that cannot show them (no kind fitted on two or more sizes):
 # µs of latency a hop of a gloo transfer over loopback takes: the idle 2-core test VM's pinned
 # 64 KiB all_reduce on 2 ranks (2 hops) took 155-163 µs at its 10th percentile (2026-12-07), of
 # which its bytes' copying is about 40 µs
 HOP_US = 60.0
 MAX_RATE = 8000.0  # bytes/µs: a memory copy on that VM; no loopback transfer copies faster
+
+
+@dataclass
+class Hop:
+    """A hop's latency (``us``) and the fastest copy (``rate``, bytes/µs) that a kind of one size
+    is measured with (the module docstring), and where each comes from: ``assumed`` names what
+    the trace could not show (``latency``, ``rate``: the fallback constants were used)."""
+
+    us: float
+    rate: float
+    words: str
+    assumed: tuple[str, ...] = ()
+
+
+def _copy_factor(kind: int) -> int:
+    """The bytes a rank's cores copy per bus byte: a send/recv's message once, a collective's
+    bus bytes sent and as many received."""
+    return 1 if kind == SEND_RECV else 2
+
+
+def loopback_hop(model=None) -> Hop:
+    """The :class:`Hop` of a trace's transfer ``model``: from its own fits (two or more sizes of
+    a kind; a fit whose intercept fell below zero says nothing of the latency), else the
+    fallbacks :data:`HOP_US` and :data:`MAX_RATE`."""
+    fits = [f for f in (model.fits if model else []) if f.source == "fit" and f.bandwidth_gbps]
+    lat = [f.latency_us / hops(KINDS.index(f.kind), f.group_size) for f in fits if f.latency_us and f.latency_us > 0]
+    rates = [f.bandwidth_gbps * 1e3 * _copy_factor(KINDS.index(f.kind)) for f in fits]
+    us = median(lat) if lat else HOP_US
+    rate = max(rates) if rates else MAX_RATE
+    named = ", ".join(f"{f.kind} on {f.group_size} ranks ({f.sizes} sizes)" for f in fits)
+    assumed = tuple(w for w, got in (("latency", lat), ("rate", rates)) if not got)
+    if not assumed:
+        words = (f"a hop's latency {us:.0f} us and a copy at most {rate / 1e3:.2f} GB/s, from the trace's fits of "
+                 f"{named}")
+    elif len(assumed) == 2:
+        words = (f"a hop's latency {us:.0f} us and a copy at most {rate / 1e3:.0f} GB/s assumed (measured on "
+                 "overlapprof's test VM): no kind of this trace has two or more sizes to fit them on, and a kind "
+                 "of one size cannot tell its latency from its copying")
+    else:
+        words = (f"a copy at most {rate / 1e3:.2f} GB/s from the trace's fits of {named}; a hop's latency "
+                 f"{us:.0f} us assumed (measured on overlapprof's test VM): their intercepts fell below zero")
+    return Hop(us, rate, words, assumed)
 
 
 def _copied(tr: Traced) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -57,6 +111,7 @@ def rates(tr: Traced, model=None) -> dict[tuple[int, int], float]:
     copied, bus, kinds, sizes = _copied(tr)
     own = {(f.kind, f.group_size): f.bandwidth_gbps * 1e3 for f in (model.fits if model else [])
            if f.source in ("fit", "reference") and f.bandwidth_gbps}
+    hop = loopback_hop(model)
     live = ~tr.warm[:copied.size] & (np.nan_to_num(copied) > 0) & (tr.transfer[:copied.size] > 0)
     out = {}
     for kind, n in set(zip(kinds[live].tolist(), sizes[live].tolist())):
@@ -66,7 +121,7 @@ def rates(tr: Traced, model=None) -> dict[tuple[int, int], float]:
             continue
         u = float(np.percentile(tr.transfer[ks], UNHINDERED_PERCENTILE))
         c = float(np.median(copied[ks]))
-        out[(kind, n)] = c / max(u - HOP_US * hops(kind, n), c / MAX_RATE)
+        out[(kind, n)] = c / max(u - hop.us * hops(kind, n), c / hop.rate)
     return out
 
 
@@ -92,10 +147,12 @@ def share(tr: Traced, rank: int, busy: np.ndarray) -> float | None:
 
 def loopback_latency(tr: Traced, model) -> list[str]:
     """Give ``model`` (the transfer model of a CPU run over loopback, in place) a latency for the
-    kinds it has no fit or reference for: :data:`HOP_US` a hop, at most the kind's shortest
-    transfer (a rewrite that makes more operations, smaller buckets or micro-batches, pays it
-    for each, as the run does); its notes."""
+    kinds it has no fit or reference for: a hop's latency (:func:`loopback_hop`) a hop, at most
+    the kind's shortest transfer (a rewrite that makes more operations, smaller buckets or
+    micro-batches, pays it for each, as the run does); its notes, the first saying where the
+    hop's latency and the copy rate came from (the trace's fits, or assumed)."""
     _, _, kinds, sizes = _copied(tr)
+    hop = loopback_hop(model)
     notes = []
     for f in model.fits:
         if f.source != "none":
@@ -105,9 +162,9 @@ def loopback_latency(tr: Traced, model) -> list[str]:
         live = ks[~tr.warm[ks] & (tr.transfer[ks] > 0)]
         if not live.size:
             continue
-        lat = min(HOP_US * hops(kind, f.group_size), float(np.min(tr.transfer[live])))
+        lat = min(hop.us * hops(kind, f.group_size), float(np.min(tr.transfer[live])))
         model.latency[ks] = lat
         f.latency_us = lat
         notes.append(f"transfer model: {f.kind} on {f.group_size} ranks over loopback: latency {lat:.0f} us "
-                     f"({HOP_US:.0f} us a hop, at most its shortest transfer): each operation a change adds pays it")
-    return notes
+                     f"({hop.us:.0f} us a hop, at most its shortest transfer): each operation a change adds pays it")
+    return [f"loopback: {hop.words}"] + notes if notes else notes

@@ -68,6 +68,7 @@ class Crowded:
     ranks: int
     share: float | None
     rates: dict | None = None  # over loopback: :func:`.copying.rates` of the trace
+    hop: copying.Hop | None = None  # over loopback: the hop's latency and copy ceiling those rates used
 
     def words(self) -> str:
         busy = 2 * self.ranks
@@ -75,8 +76,13 @@ class Crowded:
         if self.share is None:
             return f"{head} over loopback: the transfers are the cores' work, for a share of their time not measured"
         if self.rates is not None:
+            assumed = ""
+            if self.hop is not None and self.hop.assumed:
+                what = {"latency": f"a hop's latency ({self.hop.us:.0f} us)",
+                        "rate": f"the copy ceiling ({self.hop.rate / 1e3:.0f} GB/s)"}
+                assumed = f"; {' and '.join(what[w] for w in self.hop.assumed)} assumed, the test VM's"
             return (f"{head} over loopback; {100 * self.share:.0f}% of its transfers' time is the cores' work (copying "
-                    "their bytes; the rest latency and waiting, measured from its transfers)")
+                    f"their bytes; the rest latency and waiting, measured from its transfers{assumed})")
         return (f"{head}; {100 * self.share:.0f}% of its transfers' time is the cores' work (copying their bytes; "
                 "the rest the link's pacing, measured against its rate, and latency)")
 
@@ -162,4 +168,5 @@ def shares(report, tr: Traced, model=None) -> dict[int, Crowded]:
     else:
         by = copying.rates(tr, model)
         busy = copying.copy_time(tr, by)
-    return {r: Crowded(r, *hosts[r], share=copying.share(tr, r, busy), rates=by) for r in ranks}
+    hop = copying.loopback_hop(model) if by is not None else None
+    return {r: Crowded(r, *hosts[r], share=copying.share(tr, r, busy), rates=by, hop=hop) for r in ranks}

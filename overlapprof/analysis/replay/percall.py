@@ -21,27 +21,32 @@ per row (the shapes say sizes, not which is the batch's). Communication calls an
 inside them are not compute here (as :func:`.timeline._outside_calls` leaves them out of the
 lanes). What this cannot see: an op with rows whose speed per row changes with the rows (a
 matmul's efficiency at small sizes): one trace runs every such op at one size.
+
+The ops and their shapes come from the rank's one read of its files (:mod:`overlapprof.analysis.rank.op_shapes`,
+asked by ``whatif`` when a change cuts micro-batches): no trace is read again for them.
 """
 
 from __future__ import annotations
 
 import bisect
-from pathlib import Path
-from overlapprof.trace.decode import SHAPED_DECODER, ShapedEvent
-from overlapprof.trace.discover import discover, rank_from_name
-from overlapprof.trace.reader import LayoutError, TraceReader
+from dataclasses import dataclass
+
+from overlapprof.analysis.rank.op_shapes import STEP, OpRows
 
 _HAND_OVERS = {"c10d::send": "send", "c10d::recv_": "recv", "gloo:send": "send", "gloo:recv": "recv"}
-_STEP = "ProfilerStep#"
 
 
-def _shapes(dims) -> list[list[int]]:
-    """The tensor shapes (lists of ints) anywhere in a recorded ``Input Dims``."""
-    if not isinstance(dims, list):
-        return []
-    if dims and all(isinstance(d, int) for d in dims):
-        return [dims]
-    return [s for d in dims for s in _shapes(d)]
+@dataclass
+class _Op:
+    """A kept row of :class:`~overlapprof.analysis.rank.op_shapes.OpRows`: ``ints`` its shapes'
+    ints, the first ``first`` of them its first tensor's."""
+
+    name: str
+    ts: float
+    dur: float
+    tid: int
+    ints: tuple
+    first: int
 
 
 def _rows(hand_overs) -> int | None:
@@ -49,11 +54,11 @@ def _rows(hand_overs) -> int | None:
     hand-over says the same and it sizes no other dimension of its tensor."""
     found = set()
     for e in hand_overs:
-        shapes = _shapes(e.args.input_dims if e.args else None)
-        if shapes and shapes[0]:
-            if shapes[0].count(shapes[0][0]) > 1:
+        if e.first:
+            tensor = e.ints[:e.first]
+            if tensor.count(tensor[0]) > 1:
                 return None
-            found.add(shapes[0][0])
+            found.add(tensor[0])
     return found.pop() if len(found) == 1 else None
 
 
@@ -70,7 +75,7 @@ def _stretch(hand_overs) -> tuple[float, float] | None:
     return (lo, hi) if lo < hi else None
 
 
-def _step_share(ops: list[ShapedEvent], spans: list[ShapedEvent]) -> float | None:
+def _step_share(ops: list[_Op], spans: list[_Op]) -> float | None:
     """``ops``: the step's cpu_ops in order; ``spans``: its gloo send/recv spans (shapes only)."""
     hand_overs = [e for e in ops + spans if e.name in _HAND_OVERS]
     rows, stretch = _rows(hand_overs), _stretch(hand_overs)
@@ -90,25 +95,27 @@ def _step_share(ops: list[ShapedEvent], spans: list[ShapedEvent]) -> float | Non
     for _, own, e, comm in done:
         if comm or not stretch[0] <= e.ts < stretch[1]:
             continue
-        if any(rows in s for s in _shapes(e.args.input_dims if e.args else None)):
+        if rows in e.ints:
             per_row += max(own, 0.0)
         else:
             per_call += max(own, 0.0)
     return per_call / (per_call + per_row) if per_row > 0 else None
 
 
-def file_shares(events) -> dict[int, float]:
-    """Step number -> the per-call share of one rank's trace events (see the module docstring)."""
-    events = [e for e in events if _kept(e)]
-    steps = [e for e in events if e.name.startswith(_STEP)]
-    ops = sorted((e for e in events if e.cat == "cpu_op"), key=lambda e: (e.ts, -e.dur))
+def file_shares(rows: OpRows) -> dict[int, float]:
+    """Step number -> the per-call share of one rank's file, from its kept ops (see the module docstring)."""
+    events = [_Op(rows.names[n], t, d, th, tuple(rows.ints(k).tolist()), f) for k, (n, t, d, th, f) in enumerate(zip(
+        rows.name_ids.tolist(), rows.ts.tolist(), rows.dur.tolist(), rows.thread.tolist(), rows.first.tolist()))]
+    steps = [e for e in events if e.name.startswith(STEP)]
+    ops = sorted((e for e in events if not e.name.startswith(STEP) and e.name not in ("gloo:send", "gloo:recv")),
+                 key=lambda e: (e.ts, -e.dur))
     starts = [e.ts for e in ops]
     hand_overs = sorted((e for e in events if e.name in _HAND_OVERS), key=lambda e: e.ts)
     handed = [e.ts for e in hand_overs]
     out = {}
     for s in steps:
         try:
-            number = int(s.name[len(_STEP):])
+            number = int(s.name[len(STEP):])
         except ValueError:
             continue
         inside = ops[bisect.bisect_left(starts, s.ts):bisect.bisect_left(starts, s.ts + s.dur)]
@@ -121,35 +128,12 @@ def file_shares(events) -> dict[int, float]:
     return out
 
 
-def _kept(e: ShapedEvent) -> bool:
-    """What the shares read: complete events with times, of the host's ops, steps and hand-overs
-    (a GPU's kernels and the rest are dropped as each chunk is read)."""
-    return e.ph == "X" and e.ts is not None and e.dur is not None and (
-        e.cat == "cpu_op" or e.name in _HAND_OVERS or e.name.startswith(_STEP))
-
-
-def _events(path: Path) -> tuple[list[ShapedEvent], int | None]:
-    reader = TraceReader(path, decoder=SHAPED_DECODER)
-    try:
-        events = [e for chunk in reader.chunks() for e in chunk.events if _kept(e)]
-    except LayoutError:
-        reader = TraceReader(path, decoder=SHAPED_DECODER)
-        events = [e for chunk in reader.chunks(generic=True) for e in chunk.events if _kept(e)]
-    info = reader.header.distributedInfo if reader.header is not None else None
-    return events, info.rank if info is not None else None
-
-
-def shares(paths) -> dict[int, dict[int, float]]:
-    """Rank -> step number -> the per-call share of its micro-batches' compute, for the Kineto
-    traces of ``paths`` (an Nsight Systems export records no shapes: none)."""
+def shares(kept: dict[int, list[OpRows]]) -> dict[int, dict[int, float]]:
+    """Rank -> step number -> the per-call share of its micro-batches' compute, from each rank's
+    files' kept ops (``kept``: :attr:`~overlapprof.analysis.analyzer.Analyzed.op_shapes`; an
+    Nsight Systems export records no shapes: none)."""
     out: dict[int, dict[int, float]] = {}
-    for group in discover(paths).groups:
-        for f in group.files:
-            if not str(f).endswith((".json", ".json.gz")):
-                continue
-            events, rank = _events(Path(f))
-            rank = rank if rank is not None else group.run_rank if group.run_rank is not None \
-                else rank_from_name(Path(f).name)
-            if rank is not None:
-                out.setdefault(rank, {}).update(file_shares(events))
+    for rank, files in kept.items():
+        for rows in files:
+            out.setdefault(rank, {}).update(file_shares(rows))
     return out

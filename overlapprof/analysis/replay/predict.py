@@ -176,13 +176,15 @@ class Prepared:
     interference_notes: list
 
 
-def prepare(report: Report, tr: Traced, paths=()) -> Prepared:
+def prepare(report: Report, tr: Traced, op_shapes: dict | None = None) -> Prepared:
+    """``op_shapes``: the analysis's :attr:`~overlapprof.analysis.analyzer.Analyzed.op_shapes`
+    (what ``micro_batches`` reads of the ops; none: the compute kept)."""
     res, _, sharing = resources(report.run, None)
     ref = report.options.reference_bandwidth
     model = fit(tr, ref / 1e6 if ref else None, res.link_bytes_per_us, sharing)
     latency = loopback_latency(tr, model) if loopback(report) else []
     cost, words = interference(tr, any(r.mode == "cpu" for r in report.ranks))
-    return Prepared(model, Context(model, res.link_bytes_per_us, cost, paths=tuple(paths)),
+    return Prepared(model, Context(model, res.link_bytes_per_us, cost, op_shapes=dict(op_shapes or {})),
                     Stretcher(tr, cost, res.link_bytes_per_us), rank_factors(report), shares(report, tr, model),
                     latency, words)
 
@@ -197,9 +199,11 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
     options = {"workers": workers} if workers else {}
     if reference_bandwidth is not None:
         options["reference_bandwidth"] = reference_bandwidth
+    if any(name == "micro_batches" for pairs in parsed for name, _ in pairs):
+        options["op_shapes"] = True  # the ops' shapes, from the one read (replay/percall.py)
     analyzed, tr = _load(list(paths), **options)
     report = analyzed.report
-    prepared = prepare(report, tr, paths)
+    prepared = prepare(report, tr, analyzed.op_shapes)
     model = prepared.model
     model.notes += prepared.latency_notes
     base = replay(tr)
