@@ -63,6 +63,8 @@ class Context:
     link_bytes_per_us: float | None
     interference: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per instance, µs compute beside cost it
     paths: tuple = ()  # the traces, read again for what micro_batches needs of their ops (:mod:`.percall`)
+    # over loopback: a bucket's time beyond its bytes' least hindered pace is paid per operation (:mod:`.buckets`)
+    per_operation: bool = False
     _per_call: dict | None = None
 
     def per_call(self) -> dict:
@@ -154,7 +156,7 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
         elif name == "bucket_cap_mb":
             cap = _size_mb(value)
             try:
-                made = regroup(tr, cap, ctx.model.latency)
+                made = regroup(tr, cap, ctx.model.latency, ctx.per_operation)
             except Refused as exc:
                 raise Unmodelled(f"bucket_cap_mb={value}: {exc}") from None
             notes.append(f"bucket_cap_mb={value}: {made} bucket{'s' if made != 1 else ''} in all replace the traced "
