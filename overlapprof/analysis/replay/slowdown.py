@@ -123,8 +123,9 @@ def slow(traced: Traced, new: Traced, factors: dict[int, float], crowded: dict |
                 delta = charge * (sum(o_new[j] for j in keys) - o_old[k])
             else:
                 delta = sum(q_new[j] for j in keys) - q_old[k]
-                if f:
-                    delta = max(delta, (1 - 1 / f) * (sum(o_new[j] for j in keys) - o_old[k]))
+                if f:  # the larger rate: more charged for compute moved beside, more given back for compute moved away
+                    by_factor = (1 - 1 / f) * (sum(o_new[j] for j in keys) - o_old[k])
+                    delta = max(delta, by_factor) if by_factor >= 0 else min(delta, by_factor)
             if abs(delta) < 1e-9:
                 continue
             weights = [o_new[j] if delta > 0 else lane.compute[j] - o_new[j] for j in keys]
