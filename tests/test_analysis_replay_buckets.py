@@ -39,12 +39,15 @@ def _run(folder, loopback: bool):
     for rank in (0, 1):
         S.write(folder / f"rank{rank}.1.pt.trace.json", S.trace(events, rank=rank, world_size=2, backend="gloo"))
     if loopback:
-        record = {"schema_version": 1, "world_size": 2, "device": "cpu",
-                  "nodes": {"0": {"node_rank": 0, "host": "h", "cpu_cores": 8, "nproc": 2}},
-                  "ranks": {str(r): {"rank": r, "node_rank": 0, "traces": [f"rank{r}.1.pt.trace.json"]}
-                            for r in (0, 1)}}
-        (folder / "run.json").write_text(json.dumps(record))
+        (folder / "run.json").write_text(json.dumps(_loopback_record()))
     return str(folder)
+
+
+def _loopback_record():
+    """run.json of 2 CPU ranks on one host of 8 cores, no link: over loopback, not crowded."""
+    return {"schema_version": 1, "world_size": 2, "device": "cpu",
+            "nodes": {"0": {"node_rank": 0, "host": "h", "cpu_cores": 8, "nproc": 2}},
+            "ranks": {str(r): {"rank": r, "node_rank": 0, "traces": [f"rank{r}.1.pt.trace.json"]} for r in (0, 1)}}
 
 
 MERGED, SPLIT = f"bucket_cap_mb={8000 / MIB!r}", f"bucket_cap_mb={2000 / MIB!r}"
@@ -80,3 +83,40 @@ def test_without_loopback_a_buckets_time_stays_per_byte(tmp_path):
     _, got = _predict(_run(tmp_path / "plain", loopback=False))
     assert got[MERGED].step_us == pytest.approx(1700, abs=3)
     assert got[SPLIT].step_us == pytest.approx(1250, abs=3)
+
+
+def _one_bucket_run(folder):
+    """Backward's two autograd functions [0, 800), one 1 MiB bucket issued at 800 and waited at once
+    (600 µs in steps 1 and 3, 400 in step 2), 100 µs of optimizer after it; both ranks on one
+    host of 8 cores, over loopback."""
+    folder.mkdir()
+    events, base = [], 0
+    for n, x in ((1, 600), (2, 400), (3, 600)):
+        events += [S.step(n, base, 900 + x),
+                   S.cpu_op("autograd::engine::evaluate_function: AddmmBackward0", base, 400),
+                   S.cpu_op("autograd::engine::evaluate_function: AddmmBackward0", base + 400, 400),
+                   S.cpu_op("c10d::allreduce_", base + 800, 1),
+                   S.annotation("gloo:all_reduce", base + 800, x, tid=200,
+                                args={"Input Dims": [[MIB // 4]], "Input type": ["float"]}),
+                   S.cpu_op("aten::mm", base + 800 + x, 100)]
+        base += 900 + x
+    for rank in (0, 1):
+        S.write(folder / f"rank{rank}.1.pt.trace.json", S.trace(events, rank=rank, world_size=2, backend="gloo"))
+    (folder / "run.json").write_text(json.dumps(_loopback_record()))
+    return str(folder)
+
+
+def test_advise_splits_one_bucket_into_halves_that_each_keep_its_time_beyond_its_bytes(tmp_path):
+    """Latency 120 µs; the fastest bucket (step 2's) moves 1 MiB in 400 − 120 = 280 µs. Advise's
+    adapter splits each bucket in two halves, each moving 0.5 MiB at that pace and keeping the
+    rest: 600 − 140 = 460 µs in steps 1 and 3. Merged back into one bucket they are the traced
+    one again (600 µs: the median step, 1500, as traced; the halves' rest counted once, not
+    halved). In buckets of 0.25 MiB, issued at work 200, 400, 600 and 800 as backward produces the
+    gradients, one at a time, each pays the rest again: 120 + 70 + 200 = 390 µs, the last ending
+    at 200 + 4 × 390 = 1760, a step of 1860."""
+    from overlapprof.analysis.advise.replayer import Replayer
+
+    rp = Replayer([_one_bucket_run(tmp_path / "one")], workers=1)
+    assert rp.one_bucket() is not None and rp.base.prediction.step_us == pytest.approx(1500, abs=2)
+    assert rp.predict("bucket_cap_mb=1").prediction.step_us == pytest.approx(1500, abs=2)
+    assert rp.predict("bucket_cap_mb=0.25").prediction.step_us == pytest.approx(1860, abs=3)

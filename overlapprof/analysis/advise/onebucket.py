@@ -13,11 +13,12 @@ what it assumes between two traced buckets. The halves are only ever an input to
 Over loopback, where the rewrite pays per bucket what the traced ones took beyond their bytes at
 the fastest bucket's pace (:mod:`overlapprof.analysis.replay.buckets`), each half keeps all of the
 bucket's: it moves its half of the bytes at that pace and pays the whole of the rest, and its
-transfer lies inside the traced one's (the compute beside it is the bucket's). Merged back, the
-halves are the traced bucket again; each smaller bucket pays that rest again. One bucket cannot
-show what of it is per operation, so advise takes the reading that stands behind a smaller size
-only where it wins even so (the advise bench's crowded host: 0.25 MiB buckets after an async
-all_reduce ran 14-22% slower than the one bucket).
+transfer lies inside the traced one's (the compute beside it is the bucket's). Merged back with
+nothing beside them, the halves are the traced bucket again (its rest counted once, not halved);
+each smaller bucket pays that rest again. One bucket cannot show what of its time is per
+operation, so advise takes the reading that stands behind a smaller size only where it wins even
+so (on the advise bench's crowded host, 0.25 MiB buckets after an async all_reduce ran 14-22%
+slower than its one bucket).
 """
 
 from __future__ import annotations
