@@ -83,9 +83,10 @@ def slow(traced: Traced, new: Traced, factors: dict[int, float], crowded: dict |
     -> :class:`~overlapprof.analysis.replay.cores.Crowded` for the ranks on a crowded CPU host:
     a rank without a factor is charged the cores' share of the transfers where it is measured
     (over loopback: the copying its compute is moved beside); a loopback rank with one, the
-    larger of the two (charged for compute moved beside, given back for compute moved away). ``scaled``: the factor the change multiplied every lane's compute by
-    (``compute=xF``): the compute the trace measured beside communication was measured there,
-    slowed or not, so scaled it stays as measured, and only ``O' − F × O`` has moved."""
+    larger of the two (charged for compute moved beside, given back for compute moved away).
+    ``scaled``: the factor the change multiplied every lane's compute by (``compute=xF``): the
+    compute the trace measured beside communication was measured there, slowed or not, so scaled
+    it stays as measured, and only ``O' − F × O`` has moved."""
     notes = []
     crowded = crowded or {}
     traced_copy = None
