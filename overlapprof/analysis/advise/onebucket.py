@@ -9,6 +9,16 @@ start and the bucket's issue, the second where the bucket was, each moving half 
 The rewrite then spreads the gradients evenly over ``[backward's start, the issue]``, which is
 what it assumes between two traced buckets. The halves are only ever an input to the rewrite
 (it replaces them with the new buckets); the unchanged replay keeps the traced bucket.
+
+Over loopback, where the rewrite pays per bucket what the traced ones took beyond their bytes at
+the fastest bucket's pace (:mod:`overlapprof.analysis.replay.buckets`), each half keeps all of the
+bucket's: it moves its half of the bytes at that pace and pays the whole of the rest, and its
+transfer lies inside the traced one's (the compute beside it is the bucket's). Merged back with
+nothing beside them, the halves are the traced bucket again (its rest counted once, not halved);
+each smaller bucket pays that rest again. One bucket cannot show what of its time is per
+operation, so advise takes the reading that stands behind a smaller size only where it wins even
+so (on the advise bench's crowded host, 0.25 MiB buckets after an async all_reduce ran 14-22%
+slower than its one bucket).
 """
 
 from __future__ import annotations
@@ -55,6 +65,9 @@ def split(tr: Traced, ctx: Context, backward: dict[int, list[float]]) -> tuple[T
     steps = sorted({k for b in per.values() for k in b})
     n0, i0 = tr.rank.size, len(tr.members)
     latency = ctx.model.latency
+    unhindered = _buckets._unhindered_per_byte(tr, per, latency, least=ctx.per_operation)
+    if ctx.per_operation and not np.isfinite(unhindered):
+        return None
     new: list[dict] = []
     transfer, lat_new = [], []
     for m, k in enumerate(steps):
@@ -64,6 +77,10 @@ def split(tr: Traced, ctx: Context, backward: dict[int, list[float]]) -> tuple[T
             return None
         lat = float(min(latency[inst], tr.transfer[inst])) if inst < latency.size else 0.0
         half = lat + (float(tr.transfer[inst]) - lat) / 2
+        # over loopback the rewrite pays a bucket's time beyond its bytes' per bucket: each half keeps
+        # the whole of it, and moves its bytes at the least hindered pace
+        x = (max(lat, float(tr.transfer[inst]) - unhindered * float(tr.nbytes[next(iter(rows.values()))]) / 2)
+             if ctx.per_operation else half)
         for r, v in rows.items():
             lane = tr.lanes[r]
             starts = backward.get(r, [])
@@ -75,24 +92,27 @@ def split(tr: Traced, ctx: Context, backward: dict[int, list[float]]) -> tuple[T
                 return None
             row = n0 + len(new)
             s = float(tr.start[v])
+            # one after the other: the rewrite runs its buckets as the traced ones ran; over loopback each
+            # half's transfer lies inside the traced one's (the compute beside them is the bucket's)
+            cut = s + (float(tr.transfer[inst]) - x if ctx.per_operation else half)
             new.append(dict(rank=r, nbytes=tr.nbytes[v] / 2, inst=i0 + m, lead=float(tr.lead[v]), step=int(tr.step[v]),
-                            group_size=int(tr.group_size[v]), start=s, end=s + half, issue=float(tr.issue[v])))
+                            group_size=int(tr.group_size[v]), start=s, end=cut, issue=float(tr.issue[v])))
             tr.nbytes[v] /= 2
-            tr.start[v] = s + half  # one after the other: the rewrite runs its buckets as the traced ones ran
+            tr.start[v] = cut
             lo, hi = _buckets._span(lane, k)  # a wait the trace put in a later step: the half's at the issue
             need_at = pos[j_need] if lo < j_need < hi else pos[j_issue]
             _buckets._insert(lane, k, (q + pos[j_issue]) / 2, ISSUE, row)
             _buckets._insert(lane, k, need_at, NEED, row)
         tr.members.append(np.array([n0 + len(new) - len(rows) + i for i in range(len(rows))]))
-        tr.transfer[inst] = half
-        transfer.append(half)
+        tr.transfer[inst] = x
+        transfer.append(x)
         lat_new.append(lat)
     _append(tr, new)
     tr.transfer = np.append(tr.transfer, transfer)
     tr.warm = np.append(tr.warm, np.zeros(len(transfer), dtype=bool))
     model = replace(ctx.model, latency=np.append(latency, lat_new))
     cost = np.append(ctx.interference, np.zeros(len(transfer))) if ctx.interference.size else ctx.interference
-    return tr, Context(model, ctx.link_bytes_per_us, cost)
+    return tr, Context(model, ctx.link_bytes_per_us, cost, per_operation=ctx.per_operation)
 
 
 def _append(tr: Traced, rows: list[dict]) -> None:

@@ -67,6 +67,8 @@ class Context:
     # rank -> its files' host ops with their shapes, from the analysis's one read (Analyzed.op_shapes):
     # what micro_batches reads of their ops (:mod:`.percall`)
     op_shapes: dict = field(default_factory=dict)
+    # over loopback: a bucket's time beyond its bytes' least hindered pace is paid per operation (:mod:`.buckets`)
+    per_operation: bool = False
     _per_call: dict | None = None
 
     def per_call(self) -> dict:
@@ -158,7 +160,7 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
         elif name == "bucket_cap_mb":
             cap = _size_mb(value)
             try:
-                made = regroup(tr, cap, ctx.model.latency)
+                made = regroup(tr, cap, ctx.model.latency, ctx.per_operation)
             except Refused as exc:
                 raise Unmodelled(f"bucket_cap_mb={value}: {exc}") from None
             notes.append(f"bucket_cap_mb={value}: {made} bucket{'s' if made != 1 else ''} in all replace the traced "

@@ -36,8 +36,9 @@ link-measured share is charged ``share × (O' − O)``, as a measured factor ``f
 is not hidden. Over loopback it is charged the copying it is moved beside: ``Q' − Q``, with
 ``Q`` the compute that an operation's copying (not its whole transfer) covers, counted as ``O``
 is, on the rewritten operations too (a smaller bucket copies fewer bytes). A loopback rank with
-both a factor and a share (its trace has some compute beside communication) is charged the larger
-(over a link the factor, as before: a paced transfer's share is not copying):
+both a factor and a share (its trace has some compute beside communication) is charged the larger,
+and given back the larger for compute a change moves away (over a link the factor, as before: a
+paced transfer's share is not copying):
 the factor is measured on the little overlap the trace has, which may lie beside a transfer's
 waiting rather than its copying. A rank whose share is not measured is not charged (the note
 says so), and advise does not stand behind a change there, nor where the share is above

@@ -182,9 +182,11 @@ def prepare(report: Report, tr: Traced, op_shapes: dict | None = None) -> Prepar
     res, _, sharing = resources(report.run, None)
     ref = report.options.reference_bandwidth
     model = fit(tr, ref / 1e6 if ref else None, res.link_bytes_per_us, sharing)
-    latency = loopback_latency(tr, model) if loopback(report) else []
+    over_loopback = loopback(report)
+    latency = loopback_latency(tr, model) if over_loopback else []
     cost, words = interference(tr, any(r.mode == "cpu" for r in report.ranks))
-    return Prepared(model, Context(model, res.link_bytes_per_us, cost, op_shapes=dict(op_shapes or {})),
+    return Prepared(model, Context(model, res.link_bytes_per_us, cost, op_shapes=dict(op_shapes or {}),
+                                       per_operation=over_loopback),
                     Stretcher(tr, cost, res.link_bytes_per_us), rank_factors(report), shares(report, tr, model),
                     latency, words)
 

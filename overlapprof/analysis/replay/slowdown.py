@@ -83,9 +83,10 @@ def slow(traced: Traced, new: Traced, factors: dict[int, float], crowded: dict |
     -> :class:`~overlapprof.analysis.replay.cores.Crowded` for the ranks on a crowded CPU host:
     a rank without a factor is charged the cores' share of the transfers where it is measured
     (over loopback: the copying its compute is moved beside); a loopback rank with one, the
-    larger of the two. ``scaled``: the factor the change multiplied every lane's compute by
-    (``compute=xF``): the compute the trace measured beside communication was measured there,
-    slowed or not, so scaled it stays as measured, and only ``O' − F × O`` has moved."""
+    larger of the two (charged for compute moved beside, given back for compute moved away).
+    ``scaled``: the factor the change multiplied every lane's compute by (``compute=xF``): the
+    compute the trace measured beside communication was measured there, slowed or not, so scaled
+    it stays as measured, and only ``O' − F × O`` has moved."""
     notes = []
     crowded = crowded or {}
     traced_copy = None
@@ -123,8 +124,9 @@ def slow(traced: Traced, new: Traced, factors: dict[int, float], crowded: dict |
                 delta = charge * (sum(o_new[j] for j in keys) - o_old[k])
             else:
                 delta = sum(q_new[j] for j in keys) - q_old[k]
-                if f:
-                    delta = max(delta, (1 - 1 / f) * (sum(o_new[j] for j in keys) - o_old[k]))
+                if f:  # the larger rate: charged for compute moved beside, given back for compute moved away
+                    by_factor = (1 - 1 / f) * (sum(o_new[j] for j in keys) - o_old[k])
+                    delta = max(delta, by_factor) if by_factor >= 0 else min(delta, by_factor)
             if abs(delta) < 1e-9:
                 continue
             weights = [o_new[j] if delta > 0 else lane.compute[j] - o_new[j] for j in keys]
