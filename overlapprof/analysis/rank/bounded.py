@@ -40,7 +40,7 @@ from overlapprof.analysis.rank import bucket_records
 from overlapprof.analysis.rank.bucket_records import CommEvents
 from overlapprof.analysis.rank.events import (EventSet, Steps, extract, filtered, last_step_dropped, merged_counts,
                                               place_in_steps)
-from overlapprof.analysis.rank.issuing import call_union, encloses_calls, inside_calls
+from overlapprof.analysis.rank.issuing import NameTables, call_union, encloses_calls, inside_calls
 from overlapprof.analysis.rank.scan import Scan
 from overlapprof.analysis.rank import spilled
 from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, read_spilled
@@ -96,11 +96,13 @@ class _Feed:
             self.interference.add(s)
 
 
-def _classify_gpu(f: SpilledFile, comm_re, comm_ann, names: list[str], feed: _Feed, edges: np.ndarray, store,
+def _classify_gpu(f: SpilledFile, comm_re, comm_ann, tables: NameTables, feed: _Feed, edges: np.ndarray, store,
                   needs: NeedTimes | None = None, comm: CommEvents | None = None):
     """The GPU events of a time bucket with the calls around it, classified as a whole file is:
-    a small scan of the calls, a runtime row per launch found, and the events. With the records
-    asked for, ``needs`` measures the communication events' need times and ``comm`` keeps them."""
+    a small scan of the calls, a runtime row per launch found, and the events (``tables``: of
+    the rank's names). With the records asked for, ``needs`` measures the communication events'
+    need times and ``comm`` keeps them."""
+    names = tables.names
     wait_id = names.index(C.STREAM_WAIT) if needs is not None and C.STREAM_WAIT in names else -1
     joined, calls = joined_by_time(f, edges, store, needs, wait_id), calls_by_time(f, edges, store)
     for events, around in zip(joined, calls):
@@ -129,7 +131,7 @@ def _classify_gpu(f: SpilledFile, comm_re, comm_ann, names: list[str], feed: _Fe
         del ev, c
         scan = Scan.of_columns(f.path, cols, launch)
         del cols
-        sets, _, _, comm_rows, _, lookalikes = extract(scan, True, comm_re, comm_ann, names, None)
+        sets, _, _, comm_rows, _, lookalikes = extract(scan, True, comm_re, comm_ann, names, None, tables=tables)
         feed.lookalikes.append(lookalikes)
         if held is not None:
             mine = take(held, comm_rows - n_calls - n_launch)
@@ -187,9 +189,11 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
     shaped = [f.rows.shapes.result() for f in read] if op_shapes else None
     gpu = any(f.rows.kernels for f in read)
     order = names.order
+    name_tables = NameTables(order)  # every batch below is classified with the same names
     few_sets, step_parts = [], []
     for f in read:
-        sets, steps, *_ = extract(f.rows.few_scan(f.path), gpu, comm_re, comm_ann, order, None, ends=ends)
+        sets, steps, *_ = extract(f.rows.few_scan(f.path), gpu, comm_re, comm_ann, order, None, ends=ends,
+                                  tables=name_tables)
         few_sets.append(sets[0])
         step_parts.append(steps)
     steps = Steps.of_files(step_parts)
@@ -209,7 +213,7 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
         if gpu:
             buckets = sample.quantiles(len(f.rows.gpu))
             waits, events = (NeedTimes(), CommEvents(store)) if records else (None, None)
-            _classify_gpu(f, comm_re, comm_ann, order, feed, buckets, store, waits, events)
+            _classify_gpu(f, comm_re, comm_ann, name_tables, feed, buckets, store, waits, events)
             if records:
                 tables.append(bucket_records.gpu_table(f, events.result(), values, waits.result()))
         else:

@@ -26,8 +26,8 @@ from overlapprof.analysis.rank.read import read_scan
 from overlapprof.analysis.rank.scan import IS_GPU, Scan
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
-from overlapprof.analysis.rank.issuing import (call_union, encloses_calls, inside_calls, issuing_kind, kind_code,
-                                              name_property, operations)
+from overlapprof.analysis.rank.issuing import (NameTables, call_kind_code, call_union, encloses_calls, inside_calls,
+                                              issuing_kind, kind_code, operations, own_kind_code)
 from overlapprof.analysis.rank.waits import need_times, waited_for
 from overlapprof.analysis.records.table import CommTable, comm_table
 from overlapprof.trace.decode import TraceFile
@@ -133,7 +133,7 @@ def ends_at_peer(scan: Scan, rows: np.ndarray, ends: tuple[np.ndarray, np.ndarra
 
 
 def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: Values | None, activity=None,
-            ends=None, waited=None):
+            ends=None, waited=None, tables: NameTables | None = None):
     """Classify one file's complete events (the scan's thread, collective and launch columns
     are dropped once read). Returns (EventSets, steps arrays, CommTable or None, the rows of
     the comm EventSet, the union of the host synchronizations, the compute kernels whose names
@@ -143,23 +143,26 @@ def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: 
     communication ends at their partner's receive (see :func:`ends_at_peer`). ``waited(rows)``:
     GPU mode, the need times of the communication rows ``rows``, when the scan does not hold
     what measures them (default: :func:`~overlapprof.analysis.rank.waits.waited_for` on the scan's CUDA sync events).
+    ``tables``: the per-name tables of ``names``, when the caller classifies them batch after batch.
 
     Rows are picked with masks over the file's rows and per-name tables (one lookup per row),
     and the launch and anchor of GPU events are kept per GPU event (the CommTable takes its
     rows' from them): no full-length column is made beyond the masks."""
     ts, end, codes, name_ids = scan.ts, scan.end, scan.codes, scan.name_ids  # end(rows): computed (from scan.dur)
 
+    tables = tables if tables is not None else NameTables(names)
+
     def prop(func, dtype, rows):
-        return name_property(names, func, dtype, name_ids[rows])
+        return tables.of(func, dtype, name_ids[rows])
 
     is_cpu = codes == C.CPU_OP
-    step_of_name = np.array([step_number(n) for n in names], dtype=np.int64)
+    step_of_name = tables.table(step_number, np.int64)
     step_named = (step_of_name >= 0)[name_ids]
     step_rows = np.concatenate((np.flatnonzero(step_named & (codes == C.ANNOTATION)),
                                 np.flatnonzero(step_named & is_cpu)))
     step_numbers = step_of_name[name_ids[step_rows]]
     del step_named
-    calls = np.flatnonzero(is_cpu & np.array([C.is_comm_call(n) for n in names], dtype=bool)[name_ids])
+    calls = np.flatnonzero(is_cpu & tables.of(C.is_comm_call, bool, name_ids))
     del is_cpu
 
     if gpu:
@@ -175,11 +178,11 @@ def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: 
         picks = (is_comm, is_kernel & ~is_comm, ~is_kernel & ~is_comm)  # comm, compute, memory: of the GPU rows
         comm_rows, compute_rows, memory_rows = (gpu_rows[m] for m in picks)
         lookalikes = comm_lookalikes(names, name_ids[compute_rows])
-        own_kind = np.where(named >= 0, named, prop(lambda n: KIND_CODE[C.comm_kind(n)], np.int8, gpu_rows))[is_comm]
+        own_kind = np.where(named >= 0, named, prop(own_kind_code, np.int8, gpu_rows))[is_comm]
         clr = launch[is_comm]
         has = clr >= 0
         kind_codes = own_kind.copy()
-        kind_codes[has] = issuing_kind(scan, names, calls, scan.thread[clr[has]], ts[clr[has]], own_kind[has])
+        kind_codes[has] = issuing_kind(scan, tables, calls, scan.thread[clr[has]], ts[clr[has]], own_kind[has])
         operation = np.ones(comm_rows.size, dtype=bool)
         gpu_anchor = ts[gpu_rows]
         gpu_anchor[launched] = ts[launch[launched]]
@@ -194,8 +197,8 @@ def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: 
         c10d_rows = calls[prop(C.is_comm_wrapper, bool, calls)]
         comm_rows = np.concatenate((comm_ann_rows, c10d_rows))
         own_kind = np.concatenate((ann_kinds[ann_kinds >= 0],
-                                   prop(lambda n: KIND_CODE[C.comm_kind(n[6:])], np.int8, c10d_rows)))
-        kind_codes = issuing_kind(scan, names, calls, scan.thread[comm_rows], ts[comm_rows], own_kind)
+                                   prop(call_kind_code, np.int8, c10d_rows)))
+        kind_codes = issuing_kind(scan, tables, calls, scan.thread[comm_rows], ts[comm_rows], own_kind)
         order = np.argsort(comm_rows, kind="stable")  # file order, as the records are
         comm_rows, kind_codes = comm_rows[order], kind_codes[order]
         operation, holders = operations(scan, comm_rows, kind_codes, c10d_rows)
@@ -214,7 +217,7 @@ def extract(scan: Scan, gpu: bool, comm_re, comm_ann, names: list[str], values: 
 
     sets = (event_set(0, comm_rows, kind_codes, operation), event_set(1, compute_rows), event_set(2, memory_rows))
     steps = (step_numbers, ts[step_rows], end(step_rows))
-    sync_rows = np.flatnonzero(np.array([C.is_host_sync(n) for n in names], dtype=bool)[name_ids]
+    sync_rows = np.flatnonzero(tables.of(C.is_host_sync, bool, name_ids)
                                & ((codes == C.RUNTIME) | (codes == C.CPU_OP)))
     host_sync = union(ts[sync_rows], end(sync_rows))
     table = None

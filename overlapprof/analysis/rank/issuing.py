@@ -26,6 +26,32 @@ def name_property(names: list[str], func, dtype, ids: np.ndarray) -> np.ndarray:
     return np.array([func(n) for n in names], dtype=dtype)[ids]
 
 
+class NameTables:
+    """Per-name tables of one rank's names (``names``: its name index's list, which only grows):
+    ``func(name)`` for every name, each computed once however many batches ask for it. A rank
+    measured a time bucket at a time classifies each bucket with the same names: on the 2 GB
+    generated trace, 40 buckets and 6,000 names (a ``ProfilerStep#N`` each), a few hundred ms of
+    the same regular expressions again per bucket. ``func`` is the key: a module-level function
+    or one :func:`kind_code` made."""
+
+    def __init__(self, names: list[str]):
+        self.names = names
+        self._tables: dict = {}
+
+    def table(self, func, dtype) -> np.ndarray:
+        """``func(name)`` of every name, by id."""
+        got = self._tables.get(func)
+        if got is None or got.size < len(self.names):
+            done = 0 if got is None else got.size
+            new = np.array([func(n) for n in self.names[done:]], dtype=dtype)
+            got = self._tables[func] = new if got is None else np.concatenate((got, new))
+        return got
+
+    def of(self, func, dtype, ids: np.ndarray) -> np.ndarray:
+        """``func(name)`` for the events of name ``ids``."""
+        return self.table(func, dtype)[ids]
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def _named_kind(test, name: str) -> int:
     """The kind code of ``name`` when ``test`` (a compiled pattern's search or match) finds it,
@@ -34,8 +60,21 @@ def _named_kind(test, name: str) -> int:
     return KIND_CODE[C.comm_kind(name)] if test(name) else -1
 
 
+@functools.lru_cache(maxsize=64)
 def kind_code(pattern_test):
+    """``name -> kind code or -1`` (:func:`_named_kind`) for a pattern's test; the same function
+    for the same test (a :class:`NameTables` key)."""
     return functools.partial(_named_kind, pattern_test)
+
+
+def own_kind_code(name: str) -> int:
+    """The kind code of a name (:func:`~overlapprof.analysis.rank.classify.comm_kind`)."""
+    return KIND_CODE[C.comm_kind(name)]
+
+
+def call_kind_code(name: str) -> int:
+    """The kind code of a ``c10d::*`` call's name, from what follows ``c10d::``."""
+    return KIND_CODE[C.comm_kind(name[6:])]
 
 
 def _by_thread(calls: np.ndarray, scan: Scan, q_thread: np.ndarray):
@@ -77,15 +116,17 @@ def encloses_calls(calls: np.ndarray, scan: Scan, q_thread: np.ndarray, q_start:
     return out
 
 
-def issuing_kind(scan: Scan, names: list[str], calls: np.ndarray, q_thread, q_time, fallback) -> np.ndarray:
+def issuing_kind(scan: Scan, tables: NameTables, calls: np.ndarray, q_thread, q_time, fallback) -> np.ndarray:
     """The kind code of the collective each query was issued for (OVERLAP.md section 3): the
     ``Collective name`` of the innermost enclosing record_param_comms on its thread, else the
-    name of the innermost enclosing ``c10d::*`` call, else ``fallback`` (its own name's kind)."""
+    name of the innermost enclosing ``c10d::*`` call, else ``fallback`` (its own name's kind).
+    ``tables``: of the rank's names."""
     out = fallback.astype(np.int8).copy()
     if calls.size == 0 or q_time.size == 0:
         return out
+    names = tables.names
     params = calls[scan.name_ids[calls] == names.index(C.PARAM_COMMS)] if C.PARAM_COMMS in names else calls[:0]
-    c10d = calls[name_property(names, C.is_comm_wrapper, bool, scan.name_ids[calls])]
+    c10d = calls[tables.of(C.is_comm_wrapper, bool, scan.name_ids[calls])]
     kind = np.full(q_time.size, -1, dtype=np.int8)
     for rows, codes in ((c10d, None), (params, scan.collective)):  # later sources win
         if rows.size == 0:
@@ -94,7 +135,7 @@ def issuing_kind(scan: Scan, names: list[str], calls: np.ndarray, q_thread, q_ti
         found = innermost(scan.thread[rows], scan.ts[rows], np.nextafter(scan.end(rows), -np.inf), q_thread, q_time)
         ok = found >= 0
         if codes is None:
-            value = name_property(names, lambda n: KIND_CODE[C.comm_kind(n[6:])], np.int8, scan.name_ids[rows])
+            value = tables.of(call_kind_code, np.int8, scan.name_ids[rows])
         else:
             value = codes[rows]
         got = np.where(ok, value[np.maximum(found, 0)], -1)
