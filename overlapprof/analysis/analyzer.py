@@ -427,6 +427,7 @@ def _measured_again(result: RankResult, ev, options: Options) -> None:
     if options.like_hta:
         report.metrics = old.metrics  # HolisticTraceAnalysis's, which the ends do not change
     report.rank, report.rank_source = old.rank, old.rank_source
+    report.files = old.files  # as given (a Dask worker measured absolute paths)
     report.world_size, report.backend = old.world_size, old.backend
     report.device_not_measured = old.device_not_measured
     if share is not None:
