@@ -487,13 +487,27 @@ def test_each_file_is_read_once_when_sends_end_at_the_peer(monkeypatch, tmp_path
     rank1 = [S.step(1, 0, 42_000), *p2p("recv", 1000, 2000, 0), S.cpu_op("aten::mm", 4000, 30_000)]
     paths = [S.write(tmp_path / f"rank{r}.json", S.trace(events, rank=r, world_size=2, backend="gloo", base_ns=10**18))
              for r, events in enumerate((rank0, rank1))]
+    stores, opened = [], ST.Store.__init__
+
+    def spy(self, *a, **k):
+        opened(self, *a, **k)
+        stores.append(self)
+
+    monkeypatch.setattr(ST.Store, "__init__", spy)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
     seen = _reads(monkeypatch)
-    got = overlapprof.analyze(tmp_path, workers=1, memory_budget=budget, comm_ops=True)
+    got = overlapprof.analyze(paths, workers=1, memory_budget=budget, comm_ops=True)
     rank0 = next(r for r in got.ranks if r.rank == 0)
     assert rank0.p2p.ends_from_peer == 1
     assert rank0.metrics.comm_us == 2005  # [995, 1005) ∪ [1000, 3000): cut at the receive's end
     assert [r.dur for r in rank0.comm_records if r.name == "gloo:send"] == [2000]
     assert sorted(seen) == sorted(str(p) for p in paths)
+    # the spans waited in the analyzing process's store: on disk at budget 0, and removed
+    (kept,) = [s for s in stores if s.label == "the ranks' compute spans"]
+    assert (kept.spilled > 0) == (budget == 0)
+    assert not list(tmp.iterdir())
 
 
 def test_whatif_micro_batches_reads_each_file_once(monkeypatch, tmp_path):

@@ -210,11 +210,12 @@ def _rank_report(result: RankResult, ev, unions, table, measured: tuple, options
 def _run_groups(
     groups: list[TraceGroup], options: Options, workers: int | None, progress, warnings: list[str],
     dask_scheduler=None, ends: dict | None = None, budget: int | None = DEFAULT_MEMORY_BUDGET,
-    op_shapes: bool = False,
+    op_shapes: bool = False, kept: Store | None = None,
 ) -> list[RankResult]:
     """Analyze each group: on a Dask cluster when a scheduler is given, else in worker
     processes when there are several and it pays; a single group decodes a large file in
-    ``workers`` processes (``ends``, ``budget``, ``op_shapes``: see :func:`analyze_group`)."""
+    ``workers`` processes (``ends``, ``budget``, ``op_shapes``: see :func:`analyze_group`); ``kept``:
+    the store that each result's kept compute spans go to as it arrives (:meth:`Remeasure.keep_in`)."""
     work = functools.partial(analyze_group, ends=ends, budget=budget, op_shapes=op_shapes)
     total = len(groups)
     sizes = [g.size for g in groups]
@@ -226,6 +227,8 @@ def _run_groups(
 
     def finish(k: int, result: RankResult) -> None:
         nonlocal done
+        if kept is not None and result.remeasure is not None:
+            result.remeasure.keep_in(kept)
         results[k], done = result, done + 1
         if progress:
             progress(done, total, jobs[k][0])
@@ -305,29 +308,32 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
     if asked.memory_budget is not None and all(nsys.is_sqlite(f) for g in inputs.groups for f in g.files):
         warnings.append("--memory-budget: Nsight Systems exports are measured in memory (SQLite reads their "
                         "rows a batch at a time)")
-    results = _run_groups(inputs.groups, recorded, workers, progress, warnings, dask_scheduler, budget=budget,
-                          op_shapes=asked.op_shapes)
-    warnings += [w for r in results for w in r.warnings]
-    warnings = list(dict.fromkeys(warnings))  # the ranks of one export say the same of it
-    good = [(r, g) for r, g in zip(results, inputs.groups) if r.error is None]
-    failed = [r for r in results if r.error is not None]
-    if failed and (not recorded.allow_partial or not good):
-        raise failed[0].error
-    if spill := next((r.error for r in failed if isinstance(r.error, SpillError)), None):
-        raise spill  # the machine's problem, not a bad trace's: no rank is skipped for it
-    warnings += [f"skipped {r.error}" for r in failed]
-    results, groups = [r for r, _ in good], [g for _, g in good]
-    if (line := lookalikes_warning([r.lookalikes for r in results])) is not None:
-        warnings.append(line)
-    settle_ranks(results, groups)
-    check_one_run(results)
-    one_recording_each(results)
-    cycles_of_one_recording(results)
-    matching = []
-    crossrank = _cross_rank(results, recorded, matching)
-    if matching:
-        crossrank = _ends_from_peers(results, groups, recorded, matching, crossrank, workers, warnings, dask_scheduler,
-                                     budget)
+    # the compute spans the ranks kept to be measured again with their sends' ends (rank/remeasure.py);
+    # at budget 0 too its folder is made only once a span comes
+    with Store(None if budget is None else max(budget, 1), "the ranks' compute spans") as kept:
+        results = _run_groups(inputs.groups, recorded, workers, progress, warnings, dask_scheduler, budget=budget,
+                              op_shapes=asked.op_shapes, kept=kept)
+        warnings += [w for r in results for w in r.warnings]
+        warnings = list(dict.fromkeys(warnings))  # the ranks of one export say the same of it
+        good = [(r, g) for r, g in zip(results, inputs.groups) if r.error is None]
+        failed = [r for r in results if r.error is not None]
+        if failed and (not recorded.allow_partial or not good):
+            raise failed[0].error
+        if spill := next((r.error for r in failed if isinstance(r.error, SpillError)), None):
+            raise spill  # the machine's problem, not a bad trace's: no rank is skipped for it
+        warnings += [f"skipped {r.error}" for r in failed]
+        results, groups = [r for r, _ in good], [g for _, g in good]
+        if (line := lookalikes_warning([r.lookalikes for r in results])) is not None:
+            warnings.append(line)
+        settle_ranks(results, groups)
+        check_one_run(results)
+        one_recording_each(results)
+        cycles_of_one_recording(results)
+        matching = []
+        crossrank = _cross_rank(results, recorded, matching)
+        if matching:
+            crossrank = _ends_from_peers(results, groups, recorded, matching, crossrank, workers, warnings,
+                                         dask_scheduler, budget)
     for share in (r.crossrank_input for r in results if r.crossrank_input is not None):
         share.ops = None  # the section is built: the Matching holds every rank's operations (a copy)
     heap.release(sum(r.report.events for r in results))

@@ -36,7 +36,7 @@ class Remeasure:
     from (none without records); ``steps``: the steps before the filters (the records'); ``cutoff``:
     ``--drop-last-step``'s (:func:`~overlapprof.analysis.rank.events.last_step_dropped`);
     ``other_end``: each step's end, max(its own, the ends of its compute and memory events);
-    ``spans``: the interference's spans (:meth:`InterferenceBuilder.replayable`)."""
+    ``spans``: the interference's spans (:meth:`InterferenceBuilder.replayable`; :meth:`keep_in` a store)."""
 
     rank: object
     few: list[tuple[str, dict]]
@@ -49,6 +49,14 @@ class Remeasure:
     comm_ann: object
     names: list[str]
     values: object
+
+    def keep_in(self, store) -> None:
+        """The spans into ``store`` (the analyzing process's: in memory up to its budget, on disk
+        past it), where they wait for the ends."""
+        spans = InterferenceBuilder(self.spans.steps, nest=False, store=store)
+        for rec in self.spans.held:
+            spans.buckets.route(np.zeros(rec.size, dtype=np.int64), rec)
+        self.spans = spans
 
     def again(self, ends: tuple[np.ndarray, np.ndarray]):
         """The rank measured with ``ends`` (:attr:`~overlapprof.analysis.crossrank.transfer_ends.PartnerEnds.ends`'s):
