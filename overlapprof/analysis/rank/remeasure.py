@@ -8,7 +8,8 @@ The ends change only the send spans' communication intervals. So :class:`Remeasu
 (each file's rows kept in memory: the steps, calls and annotations) and what the records are
 tabled from (:func:`~overlapprof.analysis.rank.bucket_records.cpu_table`'s ``keep``), a row per
 operation; the first measurement's U(compute) and U(memory) (whole and per step) and each step's
-end by them; and the interference's top-level compute spans. :meth:`Remeasure.again` classifies
+end by them; and the interference's top-level compute spans (moved to a store of the
+analyzing process as the rank's result arrives there: :meth:`Remeasure.keep_in`). :meth:`Remeasure.again` classifies
 the communication with the ends exactly as the first measurement did, makes its unions, takes
 the rest of the :class:`~overlapprof.analysis.rank.unions.RankUnions` from the first, and measures
 the records and the interference again: the same floats a second read gave.
