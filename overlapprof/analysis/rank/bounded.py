@@ -40,7 +40,6 @@ from overlapprof.analysis.rank import bucket_records
 from overlapprof.analysis.rank.bucket_records import CommEvents
 from overlapprof.analysis.rank.events import (EventSet, Steps, extract, filtered, last_step_dropped, merged_counts,
                                               place_in_steps)
-from overlapprof.analysis.rank.remeasure import Remeasure
 from overlapprof.analysis.rank.issuing import call_union, encloses_calls, inside_calls
 from overlapprof.analysis.rank.scan import Scan
 from overlapprof.analysis.rank import spilled
@@ -49,6 +48,7 @@ from overlapprof.analysis.spill import Sample, take
 from overlapprof.analysis.intervals import Intervals, event_ends, union
 from overlapprof.analysis.interference import InterferenceBuilder
 from overlapprof.analysis.rank.unions import COMM, COMPUTE, MEMORY, RankUnions, UnionsBuilder, hold, merged
+from overlapprof.analysis.rank.remeasure import Remeasure
 from overlapprof.analysis.rank.waits import NeedTimes, thread_reach
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
