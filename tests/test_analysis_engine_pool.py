@@ -207,6 +207,32 @@ def test_relative_paths_are_read_where_the_client_found_them(cluster, tmp_path):
     assert {f for r in remote["ranks"] for f in r["files"]} == {f"traces/{p.name}" for p in MULTI_RANK.iterdir()}
 
 
+def test_a_rank_measured_again_names_its_files_as_given(cluster, tmp_path):
+    """An async send cut at its peer's blocking receive (OVERLAP.md section 1) has its rank
+    measured again in the client, from what the worker's read kept: the report still names the
+    files as given (the worker measured absolute paths), and equals the local one."""
+    import synthetic as S
+
+    def p2p(kind, ts, dur, peer):
+        call = "c10d::send" if kind == "send" else "c10d::recv_"
+        return [S.cpu_op(call, ts - 5, 10, args={"Concrete Inputs": ["", "", str(peer), "0"]}),
+                S.annotation(f"gloo:{kind}", ts, dur, args={"Input Dims": [[1000]], "Input type": ["float"]})]
+
+    rank0 = [*p2p("send", 1000, 40_000, 1), *(S.cpu_op("aten::mm", 1100 + 1000 * k, 900) for k in range(39))]
+    rank1 = [*p2p("recv", 1000, 2000, 0), S.cpu_op("aten::mm", 4000, 30_000)]
+    (tmp_path / "traces").mkdir()
+    for r, events in enumerate((rank0, rank1)):
+        S.write(tmp_path / "traces" / f"rank{r}.json", S.trace(events, rank=r, world_size=2, backend="gloo",
+                                                               base_ns=10**18))
+    proc = overlapprof_cli("analyze", "traces", "--dask-scheduler", cluster.address, "--json", "-", "-q", cwd=tmp_path)
+    local = overlapprof_cli("analyze", "traces", "--json", "-", "-q", cwd=tmp_path)
+    assert proc.returncode == 0 and local.returncode == 0, proc.stderr + local.stderr
+    remote = json.loads(proc.stdout)
+    assert [r["p2p"]["ends_from_peer"] for r in remote["ranks"]] == [1, 0]
+    assert [r["files"] for r in remote["ranks"]] == [["traces/rank0.json"], ["traces/rank1.json"]]
+    assert remote == json.loads(local.stdout)
+
+
 @pytest.mark.skipif(not _can_hide(), reason="needs a mount namespace of its own (unshare --mount: root)")
 def test_path_a_worker_cannot_read_is_named(tmp_path):
     """Workers on which the traces' folder is not mounted: one line naming the first path."""

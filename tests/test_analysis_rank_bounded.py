@@ -471,6 +471,45 @@ def test_each_file_is_read_once(monkeypatch):
     assert sorted(seen) == sorted(files)
 
 
+@pytest.mark.parametrize("budget", [None, 0])
+def test_each_file_is_read_once_when_sends_end_at_the_peer(monkeypatch, tmp_path, budget):
+    """An async send matched to a receive its thread waited for ends at the receive's end
+    (OVERLAP.md section 1): its rank is measured again from what its one read kept, not read again
+    (until 2026-12-07 it was). Rank 0: an isend [1000, 41000) with matmuls inside; rank 1: a
+    blocking recv that ends at 3000."""
+    def p2p(kind, ts, dur, peer):
+        call = "c10d::send" if kind == "send" else "c10d::recv_"
+        return [S.cpu_op(call, ts - 5, 10, args={"Concrete Inputs": ["", "", str(peer), "0"]}),
+                S.annotation(f"gloo:{kind}", ts, dur, args={"Input Dims": [[1000]], "Input type": ["float"]})]
+
+    rank0 = [S.step(1, 0, 42_000), *p2p("send", 1000, 40_000, 1),
+             *(S.cpu_op("aten::mm", 1100 + 1000 * k, 900) for k in range(39))]
+    rank1 = [S.step(1, 0, 42_000), *p2p("recv", 1000, 2000, 0), S.cpu_op("aten::mm", 4000, 30_000)]
+    paths = [S.write(tmp_path / f"rank{r}.json", S.trace(events, rank=r, world_size=2, backend="gloo", base_ns=10**18))
+             for r, events in enumerate((rank0, rank1))]
+    stores, opened = [], ST.Store.__init__
+
+    def spy(self, *a, **k):
+        opened(self, *a, **k)
+        stores.append(self)
+
+    monkeypatch.setattr(ST.Store, "__init__", spy)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    seen = _reads(monkeypatch)
+    got = overlapprof.analyze(paths, workers=1, memory_budget=budget, comm_ops=True)
+    rank0 = next(r for r in got.ranks if r.rank == 0)
+    assert rank0.p2p.ends_from_peer == 1
+    assert rank0.metrics.comm_us == 2005  # [995, 1005) ∪ [1000, 3000): cut at the receive's end
+    assert [r.dur for r in rank0.comm_records if r.name == "gloo:send"] == [2000]
+    assert sorted(seen) == sorted(str(p) for p in paths)
+    # the spans waited in the analyzing process's store: on disk at budget 0, and removed
+    (kept,) = [s for s in stores if s.label == "the ranks' compute spans"]
+    assert (kept.spilled > 0) == (budget == 0)
+    assert not list(tmp.iterdir())
+
+
 def test_whatif_micro_batches_reads_each_file_once(monkeypatch, tmp_path):
     """``micro_batches`` reads the ops' shapes (the per-call share, replay/percall.py) from the
     analysis's one read of each file, which until 2026-12-07 it read again: a 2-stage pipeline,

@@ -67,6 +67,8 @@ class RankResult:
     recording: tuple | None = None  # what identifies the recording's content (see one_run.one_recording_each)
     lookalikes: dict[str, int] = field(default_factory=dict)  # compute kernels named like communication: counts
     op_shapes: list | None = None  # per file, the host ops with their input shapes (asked: op_shapes)
+    remeasure: object = None  # CPU mode: what measures the rank again with its sends' ends (rank.remeasure)
+    base: int | None = None  # the trace's baseTimeNanoseconds
 
 
 def _apply_filters(ev: RankEvents, options: Options, label: str, warnings: list[str]) -> None:
@@ -125,8 +127,8 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
         if not exports:
             with Store(budget, label) as store:
                 ev = bounded.measure([str(f) for f in files], comm_re, comm_ann, options, label, store, parallel, ends,
-                                     op_shapes)
-            result.op_shapes = ev.op_shapes
+                                     op_shapes, remeasure=options.crossrank)
+            result.op_shapes, result.remeasure = ev.op_shapes, ev.remeasure
             heap.release(ev.events)  # the store's and the measuring's pages, before the per-operation data
         else:
             ev = rank_events(files, comm_re, records=options.comm_records or options.crossrank,
@@ -141,7 +143,7 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
         result.dist_rank = ranks.pop() if ranks else None
         result.world_size = next((i.world_size for i in infos if i.world_size is not None), None)
         result.backend = next((i.backend for i in infos if i.backend), None)
-        base = next((t.baseTimeNanoseconds for t in ev.headers if t.baseTimeNanoseconds), None)
+        base = result.base = next((t.baseTimeNanoseconds for t in ev.headers if t.baseTimeNanoseconds), None)
         if options.crossrank:
             result.crossrank_input = crossrank_input(ev.headers, base)
         bounds = ev.bounds if not exports else _bounds(ev)
@@ -165,19 +167,10 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
             spans.add(ev.compute)
             measured = spans.result(unions.comm, ev.names)
             heap.release(ev.events)
-        sets = {} if result.crossrank_input is not None else None
-        records = table.records() if options.comm_records and table is not None else None
-        report = rank_report(unions, ev.files, ev.mode, ev.events, records, exposed_out=sets)
-        attach_interference(report, *measured)
-        if sets is not None:
-            result.exposure_input = exposure_input(ev.mode, unions, ev.host_sync, sets, table, ev.calls)
+        report = _rank_report(result, ev, unions, table, measured, options)
         comm, exposed = unions.comm, None
         if result.crossrank_input is not None:
             exposed = unions.exposed
-        if options.lanes:
-            from overlapprof.analysis.lanes import rank_lanes
-
-            report.lanes = rank_lanes(unions, report.steps, base)
         if options.like_hta:  # the rank's numbers as HolisticTraceAnalysis 0.5.0 computes them
             from overlapprof.analysis import like_hta
 
@@ -198,14 +191,31 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
     return result
 
 
+def _rank_report(result: RankResult, ev, unions, table, measured: tuple, options: Options) -> RankReport:
+    """The rank's report from its unions, records and interference, and its exposure input:
+    what :func:`_ends_from_peers` makes again when the rank's sends end earlier."""
+    sets = {} if result.crossrank_input is not None else None
+    records = table.records() if options.comm_records and table is not None else None
+    report = rank_report(unions, ev.files, ev.mode, ev.events, records, exposed_out=sets)
+    attach_interference(report, *measured)
+    if sets is not None:
+        result.exposure_input = exposure_input(ev.mode, unions, ev.host_sync, sets, table, ev.calls)
+    if options.lanes:
+        from overlapprof.analysis.lanes import rank_lanes
+
+        report.lanes = rank_lanes(unions, report.steps, result.base)
+    return report
+
+
 def _run_groups(
     groups: list[TraceGroup], options: Options, workers: int | None, progress, warnings: list[str],
     dask_scheduler=None, ends: dict | None = None, budget: int | None = DEFAULT_MEMORY_BUDGET,
-    op_shapes: bool = False,
+    op_shapes: bool = False, kept: Store | None = None,
 ) -> list[RankResult]:
     """Analyze each group: on a Dask cluster when a scheduler is given, else in worker
     processes when there are several and it pays; a single group decodes a large file in
-    ``workers`` processes (``ends``, ``budget``, ``op_shapes``: see :func:`analyze_group`)."""
+    ``workers`` processes (``ends``, ``budget``, ``op_shapes``: see :func:`analyze_group`); ``kept``:
+    the store that each result's kept compute spans go to as it arrives (:meth:`Remeasure.keep_in`)."""
     work = functools.partial(analyze_group, ends=ends, budget=budget, op_shapes=op_shapes)
     total = len(groups)
     sizes = [g.size for g in groups]
@@ -217,6 +227,8 @@ def _run_groups(
 
     def finish(k: int, result: RankResult) -> None:
         nonlocal done
+        if kept is not None and result.remeasure is not None:
+            result.remeasure.keep_in(kept)
         results[k], done = result, done + 1
         if progress:
             progress(done, total, jobs[k][0])
@@ -296,29 +308,32 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
     if asked.memory_budget is not None and all(nsys.is_sqlite(f) for g in inputs.groups for f in g.files):
         warnings.append("--memory-budget: Nsight Systems exports are measured in memory (SQLite reads their "
                         "rows a batch at a time)")
-    results = _run_groups(inputs.groups, recorded, workers, progress, warnings, dask_scheduler, budget=budget,
-                          op_shapes=asked.op_shapes)
-    warnings += [w for r in results for w in r.warnings]
-    warnings = list(dict.fromkeys(warnings))  # the ranks of one export say the same of it
-    good = [(r, g) for r, g in zip(results, inputs.groups) if r.error is None]
-    failed = [r for r in results if r.error is not None]
-    if failed and (not recorded.allow_partial or not good):
-        raise failed[0].error
-    if spill := next((r.error for r in failed if isinstance(r.error, SpillError)), None):
-        raise spill  # the machine's problem, not a bad trace's: no rank is skipped for it
-    warnings += [f"skipped {r.error}" for r in failed]
-    results, groups = [r for r, _ in good], [g for _, g in good]
-    if (line := lookalikes_warning([r.lookalikes for r in results])) is not None:
-        warnings.append(line)
-    settle_ranks(results, groups)
-    check_one_run(results)
-    one_recording_each(results)
-    cycles_of_one_recording(results)
-    matching = []
-    crossrank = _cross_rank(results, recorded, matching)
-    if matching:
-        crossrank = _ends_from_peers(results, groups, recorded, matching, crossrank, workers, warnings, dask_scheduler,
-                                     budget)
+    # the compute spans the ranks kept to be measured again with their sends' ends (rank/remeasure.py);
+    # at budget 0 too its folder is made only once a span comes
+    with Store(None if budget is None else max(budget, 1), "the ranks' compute spans") as kept:
+        results = _run_groups(inputs.groups, recorded, workers, progress, warnings, dask_scheduler, budget=budget,
+                              op_shapes=asked.op_shapes, kept=kept)
+        warnings += [w for r in results for w in r.warnings]
+        warnings = list(dict.fromkeys(warnings))  # the ranks of one export say the same of it
+        good = [(r, g) for r, g in zip(results, inputs.groups) if r.error is None]
+        failed = [r for r in results if r.error is not None]
+        if failed and (not recorded.allow_partial or not good):
+            raise failed[0].error
+        if spill := next((r.error for r in failed if isinstance(r.error, SpillError)), None):
+            raise spill  # the machine's problem, not a bad trace's: no rank is skipped for it
+        warnings += [f"skipped {r.error}" for r in failed]
+        results, groups = [r for r, _ in good], [g for _, g in good]
+        if (line := lookalikes_warning([r.lookalikes for r in results])) is not None:
+            warnings.append(line)
+        settle_ranks(results, groups)
+        check_one_run(results)
+        one_recording_each(results)
+        cycles_of_one_recording(results)
+        matching = []
+        crossrank = _cross_rank(results, recorded, matching)
+        if matching:
+            crossrank = _ends_from_peers(results, groups, recorded, matching, crossrank, workers, warnings,
+                                         dask_scheduler, budget)
     for share in (r.crossrank_input for r in results if r.crossrank_input is not None):
         share.ops = None  # the section is built: the Matching holds every rank's operations (a copy)
     heap.release(sum(r.report.events for r in results))
@@ -372,9 +387,10 @@ def analyze_with_inputs(paths, options: AnalyzeOptions | None = None, **fields) 
 def _ends_from_peers(results: list[RankResult], groups: list[TraceGroup], options: Options, matching: list, crossrank,
                      workers, warnings: list[str], dask_scheduler, budget: int | None = DEFAULT_MEMORY_BUDGET):
     """OVERLAP.md section 1: an async send matched to a receive its thread waited for ends by the
-    receive's end. The ranks whose sends that cuts are measured again with those ends (so every metric is still
-    computed once, from the classified intervals), and the cross-rank section is built again from
-    them; every CPU rank with send/recv gets its :class:`~overlapprof.report.PointToPoint`.
+    receive's end. The ranks whose sends that cuts are measured again with those ends, from what
+    their one read kept (:class:`~overlapprof.analysis.rank.remeasure.Remeasure`: every metric is
+    still computed once, from the classified intervals), and the cross-rank section is built again
+    from them; every CPU rank with send/recv gets its :class:`~overlapprof.report.PointToPoint`.
     ``results`` and ``matching`` (a list of one Matching) are updated in place; returns the
     cross-rank section (``crossrank``, or the one built again)."""
     from overlapprof.analysis.crossrank.transfer_ends import partner_ends
@@ -382,22 +398,48 @@ def _ends_from_peers(results: list[RankResult], groups: list[TraceGroup], option
     found = partner_ends(matching[0], {r.report.rank for r in results if r.report.mode == "cpu"},
                          {r.report.rank: r.exposure_input.compute for r in results if r.exposure_input is not None})
     again = [k for k, r in enumerate(results) if r.report.rank in found.ends]
-    if again:
-        ends = {os.path.abspath(results[k].files[0]): found.ends[results[k].report.rank] for k in again}
-        # (no progress: the ranks were counted once)
-        fresh = _run_groups([groups[k] for k in again], options, workers, None, warnings, dask_scheduler, ends, budget)
-        for k, new in zip(again, fresh):
+    for k in again:
+        if (r := results[k]).remeasure is not None:
+            _measured_again(r, r.remeasure.again(found.ends[r.report.rank]), options)
+    # an Nsight Systems export (read whole, nothing kept) is read again with the ends
+    read = [k for k in again if results[k].remeasure is None]
+    if read:
+        ends = {os.path.abspath(results[k].files[0]): found.ends[results[k].report.rank] for k in read}
+        fresh = _run_groups([groups[k] for k in read], options, workers, None, warnings, dask_scheduler, ends, budget)
+        for k, new in zip(read, fresh):
             if new.error is not None:
                 raise new.error
             old = results[k]
             new.report.rank, new.report.rank_source = old.report.rank, old.report.rank_source
-            new.op_shapes = old.op_shapes  # the first read's (measured again without them)
             results[k] = new
+    for r in results:
+        r.remeasure = None
+    if again:
         matching.clear()
         crossrank = _cross_rank(results, options, matching)
     for r in results:
         r.report.p2p = found.p2p.get(r.report.rank)
     return crossrank
+
+
+def _measured_again(result: RankResult, ev, options: Options) -> None:
+    """``result``'s report, exposure input and cross-rank share made again from ``ev``, its rank
+    measured again (:meth:`~overlapprof.analysis.rank.remeasure.Remeasure.again`), in place."""
+    old = result.report
+    share = None
+    if result.crossrank_input is not None:
+        share = result.crossrank_input = crossrank_input(ev.headers, result.base)
+    report = _rank_report(result, ev, ev.unions, ev.table, ev.interference, options)
+    if options.like_hta:
+        report.metrics = old.metrics  # HolisticTraceAnalysis's, which the ends do not change
+    report.rank, report.rank_source = old.rank, old.rank_source
+    report.files = old.files  # as given (a Dask worker measured absolute paths)
+    report.world_size, report.backend = old.world_size, old.backend
+    report.device_not_measured = old.device_not_measured
+    if share is not None:
+        share.world_size = result.world_size
+        share.attach(ev.table, ev.unions.comm, ev.unions.exposed, report.metrics.exposed_comm_us)
+    result.report = report
 
 
 def _cross_rank(results: list[RankResult], options: Options, matching_out: list | None = None):

@@ -93,12 +93,14 @@ class InterferenceBuilder:
     ``steps``: the rank's steps (after the filters); ``nest``: take the top-level spans of each
     thread (CPU mode); ``store``: keep the spans in time buckets (cut at ``edges``, µs) of this
     :class:`~overlapprof.analysis.engine.store.Store` (in memory up to its budget, on disk past
-    it), not in a list in memory."""
+    it), not in a list in memory. ``keep``: :meth:`result` keeps the spans it measured
+    (``kept``; :meth:`replayable`), to be measured against another U(comm) without the events."""
 
-    def __init__(self, steps: Steps, nest: bool, store=None, edges: np.ndarray | None = None):
+    def __init__(self, steps: Steps, nest: bool, store=None, edges: np.ndarray | None = None, keep: bool = False):
         self.steps, self.nest = steps, nest
         self.edges = np.empty(0) if edges is None else np.asarray(edges, dtype=np.float64)
         self.held: list[np.ndarray] = []
+        self.kept: list[np.ndarray] | None = [] if keep else None
         self.buckets = None if store is None else store.buckets("spans", _SPAN_ROW, self.edges.size + 1)
 
     @staticmethod
@@ -136,6 +138,8 @@ class InterferenceBuilder:
         for rec in self._batches():
             if self.nest:
                 rec = rec[top_level(rec, reach)]
+            if self.kept is not None:
+                self.kept.append(rec)
             dur = np.rint((rec["end"] - rec["start"]) * _NS).astype(np.int64)
             over = np.minimum(np.rint(covered_length(comm, rec["start"], rec["end"]) * _NS).astype(np.int64), dur)
             key = rec["key"].astype(np.int64)
@@ -151,6 +155,14 @@ class InterferenceBuilder:
             mine = step >= 0
             _add(step_over, _grouped(step[mine] * (1 << 31) + key[touched][mine], over[touched][mine]))
         return self._measured(sums, step_over, names)
+
+    def replayable(self) -> InterferenceBuilder:
+        """After :meth:`result` with ``keep``: a builder (in memory, no store) holding the spans it
+        measured, whose :meth:`result` measures them against another U(comm) (the sums are of
+        integer nanoseconds: the same whichever batches the spans come in)."""
+        spans = InterferenceBuilder(self.steps, nest=False)
+        spans.held = [np.concatenate(self.kept)] if self.kept else []
+        return spans
 
     def _measured(self, sums: dict, step_over: dict, names: list[str]):
         factor, classes = {}, []

@@ -30,7 +30,7 @@ event. The records are per operation, as the cross-rank section is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -48,6 +48,7 @@ from overlapprof.analysis.spill import Sample, take
 from overlapprof.analysis.intervals import Intervals, event_ends, union
 from overlapprof.analysis.interference import InterferenceBuilder
 from overlapprof.analysis.rank.unions import COMM, COMPUTE, MEMORY, RankUnions, UnionsBuilder, hold, merged
+from overlapprof.analysis.rank.remeasure import Remeasure
 from overlapprof.analysis.rank.waits import NeedTimes, thread_reach
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
@@ -73,15 +74,19 @@ class BoundedRank:
     lookalikes: dict[str, int] = field(default_factory=dict)  # compute kernels named like communication: counts
     calls: Intervals | None = None  # CPU mode: the union of the c10d::* calls (issuing.call_union)
     op_shapes: list | None = None  # per file, its host ops with their shapes (op_shapes.OpRows), when asked
+    remeasure: Remeasure | None = None  # CPU mode, asked: what measures it again with its sends' ends
 
 
 class _Feed:
     """Classified intervals into the rank's :class:`~overlapprof.analysis.rank.unions.UnionsBuilder`,
     the filters of ``analyze`` applied by :func:`~overlapprof.analysis.rank.events.filtered`."""
 
-    def __init__(self, steps: Steps, require_launch: bool, cutoff: float | None, interference: InterferenceBuilder):
+    def __init__(self, steps: Steps, require_launch: bool, cutoff: float | None, interference: InterferenceBuilder,
+                 other_end: bool = False):
         self.require_launch, self.cutoff = require_launch, cutoff
         self.unions = UnionsBuilder(steps)
+        # each step's end by its compute and memory events alone (other_end: see Remeasure)
+        self.other_end = steps.end.astype(np.float64, copy=True) if other_end else None
         self.interference = interference
         self.bounds = [np.inf, -np.inf]  # before the filters
         self.lookalikes: list[dict[str, int]] = []  # per bucket: compute kernels named like communication
@@ -92,6 +97,9 @@ class _Feed:
         self.bounds = [min(self.bounds[0], float(s.start.min())), max(self.bounds[1], float(s.end.max()))]
         s = filtered(s, self.require_launch, self.cutoff)
         self.unions.add(s, cls)
+        if self.other_end is not None and cls != COMM and len(s):
+            seg = self.unions.steps.index_of(s.anchor)
+            np.maximum.at(self.other_end, seg[seg >= 0], s.end[seg >= 0])
         if cls == COMPUTE:
             self.interference.add(s)
 
@@ -168,7 +176,7 @@ def _classify_cpu_ops(f: SpilledFile, names: list[str], feed: _Feed, thread_base
 
 
 def measure(files: list[str], comm_re, comm_ann, options, label: str, store, parallel=None, ends=None,
-            op_shapes: bool = False) -> BoundedRank:
+            op_shapes: bool = False, remeasure: bool = False) -> BoundedRank:
     """Read, classify and measure one rank's files in bounded memory (see the module
     docstring); the report is :func:`~overlapprof.analysis.rank.metrics.rank_report`'s of the
     same files, float for float. ``options``: the analysis options (their two filters);
@@ -178,7 +186,9 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
     number; see :func:`~overlapprof.analysis.rank.read.read_file`);
     ``ends``: CPU mode, the sends whose communication ends at their partner's receive
     (:func:`~overlapprof.analysis.rank.events.ends_at_peer`); ``op_shapes``: keep each file's
-    host ops with their input shapes (:mod:`~overlapprof.analysis.rank.op_shapes`) from the same read."""
+    host ops with their input shapes (:mod:`~overlapprof.analysis.rank.op_shapes`) from the same read;
+    ``remeasure``: a CPU rank with send/recv, its records asked for, keeps what measures it again
+    with its sends' ends (:class:`~overlapprof.analysis.rank.remeasure.Remeasure`)."""
     records = options.crossrank or options.comm_records
     values = Values() if records else None
     names = values.index if records else Index()
@@ -205,10 +215,13 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
         sample.add(f.rows.sample.values)
     # the compute spans: in time buckets of the store when the rows did not fit in memory at once
     fits = store.spilled == 0 and all(len(f.rows.gpu) == 1 for f in read)
+    keep = (remeasure and records and not gpu
+            and any((s.kind == C.KIND_CODE["send_recv"]).any() for s in few_sets))
     interference = InterferenceBuilder(steps, not gpu, None if fits else store,
-                                       InterferenceBuilder.bucket_edges(sample.values))
-    feed = _Feed(steps, options.require_launch and gpu, cutoff, interference)
-    tables = []
+                                       InterferenceBuilder.bucket_edges(sample.values), keep=keep)
+    feed = _Feed(steps, options.require_launch and gpu, cutoff, interference, other_end=keep)
+    tables, kept = [], [] if keep else None
+    few = [(f.path, f.rows.few.arrays()) for f in read] if keep else None
     for k, (f, comm) in enumerate(zip(read, few_sets)):
         if gpu:
             buckets = sample.quantiles(len(f.rows.gpu))
@@ -220,7 +233,7 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
             feed.add(comm, COMM)
             reach = _classify_cpu_ops(f, order, feed, k << 16)
             if records:
-                tables.append(bucket_records.cpu_table(f, comm_re, comm_ann, order, values, reach, ends))
+                tables.append(bucket_records.cpu_table(f, comm_re, comm_ann, order, values, reach, ends, kept))
         f.rows.remove()
     bounds = tuple(feed.bounds) if np.isfinite(feed.bounds[0]) else None
     unions = feed.unions.result()
@@ -231,7 +244,7 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
         place_in_steps(table, all_steps)
     files = [f.path for f in read]
     host_sync = union(*(np.concatenate(times) for times in zip(*[f.rows.host_syncs(gpu) for f in read])))
-    return BoundedRank(
+    rank = BoundedRank(
         unions=unions, mode="gpu" if gpu else "cpu", files=files, events=sum(f.rows.size for f in read),
         negative_durations=sum(f.rows.negative for f in read),
         unclassified=merged_counts([f.unclassified for f in read]),
@@ -239,3 +252,7 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
         interference=measured,
         lookalikes=merged_counts(feed.lookalikes),
         calls=call_union(EventSet.concat(few_sets), order) if not gpu and few_sets else None, op_shapes=shaped)
+    if keep:
+        rank.remeasure = Remeasure(replace(rank, op_shapes=None), few, kept, all_steps, cutoff, feed.other_end,
+                                   interference.replayable(), comm_re, comm_ann, order, values)
+    return rank

@@ -13,6 +13,8 @@ the communication events, in file order, and the table is built from them as
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from overlapprof.analysis import heap
@@ -81,14 +83,37 @@ def gpu_table(f: SpilledFile, comm: np.ndarray, values, needs: dict) -> CommTabl
     return table
 
 
-def cpu_table(f: SpilledFile, comm_re, comm_ann, names: list[str], values, activity, ends) -> CommTable:
+def cpu_table(f: SpilledFile, comm_re, comm_ann, names: list[str], values, activity, ends, keep=None) -> CommTable:
     """CPU mode: the file's table from its calls and annotations, classified as in memory
     (``activity``: the host activity of its compute CPU ops; ``ends``: see
-    :func:`~overlapprof.analysis.rank.events.ends_at_peer`)."""
+    :func:`~overlapprof.analysis.rank.events.ends_at_peer`). ``keep``: a list that gets what
+    :func:`cpu_table_again` builds the table from again, with other ends (a row per operation, in memory)."""
     recs = f.rows.recs.read()
     rec = f.recorder.records(recs["thread"], f.threads, recs["row"])
     rec.rows = np.arange(recs["row"].size)
+    if keep is not None:
+        held = copy.copy(rec)
+        held.args = None if rec.args is None else _HeldArgs(rec.args.read())
+        keep.append((f.path, copy.deepcopy(recs), copy.deepcopy(held), activity))
     scan = Scan.of_columns(f.path, {k: recs[k] for k in SCAN_COLUMNS}, None, rec)
     table = extract(scan, False, comm_re, comm_ann, names, values, activity, ends)[2]
-    rec.args.remove()
+    if rec.args is not None:
+        rec.args.remove()
     return table
+
+
+def cpu_table_again(kept: tuple, comm_re, comm_ann, names: list[str], values, ends) -> CommTable:
+    """:func:`cpu_table` again from what it kept (``keep``), with the sends' ``ends``."""
+    path, recs, rec, activity = kept
+    scan = Scan.of_columns(path, {k: recs[k] for k in SCAN_COLUMNS}, None, rec)
+    return extract(scan, False, comm_re, comm_ann, names, values, activity, ends)[2]
+
+
+class _HeldArgs:
+    """A bin's argument columns read into memory (what :meth:`Records.arg_columns` reads)."""
+
+    def __init__(self, columns: dict):
+        self.columns = columns
+
+    def span(self, lo: int, hi: int) -> dict:
+        return {k: v[lo:hi] for k, v in self.columns.items()}
