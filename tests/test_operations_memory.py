@@ -75,6 +75,31 @@ def test_blocks_of_operations_give_one_report(folder, dense, monkeypatch):
     assert strip(analyze_with_inputs([str(path)], workers=1, comm_ops=True).report) == whole
 
 
+def test_a_table_past_the_budget_is_made_into_the_store(dense, monkeypatch):
+    """Past its store's budget a rank's table is made a block at a time into a bin of the store
+    (at budget 0: on disk, nothing of it in memory while its record rows are) and read back
+    once they are let go of: the same report, float for float, every record included."""
+    from overlapprof.analysis.rank import bucket_records
+
+    strip = lambda r: {k: v for k, v in msgspec.to_builtins(r).items() if k != "options"}  # noqa: E731
+    whole = strip(analyze_with_inputs([str(dense)], workers=1, comm_ops=True).report)
+    monkeypatch.setattr(table, "TABLE_BLOCK", 1000)
+    made, stored = bucket_records.gpu_table, []
+
+    def entry(*args):
+        out = made(*args)
+        stored.append((type(out).__name__, out.bin.file is not None and not out.bin.parts, out.bin.rows)
+                      if isinstance(out, table.StoredTable) else type(out).__name__)
+        return out
+
+    monkeypatch.setattr(bucket_records, "gpu_table", entry)
+    assert strip(analyze_with_inputs([str(dense)], workers=1, comm_ops=True, memory_budget="0").report) == whole
+    assert stored == [("StoredTable", True, len(whole["ranks"][0]["comm_ops"]))]
+    stored.clear()  # a rank that fits its budget fills the table's columns in memory, as before
+    assert strip(analyze_with_inputs([str(dense)], workers=1, comm_ops=True).report) == whole
+    assert stored == ["CommTable"]
+
+
 def test_argument_columns_wait_in_the_store(dense, monkeypatch):
     """The recorder's argument columns (string codes and numbers, about 100 bytes an operation)
     are a bin of the rank's store while the file is read and while the table is made from them:
@@ -85,11 +110,11 @@ def test_argument_columns_wait_in_the_store(dense, monkeypatch):
     seen = []
     made = bucket_records.gpu_table
 
-    def entry(f, comm, values, needs):
+    def entry(f, comm, values, needs, store=None):
         r = f.recorder
         seen.append((r._bin.file is not None, r._bin.rows, sum(a.nbytes for a in r._arg_rows),
                      [p for parts in (*r._strings.values(), *r._numbers.values()) for p in parts]))
-        return made(f, comm, values, needs)
+        return made(f, comm, values, needs, store)
 
     tabled = []
     make_table = bucket_records.comm_table

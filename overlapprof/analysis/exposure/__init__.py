@@ -67,18 +67,20 @@ def resources(run: dict | None, reference_bps: float | None) -> tuple[Resources,
 def _rank_ops(matching, rank: int, ei: ExposureInput, slow: np.ndarray) -> RankOps:
     ops, x = matching.ops, matching.measured
     rows = np.flatnonzero(ops.rank == rank)
-    start, end = ops.ts[rows], ops.end[rows]
-    issue = np.minimum(ops.issue[rows], start)
-    need = np.clip(np.where(np.isnan(ops.need[rows]), end, ops.need[rows]), issue, end)
-    counted = (x.inst_of[rows] >= 0) & ~x.op_warm[rows]
-    wait = np.where(counted, x.op_wait[rows], 0.0)
+    # one run of rows, as concat_operations lays ranks out: the columns are views, not copies
+    take = slice(int(rows[0]), int(rows[-1]) + 1) if rows.size and rows[-1] - rows[0] + 1 == rows.size else rows
+    start, end = ops.ts[take], ops.end[take]
+    issue = np.minimum(ops.issue[take], start)
+    need = np.clip(np.where(np.isnan(ops.need[take]), end, ops.need[take]), issue, end)
+    counted = (x.inst_of[take] >= 0) & ~x.op_warm[take]
+    wait = np.where(counted, x.op_wait[take], 0.0)
     if ei.mode == "gpu":  # a stream runs its kernels in order
-        _, channel = distinct_rows(ops.group[rows], ops.thread[rows])
+        _, channel = distinct_rows(ops.group[take], ops.thread[take])
     else:
-        channel = ops.group[rows]
-    return RankOps(rows=rows, kind=ops.kind[rows].astype(np.int64), channel=np.asarray(channel).ravel(), issue=issue,
-                   start=start, end=end, need=need, wait=wait, transfer=x.transfer_of[rows],
-                   slack=iv.covered(ei.compute, issue, need), slow=slow[rows], step=ops.step[rows])
+        channel = ops.group[take]
+    return RankOps(rows=rows, kind=ops.kind[take].astype(np.int64), channel=np.asarray(channel).ravel(), issue=issue,
+                   start=start, end=end, need=need, wait=wait, transfer=x.transfer_of[take],
+                   slack=iv.covered(ei.compute, issue, need), slow=slow[take], step=ops.step[take])
 
 
 def _slow_shares(matching, ref: float | None, sharing: int) -> np.ndarray:

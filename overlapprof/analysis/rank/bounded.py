@@ -52,7 +52,7 @@ from overlapprof.analysis.rank.remeasure import Remeasure
 from overlapprof.analysis.rank.waits import NeedTimes, thread_reach
 from overlapprof.analysis.records.fields import Values
 from overlapprof.analysis.records.recorder import CommRecorder
-from overlapprof.analysis.records.table import CommTable
+from overlapprof.analysis.records.table import CommTable, StoredTable
 
 
 @dataclass
@@ -228,7 +228,8 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
             waits, events = (NeedTimes(), CommEvents(store)) if records else (None, None)
             _classify_gpu(f, comm_re, comm_ann, name_tables, feed, buckets, store, waits, events)
             if records:
-                tables.append(bucket_records.gpu_table(f, events.result(), values, waits.result()))
+                past = store if store.spilled else None  # past its budget: the table into the store
+                tables.append(bucket_records.gpu_table(f, events.result(), values, waits.result(), past))
         else:
             feed.add(comm, COMM)
             reach = _classify_cpu_ops(f, order, feed, k << 16)
@@ -239,8 +240,8 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
     unions = feed.unions.result()
     measured = interference.result(unions.comm, order)
     table = None
-    if records:
-        table = CommTable.concat(tables)
+    if records:  # read back after the rows, the unions and the spans are let go of
+        table = CommTable.concat([t.result() if isinstance(t, StoredTable) else t for t in tables])
         place_in_steps(table, all_steps)
     files = [f.path for f in read]
     host_sync = union(*(np.concatenate(times) for times in zip(*[f.rows.host_syncs(gpu) for f in read])))

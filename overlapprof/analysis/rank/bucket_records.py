@@ -22,7 +22,7 @@ from overlapprof.analysis.rank.events import extract
 from overlapprof.analysis.rank.scan import SCAN_COLUMNS, Scan
 from overlapprof.analysis.rank.spilled import SpilledFile
 from overlapprof.analysis.rank.waits import lookup
-from overlapprof.analysis.records.table import CommTable, comm_table
+from overlapprof.analysis.records.table import CommTable, StoredTable, comm_table
 
 _COMM_ROW = np.dtype([("row", "<i8"), ("ts", "<f8"), ("dur", "<f8"), ("codes", "i1"), ("name_ids", "<i4"),
                       ("thread", "<i4"), ("kind", "i1"), ("launch_ts", "<f8"), ("launch_thread", "<i4"),
@@ -54,10 +54,12 @@ class CommEvents:
         return rows[np.argsort(row, kind="stable")]
 
 
-def gpu_table(f: SpilledFile, comm: np.ndarray, values, needs: dict) -> CommTable:
+def gpu_table(f: SpilledFile, comm: np.ndarray, values, needs: dict, store=None) -> CommTable | StoredTable:
     """GPU mode: the file's table from its communication events ``comm`` (:meth:`CommEvents.result`)
     and the need times measured from its CUDA sync events (``needs``:
-    :meth:`~overlapprof.analysis.rank.waits.NeedTimes.result`)."""
+    :meth:`~overlapprof.analysis.rank.waits.NeedTimes.result`). ``store``: the table is made
+    into it (a :class:`~overlapprof.analysis.records.table.StoredTable`, read back by the caller
+    once the record rows are let go of), for a rank past its store's budget."""
     heap.release(f.rows.size)  # the classified buckets' pages, before the per-operation arrays
     recs = f.rows.recs.read()
     f.rows.recs.remove()
@@ -78,7 +80,7 @@ def gpu_table(f: SpilledFile, comm: np.ndarray, values, needs: dict) -> CommTabl
     kinds, launch_ts, need_ts = comm["kind"].copy(), comm["launch_ts"].copy(), lookup(needs, comm["corr"], comm["ts"])
     del comm  # (the caller holds none: its rows, 54 bytes an operation, are not held while the table is built)
     table = comm_table(rec, values, gpu=True, rows=at, kinds=kinds, launch_ts=launch_ts, host_thread=host_thread,
-                       anchor=anchor, issue_ts=anchor, need_ts=need_ts)
+                       anchor=anchor, issue_ts=anchor, need_ts=need_ts, store=store)
     rec.args.remove()  # the argument rows' bin (see CommRecorder's store)
     return table
 
