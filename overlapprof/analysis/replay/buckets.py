@@ -227,6 +227,8 @@ def _compute_in(profile, a: float, b: float) -> float:
     keys' positions, work and compute there, compute spread evenly over each key's work)."""
     pos, work, comp = profile
     out = 0.0
+    if b <= a:
+        return out
     for p, w, c in zip(pos, work, comp):
         if w > 0 and p < b and p + w > a:
             out += c * (min(b, p + w) - max(a, p)) / w
