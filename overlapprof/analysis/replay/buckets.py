@@ -29,6 +29,13 @@ and 13.0 for 0.01: per byte, the replay had predicted the larger buckets no fast
 smaller ones' traces. A step of one traced bucket shows nothing of what is per operation: its
 time stays per byte.
 
+**Over a paced link** (``--link-rate``) with an interference fit on the trace (its transfers grow
+with the compute beside them), a new bucket that moves alone beside more compute a byte than the
+traced buckets had is charged for the difference at the fit's rate (:func:`_slowed`): DDP's one
+bucket after backward had little beside it, a split's first buckets move while backward computes
+and gloo's threads wait for a core. Alone: until the next bucket's issue (gloo's second thread
+then keeps the link busy) or the wait.
+
 A step whose traced buckets the cap keeps (the same bytes, bucket for bucket) is left as traced:
 each bucket keeps its measured time, so the planted size predicts the replay back. The traced
 buckets' bytes leave with them (a link's floor counts each byte once); no new bucket is issued
@@ -215,10 +222,55 @@ def _per_operation(lat: float, size: float, pace: float, unexplained: float, per
     return lat + size * (pace - unexplained) + unexplained * per_bucket
 
 
-def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool = False) -> int:
+def _compute_in(profile, a: float, b: float) -> float:
+    """The compute a lane does between work positions ``a`` and ``b`` of a step (``profile``: its
+    keys' positions, work and compute there, compute spread evenly over each key's work)."""
+    pos, work, comp = profile
+    out = 0.0
+    if b <= a:
+        return out
+    for p, w, c in zip(pos, work, comp):
+        if w > 0 and p < b and p + w > a:
+            out += c * (min(b, p + w) - max(a, p)) / w
+    return out
+
+
+def _slope(tr: Traced, insts: np.ndarray, cost: np.ndarray, c: np.ndarray) -> float:
+    """µs of transfer per µs of compute beside it, over the traced buckets: the interference fit's
+    cost (:func:`~overlapprof.analysis.replay.transfer.interference`) over the compute beside
+    them (0: no fit held)."""
+    use = insts[(insts < cost.size) & ~tr.warm[insts]]
+    total = float(np.sum(c[use]))
+    return float(np.sum(cost[use])) / total if use.size and total > 0 else 0.0
+
+
+def _slowed(slope: float, traced_per_byte: float, size: float, issue, until, start_after, x: float, profile):
+    """Over a paced link, what a new bucket's transfer gains from the compute beside it beyond the
+    traced buckets' (``traced_per_byte``: the compute beside them a byte): ``slope`` × the ranks'
+    compute while it moves alone, at most the most of one rank, as
+    :func:`~overlapprof.analysis.replay.transfer.interference` charges a traced one. Alone: each
+    rank's from the later of its issue and its queue's turn (``start_after``) to ``until``, the
+    next bucket's issue or the wait. gloo moves a group's collectives on two threads: once the
+    next bucket is issued, it sends while the compute holds this one back, and the link is kept
+    busy (in the advise bench's 0.25 MiB runs over a 2 Gbit/s link, the steps whose backward ran
+    as usual kept the link busy from the first bucket's start to the last one's end, 12.5 ms for
+    12.6 ms of bytes, with both ranks' backward beside the first two buckets)."""
+    each = []
+    for r in issue:
+        lo = max(issue[r], start_after[r])
+        each.append(_compute_in(profile[r], lo, min(lo + x, until[r])))
+    extra = slope * (sum(each) - traced_per_byte * size)
+    return max(0.0, min(extra, max(each, default=0.0)))
+
+
+def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool = False,
+            cost: np.ndarray | None = None) -> int:
     """Rewrite ``tr`` in place for buckets of ``cap_mb`` MiB (see the module docstring); the new
     buckets per step. ``per_operation``: over loopback, what a step's buckets took beyond their
     bytes at the least hindered pace is paid per bucket (:func:`_per_operation`), not per byte.
+    ``cost``: per traced instance, the µs the compute beside it cost its transfer (the
+    interference fit); over a paced link a new bucket with more compute beside it a byte than the
+    traced ones is charged for the difference at the same rate (:func:`_slowed`).
     Refused when the trace lacks what it needs."""
     cap = cap_mb * MIB
     per_rank = {r: _step_buckets(tr, lane) for r, lane in tr.lanes.items()}
@@ -230,6 +282,9 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool 
     # buckets, not a step's (a single bucket's one-off delay repeated per bucket cost 0.5 ms each)
     least_lead = {r: float(np.min(tr.lead[[x for v in b.values() for x in v]])) for r, b in per_rank.items() if b}
     compute_beside = beside(tr)
+    all_insts = np.unique(np.concatenate([tr.inst[x] for b in per_rank.values() for x in b.values()] or [[]]))
+    slope = 0.0 if per_operation or cost is None else _slope(tr, all_insts[all_insts >= 0].astype(np.int64),
+                                                                cost, compute_beside)
     new_rows: list[dict] = []
     made = 0
     for k in steps:
@@ -257,6 +312,7 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool 
             continue
         first_inst = len(tr.members)
         windows: list[list[float]] = []
+        issues, waits, profiles, depths = {}, {}, {}, {}
         for r, v in rows.items():
             lane = tr.lanes[r]
             pos = _positions(lane)
@@ -274,6 +330,8 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool 
             ys = np.concatenate(([0.0], cum))
             depth = _in_flight(tr.start[v], tr.end[v])
             lead = least_lead[r]
+            if slope > 0:  # the step's compute as traced, before its buckets' keys leave
+                profiles[r] = (pos[lo:hi], lane.work[lo:hi], lane.compute[lo:hi])
             tr.nbytes[v] = np.nan  # their bytes are the new buckets' now (a link's floor counts each byte once)
             for row in v:  # the traced buckets leave this lane
                 for kind in (ISSUE, NEED):
@@ -281,6 +339,7 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool 
                                        if kk == kind and ref == row))
             issue_at = [min(float(np.interp(b, ys, xs)), need_at) for b in bounds]  # none issued after the wait
             windows.append([max(0.0, need_at - x) for x in issue_at])
+            issues[r], waits[r], depths[r] = issue_at, need_at, depth
             for m, b in enumerate(bounds):
                 row = tr.rank.size + len(new_rows)
                 new_rows.append(dict(rank=r, nbytes=(b - (bounds[m - 1] if m else 0.0)), inst=first_inst + m,
@@ -291,6 +350,8 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool 
                 _insert(lane, k, need_at, NEED, tr.rank.size + len(new_rows) - len(bounds) + m)
             for row in np.flatnonzero(np.isin(tr.prev, v)).tolist():  # later ops queued behind the new last
                 tr.prev[row] = tr.rank.size + len(new_rows) - 1
+        traced_beside = float(np.sum(compute_beside[insts[0]])) / float(np.sum(nbytes))
+        ends: dict[int, list[float]] = {r: [] for r in issues}
         for m, b in enumerate(bounds):
             tr.members.append(None)
             size = b - (bounds[m - 1] if m else 0.0)
@@ -303,6 +364,12 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool 
                 x = _per_operation(lat, size, new_pace, unexplained, per_bucket)
             else:
                 x = lat + size * new_pace
+            if slope > 0:  # queued as the traced ones ran, each rank's buckets end where the previous did
+                after = {r: ends[r][m - depths[r]] if m >= depths[r] else 0.0 for r in issues}
+                until = {r: min(issues[r][m + 1], waits[r]) if m + 1 < len(bounds) else waits[r] for r in issues}
+                x += _slowed(slope, traced_beside, size, {r: issues[r][m] for r in issues}, until, after, x, profiles)
+                for r in issues:
+                    ends[r].append(max(issues[r][m], after[r]) + x)
             tr.transfer = np.append(tr.transfer, x)
             tr.warm = np.append(tr.warm, False)
         made += len(bounds)

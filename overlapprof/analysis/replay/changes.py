@@ -160,7 +160,8 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
         elif name == "bucket_cap_mb":
             cap = _size_mb(value)
             try:
-                made = regroup(tr, cap, ctx.model.latency, ctx.per_operation)
+                made = regroup(tr, cap, ctx.model.latency, ctx.per_operation,
+                               ctx.interference if ctx.link_bytes_per_us else None)
             except Refused as exc:
                 raise Unmodelled(f"bucket_cap_mb={value}: {exc}") from None
             notes.append(f"bucket_cap_mb={value}: {made} bucket{'s' if made != 1 else ''} in all replace the traced "
