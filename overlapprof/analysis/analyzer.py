@@ -16,25 +16,26 @@ from pathlib import Path
 
 from overlapprof import __version__
 from overlapprof.analysis import heap
-from overlapprof.analysis.crossrank.inputs import CrossRankInput, crossrank_input
+from overlapprof.analysis.crossrank.inputs import crossrank_input
 from overlapprof.analysis.crossrank.section import build_crossrank
 from overlapprof.analysis.exposure import explain
-from overlapprof.analysis.exposure.inputs import ExposureInput, exposure_input
+from overlapprof.analysis.exposure.inputs import ExposureInput
 from overlapprof.analysis import engine
 from overlapprof.analysis.engine.store import Store
 from overlapprof.analysis.one_run import check_one_run, cycles_of_one_recording, one_recording_each, settle_ranks
 from overlapprof.analysis.options import DEFAULT_MEMORY_BUDGET, AnalyzeOptions
 from overlapprof.analysis.rank import bounded
 from overlapprof.analysis.rank.classify import compile_comm_annotations, compile_comm_kernels, lookalikes_warning
-from overlapprof.analysis.rank.events import RankEvents, filtered, last_step_dropped, rank_events
-from overlapprof.analysis.interference import InterferenceBuilder, attach as attach_interference
-from overlapprof.analysis.rank.metrics import rank_report, summarize
+from overlapprof.analysis.rank.events import rank_events
+from overlapprof.analysis.interference import InterferenceBuilder
+from overlapprof.analysis.rank.metrics import summarize
 from overlapprof.analysis.rank.unions import rank_unions
+from overlapprof.analysis.rank_result import (RankResult, apply_filters, event_bounds, measured_again,
+                                              recorded_window, report_and_exposure)
 from overlapprof.errors import InputError, OverlapprofError, SpillError
-from overlapprof.report import Options, RankReport, Report
+from overlapprof.report import Options, Report
 from overlapprof.trace import nsys
 from overlapprof.trace.discover import TraceGroup, discover
-from overlapprof.trace.kineto import EPOCH_MIN_US, base_us
 
 # Below this many bytes of traces in all, starting worker processes costs more than it saves.
 PARALLEL_MIN_BYTES = 8 << 20
@@ -47,55 +48,6 @@ FILTER_TEXT = {
     "step and unlaunched kernels left out when there are two or more ProfilerSteps, kernels classified by name) "
     "for each rank's totals; the cross-rank columns (wait, transfer) still cover every matched operation",
 }
-
-
-@dataclass
-class RankResult:
-    """What a worker sends back for one group of files: small, picklable."""
-
-    files: list[str]
-    report: RankReport | None = None
-    dist_rank: int | None = None
-    world_size: int | None = None
-    backend: str | None = None
-    window: tuple[float, float] | None = None  # absolute recorded window, µs (None: unknown clock)
-    warnings: list[str] = field(default_factory=list)
-    error: OverlapprofError | None = None
-    crossrank_input: CrossRankInput | None = None  # the rank's share of the cross-rank analysis (rank not settled)
-    hta_steps: frozenset[str] | None = None  # --like-hta: the rank's ProfilerStep names
-    exposure_input: ExposureInput | None = None  # the rank's share of the causes of exposure (with crossrank_input)
-    recording: tuple | None = None  # what identifies the recording's content (see one_run.one_recording_each)
-    lookalikes: dict[str, int] = field(default_factory=dict)  # compute kernels named like communication: counts
-    op_shapes: list | None = None  # per file, the host ops with their input shapes (asked: op_shapes)
-    remeasure: object = None  # CPU mode: what measures the rank again with its sends' ends (rank.remeasure)
-    base: int | None = None  # the trace's baseTimeNanoseconds
-
-
-def _apply_filters(ev: RankEvents, options: Options, label: str, warnings: list[str]) -> None:
-    """The HTA-style filters of the options, in place (OVERLAP.md section 2: off by default)."""
-    ev.steps, cutoff = last_step_dropped(ev.steps, options.drop_last_step, label, warnings)
-    launch = options.require_launch and ev.mode == "gpu"
-    for name in ("comm", "compute", "memory"):
-        setattr(ev, name, filtered(getattr(ev, name), launch, cutoff))
-
-
-def _bounds(ev: RankEvents) -> tuple[float, float] | None:
-    """The classified events' earliest start and latest end (µs; None: none)."""
-    sets = [s for s in (ev.comm, ev.compute, ev.memory) if len(s)]
-    if not sets:
-        return None
-    return min(float(s.start.min()) for s in sets), max(float(s.end.max()) for s in sets)
-
-
-def _window(bounds: tuple[float, float] | None, base_ns: int | None) -> tuple[float, float] | None:
-    """The rank's recorded window on an absolute clock (µs), when the trace allows it; ``bounds``:
-    its events' earliest start and latest end on the trace's clock."""
-    if bounds is None:
-        return None
-    lo, hi = bounds
-    if not base_ns and lo < EPOCH_MIN_US:
-        return None
-    return lo + base_us(base_ns), hi + base_us(base_ns)
 
 
 def analyze_group(files: list[str], options: Options, decode_workers: int = 1, range_pool=None,
@@ -146,8 +98,8 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
         base = result.base = next((t.baseTimeNanoseconds for t in ev.headers if t.baseTimeNanoseconds), None)
         if options.crossrank:
             result.crossrank_input = crossrank_input(ev.headers, base)
-        bounds = ev.bounds if not exports else _bounds(ev)
-        result.window = _window(bounds, base)
+        bounds = ev.bounds if not exports else event_bounds(ev)
+        result.window = recorded_window(bounds, base)
         if ev.unclassified:
             shown = ", ".join(f"{cat} ({n} events)" for cat, n in sorted(ev.unclassified.items()))
             measured = ("the device was not measured: its numbers are its host's (cpu_ops as compute)"
@@ -161,13 +113,13 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
             result.warnings += ev.warnings
             unions, table, measured = ev.unions, ev.table, ev.interference
         else:
-            _apply_filters(ev, options, label, result.warnings)
+            apply_filters(ev, options, label, result.warnings)
             unions, table = rank_unions(ev), ev.comm_records
             spans = InterferenceBuilder(ev.steps, nest=ev.mode == "cpu")
             spans.add(ev.compute)
             measured = spans.result(unions.comm, ev.names)
             heap.release(ev.events)
-        report = _rank_report(result, ev, unions, table, measured, options)
+        report = report_and_exposure(result, ev, unions, table, measured, options)
         comm, exposed = unions.comm, None
         if result.crossrank_input is not None:
             exposed = unions.exposed
@@ -189,22 +141,6 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
     except OverlapprofError as exc:
         result.error = exc
     return result
-
-
-def _rank_report(result: RankResult, ev, unions, table, measured: tuple, options: Options) -> RankReport:
-    """The rank's report from its unions, records and interference, and its exposure input:
-    what :func:`_ends_from_peers` makes again when the rank's sends end earlier."""
-    sets = {} if result.crossrank_input is not None else None
-    records = table.records() if options.comm_records and table is not None else None
-    report = rank_report(unions, ev.files, ev.mode, ev.events, records, exposed_out=sets)
-    attach_interference(report, *measured)
-    if sets is not None:
-        result.exposure_input = exposure_input(ev.mode, unions, ev.host_sync, sets, table, ev.calls)
-    if options.lanes:
-        from overlapprof.analysis.lanes import rank_lanes
-
-        report.lanes = rank_lanes(unions, report.steps, result.base)
-    return report
 
 
 def _run_groups(
@@ -400,7 +336,7 @@ def _ends_from_peers(results: list[RankResult], groups: list[TraceGroup], option
     again = [k for k, r in enumerate(results) if r.report.rank in found.ends]
     for k in again:
         if (r := results[k]).remeasure is not None:
-            _measured_again(r, r.remeasure.again(found.ends[r.report.rank]), options)
+            measured_again(r, r.remeasure.again(found.ends[r.report.rank]), options)
     # an Nsight Systems export (read whole, nothing kept) is read again with the ends
     read = [k for k in again if results[k].remeasure is None]
     if read:
@@ -420,26 +356,6 @@ def _ends_from_peers(results: list[RankResult], groups: list[TraceGroup], option
     for r in results:
         r.report.p2p = found.p2p.get(r.report.rank)
     return crossrank
-
-
-def _measured_again(result: RankResult, ev, options: Options) -> None:
-    """``result``'s report, exposure input and cross-rank share made again from ``ev``, its rank
-    measured again (:meth:`~overlapprof.analysis.rank.remeasure.Remeasure.again`), in place."""
-    old = result.report
-    share = None
-    if result.crossrank_input is not None:
-        share = result.crossrank_input = crossrank_input(ev.headers, result.base)
-    report = _rank_report(result, ev, ev.unions, ev.table, ev.interference, options)
-    if options.like_hta:
-        report.metrics = old.metrics  # HolisticTraceAnalysis's, which the ends do not change
-    report.rank, report.rank_source = old.rank, old.rank_source
-    report.files = old.files  # as given (a Dask worker measured absolute paths)
-    report.world_size, report.backend = old.world_size, old.backend
-    report.device_not_measured = old.device_not_measured
-    if share is not None:
-        share.world_size = result.world_size
-        share.attach(ev.table, ev.unions.comm, ev.unions.exposed, report.metrics.exposed_comm_us)
-    result.report = report
 
 
 def _cross_rank(results: list[RankResult], options: Options, matching_out: list | None = None):

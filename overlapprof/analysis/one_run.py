@@ -12,7 +12,7 @@ from overlapprof.errors import InputError
 from overlapprof.trace.discover import TraceGroup, rank_from_name
 
 if TYPE_CHECKING:
-    from overlapprof.analysis.analyzer import RankResult
+    from overlapprof.analysis.rank_result import RankResult
 
 # Ranks whose recorded windows are further apart than this are from different runs.
 SAME_RUN_GAP_US = 3600e6
