@@ -75,3 +75,16 @@ def test_steady_bench_compares_the_old_schedule_with_the_benches_steady_one():
                           capture_output=True, text=True)
     assert proc.returncode != 0
     assert proc.stderr.strip() == "steady_bench: --runs must be at least 2 (a spread needs two runs)"
+
+
+def test_whatif_bench_judges_a_pair_once_by_its_repeats_medians():
+    """One repeat's run in a slow phase (120 ms against the others' 95 and 100) makes that repeat
+    wrong-way (predicted 10% faster, ran slower), not the pair: its medians ran no slower."""
+    repeats = [(90.0, 100.0, 100.0), (90.0, 95.0, 100.0), (90.0, 120.0, 100.0)]
+    per_repeat = [whatif_bench._judged(*r) for r in repeats]
+    assert [w for _, _, w in per_repeat] == [False, False, True]
+    (error, right, wrong, label), = whatif_bench._per_pair({"ring: async=send_recv": repeats})
+    assert label == "ring: async=send_recv" and not wrong and abs(error - (90 / 100 - 1)) < 1e-12
+    assert not right  # predicted 10% faster, measured the traced step: the direction is not right
+    lines = whatif_bench._targets([(e, r, w, "x r2") for e, r, w in per_repeat])
+    assert lines[-1].startswith("FAIL") and lines[-1].endswith(": x r2")
