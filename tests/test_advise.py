@@ -477,6 +477,24 @@ def test_a_saving_inside_the_traced_steps_spread_is_left_out(tmp_path):
     assert longer.items[0].saving_us == pytest.approx(300)
 
 
+def test_a_saving_inside_the_drift_of_the_traced_steps_is_left_out(tmp_path):
+    """32 steps of 1000 µs then 2000 µs (a load arriving halfway): the same spread as 32 steps
+    alternating between them (500 µs, an error of 0.232 ms taken as independent, under the 300 µs
+    the async all_reduce saves), but in runs: the medians of 5 batches of consecutive steps are
+    1, 1, 1, 2 and 2 ms, so a run's median moves by sqrt(2) x 0.548 / sqrt(5) = 0.346 ms as
+    noise, and the saving is left out; alternating, every batch's median is near 1.5 ms and it is
+    listed."""
+    drifting = advise([_write(tmp_path / "drift", {r: _steps([400] * 16 + [1400] * 16) for r in (0, 1)},
+                              run=_host(8))], workers=1)
+    assert not drifting.items
+    why = next(r.why for r in drifting.rejected if r.rule == "async")
+    assert "it saves 0.300 ms, under the standard error of a saving from the median step it starts from" in why
+    assert "(0.346 ms from how its steps drift" in why and "its steps' spread 0.500 ms" in why
+    alternating = advise([_write(tmp_path / "alt", {r: _steps([400, 1400] * 16) for r in (0, 1)}, run=_host(8))],
+                         workers=1)
+    assert [i.change for i in alternating.items] == ["async=all_reduce"]
+
+
 def test_a_second_item_is_weighed_against_the_noise_left_after_the_first(tmp_path):
     """Rank 1 computes 2000 or 4000 µs more by turns before a blocking all_reduce: steps of 3000
     and 5000 µs (spread 1000 µs: two medians of 4 such steps differ by 1.314 ms as noise). Without the
