@@ -168,9 +168,8 @@ class Replayer:
         two medians of that spread would have (``MEDIAN_SE`` times it over the square root of the
         steps of one rank: its ranks run in lock-step, so their steps are not more samples), or
         the error :func:`batch_error` reads from how the steps drift, when larger (``drift``
-        True). The traced
-        steps for the run unchanged; after a change, the replayed ones: a straggler's jitter goes
-        with the straggler."""
+        True). The traced steps for the run unchanged; after a change, the replayed ones: a
+        straggler's jitter goes with the straggler."""
         by: dict[int, list[float]] = {}
         for (rank, _), v in sorted(o.pairs.items()):
             by.setdefault(rank, []).append(v)
