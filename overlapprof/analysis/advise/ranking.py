@@ -152,12 +152,14 @@ def bandwidth_hint(replayer: Replayer, items: list[Item]) -> Hint | None:
 def _listable(replayer: Replayer, applied: list[str], before: Outcome, r: tuple, floor: float) -> tuple:
     """The round ``r`` of a candidate with, where its best value is not listed, its next best that
     is (a bucket size whose one replayed step gets slower may have a neighbour the replay stands
-    behind, as on a 2 Gbit/s link where 0.5 MiB lost a step and 0.25 MiB did not); else as it was."""
+    behind, as on a 2 Gbit/s link where 0.5 MiB lost a step and 0.25 MiB did not); else as it was.
+    With a margin (prefetch), a value past the best one was judged not worth its cost: never offered."""
     c, v, o, tried, reason = r
     if _why_not(replayer, before, o, floor) is None:
         return r
+    ruled_out = set(c.values[c.values.index(v) + 1:]) if c.margin and v in c.values else set()
     for v2 in sorted(tried, key=tried.get):
         o2 = replayer.predict(",".join(applied + [v2]))  # cached: _best replayed it
-        if v2 != v and _why_not(replayer, before, o2, floor) is None:
+        if v2 != v and v2 not in ruled_out and _why_not(replayer, before, o2, floor) is None:
             return c, v2, o2, tried, reason
     return r
