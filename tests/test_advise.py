@@ -414,6 +414,29 @@ def test_one_bucket_with_backward_in_the_trace_is_split_and_searched(tmp_path):
     assert item.step_us == Replayer([path], workers=1).predict(item.joint_change).prediction.step_us
 
 
+def test_ddps_blocking_gradient_all_reduce_is_searched_as_buckets_not_made_async(tmp_path):
+    """DDP's sync variant: backward (autograd functions from 0 to 800 µs), then every gradient in
+    one blocking 1 MiB all_reduce (600 µs), then 300 µs of `check` reading the reduced gradients.
+    Made async with its wait at the step's end, the replay would hide the check beside it (300 µs
+    of 1700, 18%), a program no rerun makes: the async variant DDP has buckets the gradients over
+    backward. So the all_reduce is searched as DDP's buckets (spread over backward), and no async
+    candidate is made; without DDP's option the same trace is a plain blocking all_reduce, made
+    async."""
+    events = [S.step(1, 0, 1700), S.step(2, 1700, 1700)]
+    for base in (0, 1700):
+        events += [S.cpu_op("autograd::engine::evaluate_function: AddmmBackward0", base, 400),
+                   S.cpu_op("autograd::engine::evaluate_function: AddmmBackward0", base + 400, 400),
+                   *_blocking(base + 800, 600, MIB // 4), *_compute("check", base + 1400, 300)]
+    run = {"workload": {"name": "ddp", "path": str(REPO / "workloads/ddp.py")}, "variant": "sync",
+           "options": {"bucket_cap_mb": 2.0, "slow_rank": -1, "slow_ms": 0.0}, **_host(8)}
+    a = advise([_write(tmp_path / "ddp", {0: events, 1: events}, run)], workers=1)
+    rules = {x.rule for x in [*a.items, *a.rejected, *a.hints]}
+    assert "async" not in rules and "bucket_cap_mb" in rules, (a.items, a.rejected, a.hints)
+    plain = advise([_write(tmp_path / "plain", {0: events, 1: events}, {**_host(8)})], workers=1)
+    assert [i.change for i in plain.items] == ["async=all_reduce"]
+    assert plain.items[0].saving_us == pytest.approx(300)
+
+
 def test_a_straggler_late_outside_its_steps_is_a_hint_naming_it(tmp_path):
     """Rank 1 does the same work as rank 0 in its step, but starts it 300 µs later (it slept
     before its ProfilerStep): rank 0 waits 300 µs a step for it. Removing rank 1's extra work
@@ -475,6 +498,24 @@ def test_a_saving_inside_the_traced_steps_spread_is_left_out(tmp_path):
     # the same spread over 32 steps: their medians differ by 0.232 ms as noise, under the 0.300 saved
     assert [i.change for i in longer.items] == ["async=all_reduce"]
     assert longer.items[0].saving_us == pytest.approx(300)
+
+
+def test_a_saving_inside_the_drift_of_the_traced_steps_is_left_out(tmp_path):
+    """32 steps of 1000 µs then 2000 µs (a load arriving halfway): the same spread as 32 steps
+    alternating between them (500 µs, an error of 0.232 ms taken as independent, under the 300 µs
+    the async all_reduce saves), but in runs: the medians of 5 batches of consecutive steps are
+    1, 1, 1, 2 and 2 ms, so a run's median moves by sqrt(2) x 0.548 / sqrt(5) = 0.346 ms as
+    noise, and the saving is left out; alternating, every batch's median is near 1.5 ms and it is
+    listed."""
+    drifting = advise([_write(tmp_path / "drift", {r: _steps([400] * 16 + [1400] * 16) for r in (0, 1)},
+                              run=_host(8))], workers=1)
+    assert not drifting.items
+    why = next(r.why for r in drifting.rejected if r.rule == "async")
+    assert "it saves 0.300 ms, under the standard error of a saving from the median step it starts from" in why
+    assert "(0.346 ms from how its steps drift" in why and "its steps' spread 0.500 ms" in why
+    alternating = advise([_write(tmp_path / "alt", {r: _steps([400, 1400] * 16) for r in (0, 1)}, run=_host(8))],
+                         workers=1)
+    assert [i.change for i in alternating.items] == ["async=all_reduce"]
 
 
 def test_a_second_item_is_weighed_against_the_noise_left_after_the_first(tmp_path):

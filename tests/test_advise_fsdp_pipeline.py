@@ -118,3 +118,44 @@ def test_a_small_message_inside_the_links_burst_is_charged_its_copying_not_its_l
     item = next(i for i in a.items if i.rule == "async")
     assert any("13% of its transfers' time is the cores' work (copying their bytes" in c for c in item.confidence)
     assert item.saving_us == pytest.approx(130 * (1 - 0.126), abs=3)
+
+
+def _uneven_fsdp():
+    """Per step, four units whose gathers take 100, 100, 100 and 370 µs and whose compute 300,
+    300, 50 and 100 µs (1420 µs): the last gather is hidden only from two units ahead, so
+    prefetch=2 gives 870 µs and prefetch=3 850, 20 µs shorter: under the 3% (42.6 µs) a deeper
+    prefetch must save to be worth its memory."""
+    events, base = [], 0
+    for k in range(4):
+        events.append(S.step(k + 1, base, 1420))
+        at = base
+        for u, (g, c) in enumerate(zip((100, 100, 100, 370), (300, 300, 50, 100))):
+            events += [*_gather(at, g), *_compute(f"unit{u + 1}", at + g, c)]
+            at += g + c
+        base += 1420
+    return events
+
+
+def test_a_prefetch_depth_the_margin_ruled_out_is_not_offered_in_place_of_the_best(tmp_path):
+    """When the best depth (prefetch=2, 550 µs saved) is not listable (under the floor) and
+    prefetch=3 (570 µs) would be, prefetch=3 is not offered in its place: its 20 µs more were
+    judged not worth a deeper prefetch."""
+    from overlapprof.analysis.advise import facts as _facts, terms
+    from overlapprof.analysis.advise.ranking import _best, _listable, _why_not
+    from overlapprof.analysis.advise.replayer import Replayer
+    from overlapprof.analysis.advise.rules import candidates
+
+    events = _uneven_fsdp()
+    rp = Replayer([_write(tmp_path / "fsdp", {0: events, 1: events})], workers=1)
+    f = _facts.read(rp.report, rp.tr, rp.traced_step_us)
+    f.said = terms.prepare(rp, f)
+    prefetch = next(c for c in candidates(f, rp.tr, rp.model.fits, True, rp.one_bucket)[0] if c.rule == "prefetch")
+    best = (prefetch, *_best(rp, [], rp.base, prefetch))
+    assert best[1] == "prefetch=2" and best[3] == {"prefetch=1": pytest.approx(1170), "prefetch=2": pytest.approx(870),
+                                                   "prefetch=3": pytest.approx(850)}
+    # no compute ran beside the gathers: a saving needs twice the floor (docs/advise.md, rule 4)
+    assert _why_not(rp, rp.base, best[2], floor=250) is None
+    assert _listable(rp, [], rp.base, best, floor=250) is best
+    assert _why_not(rp, rp.base, best[2], floor=280) is not None  # 550 < 560: not listable
+    assert _why_not(rp, rp.base, rp.predict("prefetch=3"), floor=280) is None  # 570: would be
+    assert _listable(rp, [], rp.base, best, floor=280) is best  # but is not offered in its place

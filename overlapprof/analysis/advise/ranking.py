@@ -9,8 +9,9 @@ An item is kept only when its saving is clearly above the noise: at least
 times that for a change whose new overlap lands on ranks whose slowdown the trace does not
 measure and whose host the replay does not charge for it, :mod:`.assumed`), at least the standard
 error of a saving from the median step it starts from (:meth:`~.replayer.Replayer.noise`: the traced steps for
-the first item, the replayed ones of the items above for the next; a smaller saving is not told
-from the run's noise), and the low end of its
+the first item, the replayed ones of the items above for the next, from their spread or, when
+larger, from how they drift along the run; a smaller saving is not told from the run's noise),
+and the low end of its
 paired interval (the saving of each (rank, step) replayed both ways, 2.5th percentile) at least
 −MIN_SAVING of the step: no replayed step made slower by more than the minimum saving. Each round takes the shortest joint step among the candidates that
 pass; a round where none does ends the ranking, and they are *rejected*, each with its best joint
@@ -118,10 +119,11 @@ def _why_not(replayer: Replayer, before: Outcome, o: Outcome, floor: float) -> s
                                                for r in replayer.unmeasured(before, o)):
         return (f"it saves {saving / 1000:.3f} ms, under {100 * MIN_SAVING * DEMOTED_MARGIN:.0f}% of the step: its new "
                 "overlap's slowdown is not measured on this trace, so it needs twice the minimum")
-    error, spread = replayer.noise(before)
+    error, spread, drift = replayer.noise(before)
     if saving < error:
+        how = " from how its steps drift (its batches of consecutive steps' medians)" if drift else ""
         return (f"it saves {saving / 1000:.3f} ms, under the standard error of a saving from the median step it "
-                f"starts from ({error / 1000:.3f} ms, its steps' spread {spread / 1000:.3f} ms): not told from noise")
+                f"starts from ({error / 1000:.3f} ms{how}, its steps' spread {spread / 1000:.3f} ms): not told from noise")
     if low < -floor:  # a replayed step slower by less than the minimum saving is noise, not harm
         return (f"not clearly above the noise: some replayed steps get slower by more than {100 * MIN_SAVING:.0f}% "
                 f"of the step ({low / 1000:.3f} to {high / 1000:.3f} ms a step saved)")
@@ -150,12 +152,14 @@ def bandwidth_hint(replayer: Replayer, items: list[Item]) -> Hint | None:
 def _listable(replayer: Replayer, applied: list[str], before: Outcome, r: tuple, floor: float) -> tuple:
     """The round ``r`` of a candidate with, where its best value is not listed, its next best that
     is (a bucket size whose one replayed step gets slower may have a neighbour the replay stands
-    behind, as on a 2 Gbit/s link where 0.5 MiB lost a step and 0.25 MiB did not); else as it was."""
+    behind, as on a 2 Gbit/s link where 0.5 MiB lost a step and 0.25 MiB did not); else as it was.
+    With a margin (prefetch), a value past the best one was judged not worth its cost: never offered."""
     c, v, o, tried, reason = r
     if _why_not(replayer, before, o, floor) is None:
         return r
+    ruled_out = set(c.values[c.values.index(v) + 1:]) if c.margin and v in c.values else set()
     for v2 in sorted(tried, key=tried.get):
         o2 = replayer.predict(",".join(applied + [v2]))  # cached: _best replayed it
-        if v2 != v and _why_not(replayer, before, o2, floor) is None:
+        if v2 != v and v2 not in ruled_out and _why_not(replayer, before, o2, floor) is None:
             return c, v2, o2, tried, reason
     return r

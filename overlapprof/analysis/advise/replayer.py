@@ -161,19 +161,41 @@ class Replayer:
             return mid, mid, mid
         return mid, percentile(diffs, 2.5), percentile(diffs, 97.5)
 
-    def noise(self, o: Outcome) -> tuple[float, float]:
-        """(standard error, spread) of a saving from ``o``'s median step (µs): the spread the
+    def noise(self, o: Outcome) -> tuple[float, float, bool]:
+        """(standard error, spread, drift) of a saving from ``o``'s median step (µs): the spread the
         median absolute deviation of its (rank, step) steps each from its rank's median (a rank the
         change leaves longer than the others every step is not noise), the error the difference of
         two medians of that spread would have (``MEDIAN_SE`` times it over the square root of the
-        steps of one rank: its ranks run in lock-step, so their steps are not more samples). The
-        traced steps for the run unchanged; after a change, the replayed ones: a straggler's
-        jitter goes with the straggler."""
+        steps of one rank: its ranks run in lock-step, so their steps are not more samples), or
+        the error :func:`batch_error` reads from how the steps drift, when larger (``drift``
+        True). The traced steps for the run unchanged; after a change, the replayed ones: a
+        straggler's jitter goes with the straggler."""
         by: dict[int, list[float]] = {}
-        for (rank, _), v in o.pairs.items():
+        for (rank, _), v in sorted(o.pairs.items()):
             by.setdefault(rank, []).append(v)
         if not by:
-            return self.spread_us, self.spread_us
+            return self.spread_us, self.spread_us, False
         spread = median([abs(v - median(vs)) for vs in by.values() for v in vs])
         per_rank = len(o.pairs) / len(by)
-        return MEDIAN_SE * spread / max(per_rank, 1.0) ** 0.5, spread
+        independent, drift = MEDIAN_SE * spread / max(per_rank, 1.0) ** 0.5, batch_error(list(by.values()))
+        return max(independent, drift), spread, drift > independent
+
+
+def batch_error(ranks: list[list[float]]) -> float:
+    """The standard error of the difference of two runs' median steps, read from how one run's
+    steps drift (batch means): each rank's steps, in order, cut into ``floor(sqrt(n))``
+    consecutive batches (n the fewest steps a rank has), the median of each batch over all the
+    ranks, and sqrt(2) x their standard deviation over sqrt(batches). Steps that come in runs of
+    slow and fast ones (another process's load arriving, the machine changing mode) make the
+    median of a whole run move by more than their spread over the square root of their number
+    says (that takes them as independent); the batches' medians show how much. 0 with fewer
+    than 2 batches."""
+    n = min(len(vs) for vs in ranks) if ranks else 0
+    batches = int(n ** 0.5)
+    if batches < 2:
+        return 0.0
+    medians = [median([v for vs in ranks for v in vs[j * n // batches:(j + 1) * n // batches]])
+               for j in range(batches)]
+    mean = sum(medians) / batches
+    sd = (sum((m - mean) ** 2 for m in medians) / (batches - 1)) ** 0.5
+    return 2 ** 0.5 * sd / batches ** 0.5

@@ -10,7 +10,9 @@ knob to search) and the hints (what the replay cannot model). One rule per cause
 - ``async`` (an operation of a kind blocks, ``no_window``): made asynchronous, its wait moved to
   where its result is first needed, or to the step's end; where ``prefetch`` fires, not FSDP's
   all_gather (prefetching is how FSDP overlaps it) and a blocking reduce_scatter is a hint (FSDP
-  waits it: no argument of the user's makes it async);
+  waits it: no argument of the user's makes it async); where ``bucket_cap_mb`` fires on blocking
+  all_reduces (DDP's sync variant), not all_reduce (DDP's buckets over backward are how its
+  gradients overlap, and the async variant a rerun makes);
 - ``no_straggler`` (``late_peer``): the most waited-for rank's extra work removed, when it is waited
   for at least :data:`STRAGGLER_RATIO` times as long as the next and is late step after step
   (:func:`~overlapprof.analysis.exposure.late.not_steady`: in the median step waited for longer
@@ -134,10 +136,15 @@ def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
             lambda v: terms.prefetch(facts, v),
             ["the memory of more gathered units is not checked", *_common(facts, cpu)], margin=MIN_SAVING))
     fsdp = any(c.rule == "prefetch" for c in out)
+    # DDP's gradients reduced blocking (a run with the bucket option): buckets over backward are how
+    # they overlap, and what a rerun "made async" runs (the sync variant's async one buckets them)
+    ddp = ar_blocking and any(c.rule == "bucket_cap_mb" for c in out)
     for kind in KINDS:
-        if kind in ("barrier", "other") or (fsdp and kind == "all_gather"):
+        if kind in ("barrier", "other") or (fsdp and kind == "all_gather") or (ddp and kind == "all_reduce"):
             # FSDP issues its all-gathers itself: prefetching is how they overlap (an FSDP run's async
-            # variant is prefetch=1 from its sync one), not an async_op the user's code passes
+            # variant is prefetch=1 from its sync one), not an async_op the user's code passes; DDP's
+            # gradients are read right after their all_reduce (the optimizer), so moving its wait
+            # later predicts a program no rerun makes
             continue
         blocked = facts.kind_cause_us.get(kind, {}).get("no_window", 0.0)
         if blocked >= floor and fsdp and kind == "reduce_scatter" and any(
