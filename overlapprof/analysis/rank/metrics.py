@@ -91,7 +91,7 @@ def _step_group(unions, numbers: np.ndarray, starts: np.ndarray, last_end: np.nd
         exposed_out.append((seg + first, starts_, ends_))
     both = iv.union_by(*iv.concat_by(comm, compute))
     comp_w, comm_w, mem_w = (iv.clip_by(u, starts, last_end) for u in (compute, comm, memory))
-    busy = iv.union_by(*iv.concat_by(comp_w, comm_w))
+    busy = iv.clip_by(both, starts, last_end)  # U(comp_w, comm_w): a window's cut of a union is the union of the cuts
     everything = iv.union_by(*iv.concat_by(busy, mem_w)) if mem_w[0].size else busy
     window = (np.arange(count), starts, last_end)
     parts = (comm, compute, memory, both, comp_w, iv.difference_by(comm_w, comp_w),
