@@ -131,6 +131,8 @@ class _Schedule:
             if self.front == self.back:
                 return
             job = self.jobs[self.front]
+            if self.ahead > 1 and job.b is None:  # the last range has no claims (it holds the tail): read here
+                return
             if self.claims is not None and job.b is not None and job.number < len(self.claims.slots) // 2:
                 job.slot = job.number
                 self.claims.open(job.slot, job.a, job.b)
