@@ -110,10 +110,8 @@ class _Schedule:
         # own (the last ranges): a thief of it then reads it from memory
         self.kept = TR.Kept([(max(j.a, j.b - _kept_bytes(j)), j.b + KEPT_AFTER) for j in jobs[:-1]]) \
             if skip_cost and claims is not None and len(jobs) > 1 else None
-        # This process's parts wait for those before them: in memory, or (bounded memory) in files
-        # when they are the last ranges (gzip), which wait for all the pool's
-        spill = spill_own and self.kept is not None
-        self.read_here = partial(pool_read, between=self.refill) if spill else partial(read_part, between=self.refill)
+        # This process's parts wait for those before them: in memory, or (bounded memory) in files.
+        self.read_here = partial(pool_read, between=self.refill) if spill_own else partial(read_part, between=self.refill)
         self.stolen = 0  # ranges taken from the pool's (tests read it)
         self.released = False  # the pool was shut down: nothing was left for it
         self.results: list = [None] * len(jobs)  # a future, or a Part read here, in file order
