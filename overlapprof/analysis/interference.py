@@ -148,7 +148,8 @@ class InterferenceBuilder:
             if self.kept is not None:
                 self.kept.append(rec)
             dur = np.rint((rec["end"] - rec["start"]) * _NS).astype(np.int64)
-            over = np.minimum(np.rint(covered_length(comm, rec["start"], rec["end"], cum) * _NS).astype(np.int64), dur)
+            over = covered_length(comm, rec["start"], rec["end"], cum)
+            over = np.minimum(np.rint(over * _NS).astype(np.int64), dur)
             key = rec["key"].astype(np.int64)
             inside = (dur > 0) & (over >= dur - 1)  # covered to the nanosecond (float sums round)
             outside = (dur > 0) & (over == 0)

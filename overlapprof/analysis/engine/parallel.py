@@ -30,8 +30,8 @@ the file's name through the pool's pipe, so the process never waits for this one
 Memory: each worker holds a piece of text and its decoded events, plus the arrays of its range;
 the parent, the columns of the file (as when reading it alone,
 :class:`~overlapprof.analysis.rank.parts.Merge`), its own parts not merged yet (those after a
-range the pool is still reading) and, for gzip, the end of each pool range kept for a thief (at most
-:data:`KEPT_MAX` each).
+range the pool is still reading) and, for gzip, the end of each pool range kept for a thief (at
+most :data:`KEPT_MAX` each).
 
 A worker that meets anything unexpected (not the line layout, a bad event, a damaged gzip)
 reports it, and the file is read again in this process, which words the error exactly as always.
@@ -96,22 +96,22 @@ class _Schedule:
     decodes), this process the next one whenever the range to merge next is not read yet; so
     neither waits while there is work, and the parts are merged as they come, not at the end
     (gzip: one at a time each, and this process takes ranges from the back, where it inflates
-    its way to). When all are handed out, this process takes the unread second half of a range the pool is reading
-    (:class:`Claims`), again and again while one is large enough, then waits for the pool.
-    Measured side by side with and without it (benchmarks/baseline_bench.py, 2026-12-05): on
-    mtia with 2 workers it saved a tenth of the analysis (0.274 -> 0.249 s, median of 21); on a
-    generated 300 MB gzip trace nothing."""
+    its way to). When all are handed out, this process takes the unread second half of a range
+    the pool is reading (:class:`Claims`), again and again while one is large enough, then
+    waits for the pool. Measured side by side with and without it
+    (benchmarks/baseline_bench.py, 2026-12-05): on mtia with 2 workers it saved a tenth of the
+    analysis (0.274 -> 0.249 s, median of 21); on a generated 300 MB gzip trace nothing."""
 
     def __init__(self, jobs: list[Job], pool, processes: int, claims: Claims | None = None,
                  skip_cost: float = 0.0, spill_own: bool = False):
         self.jobs, self.pool, self.processes, self.claims = list(jobs), pool, processes, claims
+        # This process's parts wait for those before them: in memory, or (bounded memory) in files.
+        self.read_here = partial(pool_read, between=self.refill) if spill_own else partial(read_part, between=self.refill)
         self.skip_cost = skip_cost  # gzip: what a thief pays to reach its range (Claims.steal)
         # gzip: the end of each range but the last, kept as this process inflates its way to its
         # own (the last ranges): a thief of it then reads it from memory
         self.kept = TR.Kept([(max(j.a, j.b - _kept_bytes(j)), j.b + KEPT_AFTER) for j in jobs[:-1]]) \
             if skip_cost and claims is not None and len(jobs) > 1 else None
-        # This process's parts wait for those before them: in memory, or (bounded memory) in files.
-        self.read_here = partial(pool_read, between=self.refill) if spill_own else partial(read_part, between=self.refill)
         self.stolen = 0  # ranges taken from the pool's (tests read it)
         self.released = False  # the pool was shut down: nothing was left for it
         self.results: list = [None] * len(jobs)  # a future, or a Part read here, in file order
@@ -129,7 +129,7 @@ class _Schedule:
             if self.front == self.back:
                 return
             job = self.jobs[self.front]
-            if self.ahead > 1 and job.b is None:  # the last range has no claims (it holds the tail): read here
+            if self.ahead > 1 and job.b is None:  # the last range holds the tail, has no claims: read here
                 return
             if self.claims is not None and job.b is not None and job.number < len(self.claims.slots) // 2:
                 job.slot = job.number
