@@ -16,10 +16,8 @@ How the text reaches the workers:
   2026-12-04: 1.45x against 1.24x over one worker; mtia end to end 0.30 s against 0.38 s), which
   was cut.
 
-This process reads ranges too. They are handed out in file order (:class:`_Schedule`): each
-pool process holds two (the second waits in the pool's queue), this process takes the next one
-whenever the range to merge next is not read yet, so its parts are merged soon after they are
-read rather than all at the end (gzip: this process takes the last range, see ``Kept``); once
+This process reads ranges too. They are handed out from both ends (:class:`_Schedule`): the
+pool's processes take them from the front, one at a time, and this process from the back; once
 all are handed out, this process takes the unread end of a range the pool is reading (work
 stealing, :class:`~overlapprof.analysis.engine.claims.Claims`, whose file each pool task opens
 by the path its job carries). The pool is the stdlib's process pool
@@ -29,9 +27,9 @@ the file's name through the pool's pipe, so the process never waits for this one
 
 Memory: each worker holds a piece of text and its decoded events, plus the arrays of its range;
 the parent, the columns of the file (as when reading it alone,
-:class:`~overlapprof.analysis.rank.parts.Merge`), its own parts not merged yet (those after a
-range the pool is still reading) and, for gzip, the end of each pool range kept for a thief (at
-most :data:`KEPT_MAX` each).
+:class:`~overlapprof.analysis.rank.parts.Merge`), its own parts not merged yet (the last ranges,
+merged once the pool's are) and, for gzip, the end of each pool range kept for a thief (at most
+:data:`KEPT_MAX` each).
 
 A worker that meets anything unexpected (not the line layout, a bad event, a damaged gzip)
 reports it, and the file is read again in this process, which words the error exactly as always.
@@ -91,16 +89,14 @@ def _jobs_of_ranges(probe: TR.Probe, workers: int, base: Job) -> list[Job]:
 
 
 class _Schedule:
-    """Ranges handed out in file order: the pool's processes two at a time each (the second
-    starts as soon as the first is read; this process hands out more before each piece it
-    decodes), this process the next one whenever the range to merge next is not read yet; so
-    neither waits while there is work, and the parts are merged as they come, not at the end
-    (gzip: one at a time each, and this process takes ranges from the back, where it inflates
-    its way to). When all are handed out, this process takes the unread second half of a range
-    the pool is reading (:class:`Claims`), again and again while one is large enough, then
-    waits for the pool. Measured side by side with and without it
-    (benchmarks/baseline_bench.py, 2026-12-05): on mtia with 2 workers it saved a tenth of the
-    analysis (0.274 -> 0.249 s, median of 21); on a generated 300 MB gzip trace nothing."""
+    """Ranges handed out from both ends: the pool's processes take them from the front, one at
+    a time each (a new one as soon as one is done: this process looks before each piece it
+    decodes), this process from the back; so neither waits while there is work. When all are
+    handed out, this process takes the unread second half of a range the pool is reading
+    (:class:`Claims`), again and again while one is large enough, then waits for the pool.
+    Measured side by side with and without it (benchmarks/baseline_bench.py, 2026-12-05): on
+    mtia with 2 workers it saved a tenth of the analysis (0.274 -> 0.249 s, median of 21); on a
+    generated 300 MB gzip trace nothing."""
 
     def __init__(self, jobs: list[Job], pool, processes: int, claims: Claims | None = None,
                  skip_cost: float = 0.0, spill_own: bool = False):
@@ -116,21 +112,15 @@ class _Schedule:
         self.released = False  # the pool was shut down: nothing was left for it
         self.results: list = [None] * len(jobs)  # a future, or a Part read here, in file order
         self.front, self.back = 0, len(jobs)  # jobs[front:back]: not handed out yet
-        # ranges handed to each pool process at once: with a second one waiting in the pool's queue
-        # it starts as soon as its first is read, not when this process next looks (plain JSON,
-        # forked pool; gzip keeps one, as this process reads the last range)
-        self.ahead = 2 if claims is not None and self.kept is None else 1
         self.refill()
 
     def refill(self) -> None:
         # results[:front]: futures, Parts read here, and None for those already yielded
         busy = sum(1 for r in self.results[: self.front] if _running(r))
-        for _ in range(self.processes * self.ahead - busy):
+        for _ in range(self.processes - busy):
             if self.front == self.back:
                 return
             job = self.jobs[self.front]
-            if self.ahead > 1 and job.b is None:  # the last range holds the tail, has no claims: read here
-                return
             if self.claims is not None and job.b is not None and job.number < len(self.claims.slots) // 2:
                 job.slot = job.number
                 self.claims.open(job.slot, job.a, job.b)
@@ -171,14 +161,9 @@ class _Schedule:
                     if self.claims is not None and self.steal(head):
                         continue
                     break
-                if self.kept is None:  # the next range in file order: merged as soon as the pool's before it
-                    k = self.front
-                    self.front += 1  # before reading: the pool is refilled from the range after it
-                else:  # gzip: the last range, which this process inflates its way to (Kept)
-                    self.back -= 1
-                    k = self.back
-                self.jobs[k].kept = self.kept
-                self.results[k] = self.read_here(self.jobs[k])
+                self.back -= 1
+                self.jobs[self.back].kept = self.kept
+                self.results[self.back] = self.read_here(self.jobs[self.back])
             self.results[head] = None
             parts = unspool(got if isinstance(got, Part) else got.result())
             if not self.released and self.front == self.back and not any(_running(r) for r in self.results):
