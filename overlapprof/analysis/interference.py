@@ -36,13 +36,14 @@ _SPAN_ROW = np.dtype([("start", "<f8"), ("end", "<f8"), ("anchor", "<f8"), ("key
 _BUCKETS = 32  # time buckets of the spans on disk (one in memory at a time; each file open holds a 64 KiB buffer)
 
 
-def covered_length(u: Intervals, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def covered_length(u: Intervals, start: np.ndarray, end: np.ndarray, cum: np.ndarray | None = None) -> np.ndarray:
     """|[start, end) ∩ u| for each interval (µs; ``u`` sorted and disjoint), by the cumulative
-    covered length at both ends."""
+    covered length at both ends. ``cum``: :func:`cumulative` of ``u``, when the caller made it
+    once for many calls."""
     starts, ends = u
     if starts.size == 0 or start.size == 0:
         return np.zeros(start.size)
-    cum = np.concatenate(([0.0], np.cumsum(ends - starts)))
+    cum = cumulative(u) if cum is None else cum
 
     def upto(t):
         j = np.searchsorted(starts, t, "right") - 1
@@ -51,6 +52,11 @@ def covered_length(u: Intervals, start: np.ndarray, end: np.ndarray) -> np.ndarr
         return np.where(j >= 0, cum[k] + inside, 0.0)
 
     return np.maximum(upto(end) - upto(start), 0.0)
+
+
+def cumulative(u: Intervals) -> np.ndarray:
+    """The covered length of ``u`` before each of its intervals, and in all (:func:`covered_length`)."""
+    return np.concatenate(([0.0], np.cumsum(u[1] - u[0])))
 
 
 def top_level(rec: np.ndarray, reach: dict) -> np.ndarray:
@@ -135,13 +141,15 @@ class InterferenceBuilder:
         sums = {name: {} for name in ("n_in", "ns_in", "n_out", "ns_out", "ns_over")}
         step_over: dict[int, int] = {}  # step index * 2**31 + key -> Σ overlap ns
         reach: dict = {}
+        cum = cumulative(comm)  # once: each batch is measured against the same U(comm)
         for rec in self._batches():
             if self.nest:
                 rec = rec[top_level(rec, reach)]
             if self.kept is not None:
                 self.kept.append(rec)
             dur = np.rint((rec["end"] - rec["start"]) * _NS).astype(np.int64)
-            over = np.minimum(np.rint(covered_length(comm, rec["start"], rec["end"]) * _NS).astype(np.int64), dur)
+            over = covered_length(comm, rec["start"], rec["end"], cum)
+            over = np.minimum(np.rint(over * _NS).astype(np.int64), dur)
             key = rec["key"].astype(np.int64)
             inside = (dur > 0) & (over >= dur - 1)  # covered to the nanosecond (float sums round)
             outside = (dur > 0) & (over == 0)

@@ -56,21 +56,35 @@ def _where(a: Intervals, b: Intervals, a_weight: int, b_weight: int, wanted: int
     Both inputs are unions (disjoint), so a sweep over their boundaries gives the coverage
     between consecutive boundaries by a cumulative sum. Where several boundaries share a
     position their order does not matter: the pieces between them have zero length and are
-    dropped, and the coverage after the last of them is their sum. So the four boundary arrays,
-    each sorted already, are merged by one stable sort (which runs at the speed of a merge on
-    sorted runs) rather than sorted by (position, delta).
+    dropped, and the coverage after the last of them is their sum. So each union's starts and
+    ends, interleaved, are one sorted run, and the two runs are merged by one stable sort
+    (which runs at the speed of a merge on sorted runs: two runs, one merge) rather than sorted
+    by (position, delta). The pieces found are sorted and disjoint already: only touching ones
+    are joined (what :func:`union` would do, without its sort).
     """
-    pos = np.concatenate((a[0], a[1], b[0], b[1]))
-    if pos.size == 0:
-        return EMPTY
     na, nb = a[0].size, b[0].size
-    delta = _deltas(na, nb, a_weight, b_weight)
+    if na + nb == 0:
+        return EMPTY
+    pos = np.empty(2 * (na + nb))
+    pos[0 : 2 * na : 2], pos[1 : 2 * na : 2] = a
+    pos[2 * na :: 2], pos[2 * na + 1 :: 2] = b
+    delta = np.empty(pos.size, dtype=np.int8)  # the coverage of two unions is at most 3
+    delta[0 : 2 * na : 2], delta[1 : 2 * na : 2], delta[2 * na :: 2], delta[2 * na + 1 :: 2] = (
+        a_weight, -a_weight, b_weight, -b_weight)
     order = np.argsort(pos, kind="stable")
     pos, cover = pos[order], np.cumsum(delta[order], dtype=np.int8)
     hit = np.flatnonzero(cover[:-1] == wanted)
     starts, ends = pos[hit], pos[hit + 1]
     keep = ends > starts
-    return union(starts[keep], ends[keep]) if hit.size else EMPTY
+    if not keep.all():
+        starts, ends = starts[keep], ends[keep]
+    if starts.size == 0:
+        return EMPTY
+    begins = np.empty(starts.size, dtype=bool)
+    begins[0] = True
+    np.greater(starts[1:], ends[:-1], out=begins[1:])
+    first = np.flatnonzero(begins)
+    return starts[first], ends[np.append(first[1:] - 1, starts.size - 1)]
 
 
 def _deltas(na: int, nb: int, a_weight: int, b_weight: int) -> np.ndarray:

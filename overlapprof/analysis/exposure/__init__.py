@@ -152,23 +152,23 @@ def _operations(o: RankOps, matching, ei: ExposureInput) -> list[OperationWindow
     return out
 
 
-def _by_collective(crossrank: CrossRank, ops: dict[int, RankOps], matching, pieces, inputs) -> None:
-    """Each bandwidth row's operations' exposed time by cause, summed over ranks."""
+def _by_collective(crossrank: CrossRank, o: RankOps, matching, pieces, ei: ExposureInput, parts: list,
+                   reuse=None) -> None:
+    """A rank's share of each bandwidth row's operations' exposed time by cause, appended to
+    the row's list in ``parts``. ``reuse``: the rank's cause sets of every operation with no
+    unowned communication, which are those of a row that holds every operation."""
     all_ops = matching.ops
-    for row in crossrank.bandwidth:
+    for row, mine in zip(crossrank.bandwidth, parts):
         code = KINDS.index(row.kind)
-        parts = []
-        for r, o in ops.items():
-            nb = all_ops.nbytes[o.rows]
-            size = all_ops.group_size[o.rows]
-            mask = (o.kind == code) & (size == (row.group_size or 0)) & (
-                np.isnan(nb) if row.bytes is None else nb == row.bytes)
-            if not mask.any():
-                continue
-            domain = iv.difference(iv.union(o.start[mask], o.end[mask]), inputs[r].compute)
-            sets = cause_sets(o, mask, pieces[r], inputs[r].host_sync)
-            parts.append(measure(sets, whole(domain), 1, False)[0])
-        row.exposure = added(parts)
+        nb = all_ops.nbytes[o.rows]
+        size = all_ops.group_size[o.rows]
+        mask = (o.kind == code) & (size == (row.group_size or 0)) & (
+            np.isnan(nb) if row.bytes is None else nb == row.bytes)
+        if not mask.any():
+            continue
+        domain = iv.difference(iv.union(o.start[mask], o.end[mask]), ei.compute)
+        sets = reuse if reuse is not None and mask.all() else cause_sets(o, mask, pieces, ei.host_sync)
+        mine.append(measure(sets, whole(domain), 1, False)[0])
 
 
 def explain(report: Report, inputs: dict[int, ExposureInput], matching, run: dict | None,
@@ -186,6 +186,7 @@ def explain(report: Report, inputs: dict[int, ExposureInput], matching, run: dic
     reports = {r.rank: r for r in report.ranks if r.rank in inputs}
     ops = {r: _rank_ops(matching, r, inputs[r], slow) for r in reports}
     pieces = _late_pieces(matching, ops, inputs)
+    by_row = [[] for _ in report.crossrank.bandwidth] if report.crossrank is not None else None
     for r, rep in reports.items():
         o, ei = ops[r], inputs[r]
         everything = np.ones(len(o), dtype=bool)
@@ -198,13 +199,19 @@ def explain(report: Report, inputs: dict[int, ExposureInput], matching, run: dic
             code = KINDS.index(k.kind)
             mask = o.kind == code
             domain = ei.kinds.get(code, iv.EMPTY)
-            k.exposure = measure(cause_sets(o, mask, pieces[r], ei.host_sync, unowned), whole(domain), 1,
-                                 ref is not None)[0]
+            # a kind of every operation has the rank's cause sets (one kind: made once)
+            kind_sets = sets if mask.all() else cause_sets(o, mask, pieces[r], ei.host_sync, unowned)
+            k.exposure = measure(kind_sets, whole(domain), 1, ref is not None)[0]
         _timeline(rep, sets, ei)
         if keep_operations:
             rep.operations = _operations(o, matching, ei)
-    if report.crossrank is not None:
-        _by_collective(report.crossrank, ops, matching, pieces, inputs)
+        if by_row is not None:
+            _by_collective(report.crossrank, o, matching, pieces[r], ei, by_row,
+                           sets if unowned[0].size == 0 else None)
+        del sets
+    if by_row is not None:
+        for row, parts in zip(report.crossrank.bandwidth, by_row):
+            row.exposure = added(parts)
     report.summary.exposure = added([r.exposure for r in report.ranks if r.exposure is not None])
     windows = all(inputs[r].windows for r in reports)
     notes = overlap_bounds(reports, ops, {r: inputs[r].compute for r in reports}, matching, res, windows)

@@ -86,15 +86,17 @@ def _step_group(unions, numbers: np.ndarray, starts: np.ndarray, last_end: np.nd
     ``exposed_out``: see :func:`step_metrics` (``first``: the index of the group's first step)."""
     count = numbers.size
     comm, compute, memory = unions
+    exposed = iv.difference_by(comm, compute)
     if exposed_out is not None:
-        seg, starts_, ends_ = iv.difference_by(comm, compute)
-        exposed_out.append((seg + first, starts_, ends_))
+        exposed_out.append((exposed[0] + first, exposed[1], exposed[2]))
     both = iv.union_by(*iv.concat_by(comm, compute))
-    comp_w, comm_w, mem_w = (iv.clip_by(u, starts, last_end) for u in (compute, comm, memory))
-    busy = iv.union_by(*iv.concat_by(comp_w, comm_w))
+    comp_w, mem_w = (iv.clip_by(u, starts, last_end) for u in (compute, memory))
+    # the window's cuts: of U(comm, compute), U(comm_w, comp_w) (a cut of a union is the union of the
+    # cuts); of comm − compute, comm_w − comp_w (likewise for a difference)
+    busy = iv.clip_by(both, starts, last_end)
     everything = iv.union_by(*iv.concat_by(busy, mem_w)) if mem_w[0].size else busy
     window = (np.arange(count), starts, last_end)
-    parts = (comm, compute, memory, both, comp_w, iv.difference_by(comm_w, comp_w),
+    parts = (comm, compute, memory, both, comp_w, iv.clip_by(exposed, starts, last_end),
              iv.difference_by(mem_w, busy), iv.difference_by(window, everything))
     (comm_us, n_comm), (compute_us, n_compute), (memory_us, _), (both_us, _), *rest = (
         iv.lengths_by(u, count) for u in parts)
