@@ -35,13 +35,17 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
         return EMPTY
     order = np.argsort(starts, kind="stable")
     starts, ends = starts[order], ends[order]
-    reach = np.maximum.accumulate(ends)
+    return _runs(starts, np.maximum.accumulate(ends))
+
+
+def _runs(starts: np.ndarray, reach: np.ndarray) -> Intervals:
+    """The runs of non-empty intervals sorted by start, ``reach`` the running maximum of their
+    ends: a new run begins where a start lies beyond every end before it."""
     begins = np.empty(starts.size, dtype=bool)
     begins[0] = True
-    begins[1:] = starts[1:] > reach[:-1]
+    np.greater(starts[1:], reach[:-1], out=begins[1:])
     first = np.flatnonzero(begins)
-    last = np.append(first[1:] - 1, starts.size - 1)
-    return starts[first], reach[last]
+    return starts[first], reach[np.append(first[1:] - 1, starts.size - 1)]
 
 
 def length(intervals: Intervals) -> float:
@@ -78,13 +82,8 @@ def _where(a: Intervals, b: Intervals, a_weight: int, b_weight: int, wanted: int
     keep = ends > starts
     if not keep.all():
         starts, ends = starts[keep], ends[keep]
-    if starts.size == 0:
-        return EMPTY
-    begins = np.empty(starts.size, dtype=bool)
-    begins[0] = True
-    np.greater(starts[1:], ends[:-1], out=begins[1:])
-    first = np.flatnonzero(begins)
-    return starts[first], ends[np.append(first[1:] - 1, starts.size - 1)]
+    # sorted and disjoint, so their ends are their running maximum
+    return _runs(starts, ends) if starts.size else EMPTY
 
 
 def _deltas(na: int, nb: int, a_weight: int, b_weight: int) -> np.ndarray:

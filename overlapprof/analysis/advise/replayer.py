@@ -14,6 +14,7 @@ whose trace cannot measure what that costs (:attr:`Outcome.moved`, for :mod:`.as
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 from overlapprof.analysis.advise import names, onebucket
@@ -196,6 +197,4 @@ def batch_error(ranks: list[list[float]]) -> float:
         return 0.0
     medians = [median([v for vs in ranks for v in vs[j * n // batches:(j + 1) * n // batches]])
                for j in range(batches)]
-    mean = sum(medians) / batches
-    sd = (sum((m - mean) ** 2 for m in medians) / (batches - 1)) ** 0.5
-    return 2 ** 0.5 * sd / batches ** 0.5
+    return 2 ** 0.5 * statistics.stdev(medians) / batches ** 0.5
