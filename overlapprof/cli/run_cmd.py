@@ -2,13 +2,13 @@
 
 import os
 import re
-import signal
 import sys
 from pathlib import Path
 
 import click
 
 from overlapprof.cli.common import command, fail, note
+from overlapprof.launch import sigint
 from overlapprof.rundir.schedule import ProfilerSchedule
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -118,25 +118,15 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         fail("--link-burst and --link-latency need --link-rate")
     if bool(predict_from) != bool(changes) or len(changes) > 1:
         fail("--predict-from RUN and --set CHANGE go together, one change: the one this run makes to RUN's")
-    # Ctrl-C while torch is imported: some import swallows KeyboardInterrupt, so remember it
-    interrupted = []
+    with sigint.remembered():  # Ctrl-C while torch is imported: some import ignores KeyboardInterrupt
+        if not list_variants and (not link_rate or _inside_link()):  # this process launches the ranks
+            from overlapprof.launch import forkserver
 
-    def on_sigint(signum, frame):
-        interrupted.append(signum)
-        raise KeyboardInterrupt
+            forkserver.start()  # its import of torch for the ranks runs beside this one's
+        import torch  # noqa: F401  (slow: after the cheap checks, and not counted in the workload's --timeout)
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    if not list_variants and (not link_rate or _inside_link()):  # this process launches the ranks
-        from overlapprof.launch import forkserver
-
-        forkserver.start()  # its import of torch for the ranks runs beside this one's
-    import torch  # noqa: F401  (slow: after the cheap checks, and not counted in the workload's --timeout)
-
-    from overlapprof.launch import launcher
-
-    signal.signal(signal.SIGINT, previous)
-    if interrupted:
-        raise KeyboardInterrupt
+        from overlapprof.launch import launcher
+    sigint.raise_if_seen()
 
     loaded = launcher.load_workload(workload, timeout_s)
     if list_variants:

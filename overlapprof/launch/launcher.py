@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from overlapprof.launch import forkserver, netns
+from overlapprof.launch import forkserver, netns, sigint
 from overlapprof.launch.host import oversubscription, relevant_env, resolve_device, usable_cores, versions
 from overlapprof.launch.step_times import step_summary
 from overlapprof.launch.watchdog import first_line, main_thread_location
@@ -221,11 +221,12 @@ def launch_variant(request, variant, run_dir, device, backend):
         directory.open_run_dir(run_dir, header, request.node_rank, local_ranks)
         node_path = directory.node_file(run_dir, request.node_rank)
         try:
-            run_record.write_record(node_path, run_record.NodeRecord(
-                node_rank=request.node_rank, host=directory.host(), pid=os.getpid(),
-                command=[str(a) for a in request.command], started=started, status="running",
-                cpu_cores=usable_cores(), nproc=request.nproc, config=header))
-            failures, error = _elastic_launch(request, variant, run_dir)
+            with sigint.remembered():  # until torchelastic installs its own handlers
+                run_record.write_record(node_path, run_record.NodeRecord(
+                    node_rank=request.node_rank, host=directory.host(), pid=os.getpid(),
+                    command=[str(a) for a in request.command], started=started, status="running",
+                    cpu_cores=usable_cores(), nproc=request.nproc, config=header))
+                failures, error = _elastic_launch(request, variant, run_dir)
         except KeyboardInterrupt:  # before torchelastic's own handlers were installed
             failures, error = {}, "interrupted (SIGINT)"
     for rank in local_ranks:
@@ -316,6 +317,7 @@ def _elastic_launch(request, variant, run_dir):
         with elastic_logging_to(directory.launcher_log(run_dir, request.node_rank)), failures_reported, \
                 contextlib.redirect_stdout(ConsoleLines(sys.stdout, clear, quiet)), \
                 contextlib.redirect_stderr(ConsoleLines(sys.stderr, clear, quiet)):
+            sigint.raise_if_seen()  # a Ctrl-C ignored inside the imports above
             elastic_launch(config, entrypoint)(*entrypoint_args)
     except ChildFailedError as exc:
         return dict(exc.failures), None
