@@ -187,6 +187,33 @@ def test_no_straggler_starts_the_peers_operations_without_the_delay_the_late_ran
     assert any("start as soon as the least delayed ones did, 0.151 ms a step less" in n for n in p.notes), p.notes
 
 
+def test_no_straggler_compares_the_work_from_one_issue_to_the_next_where_the_needs_fall_apart(tmp_path):
+    """Both ranks: compute 100 µs, issue all_reduce A, compute 200, issue B, compute 200, wait
+    for both, compute 100. Rank 1 first idles 400 µs (the straggle); rank 0 idles 300 after its
+    waits. A moves [501, 601) and B [702, 802): rank 0 waits for both after its compute (its
+    keys: issue A, issue B, need A, need B), rank 1 has A before it issues B (issue A, need A,
+    issue B, need B): the keys differ, the issues do not. From one issue to the next, rank 1's
+    400 µs before A goes and rank 0's 300 after its waits stays its own: rank 1's steps 602 µs
+    (100 + 1 + 200 + 1 + 200 + 100), rank 0's 902, median 752. Bringing rank 1's step total
+    down to rank 0's would have kept 100 of the 400 (rank 0's own 300 counted against it)."""
+    def program(base):  # each gloo span from its issue (rank 0's waiting for rank 1) to its end
+        issue_b = base + 301
+        return [S.cpu_op("aten::mm", base, 100), S.cpu_op("c10d::allreduce_", base + 100, 1),
+                S.annotation("gloo:all_reduce", base + 101, 601 - base - 101, tid=200),
+                S.cpu_op("aten::mm", base + 101, 200), S.cpu_op("c10d::allreduce_", issue_b, 1),
+                S.annotation("gloo:all_reduce", issue_b + 1, 802 - issue_b - 1, tid=200),
+                S.cpu_op("aten::mm", issue_b + 1, 200)]
+
+    r0 = [S.step(1, 0, 1202), *program(0), S.cpu_op("aten::mm", 1102, 100)]
+    r1 = [S.step(1, 0, 1002), *program(400), S.cpu_op("aten::mm", 902, 100)]
+    result = whatif([_write(tmp_path, {0: r0, 1: r1})], ["no_straggler=1"], workers=1)
+    _unchanged_ok(result)
+    (p,) = result.predictions
+    assert p.ranks == {0: pytest.approx(902), 1: pytest.approx(602)}
+    assert p.step_us == pytest.approx(752)
+    assert any("0.400 ms of rank 1's work a step removed" in n and "0.000 ms of compute beyond" in n for n in p.notes), p.notes
+
+
 def test_a_change_within_the_traced_steps_spread_says_its_direction_is_not_settled(tmp_path):
     """Steps of 1000 and 1400 µs (400 compute, a 300 µs all_reduce, 300 or 700 compute): median
     1200, spread 1000-1400. compute=x0.9: 930 and 1290, median 1110 (−7.5%), inside the spread:

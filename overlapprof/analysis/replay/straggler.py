@@ -2,8 +2,10 @@
 
 In each step, where R's keys are the other ranks' keys (the same program), each piece of R's
 work above the other ranks' median for that piece is brought down to it, its compute and the
-rest (host code, idle) each on its own; otherwise R's work in the step is scaled down to the
-other ranks' median totals. Each instance R started last (the others waited for it) gets the
+rest (host code, idle) each on its own; where only the issues match (the same operations issued
+in the same order, each rank coming to wait for them between other keys: FSDP's prefetched
+all-gathers), the same from one issue to the next; otherwise R's work in the step is scaled
+down to the other ranks' median totals (which count the others' own host work against R's). Each instance R started last (the others waited for it) gets the
 transfer it takes unhindered (:func:`.transfer.unhindered`): the peers' threads no longer spin
 beside it; and its operations start after their issue no later than the least delayed ones
 (the backend's threads are no longer held by operations waiting for R).
@@ -14,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from overlapprof.analysis.replay.buckets import Refused
-from overlapprof.analysis.replay.timeline import BOUND, Traced
+from overlapprof.analysis.replay.timeline import BOUND, ISSUE, Traced
 from overlapprof.analysis.replay.transfer import UNHINDERED_PERCENTILE, unhindered
 from overlapprof.analysis.stats import median
 from overlapprof.errors import InputError
@@ -42,10 +44,17 @@ def no_straggler(tr: Traced, value: str) -> list[str]:
         if not peers:
             continue
         shape = [lane.kind[j] for j in mine[k]]
+        segments = _issue_segments(tr, lane, mine[k])
         if all([o.kind[j] for j in p] == shape for o, p in peers):
             for at, j in enumerate(mine[k]):  # the same keys: each piece's compute and rest down to the others' median
                 _down_to(lane, [j], median([o.compute[p[at]] for o, p in peers]),
                          median([o.work[p[at]] - o.compute[p[at]] for o, p in peers]))
+        elif all(_signature(tr, o, s) == _signature(tr, lane, segments)
+                 for o, s in ((o, _issue_segments(tr, o, p)) for o, p in peers)):
+            theirs = [_issue_segments(tr, o, p) for o, p in peers]
+            for at, keys in enumerate(segments):  # the same issues, needs placed apart: from one issue to the next
+                _down_to(lane, keys, median([sum(o.compute[j] for j in s[at]) for (o, _), s in zip(peers, theirs)]),
+                         median([sum(o.work[j] - o.compute[j] for j in s[at]) for (o, _), s in zip(peers, theirs)]))
         elif before[k] > 0:
             _down_to(lane, mine[k], median([sum(o.compute[j] for j in p) for o, p in peers]),
                      median([sum(o.work[j] - o.compute[j] for j in p) for o, p in peers]))
@@ -106,6 +115,29 @@ def _unhindered_leads(tr: Traced, insts: np.ndarray) -> float:
         cut += float(np.maximum(tr.lead[mine] - floor, 0.0).sum())
         tr.lead[mine] = np.minimum(tr.lead[mine], floor)
     return cut
+
+
+def _issue_segments(tr: Traced, lane, keys: list[int]) -> list[list[int]]:
+    """A step's keys cut before each issue: the work from the step's start to the first issue, and
+    from each issue to the next (the needs between them included). A need's key sits after the
+    last key before its operation's end, so two ranks running the same program can order their
+    keys apart while issuing the same operations in the same order."""
+    out = [[]]
+    for j in keys:
+        if lane.kind[j] == ISSUE and out[-1]:
+            out.append([])
+        out[-1].append(j)
+    return out
+
+
+def _signature(tr: Traced, lane, segments: list[list[int]]) -> list[tuple[int, int]]:
+    """What each segment starts with: the kind of the operation it issues and, for a send or
+    receive, which of the two ((-1, 0): the step's start). A pipeline's stages send where their
+    peers receive: not the same program."""
+    def of(row):
+        return int(tr.kind[row]), int(tr.direction[row]) if tr.direction.size else 0
+
+    return [of(lane.ref[s[0]]) if lane.kind[s[0]] == ISSUE else (-1, 0) for s in segments]
 
 
 def step_pieces(lane) -> list[list[int]]:
