@@ -5,10 +5,11 @@ work above the other ranks' median for that piece is brought down to it, its com
 rest (host code, idle) each on its own; where only the issues match (the same operations issued
 in the same order, each rank coming to wait for them between other keys: FSDP's prefetched
 all-gathers), the same from one issue to the next; otherwise R's work in the step is scaled
-down to the other ranks' median totals (which count the others' own host work against R's). Each instance R started last (the others waited for it) gets the
-transfer it takes unhindered (:func:`.transfer.unhindered`): the peers' threads no longer spin
-beside it; and its operations start after their issue no later than the least delayed ones
-(the backend's threads are no longer held by operations waiting for R).
+down to the other ranks' median totals (which count the others' own host work against R's).
+Each instance R started last (the others waited for it) gets the transfer it takes unhindered
+(:func:`.transfer.unhindered`): the peers' threads no longer spin beside it; and its operations
+start after their issue no later than the least delayed ones (the backend's threads are no
+longer held by operations waiting for R).
 """
 
 from __future__ import annotations
@@ -44,17 +45,16 @@ def no_straggler(tr: Traced, value: str) -> list[str]:
         if not peers:
             continue
         shape = [lane.kind[j] for j in mine[k]]
-        segments = _issue_segments(tr, lane, mine[k])
+        segments = _issue_segments(lane, mine[k])
+        theirs = [(o, _issue_segments(o, p)) for o, p in peers]
         if all([o.kind[j] for j in p] == shape for o, p in peers):
             for at, j in enumerate(mine[k]):  # the same keys: each piece's compute and rest down to the others' median
                 _down_to(lane, [j], median([o.compute[p[at]] for o, p in peers]),
                          median([o.work[p[at]] - o.compute[p[at]] for o, p in peers]))
-        elif all(_signature(tr, o, s) == _signature(tr, lane, segments)
-                 for o, s in ((o, _issue_segments(tr, o, p)) for o, p in peers)):
-            theirs = [_issue_segments(tr, o, p) for o, p in peers]
+        elif all(_signature(tr, o, s) == _signature(tr, lane, segments) for o, s in theirs):
             for at, keys in enumerate(segments):  # the same issues, needs placed apart: from one issue to the next
-                _down_to(lane, keys, median([sum(o.compute[j] for j in s[at]) for (o, _), s in zip(peers, theirs)]),
-                         median([sum(o.work[j] - o.compute[j] for j in s[at]) for (o, _), s in zip(peers, theirs)]))
+                _down_to(lane, keys, median([sum(o.compute[j] for j in s[at]) for o, s in theirs]),
+                         median([sum(o.work[j] - o.compute[j] for j in s[at]) for o, s in theirs]))
         elif before[k] > 0:
             _down_to(lane, mine[k], median([sum(o.compute[j] for j in p) for o, p in peers]),
                      median([sum(o.work[j] - o.compute[j] for j in p) for o, p in peers]))
@@ -117,7 +117,7 @@ def _unhindered_leads(tr: Traced, insts: np.ndarray) -> float:
     return cut
 
 
-def _issue_segments(tr: Traced, lane, keys: list[int]) -> list[list[int]]:
+def _issue_segments(lane, keys: list[int]) -> list[list[int]]:
     """A step's keys cut before each issue: the work from the step's start to the first issue, and
     from each issue to the next (the needs between them included). A need's key sits after the
     last key before its operation's end, so two ranks running the same program can order their
