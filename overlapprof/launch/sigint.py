@@ -15,20 +15,18 @@ import signal
 import sys
 import threading
 
-_depth = 0
 _seen = False
 
 
 @contextlib.contextmanager
 def remembered():
-    """SIGINT raises KeyboardInterrupt and is remembered until the outermost block ends. Only in
-    the main thread (the only one signals reach); elsewhere it does nothing."""
-    global _depth, _seen
+    """SIGINT raises KeyboardInterrupt and is remembered (:func:`seen`) from the block's start.
+    Only in the main thread (the only one signals reach); elsewhere it does nothing."""
+    global _seen
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    if _depth == 0:
-        _seen = False
+    _seen = False
     previous_handler = signal.signal(signal.SIGINT, _on_sigint)
     previous_hook = sys.unraisablehook
 
@@ -37,11 +35,9 @@ def remembered():
             previous_hook(unraisable)
 
     sys.unraisablehook = quiet_if_interrupt
-    _depth += 1
     try:
         yield
     finally:
-        _depth -= 1
         sys.unraisablehook = previous_hook
         signal.signal(signal.SIGINT, previous_handler)
 
