@@ -254,8 +254,9 @@ def scaled(tr: Traced, model: Model, factor: float) -> None:
     tr.transfer = lat + (before - lat) / factor
     # a rank that ends before the instance's last rank (a negative tail: a send whose bytes the
     # link still held when it returned) ends the same share of the transfer earlier
-    matched = tr.inst >= 0
     ratio = np.divide(tr.transfer, before, out=np.ones_like(before), where=before > 0)
-    tr.tail = np.where(matched & (tr.tail < 0), tr.tail * ratio[np.maximum(tr.inst, 0)], tr.tail)
+    early = np.flatnonzero((tr.inst >= 0) & (tr.tail < 0))  # none where no operation was matched (one rank)
+    tr.tail = tr.tail.copy()
+    tr.tail[early] *= ratio[tr.inst[early]]
     unmatched = tr.inst < 0
     tr.dur = np.where(unmatched, tr.dur / factor, tr.dur)
