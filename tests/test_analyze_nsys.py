@@ -231,6 +231,26 @@ def test_cli_export_plot_report_compare_read_exports(tmp_path):
 
 # ---- bad input: one line each, exit non-zero, nothing written --------------------------------------
 
+def test_whatif_and_advise_replay_an_exports_steps_named_by_step_range():
+    """The replay reads an export as analyze does: without a step range, one line that names
+    --step-range; with it, the unchanged replay gives the traced steps back and advise answers."""
+    run = subprocess.run([*CLI, "whatif", str(MFU), "--set", "compute=x0.5", "-q"], capture_output=True, text=True)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "--step-range NAME" in run.stderr, run.stderr
+    run = subprocess.run([*CLI, "whatif", str(MFU), "--step-range", "AllToAll4D", "--set", "compute=x0.5",
+                          "--set", "bandwidth=x2", "--json", "-", "-q"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert [r["rank"] for r in result["ranks"]] == [0, 1] and abs(result["replay_error"]) < 0.05
+    steps = analyze(MFU, workers=1, step_range="AllToAll4D").ranks[0].steps
+    assert len(steps) > 30  # the AllToAll4D ranges, not the whole capture
+    faster = next(p for p in result["predictions"] if p["change"] == "compute=x0.5")
+    assert faster["step_us"] < result["replayed_step_us"]  # modelled: a step, no reason
+    run = subprocess.run([*CLI, "advise", str(MFU), "--step-range", "AllToAll4D", "--json", "-", "-q"],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["traced_step_us"] == pytest.approx(result["traced_step_us"])
+
+
 def _refused(tmp_path, path, *words, extra=()):
     out = tmp_path / "never.json"
     run = subprocess.run([*CLI, "analyze", str(path), "--json", str(out), *extra], capture_output=True, text=True)

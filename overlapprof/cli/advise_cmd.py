@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from overlapprof.cli.common import check_output, command, emit, note, unwind_on_sigterm
+from overlapprof.cli.common import check_output, command, emit, export_options, note, unwind_on_sigterm
 
 
 @command("advise")
@@ -20,8 +20,9 @@ from overlapprof.cli.common import check_output, command, emit, note, unwind_on_
 @click.option("--reference-bandwidth", "reference_bandwidth", default=None, metavar="RATE",
               help="The bandwidth the transfer model takes where the trace has too few sizes to fit (e.g. 25GB/s).")
 @click.option("--workers", type=int, default=None, help="Processes that read the traces (default: the cores).")
+@export_options
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
-def advise(run, json_out, top, verify, reference_bandwidth, workers, quiet):
+def advise(run, json_out, top, verify, reference_bandwidth, workers, step_range, rank_map, quiet):
     """The changes that would shorten RUN's step, ranked: each in your terms (a workload option, a
     DDP/FSDP argument, a line of code to move), the cause it removes, its predicted step and saving
     (on top of the changes above it) with an interval, and what the prediction assumed. Predicted
@@ -30,12 +31,14 @@ def advise(run, json_out, top, verify, reference_bandwidth, workers, quiet):
     from pathlib import Path
 
     from overlapprof.analysis.advise import advise as make, own_job, predicted
+    from overlapprof.analysis.replay.predict import nsys_options
     from overlapprof.report.advice import Verification
     from overlapprof.renderers.advice_text import render
 
     check_output(json_out, "json")
     unwind_on_sigterm()
-    result = make([run], top=top, workers=workers, reference_bandwidth=reference_bandwidth)
+    result = make([run], top=top, workers=workers, reference_bandwidth=reference_bandwidth,
+                  reading=nsys_options(step_range, rank_map))
     if verify:
         if not result.items:
             result.verification = Verification(traced_step_us=result.traced_step_us,

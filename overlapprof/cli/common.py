@@ -158,13 +158,25 @@ def reading_options(command):
                      help="The bus bandwidth a rank's transfer should reach (nccl-tests' busbw, e.g. 25GB/s, or a "
                           "link rate, e.g. 2gbit): transfer time beyond it is reported as slow transfer. Default: "
                           "the shared link of a --link-rate run."),
-        click.option("--step-range", metavar="NAME", default=None,
-                     help="Nsight Systems exports: the NVTX range that marks a step (default: ProfilerStep#N "
-                          "ranges, else the whole capture)."),
-        click.option("--rank-map", metavar="PID=RANK,...", default=None,
-                     help="Nsight Systems exports: the rank of each process (default: by device, in input order)."),
+        *EXPORT_OPTIONS,
         click.option("-q", "--quiet", is_flag=True, help="No progress or notes on stderr."),
     ]):
+        command = decorator(command)
+    return command
+
+
+EXPORT_OPTIONS = [  # how an Nsight Systems export is read: every command that reads traces takes them
+    click.option("--step-range", metavar="NAME", default=None,
+                 help="Nsight Systems exports: the NVTX range that marks a step (default: ProfilerStep#N "
+                      "ranges, else the whole capture)."),
+    click.option("--rank-map", metavar="PID=RANK,...", default=None,
+                 help="Nsight Systems exports: the rank of each process (default: by device, in input order)."),
+]
+
+
+def export_options(command):
+    """--step-range and --rank-map alone (whatif, advise: the replay reads a run as analyze does)."""
+    for decorator in reversed(EXPORT_OPTIONS):
         command = decorator(command)
     return command
 

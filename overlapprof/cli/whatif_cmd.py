@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from overlapprof.cli.common import check_output, command, fail, unwind_on_sigterm
+from overlapprof.cli.common import check_output, command, export_options, fail, unwind_on_sigterm
 from overlapprof.cli.formats import Output, emit_outputs
 
 
@@ -21,8 +21,9 @@ from overlapprof.cli.formats import Output, emit_outputs
 @click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
               help="The result as JSON, to FILE or (alone, or '-') to stdout instead of the text.")
 @click.option("--workers", type=int, default=None, help="Processes that read the traces (default: the cores).")
+@export_options
 @click.option("-q", "--quiet", is_flag=True, help="No notes on stderr.")
-def whatif(run, changes, check, reference_bandwidth, json_out, workers, quiet):
+def whatif(run, changes, check, reference_bandwidth, json_out, workers, step_range, rank_map, quiet):
     """Replay the traced steps of RUN (a run directory or traces) with each change, and print per
     change the predicted step (median, with the 2.5-97.5th percentile of the replayed steps), the
     speedup against the traced run, the causes of exposure after it and what then limits the step.
@@ -39,5 +40,6 @@ def whatif(run, changes, check, reference_bandwidth, json_out, workers, quiet):
     for o in outputs:
         check_output(o.dest, o.renderer.name)
     unwind_on_sigterm()
-    result = predict([run], list(changes), reference_bandwidth=reference_bandwidth, check=check, workers=workers)
+    result = predict([run], list(changes), reference_bandwidth=reference_bandwidth, check=check, workers=workers,
+                     step_range=step_range, rank_map=rank_map)
     emit_outputs(outputs, result, quiet, [])

@@ -20,11 +20,12 @@ from overlapprof.report.advice import MIN_SAVING, Advice
 
 
 def advise(paths, top: int | None = None, workers: int | None = None,
-           reference_bandwidth: str | None = None, analyzed=None) -> Advice:
+           reference_bandwidth: str | None = None, analyzed=None, reading: dict | None = None) -> Advice:
     """The Advice for the traced run of ``paths`` (a run directory or traces); ``top``: at most
-    that many items; ``analyzed``: the run's Analyzed, when it was just analyzed (not read again)."""
+    that many items; ``analyzed``: the run's Analyzed, when it was just analyzed (not read again);
+    ``reading``: more options of ``analyze`` (an Nsight Systems export's ``step_range``, ``rank_map``)."""
     paths = [str(p) for p in paths]
-    rp = Replayer(paths, workers=workers, reference_bandwidth=reference_bandwidth, analyzed=analyzed)
+    rp = Replayer(paths, workers=workers, reference_bandwidth=reference_bandwidth, analyzed=analyzed, reading=reading)
     report = rp.report
     traced = rp.traced_step_us or 0.0
     f = _facts.read(report, rp.tr, traced)

@@ -50,12 +50,14 @@ class Replayer:
     """The traced run of ``paths``, read once; :meth:`predict` replays a change set."""
 
     def __init__(self, paths: list[str], workers: int | None = None, reference_bandwidth: str | None = None,
-                 analyzed=None):
+                 analyzed=None, reading: dict | None = None):
         """``analyzed``: the run's :class:`~overlapprof.analysis.analyzer.Analyzed` when it was
-        just analyzed (``overlapprof analyze``): the traces are not read again."""
+        just analyzed (``overlapprof analyze``): the traces are not read again; ``reading``: more
+        options of ``analyze`` (an Nsight Systems export's ``step_range``, ``rank_map``)."""
         options = {"workers": workers} if workers else {}
         if reference_bandwidth is not None:
             options["reference_bandwidth"] = reference_bandwidth
+        options.update(reading or {})
         if analyzed is not None and any(r.steps for r in analyzed.report.ranks):
             self.analyzed = analyzed
             self.tr = traced_of({r.rank: r for r in analyzed.report.ranks}, analyzed.inputs, analyzed.matching)

@@ -31,6 +31,7 @@ from overlapprof.errors import InputError
 from overlapprof.report import Exposure, Report
 from overlapprof.report.whatif import Beside, Check, Prediction, RankReplay, WhatIf
 from overlapprof.rundir.run_record import describe_link
+from overlapprof.trace.nsys import is_sqlite
 
 CAUSES = ("late_peer", "queued", "no_window", "window_short")
 
@@ -129,7 +130,10 @@ def _load(paths, **options):
     analyzed = analyze_with_inputs(paths, **options)
     reports = {r.rank: r for r in analyzed.report.ranks}
     if not any(r.steps for r in reports.values()):
-        raise InputError(f"{paths[0]}: no ProfilerStep in the traces: the replay predicts steps, and there is none")
+        export = any(is_sqlite(f) for r in reports.values() for f in r.files)
+        raise InputError(f"{paths[0]}: no ProfilerStep in the traces: the replay predicts steps, and there is none"
+                         + (" (an Nsight Systems export: --step-range NAME names the NVTX range that marks a step)"
+                            if export and "step_range" not in options else ""))
     return analyzed, traced(reports, analyzed.inputs, analyzed.matching)
 
 
@@ -192,15 +196,18 @@ def prepare(report: Report, tr: Traced, op_shapes: dict | None = None) -> Prepar
 
 
 def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, check: str | None = None,
-           workers: int | None = None) -> WhatIf:
+           workers: int | None = None, step_range: str | None = None, rank_map: str | None = None) -> WhatIf:
     """Replay the traced run of ``paths`` unchanged and with each of ``changes`` (``name=value``,
-    several joined by commas); ``check``: a run that made the (one) change, to compare with."""
+    several joined by commas); ``check``: a run that made the (one) change, to compare with;
+    ``step_range``, ``rank_map``: for Nsight Systems exports, as ``analyze`` takes them (the
+    checked run read with them too)."""
     parsed = [parse(c) for c in changes]
     if check is not None and len(changes) != 1:
         raise InputError("--check compares one change with the run that made it: give exactly one --set")
     options = {"workers": workers} if workers else {}
     if reference_bandwidth is not None:
         options["reference_bandwidth"] = reference_bandwidth
+    options.update(nsys_options(step_range, rank_map))
     if any(name == "micro_batches" for pairs in parsed for name, _ in pairs):
         options["op_shapes"] = True  # the ops' shapes, from the one read (replay/percall.py)
     analyzed, tr = _load(list(paths), **options)
@@ -246,8 +253,13 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
         result.predictions[-1].notes += _by_turns(report, tr, pairs, traced_step, traced_values)
     result.traced_compute_us = _compute(report)
     if check is not None and result.predictions and result.predictions[0].modelled:
-        check_saved(result, check, workers)
+        check_saved(result, check, workers, nsys_options(step_range, rank_map))
     return result
+
+
+def nsys_options(step_range: str | None, rank_map: str | None) -> dict:
+    """The reading options of Nsight Systems exports that were given, as ``analyze`` takes them."""
+    return {k: v for k, v in (("step_range", step_range), ("rank_map", rank_map)) if v is not None}
 
 
 def _hand_overs_beside_compute(report: Report, pairs, crowded) -> None:
@@ -286,16 +298,17 @@ def _compute_factor(change: str) -> float:
     return f
 
 
-def check_saved(result: WhatIf, path: str, workers: int | None = None) -> Check:
+def check_saved(result: WhatIf, path: str, workers: int | None = None, reading: dict | None = None) -> Check:
     """The first prediction of ``result`` (a WhatIf, made now or loaded) against the run at
-    ``path``, as ``--check`` makes it; set on the prediction and returned. InputError when it
-    has no modelled prediction."""
+    ``path``, as ``--check`` makes it (``reading``: more options of ``analyze``, such as an
+    export's ``step_range``); set on the prediction and returned. InputError when it has no
+    modelled prediction."""
     p = result.predictions[0] if result.predictions else None
     if p is None or not p.modelled:
         raise InputError(f"no prediction to check against {path}: " + (p.reason if p is not None else "none was made"))
     compute = result.traced_compute_us
     f = p.compute_factor if p.compute_factor is not None else _compute_factor(p.change)
-    p.check = checked(p, path, compute * f if compute else None, workers)
+    p.check = checked(p, path, compute * f if compute else None, workers, reading)
     return p.check
 
 
@@ -334,12 +347,14 @@ def _compute(report: Report) -> float | None:
     return median(values) if values else None
 
 
-def checked(p: Prediction, path: str, traced_compute: float | None = None, workers: int | None = None) -> Check:
+def checked(p: Prediction, path: str, traced_compute: float | None = None, workers: int | None = None,
+            reading: dict | None = None) -> Check:
     """The prediction ``p`` against the run at ``path``; ``traced_compute``: the traced run's
-    median compute a step, times the change's compute factor."""
+    median compute a step, times the change's compute factor; ``reading``: more options of ``analyze``."""
     from overlapprof.analysis.analyzer import analyze
 
-    report = analyze([path], workers=workers, comms=False) if workers else analyze([path], comms=False)
+    options = {**(reading or {}), **({"workers": workers} if workers else {})}
+    report = analyze([path], comms=False, **options)
     measured = run_steps(report)
     if not measured:
         raise InputError(f"{path}: no ProfilerStep in the traces to check the prediction against")
