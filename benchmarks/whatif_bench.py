@@ -110,6 +110,8 @@ CASES = [
     # async vs sync, compute up and down, a slow rank removed
     ("ring-async", C("ring", "sync", "2gbit", **RING), "async=send_recv", C("ring", "async", "2gbit", **RING)),
     ("ring-async", C("ring", "sync", "1gbit", **RING), "async=send_recv", C("ring", "async", "1gbit", **RING)),
+    # the README's command 1: 4 ranks on the 2 cores, where async runs them at once (replay/sharing.py)
+    ("ring-async-4", C("ring", "sync", "2gbit", 4, **RING), "async=send_recv", C("ring", "async", "2gbit", 4, **RING)),
     *_both_ways("ring-compute", [
         (C("ring", "async", "2gbit", **RING), "compute=x2", C("ring", "async", "2gbit", **RING, **X2), "compute=x0.5"),
         (C("ring", "async", "2gbit", **RING, **X2), "compute=x2", C("ring", "async", "2gbit", **RING, **X4),

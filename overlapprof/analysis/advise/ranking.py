@@ -24,6 +24,7 @@ from __future__ import annotations
 from overlapprof.analysis.advise.assumed import DEMOTED, DEMOTED_MARGIN
 from overlapprof.analysis.advise.replayer import Outcome, Replayer
 from overlapprof.analysis.advise.rules import Candidate
+from overlapprof.analysis.replay.sharing import SHARED
 from overlapprof.report.advice import MIN_SAVING, Hint, Item, Rejected
 
 TIE = 1e-3  # values of a knob whose steps differ by less than this share are as good as each other
@@ -89,7 +90,8 @@ def ranked(replayer: Replayer, candidates: list[Candidate], top: int | None = No
             rank=len(items) + 1, rule=c.rule, change=v, joint_change=",".join(applied + [v]), action=c.action(v),
             cause=c.cause, step_us=p.step_us, low_us=p.low_us, high_us=p.high_us, saving_us=saving,
             saving_low_us=low, saving_high_us=high, speedup=traced / p.step_us if p.step_us and traced else None,
-            confidence=[*c.confidence, *_per_ranks(replayer, replayer.unmeasured(before, o))],
+            confidence=[*c.confidence, *_per_ranks(replayer, replayer.unmeasured(before, o)),
+                        *(n for n in p.notes if n.startswith(SHARED))],
             tried=tried))
         applied.append(v)
         before = o

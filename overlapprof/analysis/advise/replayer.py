@@ -65,7 +65,7 @@ class Replayer:
             self.analyzed, self.tr = _replay._load(list(paths), **options)
         self.report = self.analyzed.report
         prepared = _replay.prepare(self.report, self.tr, self.analyzed.op_shapes)  # as whatif does: the same numbers
-        self.model, self.ctx, self.longer = prepared.model, prepared.ctx, prepared.longer
+        self.model, self.ctx, self.longer, self.sharing = prepared.model, prepared.ctx, prepared.longer, prepared.sharing
         self.interference_notes = prepared.interference_notes
         traced = [v for lane in self.tr.lanes.values() for v in lane.measured_steps]
         self.traced_step_us = median(traced) if traced else None
@@ -119,7 +119,11 @@ class Replayer:
                 # as whatif does, so the numbers agree
                 new.notes += slow(self.tr, new.traced, self.factors, self.crowded, new.compute_factor)
                 new.notes += self.longer(new.traced, parse(change), new.link_bytes_per_us)
-            replayed = replay(new.traced)
+            if change:
+                replayed, shared = self.sharing(new.traced)
+                new.notes += shared
+            else:
+                replayed = replay(new.traced)
             floor = link_floor(new.traced, new.link_bytes_per_us) if new.link_bytes_per_us else None
             p = _replay._prediction(change, replayed, new.traced, floor, self.traced_step_us, new.notes)
             pairs = {}

@@ -22,6 +22,7 @@ from overlapprof.analysis.replay.changes import Context, Unmodelled, factor, lin
 from overlapprof.analysis.replay.copying import loopback_latency
 from overlapprof.analysis.replay.cores import loopback, measured, shares
 from overlapprof.analysis.replay.engine import Replayed, replay
+from overlapprof.analysis.replay.sharing import CoreSharing
 from overlapprof.analysis.replay.slowdown import rank_factors, slow
 from overlapprof.analysis.replay.stretch import Stretcher
 from overlapprof.analysis.replay.timeline import Traced, traced
@@ -178,6 +179,7 @@ class Prepared:
     crowded: dict
     latency_notes: list
     interference_notes: list
+    sharing: CoreSharing
 
 
 def prepare(report: Report, tr: Traced, op_shapes: dict | None = None) -> Prepared:
@@ -192,7 +194,7 @@ def prepare(report: Report, tr: Traced, op_shapes: dict | None = None) -> Prepar
     return Prepared(model, Context(model, res.link_bytes_per_us, cost, op_shapes=dict(op_shapes or {}),
                                        per_operation=over_loopback),
                     Stretcher(tr, cost, res.link_bytes_per_us), rank_factors(report), shares(report, tr, model),
-                    latency, words)
+                    latency, words, CoreSharing(tr, res.hosts))
 
 
 def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, check: str | None = None,
@@ -228,7 +230,12 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
                     replay_error=median(replayed) / traced_step - 1 if replayed and traced_step else None,
                     ranks=ranks, link=describe_link((report.run or {}).get("link")), transfer=model.fits,
                     notes=model.notes + base.notes)
-    if any(r.mode == "cpu" for r in report.ranks) and len(report.ranks) > 1:
+    if prepared.sharing.hosts:
+        result.notes.append("ranks share host cores: " + "; ".join(f"{len(ranks)} ranks on {cores} cores" for cores, ranks
+                                                                    in prepared.sharing.hosts)
+                            + ": a change that makes more of them compute at once divides the cores between them, each "
+                            "rank's compute taking the core-time it took in the trace at the share it then gets")
+    elif any(r.mode == "cpu" for r in report.ranks) and len(report.ranks) > 1:
         result.notes.append("ranks share host cores: the replay keeps each rank's traced compute times, so a change "
                             "that moves compute beside other ranks' compute is not slowed for it")
     result.notes += prepared.interference_notes
@@ -245,7 +252,10 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
             if before > 0 and any(n in ("no_straggler", "micro_batches") for n, _ in pairs) else None
         new.notes += slow(tr, new.traced, factors, crowded, new.compute_factor)
         new.notes += longer(new.traced, pairs, new.link_bytes_per_us)
-        out = replay(new.traced)
+        out, shared = prepared.sharing(new.traced)
+        new.notes += shared
+        if shared and before > 0:  # the compute it predicts, as a run of it would measure it
+            moved = _lane_compute(new.traced) / before
         floor = link_floor(new.traced, new.link_bytes_per_us) if new.link_bytes_per_us else None
         result.predictions.append(_prediction(text, out, new.traced, floor, traced_step, new.notes))
         if moved is not None:
