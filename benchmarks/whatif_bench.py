@@ -4,7 +4,7 @@ whatif``, run them, compare.
 Each case names a traced configuration (workload, variant, link rate, workload options, ranks),
 a change (``--set``) and the configuration that makes it; a family of configurations is
 predicted each from the other where a change says how they differ (1 Gbit/s from 2 and 2 from
-1), so 51 pairs over ring, allreduce, ddp, fsdp and pipeline (2, 3 and 4 ranks) take 43 runs a
+1), so 52 pairs over ring, allreduce, ddp, fsdp and pipeline (2, 3 and 4 ranks) take 45 runs a
 repeat. Per repeat, every configuration the selected cases need is run once (``overlapprof run
 --no-analyze``, CPU/gloo, 2 ranks unless the case says), in an order that alternates with the
 repeat, so the load moves all of them alike; then each prediction is checked against its run. It prints a row per (case, repeat): predicted
