@@ -215,6 +215,10 @@ def test_run_with_two_variants_ends_with_the_comparison(runs):
         assert speedup_line.endswith("not trusted (load)")
     else:
         assert speedup_line.split()[-2:] == [f"{c.variants[1].speedup:.2f}x", f"[{lo:.2f}-{hi:.2f}]"]
+    # then the async variant predicted from the sync trace, or why it could not be (over loopback on
+    # crowded cores a hand-over's time beside compute is not measured)
+    assert ("prediction async=send_recv (from " in out.splitlines()[-1]
+            or "no prediction of async=send_recv from sync: " in runs.ring_stderr), (out[-500:], runs.ring_stderr[-500:])
 
 
 def test_every_factor_has_a_seeded_interval_around_it(reports):

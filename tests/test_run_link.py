@@ -77,6 +77,27 @@ def test_async_exposes_less_communication_than_sync(linked):
     assert async_.overlapped_us > HIDDEN_SHARE * min(async_.compute_us, async_.comm_us), async_
 
 
+def test_the_run_predicts_its_async_variant_from_the_sync_trace_then_checks_it(linked):
+    """The run's output ends with the replay of the sync variant's traced steps made asynchronous
+    (``async=send_recv``: what the ring's async variant changes), beside the async run's step: the
+    number ``overlapprof whatif SYNC --set async=send_recv`` gives. Its 4 ranks outnumber 2 cores:
+    the replay divides them between the ranks that async makes compute at once."""
+    from overlapprof.analysis.replay.predict import whatif
+
+    _, proc, dirs = linked
+    line = last_line(proc.stdout)
+    assert line.startswith(f"prediction async=send_recv (from {dirs['sync']}) beside async: predicted "), line
+    predicted, measured = (float(line.split(f"{word} ")[1].split(" ms")[0]) for word in ("predicted", "measured"))
+    result = whatif([str(dirs["sync"])], ["async=send_recv"], workers=1)
+    p = result.predictions[0]
+    assert p.step_us / 1000 == pytest.approx(predicted, abs=0.0015) and p.step_us < result.traced_step_us
+    print(f"predicted {predicted} ms, measured {measured} ms")
+    assert abs(predicted / measured - 1) < 0.5  # a sanity bound: the benchmark holds the error targets
+    cores = json.loads((dirs["sync"] / "run.json").read_text())["nodes"]["0"]["cpu_cores"]
+    if cores < 4:  # async makes the ranks compute at once, more of them than there are cores
+        assert any(n.startswith("cores shared: 4 ranks on") for n in p.notes), p.notes
+
+
 def test_run_json_records_the_paced_link(linked):
     workload, _, dirs = linked
     rate, bits, _, tc_rate = RATES[workload]

@@ -225,3 +225,32 @@ def _after_run(runs, quiet: bool = False) -> None:
     if done.comparison is not None:  # its own warnings end its table
         click.echo(f"\ncomparison ({len(done.runs)} variants, baseline {done.comparison.baseline}):\n"
                    f"{compare_table.render(done.comparison, report_warnings=False)}", nl=False)
+        _replayed(done, quiet)
+
+
+def _replayed(done, quiet: bool) -> None:
+    """Each variant a change makes from the baseline's (the sync ring's async: ``async=send_recv``),
+    predicted by replaying the baseline's traced steps, then checked against its run (as
+    ``whatif BASELINE --set CHANGE`` beside ``compare``)."""
+    from overlapprof.analysis.replay.predict import beside, whatif
+    from overlapprof.errors import OverlapprofError
+    from overlapprof.launch.rerun import variant_change
+    from overlapprof.renderers.whatif_table import beside as lines
+
+    base = done.runs[0]
+    workload = ((base.report.run or {}).get("workload") or {}).get("name")
+    wanted = {r.variant: change for r in done.runs[1:]
+              if (change := variant_change(workload, base.variant, r.variant)) is not None}
+    if not wanted:
+        return
+    try:
+        predicted = whatif([str(base.run_dir)], list(dict.fromkeys(wanted.values())))
+    except OverlapprofError as exc:
+        note(f"no replay of {base.run_dir}: {exc}", quiet)
+        return
+    shown = [b for b in beside(predicted, done.comparison.variants) if wanted.get(b.variant) == b.change]
+    for p in predicted.predictions:
+        if not p.modelled:
+            note(f"no prediction of {p.change} from {base.variant}: {p.reason}", quiet)
+    if shown:
+        click.echo("predicted by replaying the baseline's steps, then run:\n" + lines(shown), nl=False)

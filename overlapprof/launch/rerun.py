@@ -64,6 +64,15 @@ _ASYNC_NOTE = {"ddp": "DDP's async variant also splits the gradients into bucket
                       "of one all_reduce made asynchronous does not"}
 
 
+def variant_change(workload: str, traced: str, variant: str) -> str | None:
+    """The whatif change that makes ``variant`` of a bundled workload from its ``traced`` variant
+    with the same options (:data:`ASYNC`'s entries that set none): the ring's sync to async is
+    ``async=send_recv``; None where no change says it."""
+    made = [(kind, waits) for (v, kind), (to, options, waits) in ASYNC.get(workload, {}).items()
+            if v == traced and to == variant and not options]
+    return ",".join(f"async={kind}{'@end' if waits == 'end' else ''}" for kind, waits in made) or None
+
+
 def _reason(change: str, why: str) -> str:
     return f"{change}: {why}"
 
