@@ -88,7 +88,7 @@ def _shares(tr: Traced, out: Replayed, hosts) -> dict[tuple[int, int], float]:
         edges = np.unique(np.concatenate([lo, hi]))
         if edges.size < 2:
             continue
-        # lanes working on each elementary segment, and the cumulative core-time a lane gets there
+        # lanes computing on each elementary segment, and the cumulative core-time a lane gets there
         n = np.zeros(edges.size, dtype=np.int64)
         np.add.at(n, np.searchsorted(edges, lo), 1)
         np.add.at(n, np.searchsorted(edges, hi), -1)
