@@ -248,6 +248,9 @@ def _replayed(done, quiet: bool) -> None:
     except OverlapprofError as exc:
         note(f"no replay of {base.run_dir}: {exc}", quiet)
         return
+    except Exception as exc:  # noqa: BLE001 - the runs are made and compared: a replay's fault ends nothing
+        note(f"no replay of {base.run_dir}: {type(exc).__name__}: {exc} (please report it)", quiet)
+        return
     shown = [b for b in beside(predicted, done.comparison.variants) if wanted.get(b.variant) == b.change]
     for p in predicted.predictions:
         if not p.modelled:
