@@ -104,8 +104,10 @@ def run(workload, workload_args, nproc, nnodes, node_rank, rdzv_endpoint, run_id
         warmup, active, repeat, variants, list_variants, opts, out, gzip, with_stack, no_analyze, predict_from, changes,
         quiet):
     """Run WORKLOAD (a workload .py file) on --nproc ranks per node and record a profiler trace
-    per rank, then print its overlap report. Workload options go after -- (e.g.
-    `overlapprof run workloads/ring.py --nproc 4 -- --size 512`) or as --opt key=value.
+    per rank, then print its overlap report; with several --variant, their comparison, and each
+    variant a change makes from the first predicted by replaying its steps, beside its run.
+    Workload options go after -- (e.g. `overlapprof run workloads/ring.py --nproc 4 -- --size
+    512`) or as --opt key=value.
     """
     if nnodes > 1 and not (run_id and rdzv_endpoint):
         fail("--nnodes > 1 needs --run-id (the shared run directory name) and "
