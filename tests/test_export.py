@@ -213,6 +213,20 @@ def test_bad_input_is_one_line_exit_2_and_nothing_is_lost(runs, tmp_path, args, 
     assert not (tmp_path / "t.json").exists()
 
 
+def test_exporting_again_replaces_the_export_but_never_a_trace(runs, tmp_path):
+    """An export is trace-event JSON, yet its own: exporting again to its path replaces it (it
+    was refused as "a trace" until 2026-12-07); a profiler's trace copied under a plain name is not."""
+    out = tmp_path / "timeline.json"
+    for step in (None, 20):
+        result = _export(runs.ring["sync"], "-o", out, *(["--step", step] if step else []), "-q")
+        assert result.exit_code == 0, result.output
+    assert "ProfilerStep#20" in json.loads(out.read_text())["otherData"]["selection"]
+    copied = tmp_path / "plain.json"
+    copied.write_bytes(sorted(runs.ring["sync"].glob("rank0*.pt.trace.json*"))[0].read_bytes())
+    result = _export(runs.ring["sync"], "-o", copied, "-q")
+    assert result.exit_code == 2 and "which is a trace" in result.stderr, result.output
+
+
 def test_missing_run_is_one_line_exit_2(tmp_path):
     result = _export(tmp_path / "nosuch", "-o", tmp_path / "t.json")
     assert result.exit_code == 2 and "no such run directory" in result.stderr and result.stderr.count("\n") == 1

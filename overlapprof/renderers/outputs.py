@@ -14,7 +14,8 @@ Refused, with one line (``OutputError``):
   scalars, written by ``run`` and ``view`` themselves, never through this writer). No output of
   ``analyze``, ``compare``, ``report`` or ``plot`` belongs there, so none is written there;
 - a **trace** (a name ending ``.pt.trace.json[.gz]``, or an existing file that is gzip or holds
-  ``"traceEvents"``) or a file named ``run.json``, anywhere;
+  ``"traceEvents"``, but a timeline ``overlapprof export`` wrote, which exporting again replaces)
+  or a file named ``run.json``, anywhere;
 - a folder, or a path whose folder does not exist;
 - an existing file when the user did not name the output (a default name such as
   ``./report.html``).
@@ -44,13 +45,15 @@ def run_dir_above(path: Path) -> Path | None:
 
 
 def _is_trace(path: Path) -> bool:
+    """A profiler's trace (never overwritten), not a timeline ``overlapprof export`` wrote (which an
+    export to the same path replaces)."""
     if path.name.endswith(TRACE_SUFFIXES):
         return True
     if not path.is_file():
         return False
-    from overlapprof.trace.discover import is_trace_file
+    from overlapprof.trace.discover import is_exported_timeline, is_trace_file
 
-    return is_trace_file(path)
+    return is_trace_file(path) and not is_exported_timeline(path)
 
 
 def check_output(dest: str | Path, what: str, named: bool = True) -> Path:
