@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from overlapprof.cli.common import check_output, command, emit, export_options, note, unwind_on_sigterm
+from overlapprof.cli.common import check_output, command, emit, export_options, export_reading, note, unwind_on_sigterm
 
 
 @command("advise")
@@ -31,14 +31,13 @@ def advise(run, json_out, top, verify, reference_bandwidth, workers, step_range,
     from pathlib import Path
 
     from overlapprof.analysis.advise import advise as make, own_job, predicted
-    from overlapprof.analysis.replay.predict import nsys_options
     from overlapprof.report.advice import Verification
     from overlapprof.renderers.advice_text import render
 
     check_output(json_out, "json")
     unwind_on_sigterm()
     result = make([run], top=top, workers=workers, reference_bandwidth=reference_bandwidth,
-                  reading=nsys_options(step_range, rank_map))
+                  reading=export_reading(step_range, rank_map))
     if verify:
         if not result.items:
             result.verification = Verification(traced_step_us=result.traced_step_us,

@@ -181,6 +181,11 @@ def export_options(command):
     return command
 
 
+def export_reading(step_range: str | None, rank_map: str | None) -> dict:
+    """Those of :data:`EXPORT_OPTIONS` that were given, as ``analyze`` takes them."""
+    return {k: v for k, v in (("step_range", step_range), ("rank_map", rank_map)) if v is not None}
+
+
 def analyze_options(kw: dict, **fields):
     """The :class:`~overlapprof.analysis.options.AnalyzeOptions` of :func:`reading_options` (and
     :data:`MEMORY_BUDGET`, where a command has it), popped from a command's ``kw`` (-q stays),

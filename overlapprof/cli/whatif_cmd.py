@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from overlapprof.cli.common import check_output, command, export_options, fail, unwind_on_sigterm
+from overlapprof.cli.common import check_output, command, export_options, export_reading, fail, unwind_on_sigterm
 from overlapprof.cli.formats import Output, emit_outputs
 
 
@@ -41,5 +41,5 @@ def whatif(run, changes, check, reference_bandwidth, json_out, workers, step_ran
         check_output(o.dest, o.renderer.name)
     unwind_on_sigterm()
     result = predict([run], list(changes), reference_bandwidth=reference_bandwidth, check=check, workers=workers,
-                     step_range=step_range, rank_map=rank_map)
+                     reading=export_reading(step_range, rank_map))
     emit_outputs(outputs, result, quiet, [])

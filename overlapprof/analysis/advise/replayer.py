@@ -21,7 +21,6 @@ from overlapprof.analysis.advise import names, onebucket
 from overlapprof.analysis.advise.assumed import assumptions
 from overlapprof.analysis.replay import predict as _replay
 from overlapprof.analysis.replay.changes import Unmodelled, link_floor, parse, rewrite
-from overlapprof.analysis.replay.engine import replay
 from overlapprof.analysis.replay.slowdown import beside, slow
 from overlapprof.analysis.replay.timeline import traced as traced_of
 from overlapprof.analysis.stats import median, percentile
@@ -119,11 +118,8 @@ class Replayer:
                 # as whatif does, so the numbers agree
                 new.notes += slow(self.tr, new.traced, self.factors, self.crowded, new.compute_factor)
                 new.notes += self.longer(new.traced, parse(change), new.link_bytes_per_us)
-            if change:
-                replayed, shared = self.sharing(new.traced)
-                new.notes += shared
-            else:
-                replayed = replay(new.traced)
+            replayed, shared = self.sharing(new.traced)  # nothing changed: the traced shares, no note
+            new.notes += shared
             floor = link_floor(new.traced, new.link_bytes_per_us) if new.link_bytes_per_us else None
             p = _replay._prediction(change, replayed, new.traced, floor, self.traced_step_us, new.notes)
             pairs = {}

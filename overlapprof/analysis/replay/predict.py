@@ -198,18 +198,18 @@ def prepare(report: Report, tr: Traced, op_shapes: dict | None = None) -> Prepar
 
 
 def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, check: str | None = None,
-           workers: int | None = None, step_range: str | None = None, rank_map: str | None = None) -> WhatIf:
+           workers: int | None = None, reading: dict | None = None) -> WhatIf:
     """Replay the traced run of ``paths`` unchanged and with each of ``changes`` (``name=value``,
     several joined by commas); ``check``: a run that made the (one) change, to compare with;
-    ``step_range``, ``rank_map``: for Nsight Systems exports, as ``analyze`` takes them (the
-    checked run read with them too)."""
+    ``reading``: more options of ``analyze`` (an Nsight Systems export's ``step_range``,
+    ``rank_map``), the checked run read with them too."""
     parsed = [parse(c) for c in changes]
     if check is not None and len(changes) != 1:
         raise InputError("--check compares one change with the run that made it: give exactly one --set")
     options = {"workers": workers} if workers else {}
     if reference_bandwidth is not None:
         options["reference_bandwidth"] = reference_bandwidth
-    options.update(nsys_options(step_range, rank_map))
+    options.update(reading or {})
     if any(name == "micro_batches" for pairs in parsed for name, _ in pairs):
         options["op_shapes"] = True  # the ops' shapes, from the one read (replay/percall.py)
     analyzed, tr = _load(list(paths), **options)
@@ -231,10 +231,10 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
                     ranks=ranks, link=describe_link((report.run or {}).get("link")), transfer=model.fits,
                     notes=model.notes + base.notes)
     if prepared.sharing.hosts:
-        result.notes.append("ranks share host cores: " + "; ".join(f"{len(ranks)} ranks on {cores} cores" for cores, ranks
-                                                                    in prepared.sharing.hosts)
-                            + ": a change that makes more of them compute at once divides the cores between them, each "
-                            "rank's compute taking the core-time it took in the trace at the share it then gets")
+        hosts = "; ".join(f"{len(ranks)} ranks on {cores} cores" for cores, ranks in prepared.sharing.hosts)
+        result.notes.append(f"ranks share host cores: {hosts}: a change that makes more of them compute at once "
+                            "divides the cores between them, each rank's compute taking the core-time it took in "
+                            "the trace at the share it then gets")
     elif any(r.mode == "cpu" for r in report.ranks) and len(report.ranks) > 1:
         result.notes.append("ranks share host cores: the replay keeps each rank's traced compute times, so a change "
                             "that moves compute beside other ranks' compute is not slowed for it")
@@ -263,13 +263,8 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
         result.predictions[-1].notes += _by_turns(report, tr, pairs, traced_step, traced_values)
     result.traced_compute_us = _compute(report)
     if check is not None and result.predictions and result.predictions[0].modelled:
-        check_saved(result, check, workers, nsys_options(step_range, rank_map))
+        check_saved(result, check, workers, reading)
     return result
-
-
-def nsys_options(step_range: str | None, rank_map: str | None) -> dict:
-    """The reading options of Nsight Systems exports that were given, as ``analyze`` takes them."""
-    return {k: v for k, v in (("step_range", step_range), ("rank_map", rank_map)) if v is not None}
 
 
 def _hand_overs_beside_compute(report: Report, pairs, crowded) -> None:

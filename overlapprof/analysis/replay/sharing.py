@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from overlapprof.analysis.replay.engine import Replayed, replay
-from overlapprof.analysis.replay.timeline import BOUND, Traced
+from overlapprof.analysis.replay.timeline import Traced, step_pieces
 
 SHARED = "cores shared:"  # how its note begins (advise lists it among what an item assumed)
 ROUNDS = 6  # replays at most, for the shares to settle
@@ -33,8 +33,9 @@ SETTLED = 0.002  # a round that moves no (rank, step) factor by more than this s
 
 
 class CoreSharing:
-    """The shares of the trace ``tr`` (its unchanged replay), for the hosts whose ranks
-    outnumber their cores (``hosts``: host -> (cores, ranks), :class:`~overlapprof.analysis.exposure.bounds.Resources`)."""
+    """The shares of the trace ``tr`` (its unchanged replay), for the hosts whose ranks outnumber
+    their cores (``hosts``: host -> (cores, ranks), as
+    :class:`~overlapprof.analysis.exposure.bounds.Resources` holds them)."""
 
     def __init__(self, tr: Traced, hosts: dict[str, tuple[int, list[int]]]):
         self.hosts = [(cores, [r for r in ranks if r in tr.lanes]) for cores, ranks in hosts.values()]
@@ -118,10 +119,6 @@ def _spans(lane, key_t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 def _step_index(lane) -> np.ndarray:
     """Per key of the lane, the index of the step it is in (-1 between steps)."""
     out = np.full(len(lane.kind), -1, dtype=np.int64)
-    cur = None
-    for j, (kind, ref) in enumerate(zip(lane.kind, lane.ref)):
-        if kind == BOUND:
-            cur = ref // 2 if ref % 2 == 0 else None
-        if cur is not None:
-            out[j] = cur
+    for k, keys in enumerate(step_pieces(lane)):
+        out[keys] = k
     return out

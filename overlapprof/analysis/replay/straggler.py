@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from overlapprof.analysis.replay.buckets import Refused
-from overlapprof.analysis.replay.timeline import BOUND, ISSUE, Traced
+from overlapprof.analysis.replay.timeline import ISSUE, Traced, step_pieces
 from overlapprof.analysis.replay.transfer import UNHINDERED_PERCENTILE, unhindered
 from overlapprof.analysis.stats import median
 from overlapprof.errors import InputError
@@ -45,13 +45,12 @@ def no_straggler(tr: Traced, value: str) -> list[str]:
         if not peers:
             continue
         shape = [lane.kind[j] for j in mine[k]]
-        segments = _issue_segments(lane, mine[k])
-        theirs = [(o, _issue_segments(o, p)) for o, p in peers]
         if all([o.kind[j] for j in p] == shape for o, p in peers):
             for at, j in enumerate(mine[k]):  # the same keys: each piece's compute and rest down to the others' median
                 _down_to(lane, [j], median([o.compute[p[at]] for o, p in peers]),
                          median([o.work[p[at]] - o.compute[p[at]] for o, p in peers]))
-        elif all(_signature(tr, o, s) == _signature(tr, lane, segments) for o, s in theirs):
+        elif (theirs := _same_issues(tr, lane, mine[k], peers)) is not None:
+            segments = _issue_segments(lane, mine[k])
             for at, keys in enumerate(segments):  # the same issues, needs placed apart: from one issue to the next
                 _down_to(lane, keys, median([sum(o.compute[j] for j in s[at]) for o, s in theirs]),
                          median([sum(o.work[j] - o.compute[j] for j in s[at]) for o, s in theirs]))
@@ -130,6 +129,14 @@ def _issue_segments(lane, keys: list[int]) -> list[list[int]]:
     return out
 
 
+def _same_issues(tr: Traced, lane, keys: list[int], peers) -> list | None:
+    """The peers' (lane, segments) when each issues what ``lane``'s ``keys`` issue, in the same
+    order (:func:`_issue_segments`); None when one does not."""
+    signature = _signature(tr, lane, _issue_segments(lane, keys))
+    theirs = [(o, _issue_segments(o, p)) for o, p in peers]
+    return theirs if all(_signature(tr, o, s) == signature for o, s in theirs) else None
+
+
 def _signature(tr: Traced, lane, segments: list[list[int]]) -> list[tuple[int, int]]:
     """What each segment starts with: the kind of the operation it issues and, for a send or
     receive, which of the two ((-1, 0): the step's start). A pipeline's stages send where their
@@ -138,14 +145,3 @@ def _signature(tr: Traced, lane, segments: list[list[int]]) -> list[tuple[int, i
         return int(tr.kind[row]), int(tr.direction[row]) if tr.direction.size else 0
 
     return [of(lane.ref[s[0]]) if lane.kind[s[0]] == ISSUE else (-1, 0) for s in segments]
-
-
-def step_pieces(lane) -> list[list[int]]:
-    """Per step, the indexes of its keys (from its start to before its end)."""
-    out, cur = [[] for _ in lane.steps], None
-    for j, (kind, ref) in enumerate(zip(lane.kind, lane.ref)):
-        if kind == BOUND:
-            cur = ref // 2 if ref % 2 == 0 else None
-        if cur is not None:
-            out[cur].append(j)
-    return out

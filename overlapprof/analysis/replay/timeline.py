@@ -61,13 +61,18 @@ class Lane:
 
     def per_step(self, values) -> list[float]:
         """Σ ``values`` (one per key of the lane) per step: the keys between the step's start and end."""
-        out, cur = [0.0] * len(self.steps), None
-        for kind, ref, v in zip(self.kind, self.ref, values):
-            if kind == BOUND:
-                cur = ref // 2 if ref % 2 == 0 else None
-            if cur is not None:
-                out[cur] += v
-        return out
+        return [sum((values[j] for j in keys), 0.0) for keys in step_pieces(self)]
+
+
+def step_pieces(lane) -> list[list[int]]:
+    """Per step, the indexes of its keys (from its start to before its end)."""
+    out, cur = [[] for _ in lane.steps], None
+    for j, (kind, ref) in enumerate(zip(lane.kind, lane.ref)):
+        if kind == BOUND:
+            cur = ref // 2 if ref % 2 == 0 else None
+        if cur is not None:
+            out[cur].append(j)
+    return out
 
 
 @dataclass
