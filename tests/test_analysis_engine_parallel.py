@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -133,6 +134,34 @@ def test_tricky_strings_same_report(tmp_path, small, gz):
     m = json.loads(single)["ranks"][0]["metrics"]
     assert (m["comm_us"], m["compute_us"], m["overlapped_us"]) == (50 * 120, 60 * 120, 20 * 120)
     assert len(json.loads(single)["ranks"][0]["comm_ops"]) == 120
+
+
+def test_after_a_parallel_read_a_second_thread_classifies_and_reports(tmp_path, small, monkeypatch):
+    """A rank read by several processes is classified a time bucket ahead, and its steps' metrics
+    made beside its kinds', in a second thread (engine/ahead.py): the report as one process's,
+    past the budget (many time buckets) and within it."""
+    from overlapprof.analysis.rank import bounded, metrics
+
+    threads = {"extract": set(), "step_metrics": set()}
+
+    def spied(module, name):
+        real = getattr(module, name)
+
+        def spy(*a, **k):
+            threads[name].add(threading.current_thread().name)
+            return real(*a, **k)
+        monkeypatch.setattr(module, name, spy)
+
+    spied(bounded, "extract")
+    spied(metrics, "step_metrics")
+    path = S.write(tmp_path / "t.json", _kineto_text(_tricky_events(400)), gz=False)
+    single = _json([path], 1, comm_ops=True, memory_budget=0)
+    assert threads == {"extract": {"MainThread"}, "step_metrics": {"MainThread"}}  # one worker: one thread
+    for budget in (0, None):
+        threads = {"extract": set(), "step_metrics": set()}
+        assert _json([path], 2, comm_ops=True, memory_budget=budget) == single
+        assert any(t.startswith("overlapprof-ahead") for t in threads["extract"]), threads
+        assert threads["step_metrics"] == {"overlapprof-both_0"}, threads
 
 
 def _inside_strings(text: bytes) -> list[bool]:

@@ -119,7 +119,8 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
             spans.add(ev.compute)
             measured = spans.result(unions.comm, ev.names)
             heap.release(ev.events)
-        report = report_and_exposure(result, ev, unions, table, measured, options)
+        report = report_and_exposure(result, ev, unions, table, measured, options,
+                                     parallel.both if parallel is not None else None)
         comm, exposed = unions.comm, None
         if result.crossrank_input is not None:
             exposed = unions.exposed

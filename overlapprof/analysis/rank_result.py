@@ -65,12 +65,14 @@ def recorded_window(bounds: tuple[float, float] | None, base_ns: int | None) -> 
     return lo + base_us(base_ns), hi + base_us(base_ns)
 
 
-def report_and_exposure(result: RankResult, ev, unions, table, measured: tuple, options: Options) -> RankReport:
+def report_and_exposure(result: RankResult, ev, unions, table, measured: tuple, options: Options,
+                        both=None) -> RankReport:
     """The rank's report from its unions, records and interference, and its exposure input:
-    what :func:`measured_again` makes again when the rank's sends end earlier."""
+    what :func:`measured_again` makes again when the rank's sends end earlier (``both``: see
+    :func:`~overlapprof.analysis.rank.metrics.rank_report`)."""
     sets = {} if result.crossrank_input is not None else None
     records = table.records() if options.comm_records and table is not None else None
-    report = rank_report(unions, ev.files, ev.mode, ev.events, records, exposed_out=sets)
+    report = rank_report(unions, ev.files, ev.mode, ev.events, records, exposed_out=sets, both=both)
     attach_interference(report, *measured)
     if sets is not None:
         result.exposure_input = exposure_input(ev.mode, unions, ev.host_sync, sets, table, ev.calls)

@@ -41,6 +41,7 @@ from functools import partial
 
 from overlapprof.analysis import engine
 from overlapprof.analysis.columns import Index
+from overlapprof.analysis.engine.ahead import ahead, both
 from overlapprof.analysis.engine.claims import Claims, can_share
 from overlapprof.analysis.rank.parts import Job, Merge, Part, pool_read, read_part, read_tail, unspool
 from overlapprof.analysis.rank.scan import rows_hint
@@ -205,6 +206,14 @@ class Reader:
     def __call__(self, path, names: Index, recorder: CommRecorder | None, sink=None):
         """:func:`read` with this reader's workers and pool."""
         return read(path, names, recorder, self.workers, pool=self.pool, sink=sink)
+
+    def ahead(self, items, fn):
+        """After the read, ``fn`` over ``items`` on a second core (:func:`~overlapprof.analysis.engine.ahead.ahead`)."""
+        return ahead(items, fn)
+
+    def both(self, first, second):
+        """After the read, two functions on two cores (:func:`~overlapprof.analysis.engine.ahead.both`)."""
+        return both(first, second)
 
 
 def read(path, names: Index, recorder: CommRecorder | None, workers: int, pool=None, sink=None):

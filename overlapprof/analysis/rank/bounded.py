@@ -43,7 +43,7 @@ from overlapprof.analysis.rank.events import (EventSet, Steps, extract, filtered
 from overlapprof.analysis.rank.issuing import NameTables, call_union, encloses_calls, inside_calls
 from overlapprof.analysis.rank.scan import Scan
 from overlapprof.analysis.rank import spilled
-from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, read_spilled
+from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, one_by_one, read_spilled
 from overlapprof.analysis.spill import Sample, take
 from overlapprof.analysis.intervals import Intervals, event_ends, union
 from overlapprof.analysis.interference import InterferenceBuilder
@@ -105,23 +105,31 @@ class _Feed:
 
 
 def _classify_gpu(f: SpilledFile, comm_re, comm_ann, tables: NameTables, feed: _Feed, edges: np.ndarray, store,
-                  needs: NeedTimes | None = None, comm: CommEvents | None = None):
+                  needs: NeedTimes | None = None, comm: CommEvents | None = None, each=None):
     """The GPU events of a time bucket with the calls around it, classified as a whole file is:
     a small scan of the calls, a runtime row per launch found, and the events (``tables``: of
     the rank's names). With the records asked for, ``needs`` measures the communication events'
-    need times and ``comm`` keeps them."""
+    need times and ``comm`` keeps them. ``each(items, fn)``: how the buckets are classified
+    (default :func:`map`; a parallel read's ``ahead``, the next one in a thread while this one
+    feeds the unions); this thread reads the store and feeds, so the report is the same."""
     names = tables.names
     wait_id = names.index(C.STREAM_WAIT) if needs is not None and C.STREAM_WAIT in names else -1
-    joined, calls = joined_by_time(f, edges, store, needs, wait_id), calls_by_time(f, edges, store)
-    for events, around in zip(joined, calls):
-        ev, c = events.read(), around.read()
-        events.remove()
-        around.remove()
-        n_ev = ev["ts"].size
-        if n_ev == 0:
-            continue
+    joined = joined_by_time(f, edges, store, needs, wait_id, each)
+    calls = calls_by_time(f, edges, store)
+
+    def buckets():
+        for events, around in zip(joined, calls):
+            ev, c = events.read(), around.read()
+            events.remove()
+            around.remove()
+            if ev["ts"].size:
+                yield ev, c
+
+    def classified(bucket):
+        ev, c = bucket
+        n_ev, n_calls = ev["ts"].size, c.size
         found = np.flatnonzero(~np.isnan(ev["launch_ts"]))
-        n_calls, n_launch = c.size, found.size
+        n_launch = found.size
         cols = {
             "ts": np.concatenate((c["ts"], ev["launch_ts"][found], ev["ts"])),
             "dur": np.concatenate((c["dur"], np.zeros(n_launch), ev["dur"])),
@@ -133,21 +141,25 @@ def _classify_gpu(f: SpilledFile, comm_re, comm_ann, tables: NameTables, feed: _
         }
         launch = np.full(n_ev, -1, dtype=np.int64)
         launch[found] = n_calls + np.arange(n_launch)
-        if needs is not None:
-            needs.add_gpu(ev["thread"][found], ev["launch_ts"][found], event_ends(ev["ts"][found], ev["dur"][found]))
-        held = ev if comm is not None else None  # its communication events' records wait here
-        del ev, c
+        del c
         scan = Scan.of_columns(f.path, cols, launch)
         del cols
         sets, _, _, comm_rows, _, lookalikes = extract(scan, True, comm_re, comm_ann, names, None, tables=tables)
+        return ev, found, sets, lookalikes, comm_rows - n_calls - n_launch
+
+    # what outlives a bucket is made here, not in ``each``'s thread: glibc gives each thread its
+    # own heap, whose pages an array kept from it would hold (30 MB more at 2 GB)
+    for ev, found, sets, lookalikes, comm_at in (each or one_by_one)(buckets(), classified):
+        if needs is not None:
+            needs.add_gpu(ev["thread"][found], ev["launch_ts"][found], event_ends(ev["ts"][found], ev["dur"][found]))
         feed.lookalikes.append(lookalikes)
-        if held is not None:
-            mine = take(held, comm_rows - n_calls - n_launch)
+        if comm is not None:  # its communication events' records wait here
+            mine = take(ev, comm_at)
             comm.add(mine, sets[0].kind)
             needs.add_comm(mine["corr"], mine["ts"], mine["launch_thread"], mine["launch_ts"])
-        del held
+        del ev
         for cls, s in zip((COMM, COMPUTE, MEMORY), sets):
-            feed.add(s, cls)
+            feed.add(s.copy() if each is not None else s, cls)
 
 
 def _classify_cpu_ops(f: SpilledFile, names: list[str], feed: _Feed, thread_base: int) -> tuple:
@@ -226,7 +238,8 @@ def measure(files: list[str], comm_re, comm_ann, options, label: str, store, par
         if gpu:
             buckets = sample.quantiles(len(f.rows.gpu))
             waits, events = (NeedTimes(), CommEvents(store)) if records else (None, None)
-            _classify_gpu(f, comm_re, comm_ann, name_tables, feed, buckets, store, waits, events)
+            _classify_gpu(f, comm_re, comm_ann, name_tables, feed, buckets, store, waits, events,
+                          parallel.ahead if parallel is not None else None)
             if records:
                 past = store if store.spilled else None  # past its budget: the table into the store
                 tables.append(bucket_records.gpu_table(f, events.result(), values, waits.result(), past))

@@ -53,6 +53,9 @@ class EventSet:
             return sets[0]
         return cls(*(np.concatenate([getattr(s, f) for s in sets]) for f in cls.__dataclass_fields__))
 
+    def copy(self) -> EventSet:
+        return EventSet(*(getattr(self, f).copy() for f in self.__dataclass_fields__))
+
     def select(self, mask: np.ndarray) -> EventSet:
         return EventSet(*(getattr(self, f)[mask] for f in self.__dataclass_fields__))
 

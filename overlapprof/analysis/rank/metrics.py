@@ -189,19 +189,30 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 
 def rank_report(u: RankUnions, files: list[str], mode: str, events: int, records=None,
-                exposed_out: dict | None = None) -> RankReport:
+                exposed_out: dict | None = None, both=None) -> RankReport:
     """A rank's report (rank number not yet settled: -1) from its unions (``events``: complete
     events read; ``records``: its communication records, when kept). ``median_step_us``
     interpolates like the Summary's (numpy's median). ``exposed_out``: when a dict, the
     exposed-communication sets the metrics measured are put in it (``"steps"``: a list of
-    segmented sets, see :func:`step_metrics`; ``"kinds"``: kind code -> set)."""
+    segmented sets, see :func:`step_metrics`; ``"kinds"``: kind code -> set). ``both(f, g)``:
+    how the steps' metrics and the whole rank's and kinds' are made (default one after the
+    other; a parallel read's ``both``, at once: they share nothing they write)."""
     step_sets, kind_sets = ([], {}) if exposed_out is not None else (None, None)
-    steps = step_metrics(u, step_sets)
-    rank = metrics_of(*u.whole)
-    kinds = kind_metrics(u, kind_sets, rank)
+
+    def whole_and_kinds():
+        rank = metrics_of(*u.whole)
+        return rank, kind_metrics(u, kind_sets, rank)
+
+    steps, (rank, kinds) = (both or _in_turn)(lambda: step_metrics(u, step_sets), whole_and_kinds)
+    if both is not None and step_sets:  # made in another thread, kept: into this one's heap (bounded._classify_gpu)
+        step_sets[:] = [tuple(np.array(a) for a in group) for group in step_sets]
     if exposed_out is not None:
         exposed_out.update(steps=step_sets, kinds=kind_sets)
     return assemble(files, mode, rank, steps, kinds, events, u.counts, timeline(u, steps), records)
+
+
+def _in_turn(first, second) -> tuple:
+    return first(), second()
 
 
 def assemble(files, mode, metrics: Metrics, steps: list[StepMetrics], kinds: list[KindMetrics], events: int, counts,

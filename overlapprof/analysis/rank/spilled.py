@@ -219,33 +219,53 @@ def read_spilled(path: str, names: Index, comm_ann, store, parallel=None, record
     return SpilledFile(str(path), rows, header, unclassified, list(threads), recorder)
 
 
-def joined_by_time(f: SpilledFile, edges: np.ndarray, store, needs=None, wait_id: int = -1):
+def joined_by_time(f: SpilledFile, edges: np.ndarray, store, needs=None, wait_id: int = -1, each=None):
     """The file's GPU events with their launch (time and thread, NaN and -1: none), in buckets of
     the time that places them among the calls (the launch's, else their own start): each
     correlation bucket holds every event with its runtime call, so the join is exact; so does
     it each CUDA sync event with the ``cudaEventRecord`` call it waits on: with ``needs`` (a
-    :class:`~overlapprof.analysis.rank.waits.NeedTimes`), the waits (name id ``wait_id``) go there."""
+    :class:`~overlapprof.analysis.rank.waits.NeedTimes`), the waits (name id ``wait_id``) go there.
+    ``each(items, fn)``: how the correlation buckets are joined (default :func:`map`); this
+    thread reads and routes them."""
     out = store.buckets("joined", _JOINED_ROW, edges.size + 1, columns=True)
-    for bucket in f.rows.gpu:
-        rec = bucket.read()
-        bucket.remove()
+
+    def read():
+        for bucket in f.rows.gpu:
+            rec = bucket.read()
+            bucket.remove()
+            yield rec
+
+    def join(rec):
         launch = launch_rows(rec["codes"], rec["corr"])  # rows of rec, for its GPU rows
+        waits = None
         if needs is not None and (is_sync := rec["codes"] == C.SYNC).any():
             record = launch_rows(rec["codes"], rec["corr"], of=(C.SYNC,))  # of the sync rows, in row order
             sync = take(rec, is_sync)
             wait = (sync["name_ids"] == wait_id) & (record >= 0)
             at = record[wait]
-            needs.add_waits(sync["thread"][wait], sync["ts"][wait], rec["thread"][at], rec["ts"][at])
+            waits = (sync["thread"][wait], sync["ts"][wait], rec["thread"][at], rec["ts"][at])
         joined = take(rec, IS_GPU[rec["codes"]])
         found = launch >= 0
         joined["launch_ts"] = np.where(found, rec["ts"][np.maximum(launch, 0)], np.nan)
         joined["launch_thread"] = np.where(found, rec["thread"][np.maximum(launch, 0)], -1)
-        del rec
-        if edges.size == 0:  # one time bucket
+        at = None if edges.size == 0 else np.searchsorted(edges, np.where(found, joined["launch_ts"], joined["ts"]),
+                                                          "right")
+        return joined, at, waits
+
+    for joined, at, waits in (each or one_by_one)(read(), join):
+        if waits is not None:
+            needs.add_waits(*waits)
+        if at is None:  # one time bucket
             out.files[0].append(joined)
         else:
-            out.route(np.searchsorted(edges, np.where(found, joined["launch_ts"], joined["ts"]), "right"), joined)
+            out.route(at, joined)
     return out
+
+
+def one_by_one(items, fn):
+    """``fn`` over ``items`` in this thread: ``each`` without a parallel read (whose ``ahead``
+    computes the next one in a thread)."""
+    return map(fn, items)
 
 
 def calls_by_time(f: SpilledFile, edges: np.ndarray, store):
