@@ -124,6 +124,9 @@ def analyze_group(files: list[str], options: Options, decode_workers: int = 1, r
         comm, exposed = unions.comm, None
         if result.crossrank_input is not None:
             exposed = unions.exposed
+        unions = None  # the steps' unions (a run per operation at most) go before the operations are made
+        if not exports and result.remeasure is None:
+            ev.unions = None
         if options.like_hta:  # the rank's numbers as HolisticTraceAnalysis 0.5.0 computes them
             from overlapprof.analysis import like_hta
 

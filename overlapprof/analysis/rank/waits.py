@@ -72,8 +72,10 @@ class NeedTimes:
 
     def add_comm(self, corr: np.ndarray, ts: np.ndarray, launch_thread: np.ndarray, launch_ts: np.ndarray) -> None:
         """Communication events: their correlation and start (what :meth:`result` keys them by),
-        and their launch's thread code and time (NaN: not found)."""
-        if ts.size:
+        and their launch's thread code and time (NaN: not found). Without a wait (a trace
+        without CUDA sync events: most) none is needed, and none is kept."""
+        self._ready()
+        if ts.size and self.ts.size:
             self._comm.append((corr, ts, launch_thread, launch_ts))
 
     def result(self) -> dict[tuple[float, float], float]:
