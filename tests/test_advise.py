@@ -309,8 +309,8 @@ def one_bucket_run(tmp_path_factory):
 
 def test_a_real_ddp_run_with_one_bucket_gets_smaller_buckets(one_bucket_run):
     """One 100 MiB bucket holds the 8 MiB of gradients: the trace's autograd functions place
-    backward, smaller buckets are replayed (not a hint), start during backward and leave less
-    exposed at its end; listed, left out or a hint (the saving on this loaded machine varies, and
+    backward, smaller buckets are replayed (not a hint) and start during backward (they open
+    windows: the one bucket's no_window goes); listed, left out or a hint (the saving on this loaded machine varies, and
     on a host with fewer cores than ranks and backend threads the new overlap is not costed), the
     bucket sizes are in the output with the workload's option."""
     from overlapprof.analysis.advise.replayer import Replayer
@@ -325,9 +325,12 @@ def test_a_real_ddp_run_with_one_bucket_gets_smaller_buckets(one_bucket_run):
     assert rp.one_bucket() is not None
     smaller = rp.predict("bucket_cap_mb=2").prediction
     assert "8 buckets in all" in smaller.notes[0]  # 4 of 2 MiB a step (of 8.02 MiB), 2 profiled steps
-    # one bucket after backward has no window (no_window); smaller ones open one (window_short): less of both
-    window = lambda e: e.no_window_us + e.window_short_us  # noqa: E731
-    assert window(smaller.exposure) < window(rp.base.prediction.exposure)
+    # one bucket after backward has no window (no_window); smaller ones, issued during backward, open
+    # one: no_window goes. How much stays exposed in their windows (window_short) is the run's timing:
+    # under the one bucket's no_window in three runs (2.1, 1.8, 2.6 against 5.4, 10.2, 4.9 ms), over
+    # it in one of a fresh clone's suite (15.3 against 14.0 ms, 2026-12-07)
+    base = rp.base.prediction.exposure
+    assert base.no_window_us > 0 and smaller.exposure.no_window_us < 0.5 * base.no_window_us
     item = next((i for i in a.items if i.rule == "bucket_cap_mb"), None)
     if item is not None:  # sizes whose new overlap the trace cannot cost (a crowded host: assumed.py) are not tried
         assert item.action == f"rerun with --opt {item.change} (was 100)" and item.change in item.tried
