@@ -163,7 +163,7 @@ def test_user_script_last_bucket_is_exposed(runs):
     """DDP waits, at the end of backward, for the buckets still in flight; the last bucket is
     always among them, launched after backward's last op, with nothing left to hide it under.
     So: the exposed communication lies after backward's last op (raw trace events), and the
-    last-started all_reduce of every profiled step has exposed time."""
+    last-started all_reduce of every profiled step, where it outlasts backward, is exposed after it."""
     report = overlapprof.analyze(runs.dirs["example", "ddp"], lanes=True)
     exposed_total = exposed_after = 0.0
     for rank in report.ranks:
@@ -181,9 +181,13 @@ def test_user_script_last_bucket_is_exposed(runs):
             exposed_after += sum(max(0.0, e - max(s, backward_end)) for s, e in lane.exposed)
             last = max((e for e in inside if e["name"] == "gloo:all_reduce"), key=lambda e: e["ts"])
             start, end = shift + last["ts"], shift + last["ts"] + last["dur"]
-            # (whether that all_reduce ends after backward's last op is a race: a small last bucket
-            # may finish first; that it has exposed time is not)
-            assert sum(max(0.0, min(e, end) - max(s, start)) for s, e in lane.exposed) > 0, (rank.rank, lane.step)
+            # whether that all_reduce ends after backward's last op is a race: a small last bucket of a
+            # late rank (its peer's share already there) may finish under it, hidden (rank 1's in a
+            # fresh clone's suite, 2026-12-07: 13814-14174 µs into the step, backward to 14192); once
+            # it outlasts backward, its time after is exposed
+            if end > backward_end:
+                assert sum(max(0.0, min(e, end) - max(s, start, backward_end)) for s, e in lane.exposed) > 0, (
+                    rank.rank, lane.step)
     assert exposed_after > 0.8 * exposed_total, (exposed_after, exposed_total)
 
 
