@@ -22,7 +22,10 @@ ratio and PASS/FAIL:
    interpreter that has it; default this one); new/old is printed beside it;
 4. each folder of traces under ``tests/data`` (run directories included) with under 50 MB of JSON
    text (all but mtia: negative_queue_length has 26 MB), default workers: new/old wall time at most
-   1.05 on the worst folder, which is named;
+   1.05 on the worst folder, which is named; that folder is timed again apart from the pass that
+   picked it (:data:`CONFIRM_RUNS` runs a tree, or 3 x ``--repeat``) and judged on those runs: the
+   worst of 15 folders' medians of a few 0.2-0.9 s runs is the largest of their noise too
+   (2026-12-07: 1.072x picked in 3 runs, 0.99x in 9);
 5. the golden check: on every input above, and on a generated set of 4 ranks and a generated
    60 MB gzipped trace (2 workers), ``overlapprof analyze --json --comm-ops -q`` of both trees
    (the same workers as their timed runs) JSON-equal; the inputs that differ are named with the
@@ -70,6 +73,7 @@ SPEED_PAST_BUDGET, PEAK_MB_PAST_BUDGET = 0.6, 400  # 1 and 2 with --gate-budget 
 PEAK_SPREAD = 0.10  # 2: the last size's peak within this fraction of the first's
 HTA_FACTOR = 20  # 3: HTA's wall time over the new tree's, at least
 SMALL_SLOWER = 1.05  # 4: new/old wall time on a small trace, at most
+CONFIRM_RUNS = 9  # 4: runs per tree of the worst small trace, timed again to judge it
 SMALL_TEXT = 50e6  # 4: a small trace's JSON text, bytes (every folder of tests/data but mtia's 87 MB)
 DIFF_IN_MEMORY = 100e6  # 5: reports larger than this are compared line by line, not parsed
 # 5: from this much JSON text the golden check leaves out --comm-ops: on the operation-dense
@@ -219,16 +223,19 @@ class Gate:
         self.rows: list[Row] = []
         self.golden: dict[str, str | None] = {}  # input -> None (equal) or what differs
 
-    def timed(self, label: str, folder: Path, workers: int, budget: str | None = None) -> dict[str, dict[str, list[float]]]:
-        """:func:`alternate`'s runs of both trees, logged one by one; times by tree and key
-        (``budget``: with that memory budget, :data:`CHILD_BUDGET`)."""
+    def timed(self, label: str, folder: Path, workers: int, budget: str | None = None,
+              repeat: int | None = None) -> dict[str, dict[str, list[float]]]:
+        """:func:`alternate`'s runs of both trees (``repeat`` each, default ``--repeat``), logged
+        one by one; times by tree and key (``budget``: with that memory budget, :data:`CHILD_BUDGET`)."""
+        repeat = repeat or self.repeat
+
         def done(name, k, res):
-            log(f"{label}: {name} run {k + 1}/{self.repeat}: work {res['work_s']:.3f} s, wall {res['wall_s']:.3f} s")
+            log(f"{label}: {name} run {k + 1}/{repeat}: work {res['work_s']:.3f} s, wall {res['wall_s']:.3f} s")
         if budget is None:
-            runs = alternate(self.trees, [str(workers), str(folder)], self.repeat, done=done)
+            runs = alternate(self.trees, [str(workers), str(folder)], repeat, done=done)
         else:
             runs = {name: [] for name in self.trees}
-            for k in range(self.repeat):  # as alternate does, with the budget's child
+            for k in range(repeat):  # as alternate does, with the budget's child
                 for name in (list(self.trees) if k % 2 == 0 else list(self.trees)[::-1]):
                     res = measure_once(CHILD_BUDGET, [str(workers), str(folder)], sample=False,
                                        env={"PYTHONPATH": str(self.trees[name]), "GATE_BUDGET": budget})
@@ -259,8 +266,19 @@ class Gate:
                 worst = (ratio, name, t["new"]["wall_s"], t["old"]["wall_s"])
             self.check(label, folder, 0)
         if worst is not None:
+            # The worst of many folders' short medians is the largest of their noise too: that folder
+            # is timed again, apart from the pass that picked it, and judged on those runs.
             ratio, name, new, old = worst
-            self.rows.append(Row(f"4. small traces ({len(folders)} folders of tests/data), wall; worst: {name}",
+            runs = max(CONFIRM_RUNS, 3 * self.repeat)
+            try:
+                t = self.timed(f"small: {name} again", DATA / name, 0, repeat=runs)
+                new, old = t["new"]["wall_s"], t["old"]["wall_s"]
+                first, ratio = ratio, statistics.median(new) / statistics.median(old)
+                log(f"small: {name}: new/old wall {ratio:.3f}x in {runs} runs each ({first:.3f}x when picked)")
+            except RunFailed as exc:
+                log(f"small: {name}: timed again: {exc}")
+            self.rows.append(Row(f"4. small traces ({len(folders)} folders of tests/data), wall; worst: {name}, "
+                                 f"timed again ({len(new)} runs)",
                                  f"≤ {SMALL_SLOWER}x old", seconds(new), seconds(old), f"{ratio:.3f}x",
                                  judged(ratio <= SMALL_SLOWER)))
 
