@@ -62,3 +62,30 @@ def test_outside_the_block_sigint_is_as_before_and_a_new_block_starts_unseen():
                "import signal\n"
                "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)\n")
     assert done.stdout.split("\n")[:2] == ["seen False", "True"], done.stdout + done.stderr
+
+
+def test_a_ctrl_c_python_wraps_in_another_error_leaves_the_block_as_ctrl_c():
+    """A class body's ``__set_name__`` turns the handler's KeyboardInterrupt into a RuntimeError
+    (Ctrl-C during torchelastic's import, seen in a fresh clone's suite): the block raises
+    KeyboardInterrupt; an error with no SIGINT behind it stays what it is."""
+    done = run("class Named:\n"
+               "    def __set_name__(self, owner, name):\n"
+               "        os.kill(os.getpid(), signal.SIGINT)\n"
+               "        sum(range(1000))\n"
+               "for block in (sigint.remembered, __import__('contextlib').nullcontext):\n"
+               "    try:\n"
+               "        with block():\n"
+               "            class Owner:\n"
+               "                field = Named()\n"
+               "    except KeyboardInterrupt:\n"
+               "        print('interrupted')\n"
+               "    except RuntimeError as exc:\n"
+               "        print('runtime error', type(exc.__cause__).__name__)\n"
+               "with sigint.remembered():\n"
+               "    try:\n"
+               "        with sigint.remembered():\n"
+               "            raise ValueError('mine')\n"
+               "    except ValueError as exc:\n"
+               "        print('stays', exc)\n")
+    assert done.stdout.split("\n")[:3] == ["interrupted", "runtime error KeyboardInterrupt", "stays mine"], \
+        done.stdout + done.stderr

@@ -5,7 +5,10 @@ callbacks, during an import) raises KeyboardInterrupt there, and CPython prints 
 ignored" and goes on: the run would then go to its end as if nothing happened (seen in CI: a Ctrl-C
 during torchelastic's import, the run finished 19 s later with exit code 0). Inside
 :func:`remembered` the signal is also noted, the ignored exception is not printed, and
-:func:`raise_if_seen` raises it again where the launcher can act on it.
+:func:`raise_if_seen` raises it again where the launcher can act on it. One that lands where Python
+wraps what it raises (a class body's ``__set_name__`` turns it into a RuntimeError, seen in a fresh
+clone's suite: Ctrl-C during ``torch.distributed.elastic``'s import) leaves the block as the
+KeyboardInterrupt it was.
 """
 
 from __future__ import annotations
@@ -37,6 +40,10 @@ def remembered():
     sys.unraisablehook = quiet_if_interrupt
     try:
         yield
+    except Exception as exc:
+        if _seen:
+            raise KeyboardInterrupt from exc
+        raise
     finally:
         sys.unraisablehook = previous_hook
         signal.signal(signal.SIGINT, previous_handler)
