@@ -3,20 +3,21 @@ back whole or a window at a time (:class:`SpillFile`), and files that rows are r
 bucket number (:class:`Buckets`).
 
 What a :class:`~overlapprof.analysis.engine.store.Store` writes past its budget: memory then
-holds a chunk and each open file's write buffer, whatever the trace's size. The files are read
-with plain reads, not mapped (the pages of a mapped file count in a process's resident memory),
-into arrays that are let go of once used.
+holds a chunk and each bin's write buffer, whatever the trace's size. Every bin of a store writes
+to one file (:class:`SpillLog`), read with plain reads, not mapped (the pages of a mapped file
+count in a process's resident memory), into arrays that are let go of once used.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 
 from overlapprof.errors import SpillError
 
-# Each open file's write buffer (bytes): a few dozen files are open at once.
+# Each spilled bin's write buffer (bytes): a few dozen bins are written at once.
 WRITE_BUFFER = 1 << 16
 
 
@@ -54,67 +55,143 @@ class SpillFailed(Exception):
         super().__init__(f"{path}: {error.strerror or error}")
 
 
-class SpillFile:
-    """Records of ``dtype`` appended in order to the file ``path`` (created here)."""
+class SpillLog:
+    """One file that every bin of a store writes to (created here): a bin's records are a list of
+    *segments* (offset, bytes) of it, written and read at their offsets. One file, not one a
+    bin: a store past its budget has hundreds of bins (a bucket's rows of each kind), and making a
+    file costs from 40 µs to a millisecond on a slow or network file system (0.9 ms in this
+    project's test VM's ``/tmp``: 7 of a 10 s test's seconds), and each open file a descriptor. A
+    removed bin's bytes are given back to the file system where it can punch holes (Linux),
+    else when the store closes."""
 
-    def __init__(self, path: str, dtype: np.dtype):
-        self.path, self.dtype, self.rows = path, np.dtype(dtype), 0
+    def __init__(self, path: str):
+        self.path, self.end, self.live = path, 0, 0  # live: bytes of the segments not removed
+        self._lock = threading.Lock()
         try:
-            self._out = open(path, "xb", buffering=WRITE_BUFFER)  # noqa: SIM115 - closed by read, windows or remove
+            self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         except OSError as exc:
             raise SpillFailed(path, exc) from None
 
-    def append(self, records: np.ndarray) -> None:
-        if records.size:
-            try:
-                self._out.write(np.ascontiguousarray(records, self.dtype).data)
-            except OSError as exc:
-                raise SpillFailed(self.path, exc) from None
-            self.rows += records.size
-
-    def _close(self) -> None:
-        if not self._out.closed:
-            try:
-                self._out.close()  # writes what is buffered
-            except OSError as exc:
-                raise SpillFailed(self.path, exc) from None
-
-    def read(self) -> np.ndarray:
-        """Every record (the file stays)."""
-        self._close()
+    def write(self, data: memoryview) -> int:
+        """Where ``data`` went (its offset), written whole."""
+        with self._lock:  # bins are written from two threads (the engine's ``ahead``): each its own place
+            at = self.end
+            self.end += data.nbytes
+            self.live += data.nbytes
+        done = 0
         try:
-            return np.fromfile(self.path, dtype=self.dtype)
+            while done < data.nbytes:
+                done += os.pwrite(self.fd, data[done:], at + done)
+        except OSError as exc:
+            raise SpillFailed(self.path, exc) from None
+        return at
+
+    def read_into(self, out: memoryview, at: int) -> None:
+        done = 0
+        try:
+            while done < out.nbytes:
+                got = os.preadv(self.fd, [out[done:]], at + done)
+                if got == 0:
+                    raise OSError(5, "the file ended early")
+                done += got
         except OSError as exc:
             raise SpillFailed(self.path, exc) from None
 
-    def windows(self, rows: int):
-        """The records, at most ``rows`` at a time, in order."""
-        self._close()
-        try:
-            with open(self.path, "rb") as f:
-                while True:
-                    got = np.fromfile(f, dtype=self.dtype, count=rows)
-                    if got.size == 0:
-                        return
-                    yield got
-        except OSError as exc:
-            raise SpillFailed(self.path, exc) from None
+    def release(self, at: int, nbytes: int) -> None:
+        with self._lock:
+            self.live -= nbytes
+        _punch(self.fd, at, nbytes)
 
-    def span(self, lo: int, hi: int) -> np.ndarray:
-        """Records ``lo`` to ``hi`` (not included)."""
-        self._close()
-        try:
-            with open(self.path, "rb") as f:
-                return np.fromfile(f, dtype=self.dtype, count=max(hi - lo, 0), offset=lo * self.dtype.itemsize)
-        except OSError as exc:
-            raise SpillFailed(self.path, exc) from None
-
-    def remove(self) -> None:
-        self._close()
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
         try:
             os.remove(self.path)
         except OSError:
             pass  # the folder is removed after
+
+
+def _punch(fd: int, at: int, nbytes: int) -> None:
+    """Give the file system back ``nbytes`` at ``at`` (a hole; the file keeps its size), where it can."""
+    global _fallocate
+    if _fallocate is None:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            _fallocate = libc.fallocate
+            _fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+        except (OSError, AttributeError):
+            _fallocate = False
+    if _fallocate:
+        _fallocate(fd, _PUNCH_HOLE | _KEEP_SIZE, at, nbytes)  # a file system that cannot: the space waits for close
+
+
+_fallocate = None
+_PUNCH_HOLE, _KEEP_SIZE = 0x02, 0x01  # linux/falloc.h
+
+
+class SpillFile:
+    """Records of ``dtype`` appended in order to segments of ``log``: gathered in memory up to
+    :data:`WRITE_BUFFER` bytes, a segment each time (a batch as large is a segment of its own)."""
+
+    def __init__(self, log: SpillLog, dtype: np.dtype):
+        self.log, self.dtype, self.rows = log, np.dtype(dtype), 0
+        self.path = log.path
+        self.segments: list[tuple[int, int]] = []  # (offset, bytes), in order
+        self._buffer = bytearray()
+
+    def append(self, records: np.ndarray) -> None:
+        if not records.size:
+            return
+        data = memoryview(np.ascontiguousarray(records, self.dtype)).cast("B")
+        self.rows += records.size
+        if data.nbytes >= WRITE_BUFFER:
+            self._flush()
+            self.segments.append((self.log.write(data), data.nbytes))
+            return
+        self._buffer += data
+        if len(self._buffer) >= WRITE_BUFFER:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._buffer:
+            self.segments.append((self.log.write(memoryview(self._buffer)), len(self._buffer)))
+            self._buffer = bytearray()
+
+    def read(self) -> np.ndarray:
+        """Every record (the bin stays)."""
+        return self.span(0, self.rows)
+
+    def windows(self, rows: int):
+        """The records, at most ``rows`` at a time, in order."""
+        for lo in range(0, self.rows, rows):
+            yield self.span(lo, min(lo + rows, self.rows))
+
+    def span(self, lo: int, hi: int) -> np.ndarray:
+        """Records ``lo`` to ``hi`` (not included)."""
+        self._flush()
+        size = self.dtype.itemsize
+        lo, hi = max(lo, 0), min(hi, self.rows)
+        out = np.empty(max(hi - lo, 0), dtype=self.dtype)
+        if out.size == 0:
+            return out
+        view = memoryview(out).cast("B")
+        want_lo, want_hi, pos = lo * size, hi * size, 0
+        for at, nbytes in self.segments:
+            a, b = max(want_lo, pos), min(want_hi, pos + nbytes)
+            if a < b:
+                self.log.read_into(view[a - want_lo : b - want_lo], at + a - pos)
+            pos += nbytes
+            if pos >= want_hi:
+                break
+        return out
+
+    def remove(self) -> None:
+        for at, nbytes in self.segments:
+            self.log.release(at, nbytes)
+        self.segments, self._buffer, self.rows = [], bytearray(), 0
 
 
 def take(records, at):
@@ -129,11 +206,6 @@ class Buckets:
 
     def __init__(self, files: list):
         self.files = files
-
-    @classmethod
-    def in_folder(cls, folder: str, name: str, dtype: np.dtype, count: int) -> "Buckets":
-        """``count`` spill files ``<name>.<k>`` in ``folder``."""
-        return cls([SpillFile(os.path.join(folder, f"{name}.{k}"), dtype) for k in range(count)])
 
     def __len__(self) -> int:
         return len(self.files)

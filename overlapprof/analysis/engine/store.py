@@ -3,8 +3,9 @@
 A :class:`Store` holds *bins*: records of one numpy dtype appended a batch at a time and read
 back whole or a window at a time (:meth:`Store.file`), and sets of bins that rows are routed to
 by a bucket number (:meth:`Store.buckets`). Every bin starts in memory; when the bytes held in
-memory pass the budget, the largest bin in memory goes to a file of the store's folder (and
-what is appended to it after goes there too), again until the store is under its budget: a bin
+memory pass the budget, the largest bin in memory goes to disk (and what is appended to it after
+goes there too: segments of the store's one file, :class:`~overlapprof.analysis.spill.SpillLog`),
+again until the store is under its budget: a bin
 at a time, so what fits is never written, and what does not is written once and read once. The
 folder (``$TMPDIR/overlapprof-*``) is made only when a first bin goes to disk (with a budget of
 0, when the store opens), and removed when the store closes. With no budget (None) nothing is written.
@@ -22,7 +23,7 @@ import shutil
 
 import numpy as np
 
-from overlapprof.analysis.spill import Buckets, SpillFailed, SpillFile, folder_name, make_folder, spill_error
+from overlapprof.analysis.spill import Buckets, SpillFailed, SpillFile, SpillLog, folder_name, make_folder, spill_error
 
 
 class Store:
@@ -37,6 +38,7 @@ class Store:
         self.held = 0  # bytes of the bins in memory
         self.bins: list[Bin] = []
         self.folder: str | None = None
+        self.log: SpillLog | None = None  # the one file of the bins on disk, made with the first
         self.spilled = 0  # bins sent to disk (tests read it)
 
     def __enter__(self) -> Store:
@@ -59,12 +61,15 @@ class Store:
         for b in self.bins:
             b.remove()
         self.bins = []
+        if self.log is not None:
+            self.log.close()
+            self.log = None
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None
 
     def file(self, name: str, dtype, columns: bool = False, fill: dict | None = None) -> Bin:
-        """A new bin of records of ``dtype`` (``name``: its file's, should it go to disk).
+        """A new bin of records of ``dtype`` (``name``: what it holds).
         ``columns``: its records are a dict of arrays, one per field of ``dtype`` (see :class:`Bin`);
         ``fill``: the value of each of these fields where a batch of records has none of it."""
         b = Bin(self, f"{len(self.bins)}.{name}", np.dtype(dtype), columns, fill)
@@ -77,8 +82,14 @@ class Store:
         """``count`` new bins that :meth:`Buckets.route` sends records to by bucket number."""
         return Buckets([self.file(f"{name}.{k}", dtype, columns) for k in range(count)])
 
+    def spill_log(self) -> SpillLog:
+        """The file the bins on disk write to (made now, if it is not yet)."""
+        if self.log is None:
+            self.log = SpillLog(self.path("bins"))
+        return self.log
+
     def path(self, name: str) -> str:
-        """Where a bin named ``name`` is written (the folder made now, if it is not yet)."""
+        """The path of ``name`` in the store's folder (the folder made now, if it is not yet)."""
         if self.folder is None:
             self.folder = folder_name()  # recorded before it is made: close() removes it whenever a SIGTERM lands
             try:
@@ -149,7 +160,7 @@ class Bin:
 
     def spill(self) -> None:
         """Send the records to a file, and what comes after."""
-        self.file = SpillFile(self.store.path(self.name), self.dtype)
+        self.file = SpillFile(self.store.spill_log(), self.dtype)
         for part in self.parts:
             self.file.append(self._rows(part))
         self.store.held -= self.bytes
