@@ -34,7 +34,7 @@ from overlapprof.errors import TraceError
 # Each row costs about ROW_WORK_BYTES while it is worked on.
 BUCKET_ROWS = 1 << 19
 ROW_WORK_BYTES = 200
-MAX_BUCKETS = 512  # open files: past ~50 GB of JSON the buckets grow instead
+MAX_BUCKETS = 512  # each a write buffer of every kind of bin (spill.WRITE_BUFFER): past ~50 GB of JSON the buckets grow instead
 
 _GPU_ROW = np.dtype([("corr", "<f8"), ("ts", "<f8"), ("dur", "<f8"), ("codes", "i1"), ("name_ids", "<i4"),
                      ("thread", "<i4"), ("row", "<i8")])
