@@ -11,6 +11,7 @@ count in a process's resident memory), into arrays that are let go of once used.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 import numpy as np
@@ -66,46 +67,47 @@ class SpillLog:
 
     def __init__(self, path: str):
         self.path, self.end, self.live = path, 0, 0  # live: bytes of the segments not removed
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # bins are written and read from two threads (the engine's ``ahead``)
         try:
-            self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            self._file = open(path, "x+b", buffering=0)  # noqa: SIM115 - closed by close()
         except OSError as exc:
             raise SpillFailed(path, exc) from None
 
     def write(self, data: memoryview) -> int:
         """Where ``data`` went (its offset), written whole."""
-        with self._lock:  # bins are written from two threads (the engine's ``ahead``): each its own place
+        with self._lock:
             at = self.end
+            try:
+                self._file.seek(at)
+                done = 0
+                while done < data.nbytes:
+                    done += self._file.write(data[done:])
+            except OSError as exc:
+                raise SpillFailed(self.path, exc) from None
             self.end += data.nbytes
             self.live += data.nbytes
-        done = 0
-        try:
-            while done < data.nbytes:
-                done += os.pwrite(self.fd, data[done:], at + done)
-        except OSError as exc:
-            raise SpillFailed(self.path, exc) from None
         return at
 
     def read_into(self, out: memoryview, at: int) -> None:
-        done = 0
-        try:
-            while done < out.nbytes:
-                got = os.preadv(self.fd, [out[done:]], at + done)
-                if got == 0:
-                    raise OSError(5, "the file ended early")
-                done += got
-        except OSError as exc:
-            raise SpillFailed(self.path, exc) from None
+        with self._lock:
+            try:
+                self._file.seek(at)
+                done = 0
+                while done < out.nbytes:
+                    got = self._file.readinto(out[done:])
+                    if not got:
+                        raise OSError(5, "the file ended early")
+                    done += got
+            except OSError as exc:
+                raise SpillFailed(self.path, exc) from None
 
     def release(self, at: int, nbytes: int) -> None:
         with self._lock:
             self.live -= nbytes
-        _punch(self.fd, at, nbytes)
+            _punch(self._file.fileno(), at, nbytes)
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self._file.close()
         try:
             os.remove(self.path)
         except OSError:
@@ -119,8 +121,9 @@ def _punch(fd: int, at: int, nbytes: int) -> None:
         try:
             import ctypes
 
-            libc = ctypes.CDLL(None, use_errno=True)
-            _fallocate = libc.fallocate
+            if not sys.platform.startswith("linux"):
+                raise OSError("no fallocate(PUNCH_HOLE)")
+            _fallocate = ctypes.CDLL(None, use_errno=True).fallocate
             _fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
         except (OSError, AttributeError):
             _fallocate = False
