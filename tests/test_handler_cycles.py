@@ -15,7 +15,7 @@ from overlapprof.errors import InputError
 from overlapprof.renderers.tensorboard import ensure_scalars
 
 JOB = textwrap.dedent("""
-    import sys, torch, torch.distributed as dist
+    import os, sys, torch, torch.distributed as dist
     dist.init_process_group("gloo")
     schedule = torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=2)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=schedule,
@@ -26,6 +26,10 @@ JOB = textwrap.dedent("""
             prof.step()
     dist.barrier()  # no rank tears gloo down while its peer still sends (a rank aborted once without it)
     dist.destroy_process_group()
+    # every trace is written: end before the interpreter's teardown, as overlapprof's harness does
+    # (a rank aborted there once more, "terminate called without an active exception": stop 50)
+    sys.stdout.flush(), sys.stderr.flush()
+    os._exit(0)
 """)
 
 
