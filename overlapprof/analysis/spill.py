@@ -1,6 +1,6 @@
-"""Rows kept on disk: records of one numpy dtype appended a chunk at a time to a file and read
-back whole or a window at a time (:class:`SpillFile`), and files that rows are routed to by a
-bucket number (:class:`Buckets`).
+"""Rows kept on disk: records of one numpy dtype appended a chunk at a time to segments of one
+file (:class:`SpillLog`) and read back whole or a window at a time (:class:`SpillFile`), and bins
+that rows are routed to by a bucket number (:class:`Buckets`).
 
 What a :class:`~overlapprof.analysis.engine.store.Store` writes past its budget: memory then
 holds a chunk and each bin's write buffer, whatever the trace's size. Every bin of a store writes
@@ -141,7 +141,6 @@ class SpillFile:
 
     def __init__(self, log: SpillLog, dtype: np.dtype):
         self.log, self.dtype, self.rows = log, np.dtype(dtype), 0
-        self.path = log.path
         self.segments: list[tuple[int, int]] = []  # (offset, bytes), in order
         self._buffer = bytearray()
 

@@ -43,7 +43,7 @@ from overlapprof.analysis.rank.events import (EventSet, Steps, extract, filtered
 from overlapprof.analysis.rank.issuing import NameTables, call_union, encloses_calls, inside_calls
 from overlapprof.analysis.rank.scan import Scan
 from overlapprof.analysis.rank import spilled
-from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, one_by_one, read_spilled
+from overlapprof.analysis.rank.spilled import SpilledFile, calls_by_time, joined_by_time, read_spilled
 from overlapprof.analysis.spill import Sample, take
 from overlapprof.analysis.intervals import Intervals, event_ends, union
 from overlapprof.analysis.interference import InterferenceBuilder
@@ -149,7 +149,7 @@ def _classify_gpu(f: SpilledFile, comm_re, comm_ann, tables: NameTables, feed: _
 
     # what outlives a bucket is made here, not in ``each``'s thread: glibc gives each thread its
     # own heap, whose pages an array kept from it would hold (30 MB more at 2 GB)
-    for ev, found, sets, lookalikes, comm_at in (each or one_by_one)(buckets(), classified):
+    for ev, found, sets, lookalikes, comm_at in each(buckets(), classified) if each else map(classified, buckets()):
         if needs is not None:
             needs.add_gpu(ev["thread"][found], ev["launch_ts"][found], event_ends(ev["ts"][found], ev["dur"][found]))
         feed.lookalikes.append(lookalikes)

@@ -252,7 +252,7 @@ def joined_by_time(f: SpilledFile, edges: np.ndarray, store, needs=None, wait_id
                                                           "right")
         return joined, at, waits
 
-    for joined, at, waits in (each or one_by_one)(read(), join):
+    for joined, at, waits in each(read(), join) if each else map(join, read()):
         if waits is not None:
             needs.add_waits(*waits)
         if at is None:  # one time bucket
@@ -260,12 +260,6 @@ def joined_by_time(f: SpilledFile, edges: np.ndarray, store, needs=None, wait_id
         else:
             out.route(at, joined)
     return out
-
-
-def one_by_one(items, fn):
-    """``fn`` over ``items`` in this thread: ``each`` without a parallel read (whose ``ahead``
-    computes the next one in a thread)."""
-    return map(fn, items)
 
 
 def calls_by_time(f: SpilledFile, edges: np.ndarray, store):
