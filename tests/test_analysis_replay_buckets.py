@@ -120,3 +120,44 @@ def test_advise_splits_one_bucket_into_halves_that_each_keep_its_time_beyond_its
     assert rp.one_bucket() is not None and rp.base.prediction.step_us == pytest.approx(1500, abs=2)
     assert rp.predict("bucket_cap_mb=1").prediction.step_us == pytest.approx(1500, abs=2)
     assert rp.predict("bucket_cap_mb=0.25").prediction.step_us == pytest.approx(1860, abs=3)
+
+
+def _grads(at, *shapes):
+    """AccumulateGrad ops (autograd's, with their gradient's shape) just before ``at``, one µs each."""
+    return [S.cpu_op("torch::autograd::AccumulateGrad", at - len(shapes) + k, 1, args={"Input Dims": [list(s)]})
+            for k, s in enumerate(shapes)]
+
+
+def _parameters_run(folder, first, second):
+    """:func:`_run`'s steps (buckets of 1000 float32 each), the gradients each bucket holds recorded
+    before its issue: ``first``'s shapes in the first bucket, ``second``'s in the second."""
+    folder.mkdir()
+    events = []
+    for n, base, x in ((1, 0, 300), (2, 1700, 200), (3, 3200, 300)):
+        events += _step(n, base, x, x) + _grads(base + 400, *first) + _grads(base + 800 + x, *second)
+    for rank in (0, 1):
+        S.write(folder / f"rank{rank}.1.pt.trace.json", S.trace(events, rank=rank, world_size=2, backend="gloo"))
+    return str(folder)
+
+
+def _made(result, change):
+    [note] = [n for p in result.predictions for n in p.notes if n.startswith(f"{change}: ")]
+    return int(note.split(": ")[1].split()[0])
+
+
+def test_a_cap_below_a_parameter_keeps_it_whole_as_ddp_does(tmp_path):
+    """Each traced bucket holds one parameter of 1000 float32 (4000 bytes; its shape [10, 100]):
+    under a cap of 2000 bytes DDP still makes one bucket of each, the step as traced (3 steps, 2
+    buckets each: 6), where splitting a bucket evenly made 12 and another step. Where the first
+    bucket holds two parameters of 500 (2000 bytes each), the cap closes a bucket after each: 3 a
+    step, 9 in all. Gradients whose elements are not the all_reduce's bytes (800 elements in a
+    4000-byte bucket: its all_reduces are not only DDP's) are not used: 12, as without them."""
+    one = whatif([_parameters_run(tmp_path / "one", [(10, 100)], [(1000,)])], [SPLIT], workers=1)
+    assert _made(one, SPLIT) == 6
+    assert one.predictions[0].step_us == pytest.approx(one.replayed_step_us, rel=1e-9)
+    two = whatif([_parameters_run(tmp_path / "two", [(500,), (500,)], [(1000,)])], [SPLIT], workers=1)
+    assert _made(two, SPLIT) == 9
+    odd = whatif([_parameters_run(tmp_path / "odd", [(800,)], [(1000,)])], [SPLIT], workers=1)
+    assert _made(odd, SPLIT) == 12
+    bare = whatif([_run(tmp_path / "bare", loopback=False)], [SPLIT], workers=1)
+    assert _made(bare, SPLIT) == 12

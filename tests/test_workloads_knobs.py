@@ -168,3 +168,31 @@ def test_compute_repeat_leaves_the_layers_output_and_gradients_as_they_were(work
         results.append((y.detach(), layer.weight.grad, layer.bias.grad, x.grad))
     assert all(torch.equal(a, b) for a, b in zip(*results))
     assert results[0][1].abs().sum() > 0  # a gradient there was
+
+
+
+def _made(result) -> dict:
+    """Change -> the buckets its regrouping made in all (its note)."""
+    return {p.change: int(n.split(": ")[1].split()[0]) for p in result.predictions for n in p.notes
+            if n.startswith(f"{p.change}: ") and "buckets in all" in n}
+
+
+def test_whatif_regroups_ddps_real_gradients_as_ddp_buckets_them(knob_runs):
+    """From the 25 MiB run (one bucket a step, 2 profiled steps), with the gradients' shapes its
+    trace records (``torch::autograd::AccumulateGrad``, 8 a step: 4 weights of 65,536 bytes, 4
+    biases of 512): 0.1 MiB makes 2 buckets a step, as the 0.1 MiB run made (4 in all); 0.02 MiB,
+    under a weight's size, one bucket a layer (a bias, then its weight: 8 in all), never part of a
+    parameter (the bucket split evenly in 20,972-byte pieces made 12 a step); its own cap, its
+    own bucket (2). The 0.1 MiB run repeats each layer on detached copies (``compute_repeat=2``),
+    whose gradients autograd accumulates too: 19 a step, not DDP's alone, so its buckets are split
+    evenly as without shapes (6 pieces each at 0.02 MiB: 24)."""
+    from overlapprof.analysis.replay.predict import whatif
+
+    small = [_counts(s)["c10d::allreduce_"] for s in _steps(knob_runs["ddp_small_buckets"])]
+    changes = ["bucket_cap_mb=0.1", "bucket_cap_mb=0.02", "bucket_cap_mb=25"]
+    made = _made(whatif([str(knob_runs["ddp_views"])], changes, workers=1))
+    assert made == {"bucket_cap_mb=0.1": sum(small), "bucket_cap_mb=0.02": 8, "bucket_cap_mb=25": 2}, (made, small)
+    result = whatif([str(knob_runs["ddp_small_buckets"])], ["bucket_cap_mb=0.1", "bucket_cap_mb=0.02"], workers=1)
+    assert _made(result) == {"bucket_cap_mb=0.1": 4, "bucket_cap_mb=0.02": 24}
+    own = next(p for p in result.predictions if p.change == "bucket_cap_mb=0.1")
+    assert own.step_us == pytest.approx(result.replayed_step_us, rel=1e-9)

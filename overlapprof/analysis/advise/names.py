@@ -17,6 +17,7 @@ import numpy as np
 
 from overlapprof.analysis import intervals as iv
 from overlapprof.analysis.rank.classify import is_comm_call, is_host_sync
+from overlapprof.analysis.replay.gradients import MAX_BYTES  # a larger file is not read again: no names
 
 _BACKENDS = ("gloo:", "nccl:", "mpi:", "ucc:", "record_param_comms")
 
@@ -33,7 +34,6 @@ class _File(msgspec.Struct):
     traceEvents: list[_Event] = []  # noqa: N815 - Kineto's key
 
 
-MAX_BYTES = 256 << 20  # a file larger than this is not read again for names: the words go without them
 
 
 def events(files: list[str]) -> list[_Event]:

@@ -112,7 +112,8 @@ def split(tr: Traced, ctx: Context, backward: dict[int, list[float]]) -> tuple[T
     tr.warm = np.append(tr.warm, np.zeros(len(transfer), dtype=bool))
     model = replace(ctx.model, latency=np.append(latency, lat_new))
     cost = np.append(ctx.interference, np.zeros(len(transfer))) if ctx.interference.size else ctx.interference
-    return tr, Context(model, ctx.link_bytes_per_us, cost, per_operation=ctx.per_operation)
+    return tr, Context(model, ctx.link_bytes_per_us, cost, op_shapes=ctx.op_shapes, files=ctx.files,
+                       per_operation=ctx.per_operation)
 
 
 def _append(tr: Traced, rows: list[dict]) -> None:

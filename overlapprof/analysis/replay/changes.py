@@ -37,6 +37,7 @@ import numpy as np
 
 from overlapprof.analysis.rank.classify import KINDS
 from overlapprof.analysis.replay.buckets import Refused, regroup
+from overlapprof.analysis.replay.gradients import gradients
 from overlapprof.analysis.replay.hostsync import drop_barriers
 from overlapprof.analysis.replay.microbatch import RECV, micro_batches, pipeline
 from overlapprof.analysis.replay.percall import shares
@@ -67,15 +68,24 @@ class Context:
     # rank -> its files' host ops with their shapes, from the analysis's one read (Analyzed.op_shapes):
     # what micro_batches reads of their ops (:mod:`.percall`)
     op_shapes: dict = field(default_factory=dict)
+    # rank -> its trace files: bucket_cap_mb reads DDP's gradients from them (:mod:`.gradients`)
+    files: dict = field(default_factory=dict)
     # over loopback: a bucket's time beyond its bytes' least hindered pace is paid per operation (:mod:`.buckets`)
     per_operation: bool = False
     _per_call: dict | None = None
+    _gradients: dict | None = None
 
     def per_call(self) -> dict:
         """Rank -> step number -> the per-call share of the micro-batches' compute (made once)."""
         if self._per_call is None:
             self._per_call = shares(self.op_shapes)
         return self._per_call
+
+    def gradients(self) -> dict:
+        """Rank -> step number -> its gradients' elements in the order backward made them (made once)."""
+        if self._gradients is None:
+            self._gradients = gradients(self.files)
+        return self._gradients
 
 
 @dataclass
@@ -161,7 +171,7 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
             cap = _size_mb(value)
             try:
                 made = regroup(tr, cap, ctx.model.latency, ctx.per_operation,
-                               ctx.interference if ctx.link_bytes_per_us else None)
+                               ctx.interference if ctx.link_bytes_per_us else None, ctx.gradients())
             except Refused as exc:
                 raise Unmodelled(f"bucket_cap_mb={value}: {exc}") from None
             notes.append(f"bucket_cap_mb={value}: {made} bucket{'s' if made != 1 else ''} in all replace the traced "

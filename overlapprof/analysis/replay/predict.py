@@ -192,7 +192,7 @@ def prepare(report: Report, tr: Traced, op_shapes: dict | None = None) -> Prepar
     latency = loopback_latency(tr, model) if over_loopback else []
     cost, words = interference(tr, any(r.mode == "cpu" for r in report.ranks))
     return Prepared(model, Context(model, res.link_bytes_per_us, cost, op_shapes=dict(op_shapes or {}),
-                                       per_operation=over_loopback),
+                                       files={r.rank: list(r.files) for r in report.ranks}, per_operation=over_loopback),
                     Stretcher(tr, cost, res.link_bytes_per_us), rank_factors(report), shares(report, tr, model),
                     latency, words, CoreSharing(tr, res.hosts))
 

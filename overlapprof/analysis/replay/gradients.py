@@ -1,0 +1,116 @@
+"""The gradients of each step, parameter by parameter, read from the ops of the traces
+(``record_shapes``): what ``bucket_cap_mb`` regroups into DDP's buckets (:mod:`.buckets`).
+
+Autograd accumulates each parameter's gradient in a ``torch::autograd::AccumulateGrad`` op whose
+recorded input is that gradient: the product of its shape is the parameter's elements. In a step,
+those ops in time order are the order backward produced the gradients, the order DDP's reducer
+fills its buckets in (it rebuilds them after the first iteration from the order the gradients
+became ready). DDP puts whole parameters in a bucket and closes it at the first parameter that
+fills it to the cap, so with each parameter's size a new cap's buckets are DDP's own; without
+them the traced buckets are split evenly, which can cut a parameter in two. The element size is
+not in the shapes: it is the step's all_reduce bytes over its gradients' elements, and where that
+is not a whole 1, 2, 4 or 8 bytes (the all_reduces are not only DDP's, or autograd accumulated
+gradients into other leaves too) the regrouping goes without the parameters.
+
+The files are read again for these ops, only when a ``bucket_cap_mb`` change is replayed, as
+advise reads them again for its words (:mod:`overlapprof.analysis.advise.names`, the same size
+limit): asking the analysis's one read for every op's shapes (``AnalyzeOptions.op_shapes``)
+decodes every ``cpu_op``'s args and reads a large file in one process, which made ``advise`` of
+``tests/data/mtia`` 0.8 → 1.1 s whether the trace had DDP's buckets or not.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from overlapprof.analysis.rank.op_shapes import STEP, shapes
+
+ACCUMULATE = "torch::autograd::AccumulateGrad"
+MAX_BYTES = 256 << 20  # a file larger than this is not read again (advise's names keep the same limit)
+ELEMENT_BYTES = (1, 2, 4, 8)
+
+
+class _Event(msgspec.Struct):
+    name: str = ""
+    ph: str = ""
+    ts: float = 0.0
+    dur: float = 0.0
+    args: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _File(msgspec.Struct):
+    traceEvents: list[_Event] = []  # noqa: N815 - Kineto's key
+
+
+class _Dims(msgspec.Struct):
+    input_dims: list | None = msgspec.field(default=None, name="Input Dims")
+
+
+def file_gradients(path: str) -> dict[int, list[int]]:
+    """Step number -> the elements of each gradient accumulated inside its ``ProfilerStep#N``
+    span, in time order (any thread: on CUDA backward runs on autograd's device thread); {} for
+    a file that is not a Kineto trace or is larger than :data:`MAX_BYTES`."""
+    try:
+        if Path(path).stat().st_size > MAX_BYTES:
+            return {}
+        data = Path(path).read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        events = msgspec.json.decode(data, type=_File).traceEvents
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError, EOFError):
+        return {}
+    steps, grads = [], []
+    for e in events:
+        if e.ph != "X":
+            continue
+        if e.name.startswith(STEP):
+            try:
+                steps.append((e.ts, e.ts + e.dur, int(e.name[len(STEP):])))
+            except ValueError:
+                continue
+        elif e.name == ACCUMULATE:
+            try:
+                dims = msgspec.json.decode(e.args, type=_Dims).input_dims
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            found = shapes(dims)
+            if found:
+                grads.append((e.ts, int(np.prod(found[0]))))
+    grads.sort()
+    starts = [t for t, _ in grads]
+    out = {}
+    for lo, hi, number in steps:
+        inside = grads[bisect.bisect_left(starts, lo):bisect.bisect_left(starts, hi)]
+        if inside:
+            out[number] = [n for _, n in inside]
+    return out
+
+
+def gradients(files: dict[int, list[str]]) -> dict[int, dict[int, list[int]]]:
+    """Rank -> step number -> its gradients' elements in the order backward made them, from each
+    rank's trace files (none from a trace without ``record_shapes`` or an Nsight Systems export)."""
+    out: dict[int, dict[int, list[int]]] = {}
+    for rank, paths in files.items():
+        for path in paths:
+            found = file_gradients(path)
+            if found:
+                out.setdefault(rank, {}).update(found)
+    return out
+
+
+def parameter_bytes(elements: list[int], total_bytes: float) -> np.ndarray | None:
+    """Each gradient's bytes, the element size being ``total_bytes`` (the step's all_reduce bytes)
+    over the elements; None where that is not a whole :data:`ELEMENT_BYTES`."""
+    n = float(sum(elements))
+    if n <= 0 or not total_bytes > 0:
+        return None
+    size = total_bytes / n
+    whole = min(ELEMENT_BYTES, key=lambda b: abs(b - size))
+    if abs(size - whole) > 1e-6 * whole:
+        return None
+    return np.asarray(elements, dtype=float) * whole
