@@ -42,6 +42,12 @@ runs alone (K times the runs; the advice is the planted configuration's first ru
     python benchmarks/advise_bench.py                             # every case, once
     python benchmarks/advise_bench.py --only ddp --repeat 2 --out /tmp/ab
     python benchmarks/advise_bench.py --only allreduce --runs 3   # each configuration 3 times
+    python benchmarks/advise_bench.py --rescore /tmp/ab --repeat 2 --runs 3   # runs nothing
+
+``--rescore DIR`` runs nothing: it advises again, with this checkout, the planted runs a bench kept
+(``--out DIR``) and scores that advice against the same bench's runs, so that a change to the
+model is judged on the same measurements before and after (a configuration a new suggestion leads
+to that the bench never ran is not scored).
 """
 
 from __future__ import annotations
@@ -227,6 +233,29 @@ def median_of_runs(runner: Runner) -> MedianOfRuns:
                         steps={k: statistics.median(v) for k, v in runner.runs.items()})
 
 
+@dataclass
+class Saved(Runner):
+    """The run directories of an earlier bench (``--rescore DIR``): nothing is run; a configuration
+    that was not run there has no directory (None)."""
+
+    def run(self, config: tuple, like: Path | None = None) -> Path | None:
+        return self.dirs.get(config)
+
+
+def saved_runs(out: Path, tag: str) -> Saved:
+    """The runs of repeat ``tag`` (``r0``, ``r1``, ...) in ``out``, each configuration's runs in the
+    order they were made (their numbers), its first run's directory and step those a Runner keeps."""
+    saved = Saved(out, tag)
+    for run_dir in sorted(out.glob(f"{tag}-*"), key=lambda d: int(d.name.split("-")[1])):
+        run = json.loads((run_dir / "run.json").read_text())
+        rate = (run.get("link") or {}).get("rate")
+        config = _full(_key(run["workload"]["name"], run["variant"], rate, run["options"]))
+        saved.runs.setdefault(config, []).append(step_ms(run_dir))
+        saved.dirs.setdefault(config, run_dir)
+        saved.steps.setdefault(config, saved.runs[config][0])
+    return saved
+
+
 def step_ms(run_dir: Path) -> float:
     """The median of every rank's profiled host step times (run.json), ms."""
     run = json.loads((run_dir / "run.json").read_text())
@@ -329,6 +358,10 @@ def main() -> None:
                              "by each configuration's first run is printed beside it")
     parser.add_argument("--out", type=Path, default=None, help="keep the run directories here")
     parser.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
+    parser.add_argument("--rescore", type=Path, default=None, metavar="DIR",
+                        help="run nothing: advise again, with this checkout, the planted runs an earlier bench kept "
+                             "in DIR (--out), and score the advice against that bench's runs (--repeat and --runs "
+                             "as it ran); a change none of them ran is not scored")
     args = parser.parse_args()
     cases = [c for c in CASES if not args.only or any(c.name.startswith(o) for o in args.only)]
     if not cases:
@@ -342,6 +375,9 @@ def main() -> None:
     if missing is not None:
         print(f"advise_bench: skipped: `overlapprof advise` is not in this checkout ({missing}); it comes with "
               "the advise branch (issue 37)")
+        return
+    if args.rescore is not None:
+        rescore(cases, args.rescore, args.repeat, args.runs)
         return
     from overlapprof.launch.host import PIN_ENV
 
@@ -366,6 +402,28 @@ def main() -> None:
         print("\nscored by each configuration's first run (the rows above the median-of-runs ones):")
     _summary(rows)
     print(f"end: {time.strftime('%H:%M:%S', time.gmtime())} UTC; {_uptime()}")
+
+
+def rescore(cases: list[Case], out: Path, repeat: int, runs: int) -> None:
+    """``--rescore``: the cases scored again on the runs kept in ``out``, each planted run advised
+    by this checkout (a model change judged on the same runs: no run's noise between before and
+    after)."""
+    print(f"rescore of {out} at {time.strftime('%H:%M:%S', time.gmtime())} UTC; {_uptime()}")
+    rows, median_rows = [], []
+    for rep in range(repeat):
+        saved = saved_runs(out, f"r{rep}")
+        order = cases if rep % 2 == 0 else cases[::-1]
+        rows += [_case(case, rep, saved) for case in order]
+        if runs > 1:
+            print(f"-- repeat {rep}: each configuration's step the median of its runs --")
+            medians = Saved(out, saved.tag, dirs=saved.dirs, runs=saved.runs,
+                            steps={k: statistics.median(v) for k, v in saved.runs.items()})
+            median_rows += [_case(case, rep, medians) for case in order]
+    if runs > 1:
+        print(f"\nscored by the median of each configuration's {runs} runs:")
+        _summary(median_rows)
+        print("\nscored by each configuration's first run (the rows above the median-of-runs ones):")
+    _summary(rows)
 
 
 def _median_of_runs(cases: list[Case], rep: int, runner: Runner, runs: int) -> list[dict]:
@@ -399,7 +457,9 @@ def _case(case: Case, rep: int, runner: Runner) -> dict:
             continue
         config = _full(config)
         if config not in steps:
-            runner.run(config)
+            if runner.run(config) is None:  # --rescore: the bench it reads never ran it
+                led.append((item, None, f"{_describe(config)} not run in the saved bench"))
+                continue
             steps[config] = runner.steps[config]
         led.append((item, steps[config], ""))
     row = {"case": case.name, "rep": rep, "planted": planted, "best": best, "items": len(items),
