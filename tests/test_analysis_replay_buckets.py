@@ -141,7 +141,7 @@ def _parameters_run(folder, first, second):
 
 
 def _made(result, change):
-    [note] = [n for p in result.predictions for n in p.notes if n.startswith(f"{change}: ")]
+    [note] = [n for p in result.predictions for n in p.notes if n.startswith(f"{change}: ") and " in all " in n]
     return int(note.split(": ")[1].split()[0])
 
 
@@ -161,3 +161,31 @@ def test_a_cap_below_a_parameter_keeps_it_whole_as_ddp_does(tmp_path):
     assert _made(odd, SPLIT) == 12
     bare = whatif([_run(tmp_path / "bare", loopback=False)], [SPLIT], workers=1)
     assert _made(bare, SPLIT) == 12
+
+
+def _unpaired_run(folder, steps_unpaired):
+    """:func:`_run`'s three steps, rank 1's second bucket of the steps in ``steps_unpaired`` a
+    different size (999 float32), so that the cross-rank matching pairs neither rank's."""
+    folder.mkdir()
+    for rank in (0, 1):
+        events = []
+        for n, base, x in ((1, 0, 300), (2, 1700, 200), (3, 3200, 300)):
+            step = _step(n, base, x, x)
+            if rank == 1 and n in steps_unpaired:
+                step[-2]["args"]["Input Dims"] = [[999]]  # the second bucket's gloo span
+            events += step
+        S.write(folder / f"rank{rank}.1.pt.trace.json", S.trace(events, rank=rank, world_size=2, backend="gloo"))
+    return str(folder)
+
+
+def test_a_step_whose_buckets_are_not_paired_across_ranks_is_left_as_traced(tmp_path):
+    """One step of three with a bucket the matching cannot pair (its sizes differ between the
+    ranks): the other two are regrouped (merged: one bucket each) and the note says one step is
+    left as traced; two of three: most steps cannot be regrouped, the change is not modelled."""
+    one = whatif([_unpaired_run(tmp_path / "one", {2})], [MERGED], workers=1)
+    assert _made(one, MERGED) == 2
+    notes = [n for p in one.predictions for n in p.notes]
+    assert f"{MERGED}: 1 step left as traced: the cross-rank matching did not pair their all_reduce operations " \
+           "one per rank" in notes
+    two = whatif([_unpaired_run(tmp_path / "two", {1, 2})], [MERGED], workers=1)
+    assert not two.predictions[0].modelled and "(2 of 3 steps)" in two.predictions[0].reason

@@ -59,6 +59,32 @@ def test_median_of_runs_scores_each_configuration_by_the_median_of_its_runs(tmp_
     assert medians.run(a) == tmp_path / "a" and medians.count == 0  # nothing run again
 
 
+def _saved(folder, variant, steps, options=None):
+    import json
+
+    folder.mkdir()
+    ranks = {str(r): {"step_times_ms": {"profiled": steps}} for r in (0, 1)}
+    (folder / "run.json").write_text(json.dumps({"workload": {"name": "allreduce"}, "variant": variant,
+                                                  "options": options or {}, "link": None, "ranks": ranks}))
+
+
+def test_rescore_reads_a_kept_bench_as_its_runner_kept_it(tmp_path):
+    """``--rescore``: each kept run directory is its configuration again (run.json's workload,
+    variant, link and options, the defaults filled in as a Runner keys them), its runs in the order
+    of their numbers (r0-10 after r0-2), the first one its directory and step; another repeat's
+    and a configuration the bench never ran are not there (None: not scored)."""
+    _saved(tmp_path / "r0-002-allreduce-sync", "sync", [9.0, 9.0])
+    _saved(tmp_path / "r0-010-allreduce-sync", "sync", [7.0])
+    _saved(tmp_path / "r0-003-allreduce-async", "async", [5.0], {"wait_early": False})
+    _saved(tmp_path / "r1-001-allreduce-sync", "sync", [1.0])
+    saved = advise_bench.saved_runs(tmp_path, "r0")
+    sync = advise_bench._full(("allreduce", "sync", None, ()))
+    not_early = advise_bench._full(("allreduce", "async", None, (("wait_early", False),)))
+    assert saved.runs == {sync: [9.0, 7.0], not_early: [5.0]}
+    assert saved.dirs[sync] == tmp_path / "r0-002-allreduce-sync" and saved.steps[sync] == 9.0
+    assert saved.run(advise_bench._full(("allreduce", "sync", "1gbit", ()))) is None
+
+
 def test_advise_bench_refuses_fewer_than_one_run_in_one_line():
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "advise_bench.py"), "--runs", "0"],
                           capture_output=True, text=True)

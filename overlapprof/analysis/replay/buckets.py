@@ -282,7 +282,7 @@ def _slowed(slope: float, traced_per_byte: float, size: float, issue, until, sta
 
 
 def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool = False,
-            cost: np.ndarray | None = None, gradients: dict | None = None) -> int:
+            cost: np.ndarray | None = None, gradients: dict | None = None) -> tuple[int, int]:
     """Rewrite ``tr`` in place for buckets of ``cap_mb`` MiB (see the module docstring); the new
     buckets per step. ``per_operation``: over loopback, what a step's buckets took beyond their
     bytes at the least hindered pace is paid per bucket (:func:`_per_operation`), not per byte.
@@ -290,7 +290,10 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool 
     interference fit); over a paced link a new bucket with more compute beside it a byte than the
     traced ones is charged for the difference at the same rate (:func:`_slowed`). ``gradients``:
     rank -> step number -> its gradients' elements in backward's order (:mod:`.gradients`): the
-    new buckets hold whole parameters. Refused when the trace lacks what it needs."""
+    new buckets hold whole parameters. Returns the new buckets in all and the steps left as
+    traced because the cross-rank matching did not pair their all_reduces (a step's buckets are
+    one instance per rank: the replay cannot regroup what it cannot pair); Refused when the trace
+    lacks what it needs, or most steps are not paired."""
     cap = cap_mb * MIB
     per_rank = {r: _step_buckets(tr, lane) for r, lane in tr.lanes.items()}
     if not any(per_rank.values()):
@@ -306,6 +309,7 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool 
                                                                 cost, compute_beside)
     new_rows: list[dict] = []
     made = 0
+    unmatched: list[int] = []  # steps whose all_reduces the cross-rank matching did not pair
     for k in steps:
         rows = {r: b.get(k, []) for r, b in per_rank.items()}
         counts = {len(v) for v in rows.values()}
@@ -315,7 +319,8 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool 
             raise Refused(f"step index {k}: ranks issued different numbers of all_reduce operations {sorted(counts)}")
         insts = [tr.inst[v] for v in rows.values()]
         if any((i < 0).any() for i in insts) or any((i != insts[0]).any() for i in insts):
-            raise Refused("the all_reduce operations are not matched one per rank across the ranks")
+            unmatched.append(k)  # left as traced (below: refused where most steps are)
+            continue
         nbytes = tr.nbytes[next(iter(rows.values()))]
         if np.isnan(nbytes).any() or (nbytes <= 0).any():
             raise Refused("the all_reduce operations' sizes are not in the trace")
@@ -392,8 +397,11 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool 
             tr.transfer = np.append(tr.transfer, x)
             tr.warm = np.append(tr.warm, False)
         made += len(bounds)
+    if 2 * len(unmatched) > len(steps):
+        raise Refused("the all_reduce operations are not matched one per rank across the ranks "
+                      f"({len(unmatched)} of {len(steps)} steps)")
     _append(tr, new_rows)
-    return made
+    return made, len(unmatched)
 
 
 def _parameters(tr: Traced, rows: dict, k: int, gradients: dict | None, total: float) -> np.ndarray | None:

@@ -170,12 +170,15 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
         elif name == "bucket_cap_mb":
             cap = _size_mb(value)
             try:
-                made = regroup(tr, cap, ctx.model.latency, ctx.per_operation,
-                               ctx.interference if ctx.link_bytes_per_us else None, ctx.gradients())
+                made, unpaired = regroup(tr, cap, ctx.model.latency, ctx.per_operation,
+                                         ctx.interference if ctx.link_bytes_per_us else None, ctx.gradients())
             except Refused as exc:
                 raise Unmodelled(f"bucket_cap_mb={value}: {exc}") from None
             notes.append(f"bucket_cap_mb={value}: {made} bucket{'s' if made != 1 else ''} in all replace the traced "
                          "all_reduce operations")
+            if unpaired:
+                notes.append(f"bucket_cap_mb={value}: {unpaired} step{'s' if unpaired != 1 else ''} left as traced: "
+                             "the cross-rank matching did not pair their all_reduce operations one per rank")
         elif name == "no_host_sync":
             notes += _no_host_sync(tr, value, ctx)
         else:  # micro_batches
