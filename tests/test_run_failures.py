@@ -102,6 +102,10 @@ def test_deadlock_ends_at_timeout_naming_the_hung_call(tmp_path):
     assert "dist.recv(buf" in line and "phase 'comm' of warmup step 0" in line
     run = json.loads((tmp_path / "d-sync" / "run.json").read_text())
     assert run["status"] == "failed" and run["failure"]["error_kind"] == "timeout"
+    # both ranks blocked in recv: rank 0 does not wait its grace (8 s after the 3 s timeout: nothing
+    # can unwind them), it exits as soon as both records say so (about 4 s in all, 12 s before)
+    took = float(re.search(r"deadlock/sync: failed in ([0-9.]+) s", proc.stderr).group(1))
+    assert took < 3 + 8, proc.stderr[-2000:]
 
 
 @pytest.mark.parametrize("args,message", [

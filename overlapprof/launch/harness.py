@@ -78,7 +78,8 @@ _SIGNAL_GRACE_S = 2.0  # how long a signalled rank may take to save its traces a
 _HARNESS_TIMEOUT_S = 600.0
 # A rank whose watchdog fired unwinds so that the profiler saves the cycle in progress; one blocked
 # in a C call (a collective) unwinds only when a peer's exit ends it. The lowest rank gives up
-# first, freeing the others, which have _HANG_GRACE_STAGGER_S more.
+# first, freeing the others, which have _HANG_GRACE_STAGGER_S more; at once where every rank is so
+# blocked (a deadlock: the grace would only wait).
 _HANG_GRACE_S = 8.0
 _HANG_GRACE_STAGGER_S = 4.0
 _SAVE_LIMIT_S = 30.0  # how long a trace being saved may take before a hung rank exits anyway
@@ -362,10 +363,27 @@ class Harness:
             signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
         grace = _HANG_GRACE_S + (_HANG_GRACE_STAGGER_S if self.rank else 0.0)
         deadline = time.monotonic() + grace
+        deadlocked = self.rank == 0 and stall.get("waiting_on_peers") is True
         while time.monotonic() < deadline or (self.saving and time.monotonic() < deadline + _SAVE_LIMIT_S):
+            if deadlocked and self._all_waiting_on_peers():
+                break  # nobody can unwind until one rank exits: this one, now, not after the grace
             time.sleep(0.05)
         sys.stdout.flush()
         os._exit(TIMEOUT_EXIT_CODE)
+
+    def _all_waiting_on_peers(self) -> bool:
+        """Whether every rank of the run, all on this node, timed out blocked in a communication
+        call (each rank's record says so): a deadlock, which the grace cannot end."""
+        if int(os.environ.get("LOCAL_WORLD_SIZE", 0)) != self.world_size:
+            return False  # another node's ranks are not seen here
+        for rank in range(self.world_size):
+            try:
+                record = run_record.read_rank(directory.rank_file(self.run_dir, rank))
+            except Exception:  # not written yet, or being replaced
+                return False
+            if record.error_kind != "timeout" or record.waiting_on_peers is not True:
+                return False
+        return True
 
     def _interrupted(self):
         return self.stopped is not None and self.stopped.signum == signal.SIGINT
