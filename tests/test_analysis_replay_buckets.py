@@ -189,3 +189,27 @@ def test_a_step_whose_buckets_are_not_paired_across_ranks_is_left_as_traced(tmp_
            "one per rank" in notes
     two = whatif([_unpaired_run(tmp_path / "two", {1, 2})], [MERGED], workers=1)
     assert not two.predictions[0].modelled and "(2 of 3 steps)" in two.predictions[0].reason
+
+
+def test_one_bucket_is_split_where_its_gradients_were_accumulated(tmp_path):
+    """:func:`_one_bucket_run`'s steps, each 1 MiB bucket's gradients recorded: two parameters of
+    0.5 MiB, accumulated at work 400 and at 800 (the issue). Under a 0.5 MiB cap the first new
+    bucket is issued at 400, beside the second half of backward: in steps 1 and 3 (a bucket's
+    600 µs, latency 120: 480 µs a MiB, nothing computing beside it to explain any of it) each moves
+    in 120 + 240 = 360 µs, 400-760 and 800-1160, then 100 µs of optimizer: 1260 (step 2: 1160),
+    the median 1260 against 1500 traced; without the gradients' ops whatif cannot place a smaller bucket (every one issued at
+    the traced one's issue, each paying the per-operation rest over loopback: no shorter, 1620 µs)."""
+    bare = whatif([_one_bucket_run(tmp_path / "bare")], ["bucket_cap_mb=0.5"], workers=1)
+    assert bare.predictions[0].step_us >= bare.replayed_step_us
+    folder = tmp_path / "grads"
+    _one_bucket_run(folder)
+    for path in folder.glob("rank*.json"):
+        data = json.loads(path.read_text())
+        steps = [e for e in data["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
+        for s in steps:
+            data["traceEvents"] += _grads(s["ts"] + 400, (MIB // 8,)) + _grads(s["ts"] + 800, (MIB // 8,))
+        path.write_text(json.dumps(data))
+    placed = whatif([str(folder)], ["bucket_cap_mb=0.5"], workers=1)
+    assert _made(placed, "bucket_cap_mb=0.5") == 6
+    assert placed.replayed_step_us == pytest.approx(1500, abs=2)
+    assert placed.predictions[0].step_us == pytest.approx(1260, abs=2)

@@ -45,7 +45,7 @@ def advise(paths, top: int | None = None, workers: int | None = None,
         return out
     f.said = terms.prepare(rp, f)
     cpu = any(r.mode == "cpu" for r in report.ranks)
-    cands, hints, noise = candidates(f, rp.tr, rp.model.fits, cpu, rp.one_bucket)
+    cands, hints, noise = candidates(f, rp.tr, rp.model.fits, cpu, rp.one_bucket_placed)
     items, rejected, unmodelled = ranked(rp, cands, top)
     out.items, out.rejected = items, rejected + noise
     out.hints = unmodelled + hints + _unlisted_straggler(cands, items, rejected) + _unlisted_host_sync(

@@ -34,8 +34,6 @@ class _File(msgspec.Struct):
     traceEvents: list[_Event] = []  # noqa: N815 - Kineto's key
 
 
-
-
 def events(files: list[str]) -> list[_Event]:
     """The complete (``ph: X``) host events of the files; [] when they cannot be read or are
     larger than :data:`MAX_BYTES` (the analysis read them once already)."""

@@ -1,7 +1,9 @@
-"""An adapter for DDP's single bucket: where one all_reduce a (rank, step) holds every gradient,
-the replay's ``bucket_cap_mb`` rewrite (:mod:`overlapprof.analysis.replay.buckets`) cannot tell
-where backward produced them (it reads the gradients' pace from the gap between two traced
-buckets, and there is one). Backward's start is in the trace by name: the step's first autograd
+"""An adapter for DDP's single bucket: where one all_reduce a (rank, step) holds every gradient
+and the trace records no gradients' shapes (``AccumulateGrad``: with them the rewrite issues each
+new bucket where its last gradient was accumulated, and this adapter is not used), the replay's
+``bucket_cap_mb`` rewrite (:mod:`overlapprof.analysis.replay.buckets`) cannot tell where backward
+produced them (it reads the gradients' pace from the gap between two traced buckets, and there is
+one). Backward's start is in the trace by name: the step's first autograd
 function (``autograd::engine::evaluate_function: ...``). This adapter gives the rewrite that pace:
 it splits each single bucket into two traced halves, the first issued halfway between backward's
 start and the bucket's issue, the second where the bucket was, each moving half of its bytes in
@@ -30,7 +32,7 @@ import numpy as np
 
 from overlapprof.analysis.replay import buckets as _buckets
 from overlapprof.analysis.replay.changes import Context
-from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
+from overlapprof.analysis.replay.timeline import ISSUE, NEED, Traced
 
 BACKWARD = "autograd::engine::evaluate_function"
 
@@ -39,21 +41,6 @@ def single(tr: Traced) -> bool:
     """One all_reduce in every (rank, step) that has any, on every rank."""
     per = [_buckets._step_buckets(tr, lane) for lane in tr.lanes.values()]
     return bool(per) and any(per) and all(len(rows) == 1 for b in per for rows in b.values())
-
-
-def _position(lane, step: int, at: float) -> float | None:
-    """The lane's work position (µs of work since step ``step`` began) at time ``at`` (its clock)."""
-    pos = _buckets._positions(lane)
-    start = next(j for j, (k, r) in enumerate(zip(lane.kind, lane.ref)) if k == BOUND and r == 2 * step)
-    if at < lane.t[start]:
-        return None
-    for j in range(start, len(lane.t)):
-        if lane.kind[j] == BOUND and lane.ref[j] == 2 * step + 1:
-            return None
-        nxt = lane.t[j + 1] if j + 1 < len(lane.t) else float("inf")
-        if lane.t[j] <= at < nxt:
-            return pos[j] + min(at - lane.t[j], lane.work[j])
-    return None
 
 
 def split(tr: Traced, ctx: Context, backward: dict[int, list[float]]) -> tuple[Traced, Context] | None:
@@ -84,7 +71,7 @@ def split(tr: Traced, ctx: Context, backward: dict[int, list[float]]) -> tuple[T
         for r, v in rows.items():
             lane = tr.lanes[r]
             starts = backward.get(r, [])
-            q = _position(lane, k, starts[k]) if k < len(starts) else None
+            q = _buckets.position(lane, k, starts[k]) if k < len(starts) else None
             pos = _buckets._positions(lane)
             j_issue = next(j for j, (kk, ref) in enumerate(zip(lane.kind, lane.ref)) if kk == ISSUE and ref == v)
             j_need = next(j for j, (kk, ref) in enumerate(zip(lane.kind, lane.ref)) if kk == NEED and ref == v)
@@ -112,7 +99,7 @@ def split(tr: Traced, ctx: Context, backward: dict[int, list[float]]) -> tuple[T
     tr.warm = np.append(tr.warm, np.zeros(len(transfer), dtype=bool))
     model = replace(ctx.model, latency=np.append(latency, lat_new))
     cost = np.append(ctx.interference, np.zeros(len(transfer))) if ctx.interference.size else ctx.interference
-    return tr, Context(model, ctx.link_bytes_per_us, cost, op_shapes=ctx.op_shapes, files=ctx.files,
+    return tr, Context(model, ctx.link_bytes_per_us, cost, op_shapes=ctx.op_shapes, files=ctx.files, shift=ctx.shift,
                        per_operation=ctx.per_operation)
 
 

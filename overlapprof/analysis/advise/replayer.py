@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from overlapprof.analysis.advise import names, onebucket
 from overlapprof.analysis.advise.assumed import assumptions
 from overlapprof.analysis.replay import predict as _replay
+from overlapprof.analysis.replay.buckets import by_parameters
 from overlapprof.analysis.replay.changes import Unmodelled, link_floor, parse, rewrite
 from overlapprof.analysis.replay.slowdown import beside, slow
 from overlapprof.analysis.replay.timeline import traced as traced_of
@@ -63,7 +64,8 @@ class Replayer:
         else:
             self.analyzed, self.tr = _replay._load(list(paths), **options)
         self.report = self.analyzed.report
-        prepared = _replay.prepare(self.report, self.tr, self.analyzed.op_shapes)  # as whatif does: the same numbers
+        prepared = _replay.prepare(self.report, self.tr, self.analyzed.op_shapes,  # as whatif does: the same numbers
+                                   self.analyzed.matching.shift if self.analyzed.matching is not None else None)
         self.model, self.ctx, self.longer, self.sharing = prepared.model, prepared.ctx, prepared.longer, prepared.sharing
         self.interference_notes = prepared.interference_notes
         traced = [v for lane in self.tr.lanes.values() for v in lane.measured_steps]
@@ -82,7 +84,9 @@ class Replayer:
         trace has not one all_reduce a step or backward's start is not in it."""
         if self._split is None:
             self._split = False
-            if onebucket.single(self.tr):
+            # where the trace says when each gradient was accumulated, the rewrite places the new
+            # buckets by it: no split needed
+            if onebucket.single(self.tr) and not by_parameters(self.tr, self.ctx.gradients()):
                 shift = self.analyzed.matching.shift if self.analyzed.matching is not None else {}
                 backward = {}
                 for r in self.report.ranks:
@@ -94,6 +98,19 @@ class Replayer:
                     backward[r.rank] = [a + sh if a is not None else -1.0 for a in at]
                 self._split = onebucket.split(self.tr, self.ctx, backward) or False
         return self._split or None
+
+    def one_bucket_placed(self) -> str | None:
+        """How the replay places smaller buckets where the trace has one a step (what advise
+        assumes, in words), or None where it cannot: by when each gradient was accumulated
+        (the trace's shapes and times), else by the split of :meth:`one_bucket`."""
+        if by_parameters(self.tr, self.ctx.gradients()):
+            return ("one traced bucket: each smaller one issued where its last gradient was accumulated "
+                    "(the trace's AccumulateGrad)")
+        if self.one_bucket() is not None:
+            return ("one traced bucket: gradients taken as produced evenly over backward, from its first autograd "
+                    "function to the bucket's issue (advise's adapter: `whatif --set` of this change does not split "
+                    "the bucket, and predicts otherwise)")
+        return None
 
     def predict(self, change: str) -> Outcome:
         """``change`` (whatif's ``name=value[,name=value]``; "" for nothing changed) replayed;

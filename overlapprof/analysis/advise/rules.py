@@ -89,10 +89,10 @@ def _common(facts: Facts, cpu: bool) -> list[str]:
 
 
 def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
-               one_bucket: Callable[[], object] = lambda: None) -> tuple[list[Candidate], list[Hint], list[Rejected]]:
+               one_bucket: Callable[[], str | None] = lambda: None) -> tuple[list[Candidate], list[Hint], list[Rejected]]:
     """The candidates, hints and candidates left out before any replay of a run (see the module
-    docstring); ``one_bucket``: the replayer's split of DDP's single buckets (:mod:`.onebucket`;
-    None: it cannot split them)."""
+    docstring); ``one_bucket``: how the replayer places smaller buckets where DDP traced one a step
+    (its assumption, in words; None: it cannot place them)."""
     out: list[Candidate] = []
     hints: list[Hint] = []
     rejected: list[Rejected] = []
@@ -103,13 +103,11 @@ def candidates(facts: Facts, tr: Traced, fits: list[TransferFit], cpu: bool,
             "bucket_cap_mb" in facts.options or not ar_blocking):
         values, one, total = _bucket_values(facts, tr)
         spread = []
-        if one and one_bucket() is not None:
+        if one and (placed := one_bucket()) is not None:
             # a size that holds every gradient is the traced bucket again: the run as it is, not a change
             values, one = [v for v in _bucket_values(facts, tr, single=False)[0]
                            if float(v.split("=")[1]) < total], False
-            spread = ["one traced bucket: gradients taken as produced evenly over backward, from its first autograd "
-                      "function to the bucket's issue (advise's adapter: `whatif --set` of this change does not split "
-                      "the bucket, and predicts otherwise)"]
+            spread = [placed]
         if one and "bucket_cap_mb" in facts.options:  # without the option or autograd names: not DDP's bucket
             hints.append(Hint(
                 rule="bucket_cap_mb", change=f"bucket_cap_mb={_nice(total / 4)}",

@@ -99,6 +99,22 @@ def _step_buckets(tr: Traced, lane) -> dict[int, list[int]]:
     return out
 
 
+def position(lane, step: int, at: float) -> float | None:
+    """The lane's work position (µs of work since step ``step`` began) at time ``at`` (its clock);
+    None outside the step."""
+    pos = _positions(lane)
+    start = next(j for j, (k, r) in enumerate(zip(lane.kind, lane.ref)) if k == BOUND and r == 2 * step)
+    if at < lane.t[start]:
+        return None
+    for j in range(start, len(lane.t)):
+        if lane.kind[j] == BOUND and lane.ref[j] == 2 * step + 1:
+            return None
+        nxt = lane.t[j + 1] if j + 1 < len(lane.t) else float("inf")
+        if lane.t[j] <= at < nxt:
+            return pos[j] + min(at - lane.t[j], lane.work[j])
+    return None
+
+
 def _remove(lane, j: int) -> None:
     if j > 0:
         lane.work[j - 1] += lane.work[j]
@@ -330,7 +346,8 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool 
         traced_share = _hindered_share(tr.transfer[insts[0]], compute_beside[insts[0]])
         unexplained = per_byte - clean - _explained(per_byte, clean, traced_share)
         per_bucket = float(np.sum(nbytes)) / nbytes.size
-        bounds = _bounds(nbytes, cap, _parameters(tr, rows, k, gradients, float(np.sum(nbytes))))
+        params, ready = _parameters(tr, rows, k, gradients, float(np.sum(nbytes))) or (None, None)
+        bounds = _bounds(nbytes, cap, params)
         if len(bounds) == nbytes.size and np.allclose(bounds, np.cumsum(nbytes)):
             made += len(bounds)  # the cap keeps the traced buckets: the step as traced, each its own time
             continue
@@ -356,12 +373,16 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool 
             lead = least_lead[r]
             if slope > 0:  # the step's compute as traced, before its buckets' keys leave
                 profiles[r] = (pos[lo:hi], lane.work[lo:hi], lane.compute[lo:hi])
+            # where each new bucket's last gradient was accumulated (the trace's AccumulateGrad), else
+            # the gradients spread evenly between the traced issues; none issued after the wait
+            at_ready = _ready_at(lane, k, ready[r], params, bounds) if ready is not None else None
+            issue_at = [min(float(np.interp(b, ys, xs)) if at_ready is None else at_ready[m], need_at)
+                        for m, b in enumerate(bounds)]
             tr.nbytes[v] = np.nan  # their bytes are the new buckets' now (a link's floor counts each byte once)
             for row in v:  # the traced buckets leave this lane
                 for kind in (ISSUE, NEED):
                     _remove(lane, next(j for j, (kk, ref) in enumerate(zip(lane.kind, lane.ref))
                                        if kk == kind and ref == row))
-            issue_at = [min(float(np.interp(b, ys, xs)), need_at) for b in bounds]  # none issued after the wait
             windows.append([max(0.0, need_at - x) for x in issue_at])
             issues[r], waits[r], depths[r] = issue_at, need_at, depth
             for m, b in enumerate(bounds):
@@ -404,18 +425,51 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool 
     return made, len(unmatched)
 
 
-def _parameters(tr: Traced, rows: dict, k: int, gradients: dict | None, total: float) -> np.ndarray | None:
-    """Step index ``k``'s gradients' bytes (:func:`~.gradients.parameter_bytes`), where every rank
-    of ``rows`` recorded the same ones and their bytes are the step's all_reduce bytes."""
+def _parameters(tr: Traced, rows: dict, k: int, gradients: dict | None,
+                total: float) -> tuple[np.ndarray, dict[int, np.ndarray]] | None:
+    """Step index ``k``'s gradients' bytes (:func:`~.gradients.parameter_bytes`) and, per rank,
+    when each was accumulated (common clock), where every rank of ``rows`` recorded the same ones
+    and their bytes are the step's all_reduce bytes; else None."""
     if not gradients:
         return None
-    seen = set()
+    seen, ready = set(), {}
     for r in rows:
         steps = tr.lanes[r].steps
-        seen.add(tuple(gradients.get(r, {}).get(steps[k], ())) if k < len(steps) else ())
+        found = gradients.get(r, {}).get(steps[k], []) if k < len(steps) else []
+        seen.add(tuple(n for _, n in found))
+        ready[r] = np.array([t for t, _ in found])
     if len(seen) != 1 or () in seen:
         return None
-    return parameter_bytes(list(seen.pop()), total)
+    params = parameter_bytes(list(seen.pop()), total)
+    return None if params is None else (params, ready)
+
+
+def _ready_at(lane, step: int, ready: np.ndarray, params: np.ndarray, bounds: list[float]) -> list[float] | None:
+    """Each new bucket's work position when its last parameter's gradient was accumulated (DDP
+    issues a bucket once every gradient in it is ready); None where one falls outside the step."""
+    ends = np.cumsum(params)
+    out = []
+    for b in bounds:
+        q = position(lane, step, float(ready[min(int(np.searchsorted(ends, b * (1 - 1e-12))), ready.size - 1)]))
+        if q is None:
+            return None
+        out.append(q)
+    return out
+
+
+def by_parameters(tr: Traced, gradients: dict | None) -> bool:
+    """Whether every step with buckets on every rank is regrouped from the trace's gradients
+    (their sizes and when each was accumulated: :func:`_parameters`)."""
+    per_rank = {r: _step_buckets(tr, lane) for r, lane in tr.lanes.items()}
+    checked = 0
+    for k in sorted({k for b in per_rank.values() for k in b}):
+        rows = {r: b.get(k, []) for r, b in per_rank.items()}
+        if any(not v for v in rows.values()):
+            continue
+        if _parameters(tr, rows, k, gradients, float(np.nansum(tr.nbytes[next(iter(rows.values()))]))) is None:
+            return False
+        checked += 1
+    return checked > 0
 
 
 def _append(tr: Traced, rows: list[dict]) -> None:

@@ -70,6 +70,8 @@ class Context:
     op_shapes: dict = field(default_factory=dict)
     # rank -> its trace files: bucket_cap_mb reads DDP's gradients from them (:mod:`.gradients`)
     files: dict = field(default_factory=dict)
+    # rank -> µs its trace's clock is behind the common clock (the cross-rank matching's shift)
+    shift: dict = field(default_factory=dict)
     # over loopback: a bucket's time beyond its bytes' least hindered pace is paid per operation (:mod:`.buckets`)
     per_operation: bool = False
     _per_call: dict | None = None
@@ -82,9 +84,11 @@ class Context:
         return self._per_call
 
     def gradients(self) -> dict:
-        """Rank -> step number -> its gradients' elements in the order backward made them (made once)."""
+        """Rank -> step number -> (when, on the common clock, and elements) of its gradients in the
+        order backward made them (made once)."""
         if self._gradients is None:
-            self._gradients = gradients(self.files)
+            self._gradients = {r: {k: [(t + float(self.shift.get(r, 0.0)), n) for t, n in g] for k, g in steps.items()}
+                               for r, steps in gradients(self.files).items()}
         return self._gradients
 
 

@@ -51,10 +51,11 @@ class _Dims(msgspec.Struct):
     input_dims: list | None = msgspec.field(default=None, name="Input Dims")
 
 
-def file_gradients(path: str) -> dict[int, list[int]]:
-    """Step number -> the elements of each gradient accumulated inside its ``ProfilerStep#N``
-    span, in time order (any thread: on CUDA backward runs on autograd's device thread); {} for
-    a file that is not a Kineto trace or is larger than :data:`MAX_BYTES`."""
+def file_gradients(path: str) -> dict[int, list[tuple[float, int]]]:
+    """Step number -> (when it was accumulated: its op's end, µs on the trace's clock, and its
+    elements) for each gradient accumulated inside its ``ProfilerStep#N`` span, in time order (any
+    thread: on CUDA backward runs on autograd's device thread); {} for a file that is not a Kineto
+    trace or is larger than :data:`MAX_BYTES`."""
     try:
         if Path(path).stat().st_size > MAX_BYTES:
             return {}
@@ -80,21 +81,22 @@ def file_gradients(path: str) -> dict[int, list[int]]:
                 continue
             found = shapes(dims)
             if found:
-                grads.append((e.ts, int(np.prod(found[0]))))
+                grads.append((e.ts, e.ts + e.dur, int(np.prod(found[0]))))
     grads.sort()
-    starts = [t for t, _ in grads]
+    starts = [t for t, _, _ in grads]
     out = {}
     for lo, hi, number in steps:
         inside = grads[bisect.bisect_left(starts, lo):bisect.bisect_left(starts, hi)]
         if inside:
-            out[number] = [n for _, n in inside]
+            out[number] = [(end, n) for _, end, n in inside]
     return out
 
 
-def gradients(files: dict[int, list[str]]) -> dict[int, dict[int, list[int]]]:
-    """Rank -> step number -> its gradients' elements in the order backward made them, from each
-    rank's trace files (none from a trace without ``record_shapes`` or an Nsight Systems export)."""
-    out: dict[int, dict[int, list[int]]] = {}
+def gradients(files: dict[int, list[str]]) -> dict[int, dict[int, list[tuple[float, int]]]]:
+    """Rank -> step number -> (end µs on the rank's trace clock, elements) of its gradients in the
+    order backward made them, from each rank's trace files (none from a trace without
+    ``record_shapes`` or an Nsight Systems export)."""
+    out: dict[int, dict[int, list[tuple[float, int]]]] = {}
     for rank, paths in files.items():
         for path in paths:
             found = file_gradients(path)

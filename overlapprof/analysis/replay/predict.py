@@ -182,9 +182,11 @@ class Prepared:
     sharing: CoreSharing
 
 
-def prepare(report: Report, tr: Traced, op_shapes: dict | None = None) -> Prepared:
+def prepare(report: Report, tr: Traced, op_shapes: dict | None = None, shift: dict | None = None) -> Prepared:
     """``op_shapes``: the analysis's :attr:`~overlapprof.analysis.analyzer.Analyzed.op_shapes`
-    (what ``micro_batches`` reads of the ops; none: the compute kept)."""
+    (what ``micro_batches`` reads of the ops; none: the compute kept); ``shift``: rank -> µs from
+    its trace's clock to the common one (the matching's; what ``bucket_cap_mb`` places the
+    gradients read from the files by)."""
     res, _, sharing = resources(report.run, None)
     ref = report.options.reference_bandwidth
     model = fit(tr, ref / 1e6 if ref else None, res.link_bytes_per_us, sharing)
@@ -192,7 +194,8 @@ def prepare(report: Report, tr: Traced, op_shapes: dict | None = None) -> Prepar
     latency = loopback_latency(tr, model) if over_loopback else []
     cost, words = interference(tr, any(r.mode == "cpu" for r in report.ranks))
     return Prepared(model, Context(model, res.link_bytes_per_us, cost, op_shapes=dict(op_shapes or {}),
-                                       files={r.rank: list(r.files) for r in report.ranks}, per_operation=over_loopback),
+                                       files={r.rank: list(r.files) for r in report.ranks}, shift=dict(shift or {}),
+                                       per_operation=over_loopback),
                     Stretcher(tr, cost, res.link_bytes_per_us), rank_factors(report), shares(report, tr, model),
                     latency, words, CoreSharing(tr, res.hosts))
 
@@ -214,7 +217,7 @@ def whatif(paths, changes: list[str], reference_bandwidth: str | None = None, ch
         options["op_shapes"] = True  # the ops' shapes, from the one read (replay/percall.py)
     analyzed, tr = _load(list(paths), **options)
     report = analyzed.report
-    prepared = prepare(report, tr, analyzed.op_shapes)
+    prepared = prepare(report, tr, analyzed.op_shapes, analyzed.matching.shift if analyzed.matching is not None else None)
     model = prepared.model
     model.notes += prepared.latency_notes
     base = replay(tr)
