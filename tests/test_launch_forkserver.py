@@ -38,3 +38,33 @@ def test_ranks_get_the_launchers_environment(tmp_path, forkserver):
         assert parents == {launcher_pid}, (parents, launcher_pid)
     else:
         assert len(parents) == 1 and launcher_pid not in parents, (parents, launcher_pid)
+
+
+def test_a_ctrl_c_while_the_server_is_spawned_reaches_the_launcher():
+    """The launcher spawns the server with SIGINT ignored (so that the server's import of torch is
+    quiet on Ctrl-C) and blocked: a SIGINT that lands meanwhile stays pending and raises
+    KeyboardInterrupt in the launcher once its handler is back (ignored only, it was lost: a fresh
+    clone's run went on to its end). A process started meanwhile inherits SIGINT ignored and
+    blocked; the server's first import (rank_server) unblocks it, or the ranks forked from the
+    server would never see a Ctrl-C. In a fresh interpreter with one thread, as the launcher is
+    when it starts the server (in this test process torch's own threads may take the signal)."""
+    launcher = """
+import os, signal, subprocess, sys
+from overlapprof.launch import forkserver
+probe = ("import signal, sys\\n"
+         "if sys.argv[1] == 'server': import overlapprof.launch.rank_server\\n"
+         "blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])\\n"
+         "print(blocked, signal.getsignal(signal.SIGINT) is signal.SIG_IGN, flush=True)\\n")
+try:
+    with forkserver._server_environment():
+        for role in ("plain", "server"):
+            out = subprocess.run([sys.executable, "-c", probe, role], capture_output=True, text=True).stdout
+            print(role, out.strip(), flush=True)
+        os.kill(os.getpid(), signal.SIGINT)
+    print("lost", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []), flush=True)
+"""
+    proc = subprocess.run([sys.executable, "-c", launcher], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.stdout.splitlines() == ["plain True True", "server False True", "interrupted False"], \
+        (proc.stdout, proc.stderr[-2000:])

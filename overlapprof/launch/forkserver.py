@@ -52,9 +52,15 @@ def _server_environment():
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     # Ignored, SIGINT stays ignored across exec: a Ctrl-C while the server imports torch does not
     # print a KeyboardInterrupt traceback from it (the launcher reports the interruption; the
-    # harness's import sets its own quiet handler, which the ranks get).
+    # harness's import sets its own quiet handler, which the ranks get). Blocked first, so that a
+    # Ctrl-C while the server is spawned is not lost to this process: on Linux a blocked signal
+    # stays pending even where it is ignored, and reaches the launcher's own handler when it is
+    # unblocked, after that handler is back (a fresh clone's suite lost one so: the run went on to
+    # its end). The server inherits the blocked mask and unblocks it first thing (rank_server).
     main_thread = threading.current_thread() is threading.main_thread()
-    handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None
+    if main_thread:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
     finally:
@@ -62,6 +68,7 @@ def _server_environment():
         os.environ.update(saved)
         if main_thread:
             signal.signal(signal.SIGINT, handler)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def forked_main(argv, environ):

@@ -6,6 +6,12 @@ so a caller reading them to their end (a pipe, a test) waited for it."""
 
 import atexit
 import os
+import signal
+
+# The launcher spawned this server with SIGINT ignored and blocked (forkserver._server_environment):
+# unblocked here, first, or the ranks forked from it would inherit it blocked; still ignored, a
+# Ctrl-C pending since the spawn is dropped.
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 SERVER_ENV = dict(os.environ)
 """The server's environment, as the ranks forked from it inherit it (see forkserver.forked_main)."""
