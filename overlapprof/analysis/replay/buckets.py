@@ -405,7 +405,9 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool 
             # the work between its issue and the wait), the unhindered pace for the rest
             share = min(1.0, min(w[m] for w in windows) / hindered) if hindered > 0 else 1.0
             new_pace = _pace(per_byte, clean, traced_share, share)
-            if per_operation and nbytes.size > 1:  # one traced bucket: what is per operation is not seen
+            # one traced bucket: what is per operation is not seen, but where the gradients place the
+            # new ones (not all at its issue), each pays its rest again, as advise's halves did
+            if per_operation and (nbytes.size > 1 or ready is not None):
                 x = _per_operation(lat, size, new_pace, unexplained, per_bucket)
             else:
                 x = lat + size * new_pace
