@@ -32,7 +32,7 @@ import numpy as np
 
 from overlapprof.analysis.replay import buckets as _buckets
 from overlapprof.analysis.replay.changes import Context
-from overlapprof.analysis.replay.timeline import ISSUE, NEED, Traced
+from overlapprof.analysis.replay.timeline import ISSUE, NEED, Traced, position, work_positions
 
 BACKWARD = "autograd::engine::evaluate_function"
 
@@ -71,8 +71,8 @@ def split(tr: Traced, ctx: Context, backward: dict[int, list[float]]) -> tuple[T
         for r, v in rows.items():
             lane = tr.lanes[r]
             starts = backward.get(r, [])
-            q = _buckets.position(lane, k, starts[k]) if k < len(starts) else None
-            pos = _buckets._positions(lane)
+            q = position(lane, k, starts[k]) if k < len(starts) else None
+            pos = work_positions(lane)
             j_issue = next(j for j, (kk, ref) in enumerate(zip(lane.kind, lane.ref)) if kk == ISSUE and ref == v)
             j_need = next(j for j, (kk, ref) in enumerate(zip(lane.kind, lane.ref)) if kk == NEED and ref == v)
             if q is None or q >= pos[j_issue]:

@@ -59,8 +59,8 @@ import math
 import numpy as np
 
 from overlapprof.analysis.rank.classify import KINDS
-from overlapprof.analysis.replay.gradients import parameter_bytes
-from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced
+from overlapprof.analysis.replay.gradients import parameters, ready_at
+from overlapprof.analysis.replay.timeline import BOUND, ISSUE, NEED, Traced, work_positions
 from overlapprof.analysis.replay.transfer import beside
 
 ALL_REDUCE = KINDS.index("all_reduce")
@@ -69,17 +69,6 @@ MIB = 1 << 20
 
 class Refused(Exception):
     """What the trace lacks for the regrouping (the message)."""
-
-
-def _positions(lane) -> list[float]:
-    """The lane's cumulative work at each key (reset at each step's start)."""
-    out, acc = [], 0.0
-    for kind, ref, w in zip(lane.kind, lane.ref, lane.work):
-        if kind == BOUND and ref % 2 == 0:
-            acc = 0.0
-        out.append(acc)
-        acc += w
-    return out
 
 
 def _step_buckets(tr: Traced, lane) -> dict[int, list[int]]:
@@ -97,22 +86,6 @@ def _step_buckets(tr: Traced, lane) -> dict[int, list[int]]:
         elif kind == ISSUE and cur is not None and tr.kind[ref] == ALL_REDUCE:
             out.setdefault(cur, []).append(ref)
     return out
-
-
-def position(lane, step: int, at: float) -> float | None:
-    """The lane's work position (µs of work since step ``step`` began) at time ``at`` (its clock);
-    None outside the step."""
-    pos = _positions(lane)
-    start = next(j for j, (k, r) in enumerate(zip(lane.kind, lane.ref)) if k == BOUND and r == 2 * step)
-    if at < lane.t[start]:
-        return None
-    for j in range(start, len(lane.t)):
-        if lane.kind[j] == BOUND and lane.ref[j] == 2 * step + 1:
-            return None
-        nxt = lane.t[j + 1] if j + 1 < len(lane.t) else float("inf")
-        if lane.t[j] <= at < nxt:
-            return pos[j] + min(at - lane.t[j], lane.work[j])
-    return None
 
 
 def _remove(lane, j: int) -> None:
@@ -135,7 +108,7 @@ def _span(lane, step: int) -> tuple[int, int]:
 
 def _insert(lane, step: int, at: float, kind: int, ref: int) -> None:
     """Insert a key at work position ``at`` of step index ``step`` (after the keys already there)."""
-    pos = _positions(lane)
+    pos = work_positions(lane)
     start, end = _span(lane, step)
     j = start
     while j + 1 < end and pos[j + 1] <= at:
@@ -156,7 +129,7 @@ def _unseen_wait(lane, lo: int, hi: int, rows: list[int]) -> float:
     last = max(j for j in range(lo, hi) if lane.kind[j] == ISSUE and lane.ref[j] in rows)
     for j in range(last, hi):
         lane.work[j] = lane.compute[j]
-    return _positions(lane)[last]
+    return work_positions(lane)[last]
 
 
 def _bounds(nbytes: np.ndarray, cap: float, params: np.ndarray | None = None) -> list[float]:
@@ -346,7 +319,7 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool 
         traced_share = _hindered_share(tr.transfer[insts[0]], compute_beside[insts[0]])
         unexplained = per_byte - clean - _explained(per_byte, clean, traced_share)
         per_bucket = float(np.sum(nbytes)) / nbytes.size
-        params, ready = _parameters(tr, rows, k, gradients, float(np.sum(nbytes))) or (None, None)
+        params, ready = parameters(tr, rows, k, gradients, float(np.sum(nbytes))) or (None, None)
         bounds = _bounds(nbytes, cap, params)
         if len(bounds) == nbytes.size and np.allclose(bounds, np.cumsum(nbytes)):
             made += len(bounds)  # the cap keeps the traced buckets: the step as traced, each its own time
@@ -356,7 +329,7 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool 
         issues, waits, profiles, depths = {}, {}, {}, {}
         for r, v in rows.items():
             lane = tr.lanes[r]
-            pos = _positions(lane)
+            pos = work_positions(lane)
             at = {lane.ref[j]: pos[j] for j, kk in enumerate(lane.kind) if kk == ISSUE and lane.ref[j] in v}
             p = np.array([at[row] for row in v])
             lo, hi = _span(lane, k)
@@ -375,7 +348,7 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool 
                 profiles[r] = (pos[lo:hi], lane.work[lo:hi], lane.compute[lo:hi])
             # where each new bucket's last gradient was accumulated (the trace's AccumulateGrad), else
             # the gradients spread evenly between the traced issues; none issued after the wait
-            at_ready = _ready_at(lane, k, ready[r], params, bounds) if ready is not None else None
+            at_ready = ready_at(lane, k, ready[r], params, bounds) if ready is not None else None
             issue_at = [min(float(np.interp(b, ys, xs)) if at_ready is None else at_ready[m], need_at)
                         for m, b in enumerate(bounds)]
             tr.nbytes[v] = np.nan  # their bytes are the new buckets' now (a link's floor counts each byte once)
@@ -427,38 +400,6 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool 
     return made, len(unmatched)
 
 
-def _parameters(tr: Traced, rows: dict, k: int, gradients: dict | None,
-                total: float) -> tuple[np.ndarray, dict[int, np.ndarray]] | None:
-    """Step index ``k``'s gradients' bytes (:func:`~.gradients.parameter_bytes`) and, per rank,
-    when each was accumulated (common clock), where every rank of ``rows`` recorded the same ones
-    and their bytes are the step's all_reduce bytes; else None."""
-    if not gradients:
-        return None
-    seen, ready = set(), {}
-    for r in rows:
-        steps = tr.lanes[r].steps
-        found = gradients.get(r, {}).get(steps[k], []) if k < len(steps) else []
-        seen.add(tuple(n for _, n in found))
-        ready[r] = np.array([t for t, _ in found])
-    if len(seen) != 1 or () in seen:
-        return None
-    params = parameter_bytes(list(seen.pop()), total)
-    return None if params is None else (params, ready)
-
-
-def _ready_at(lane, step: int, ready: np.ndarray, params: np.ndarray, bounds: list[float]) -> list[float] | None:
-    """Each new bucket's work position when its last parameter's gradient was accumulated (DDP
-    issues a bucket once every gradient in it is ready); None where one falls outside the step."""
-    ends = np.cumsum(params)
-    out = []
-    for b in bounds:
-        q = position(lane, step, float(ready[min(int(np.searchsorted(ends, b * (1 - 1e-12))), ready.size - 1)]))
-        if q is None:
-            return None
-        out.append(q)
-    return out
-
-
 def by_parameters(tr: Traced, gradients: dict | None) -> bool:
     """Whether every step with buckets on every rank is regrouped from the trace's gradients
     (their sizes and when each was accumulated: :func:`_parameters`)."""
@@ -468,7 +409,7 @@ def by_parameters(tr: Traced, gradients: dict | None) -> bool:
         rows = {r: b.get(k, []) for r, b in per_rank.items()}
         if any(not v for v in rows.values()):
             continue
-        if _parameters(tr, rows, k, gradients, float(np.nansum(tr.nbytes[next(iter(rows.values()))]))) is None:
+        if parameters(tr, rows, k, gradients, float(np.nansum(tr.nbytes[next(iter(rows.values()))]))) is None:
             return False
         checked += 1
     return checked > 0

@@ -29,6 +29,7 @@ import msgspec
 import numpy as np
 
 from overlapprof.analysis.rank.op_shapes import STEP, shapes
+from overlapprof.analysis.replay.timeline import Traced, position
 
 ACCUMULATE = "torch::autograd::AccumulateGrad"
 MAX_BYTES = 256 << 20  # a file larger than this is not read again (advise's names keep the same limit)
@@ -116,3 +117,35 @@ def parameter_bytes(elements: list[int], total_bytes: float) -> np.ndarray | Non
     if abs(size - whole) > 1e-6 * whole:
         return None
     return np.asarray(elements, dtype=float) * whole
+
+
+def parameters(tr: Traced, rows: dict, k: int, gradients: dict | None,
+                total: float) -> tuple[np.ndarray, dict[int, np.ndarray]] | None:
+    """Step index ``k``'s gradients' bytes (:func:`parameter_bytes`) and, per rank,
+    when each was accumulated (common clock), where every rank of ``rows`` recorded the same ones
+    and their bytes are the step's all_reduce bytes; else None."""
+    if not gradients:
+        return None
+    seen, ready = set(), {}
+    for r in rows:
+        steps = tr.lanes[r].steps
+        found = gradients.get(r, {}).get(steps[k], []) if k < len(steps) else []
+        seen.add(tuple(n for _, n in found))
+        ready[r] = np.array([t for t, _ in found])
+    if len(seen) != 1 or () in seen:
+        return None
+    params = parameter_bytes(list(seen.pop()), total)
+    return None if params is None else (params, ready)
+
+
+def ready_at(lane, step: int, ready: np.ndarray, params: np.ndarray, bounds: list[float]) -> list[float] | None:
+    """Each new bucket's work position when its last parameter's gradient was accumulated (DDP
+    issues a bucket once every gradient in it is ready); None where one falls outside the step."""
+    ends = np.cumsum(params)
+    out = []
+    for b in bounds:
+        q = position(lane, step, float(ready[min(int(np.searchsorted(ends, b * (1 - 1e-12))), ready.size - 1)]))
+        if q is None:
+            return None
+        out.append(q)
+    return out

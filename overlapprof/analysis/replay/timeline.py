@@ -64,6 +64,33 @@ class Lane:
         return [sum((values[j] for j in keys), 0.0) for keys in step_pieces(self)]
 
 
+def work_positions(lane) -> list[float]:
+    """The lane's cumulative work at each key (reset at each step's start)."""
+    out, acc = [], 0.0
+    for kind, ref, w in zip(lane.kind, lane.ref, lane.work):
+        if kind == BOUND and ref % 2 == 0:
+            acc = 0.0
+        out.append(acc)
+        acc += w
+    return out
+
+
+def position(lane, step: int, at: float) -> float | None:
+    """The lane's work position (µs of work since step ``step`` began) at time ``at`` (its clock);
+    None outside the step."""
+    pos = work_positions(lane)
+    start = next(j for j, (k, r) in enumerate(zip(lane.kind, lane.ref)) if k == BOUND and r == 2 * step)
+    if at < lane.t[start]:
+        return None
+    for j in range(start, len(lane.t)):
+        if lane.kind[j] == BOUND and lane.ref[j] == 2 * step + 1:
+            return None
+        nxt = lane.t[j + 1] if j + 1 < len(lane.t) else float("inf")
+        if lane.t[j] <= at < nxt:
+            return pos[j] + min(at - lane.t[j], lane.work[j])
+    return None
+
+
 def step_pieces(lane) -> list[list[int]]:
     """Per step, the indexes of its keys (from its start to before its end)."""
     out, cur = [[] for _ in lane.steps], None
