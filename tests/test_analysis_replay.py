@@ -838,6 +838,25 @@ def test_regrouped_buckets_count_their_bytes_once_on_the_link(tmp_path):
     assert got.step_us == pytest.approx(1800)
 
 
+def test_buckets_in_flight_together_share_the_link_and_merging_saves_no_latency(tmp_path):
+    """Two 4000-byte buckets over a 128 Mbit/s link shared by 2 ranks (8 bytes/µs a rank: 500 µs
+    each alone), issued at 400 and 500 and moving together (gloo's two threads): each takes 1000
+    µs, ending at 1400 and 1500, then 300 µs of optimizer: a 1800 µs step. The fit (one size) takes
+    1000 − 500 = 500 µs as latency, but it is the other bucket: while A ran, 0.9 of B moved beside
+    it (3600 bytes), so A's own time beyond the link's 950 µs is 50, and B's too. Merged into one
+    8000-byte bucket, issued at 500 where its last byte was made: 50 + 8000 / 8 = 1050 µs, ending
+    at 1550, the step 1850 (with the fitted 500 µs of latency and the step's own pace it ended at
+    2000: 2300)."""
+    events = [S.step(1, 0, 1800), S.cpu_op("aten::mm", 0, 400), *_async_bucket(400, 1000),
+              S.cpu_op("aten::mm", 401, 99), *_async_bucket(500, 1000), S.cpu_op("aten::mm", 1500, 300)]
+    change = f"bucket_cap_mb={8000 / (1 << 20)!r}"
+    result = whatif([_run_dir(tmp_path, events, 128e6)], [change], workers=1)
+    got = result.predictions[0]
+    assert result.replayed_step_us == pytest.approx(1800, abs=1)
+    assert got.modelled and "1 bucket in all" in got.notes[0]
+    assert got.step_us == pytest.approx(1850, abs=1)
+
+
 def test_a_step_starting_before_the_previous_one_ends_is_regrouped(tmp_path):
     """Rank 1's first step ends at 1600, 100 µs after its second starts (host step times can
     overlap so): the second step's buckets are still its own, so both steps are regrouped into

@@ -175,7 +175,8 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
             cap = _size_mb(value)
             try:
                 made, unpaired = regroup(tr, cap, ctx.model.latency, ctx.per_operation,
-                                         ctx.interference if ctx.link_bytes_per_us else None, ctx.gradients())
+                                         ctx.interference if ctx.link_bytes_per_us else None, ctx.gradients(),
+                                         _link_per_byte(ctx))
             except Refused as exc:
                 raise Unmodelled(f"bucket_cap_mb={value}: {exc}") from None
             notes.append(f"bucket_cap_mb={value}: {made} bucket{'s' if made != 1 else ''} in all replace the traced "
@@ -188,6 +189,15 @@ def rewrite(tr: Traced, changes: list[tuple[str, str]], ctx: Context) -> Rewritt
         else:  # micro_batches
             notes += _micro_batches(tr, value, ctx)
     return Rewritten(tr, link, notes, scale)
+
+
+def _link_per_byte(ctx: Context) -> float | None:
+    """µs a bus byte of an all_reduce over the run's paced link, a rank's share of it (the transfer
+    fit's bandwidth where it came from the link); None without one."""
+    if not ctx.link_bytes_per_us:
+        return None
+    fit = next((f for f in ctx.model.fits if f.kind == "all_reduce" and f.source == "link" and f.bandwidth_gbps), None)
+    return 1 / (fit.bandwidth_gbps * 1e3) if fit is not None else None
 
 
 def _size_mb(value: str) -> float:
