@@ -124,7 +124,8 @@ class ShapeArgs(msgspec.Struct, gc=False):
 
 
 class ShapedEvent(_Basic, gc=False):
-    """One trace event with its thread and its ops' input shapes (the what-if's per-call share)."""
+    """One trace event with its thread and its ops' input shapes (the what-if's gradients for
+    ``bucket_cap_mb``: :mod:`overlapprof.analysis.replay.gradients`)."""
 
     tid: Any = None
     args: ShapeArgs | None = None

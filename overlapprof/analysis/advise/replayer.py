@@ -14,6 +14,7 @@ whose trace cannot measure what that costs (:attr:`Outcome.moved`, for :mod:`.as
 
 from __future__ import annotations
 
+import functools
 import statistics
 from dataclasses import dataclass, field
 
@@ -86,7 +87,7 @@ class Replayer:
             self._split = False
             # where the trace says when each gradient was accumulated, the rewrite places the new
             # buckets by it: no split needed
-            if onebucket.single(self.tr) and not by_parameters(self.tr, self.ctx.gradients()):
+            if onebucket.single(self.tr) and not self._by_gradients:
                 shift = self.analyzed.matching.shift if self.analyzed.matching is not None else {}
                 backward = {}
                 for r in self.report.ranks:
@@ -99,11 +100,16 @@ class Replayer:
                 self._split = onebucket.split(self.tr, self.ctx, backward) or False
         return self._split or None
 
+    @functools.cached_property
+    def _by_gradients(self) -> bool:
+        """Whether the trace's gradients (their shapes and times) place every step's new buckets."""
+        return by_parameters(self.tr, self.ctx.gradients())
+
     def one_bucket_placed(self) -> str | None:
         """How the replay places smaller buckets where the trace has one a step (what advise
         assumes, in words), or None where it cannot: by when each gradient was accumulated
         (the trace's shapes and times), else by the split of :meth:`one_bucket`."""
-        if by_parameters(self.tr, self.ctx.gradients()):
+        if self._by_gradients:
             return ("one traced bucket: each smaller one issued where its last gradient was accumulated "
                     "(the trace's AccumulateGrad)")
         if self.one_bucket() is not None:

@@ -42,9 +42,9 @@ a new bucket moves its bus bytes at the link's rate for a rank (the transfer fit
 buckets one at a time, plus what compute beside it costs (above). The traced buckets' times include
 the bucket in flight beside them: fitted as ``latency + bytes × pace``, that share is latency (12
 ms a 1 MiB bucket at 1 Gbit/s), which merging buckets would save, where the link moves a step's
-bytes at its rate whatever the buckets. DDP over 1
-Gbit/s, from a trace of six 1 MiB buckets, three of 2 MiB predicted 152.5 ms (155.8 measured; 125.6
-with the fitted latency) and one 186.5 (190.9; 146.1).
+bytes at its rate whatever the buckets. DDP over 1 Gbit/s, from a trace of six 1 MiB buckets:
+three of 2 MiB predicted 153.7 ms (155.8 measured; 125.6 with the fitted latency), one 186.8
+(190.9; 146.1).
 
 A step whose traced buckets the cap keeps (the same bytes, bucket for bucket) is left as traced:
 each bucket keeps its measured time, so the planted size predicts the replay back. The traced
@@ -291,9 +291,9 @@ def regroup(tr: Traced, cap_mb: float, latency: np.ndarray, per_operation: bool 
     traced ones is charged for the difference at the same rate (:func:`_slowed`). ``gradients``:
     rank -> step number -> its gradients' elements in backward's order (:mod:`.gradients`): the
     new buckets hold whole parameters. ``link_per_byte``: µs a bus byte over the run's paced link
-    (a rank's share of it): where the step's traced buckets are several, each new one moves its
-    bus bytes at that rate, one at a time (the module docstring). Returns the new buckets in all and the steps left as
-    traced because the cross-rank matching did not pair their all_reduces (a step's buckets are
+    (a rank's share of it): where a step's traced buckets ran two or more at once, each new one
+    moves its bus bytes at that rate, one at a time (the module docstring). Returns the new buckets
+    in all and the steps left as traced because the cross-rank matching did not pair their all_reduces (a step's buckets are
     one instance per rank: the replay cannot regroup what it cannot pair); Refused when the trace
     lacks what it needs, or most steps are not paired."""
     cap = cap_mb * MIB

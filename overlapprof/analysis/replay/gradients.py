@@ -12,9 +12,9 @@ not in the shapes: it is the step's all_reduce bytes over its gradients' element
 is not a whole 1, 2, 4 or 8 bytes (the all_reduces are not only DDP's, or autograd accumulated
 gradients into other leaves too) the regrouping goes without the parameters.
 
-The files are read again for these ops, only when a ``bucket_cap_mb`` change is replayed, as
-advise reads them again for its words (:mod:`overlapprof.analysis.advise.names`, the same size
-limit): asking the analysis's one read for every op's shapes (``AnalyzeOptions.op_shapes``)
+The files are read again for these ops (by the analysis's own reader, a chunk at a time), only
+when a ``bucket_cap_mb`` change is replayed, as advise reads them again for its words
+(:mod:`overlapprof.analysis.advise.names`, the same size limit): asking the analysis's one read for every op's shapes (``AnalyzeOptions.op_shapes``)
 decodes every ``cpu_op``'s args and reads a large file in one process, which made ``advise`` of
 ``tests/data/mtia`` 0.8 → 1.1 s whether the trace had DDP's buckets or not.
 """
@@ -22,67 +22,52 @@ decodes every ``cpu_op``'s args and reads a large file in one process, which mad
 from __future__ import annotations
 
 import bisect
-import gzip
 from pathlib import Path
 
-import msgspec
 import numpy as np
 
 from overlapprof.analysis.rank.op_shapes import STEP, shapes
 from overlapprof.analysis.replay.timeline import Traced, position
+from overlapprof.errors import TraceError
+from overlapprof.trace.decode import SHAPED_DECODER
+from overlapprof.trace.reader import LayoutError, TraceReader
 
 ACCUMULATE = "torch::autograd::AccumulateGrad"
 MAX_BYTES = 256 << 20  # a file larger than this is not read again (advise's names keep the same limit)
 ELEMENT_BYTES = (1, 2, 4, 8)
 
 
-class _Event(msgspec.Struct):
-    name: str = ""
-    ph: str = ""
-    ts: float = 0.0
-    dur: float = 0.0
-    args: msgspec.Raw = msgspec.Raw(b"null")
-
-
-class _File(msgspec.Struct):
-    traceEvents: list[_Event] = []  # noqa: N815 - Kineto's key
-
-
-class _Dims(msgspec.Struct):
-    input_dims: list | None = msgspec.field(default=None, name="Input Dims")
-
-
 def file_gradients(path: str) -> dict[int, list[tuple[float, int]]]:
     """Step number -> (when it was accumulated: its op's end, µs on the trace's clock, and its
     elements) for each gradient accumulated inside its ``ProfilerStep#N`` span, in time order (any
-    thread: on CUDA backward runs on autograd's device thread); {} for a file that is not a Kineto
-    trace or is larger than :data:`MAX_BYTES`."""
+    thread: on CUDA backward runs on autograd's device thread); {} for a file that is not a
+    Kineto trace or is larger than :data:`MAX_BYTES`. Read as the analysis reads a file (a chunk
+    at a time), the shapes decoded alone of each event's args."""
     try:
         if Path(path).stat().st_size > MAX_BYTES:
             return {}
-        data = Path(path).read_bytes()
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
-        events = msgspec.json.decode(data, type=_File).traceEvents
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError, EOFError):
+    except OSError:
         return {}
     steps, grads = [], []
-    for e in events:
-        if e.ph != "X":
+    for generic in (False, True):
+        steps, grads = [], []
+        try:
+            for chunk in TraceReader(path, SHAPED_DECODER).chunks(generic=generic):
+                for e in chunk.events:
+                    if e.ph != "X" or e.ts is None or e.dur is None:
+                        continue
+                    if e.name.startswith(STEP):
+                        try:
+                            steps.append((e.ts, e.ts + e.dur, int(e.name[len(STEP):])))
+                        except ValueError:
+                            continue
+                    elif e.name == ACCUMULATE and e.args is not None and (found := shapes(e.args.input_dims)):
+                        grads.append((e.ts, e.ts + e.dur, int(np.prod(found[0]))))
+            break
+        except LayoutError:
             continue
-        if e.name.startswith(STEP):
-            try:
-                steps.append((e.ts, e.ts + e.dur, int(e.name[len(STEP):])))
-            except ValueError:
-                continue
-        elif e.name == ACCUMULATE:
-            try:
-                dims = msgspec.json.decode(e.args, type=_Dims).input_dims
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
-            found = shapes(dims)
-            if found:
-                grads.append((e.ts, e.ts + e.dur, int(np.prod(found[0]))))
+        except (TraceError, OSError):
+            return {}
     grads.sort()
     starts = [t for t, _, _ in grads]
     out = {}
